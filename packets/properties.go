@@ -1,0 +1,76 @@
+package packets
+
+// PropID is an MQTT 5.0 property identifier (§2.2.2.2).
+type PropID byte
+
+// Property identifiers.
+const (
+	PropPayloadFormat        PropID = 0x01
+	PropMessageExpiry        PropID = 0x02
+	PropContentType          PropID = 0x03
+	PropResponseTopic        PropID = 0x08
+	PropCorrelationData      PropID = 0x09
+	PropSubscriptionID       PropID = 0x0B
+	PropSessionExpiry        PropID = 0x11
+	PropAssignedClientID     PropID = 0x12
+	PropServerKeepAlive      PropID = 0x13
+	PropAuthMethod           PropID = 0x15
+	PropAuthData             PropID = 0x16
+	PropRequestProblemInfo   PropID = 0x17
+	PropWillDelay            PropID = 0x18
+	PropRequestResponseInfo  PropID = 0x19
+	PropResponseInfo         PropID = 0x1A
+	PropServerReference      PropID = 0x1C
+	PropReasonString         PropID = 0x1F
+	PropReceiveMaximum       PropID = 0x21
+	PropTopicAliasMaximum    PropID = 0x22
+	PropTopicAlias           PropID = 0x23
+	PropMaximumQoS           PropID = 0x24
+	PropRetainAvailable      PropID = 0x25
+	PropUserProperty         PropID = 0x26
+	PropMaximumPacketSize    PropID = 0x27
+	PropWildcardSubAvailable PropID = 0x28
+	PropSubIDAvailable       PropID = 0x29
+	PropSharedSubAvailable   PropID = 0x2A
+)
+
+// Properties holds every MQTT 5.0 property as a value. Present has bit
+// (1 << id) set for each property that was (or is to be) on the wire, so a
+// zero value is distinguishable from an absent one without allocation.
+type Properties struct {
+	Present uint64
+
+	PayloadFormat        byte
+	MessageExpiry        uint32
+	ContentType          string
+	ResponseTopic        string
+	CorrelationData      []byte
+	SubscriptionIDs      []uint32 // may repeat in PUBLISH; one in SUBSCRIBE
+	SessionExpiry        uint32
+	AssignedClientID     string
+	ServerKeepAlive      uint16
+	AuthMethod           string
+	AuthData             []byte
+	RequestProblemInfo   byte
+	WillDelay            uint32
+	RequestResponseInfo  byte
+	ResponseInfo         string
+	ServerReference      string
+	ReasonString         string
+	ReceiveMaximum       uint16
+	TopicAliasMaximum    uint16
+	TopicAlias           uint16
+	MaximumQoS           byte
+	RetainAvailable      byte
+	User                 []UserProperty // may repeat
+	MaximumPacketSize    uint32
+	WildcardSubAvailable byte
+	SubIDAvailable       byte
+	SharedSubAvailable   byte
+}
+
+// Has reports whether property id is present.
+func (p *Properties) Has(id PropID) bool { return p.Present&(1<<id) != 0 }
+
+// Set marks property id as present; the caller sets the value field.
+func (p *Properties) Set(id PropID) { p.Present |= 1 << id }
