@@ -1,0 +1,316 @@
+package session
+
+import (
+	"errors"
+	"time"
+
+	"mqttd/packets"
+)
+
+// Defaults used where Config leaves a field zero.
+const (
+	DefaultMaxInflight    = 100
+	DefaultMaxQueued      = 1000
+	DefaultMaxAwaitingRel = 1000
+)
+
+// ErrAwaitingRelFull is returned by ReceiveQoS2 when the client already has
+// the maximum number of QoS 2 messages waiting for PUBREL.
+var ErrAwaitingRelFull = errors.New("session: too many QoS 2 messages awaiting PUBREL")
+
+// Message is an application message as routed. It is immutable once routed
+// and shared by every session it is delivered to.
+type Message struct {
+	Topic      string
+	Payload    []byte
+	QoS        byte // as published
+	Retain     bool // as published
+	Properties packets.Properties
+	Expiry     time.Time // zero: never expires
+	Origin     string    // client id of the publisher, for No Local
+}
+
+// Expired reports whether m has passed its expiry time at now.
+func (m *Message) Expired(now time.Time) bool {
+	return !m.Expiry.IsZero() && !now.Before(m.Expiry)
+}
+
+// Outbound is one message on its way to this session's client.
+type Outbound struct {
+	Msg      *Message
+	QoS      byte     // delivery QoS: min(published, granted)
+	Retain   bool     // retain flag on the wire
+	SubIDs   []uint32 // 5.0 subscription identifiers that matched
+	PacketID uint16   // assigned when it enters the in-flight window
+	Dup      bool     // it was sent before: resend with DUP set
+	Released bool     // PUBREC received: PUBREL is the outstanding packet
+}
+
+// Config bounds a session.
+type Config struct {
+	// MaxInflight is the outbound window: QoS 1/2 messages sent and not yet
+	// fully acknowledged. A 5.0 client's Receive Maximum lowers it.
+	MaxInflight int
+	// MaxQueued bounds the messages waiting for the window (or for the
+	// client to come back).
+	MaxQueued int
+	// QueueQoS0 keeps QoS 0 messages for an offline client, as
+	// Mosquitto's queue_qos0_messages does.
+	QueueQoS0 bool
+	// MaxAwaitingRel bounds inbound QoS 2 packet ids awaiting PUBREL.
+	MaxAwaitingRel int
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = DefaultMaxInflight
+	}
+	if c.MaxInflight > 65535 {
+		c.MaxInflight = 65535
+	}
+	if c.MaxQueued <= 0 {
+		c.MaxQueued = DefaultMaxQueued
+	}
+	if c.MaxAwaitingRel <= 0 {
+		c.MaxAwaitingRel = DefaultMaxAwaitingRel
+	}
+	return c
+}
+
+// Result says what Deliver did with a message.
+type Result int
+
+// Deliver results.
+const (
+	Send       Result = iota // in the window: encode and write it now
+	Queued                   // waiting for the window or for the client
+	DropFull                 // the queue is full: dropped
+	DropQoS0                 // QoS 0 for an offline client: not kept
+	DropExpiry               // expired before delivery
+)
+
+// Session is the protocol state of one client id. It is not safe for
+// concurrent use: the broker serialises access with its own lock.
+type Session struct {
+	ID     string
+	cfg    Config
+	window int
+
+	inflight ring // send order; entries acknowledged out of order are tombstoned
+	live     int  // inflight entries not yet acknowledged
+	pending  ring
+	nextID   uint16
+
+	awaitingRel map[uint16]struct{}
+	subs        map[string]Subscription
+}
+
+// Subscription is one topic filter a session holds.
+type Subscription struct {
+	Filter  string
+	Options packets.SubOptions
+	ID      uint32 // 5.0 subscription identifier; 0 when none
+}
+
+// New returns an empty session for client id.
+func New(id string, cfg Config) *Session {
+	cfg = cfg.withDefaults()
+	return &Session{ID: id, cfg: cfg, window: cfg.MaxInflight}
+}
+
+// SetReceiveMaximum lowers the outbound window to a 5.0 client's Receive
+// Maximum for the current connection (0 restores the configured window).
+func (s *Session) SetReceiveMaximum(n int) {
+	s.window = s.cfg.MaxInflight
+	if n > 0 && n < s.window {
+		s.window = n
+	}
+}
+
+// Deliver offers o for delivery. canSend says whether the client is online
+// and its connection can take another packet now; when it can and the
+// window has room, o gets a packet id, enters the window and Deliver
+// returns Send with the entry to encode. Otherwise o is queued or dropped.
+// QoS 0 messages never enter the window.
+func (s *Session) Deliver(o Outbound, online, canSend bool, now time.Time) (Outbound, Result) {
+	if o.Msg.Expired(now) {
+		return o, DropExpiry
+	}
+	if o.QoS == 0 && !online && !s.cfg.QueueQoS0 {
+		return o, DropQoS0
+	}
+	if canSend && s.pending.len() == 0 && (o.QoS == 0 || s.live < s.window) {
+		if o.QoS > 0 {
+			o = s.enter(o)
+		}
+		return o, Send
+	}
+	if s.pending.len() >= s.cfg.MaxQueued {
+		return o, DropFull
+	}
+	s.pending.push(o)
+	return o, Queued
+}
+
+// Next takes the oldest queued message that may be sent now: a QoS 0
+// message, or a QoS 1/2 message when the window has room (it gets a packet
+// id). Expired messages are skipped and counted in expired.
+func (s *Session) Next(now time.Time) (o Outbound, ok bool, expired int) {
+	for s.pending.len() > 0 {
+		head := s.pending.peek()
+		if head.Msg.Expired(now) {
+			s.pending.pop()
+			expired++
+			continue
+		}
+		if head.QoS > 0 && s.live >= s.window {
+			return Outbound{}, false, expired
+		}
+		o = s.pending.pop()
+		if o.QoS > 0 {
+			o = s.enter(o)
+		}
+		return o, true, expired
+	}
+	return Outbound{}, false, expired
+}
+
+func (s *Session) enter(o Outbound) Outbound {
+	o.PacketID = s.allocID()
+	o.Dup, o.Released = false, false
+	s.inflight.push(o)
+	s.live++
+	return o
+}
+
+// allocID returns the next packet id not in flight. Ids are handed out in
+// sequence, so a scan only happens to skip ids still held after a wrap.
+func (s *Session) allocID() uint16 {
+	for {
+		s.nextID++
+		if s.nextID == 0 {
+			s.nextID = 1
+		}
+		if s.inflight.find(s.nextID) < 0 {
+			return s.nextID
+		}
+	}
+}
+
+// Puback completes a QoS 1 message. It reports false for an id that is
+// not a QoS 1 message in flight.
+func (s *Session) Puback(id uint16) bool {
+	i := s.inflight.find(id)
+	if i < 0 || s.inflight.at(i).QoS != 1 {
+		return false
+	}
+	s.complete(i)
+	return true
+}
+
+// Pubrec moves a QoS 2 message to the PUBREL step; with failed (a 5.0
+// reason code of 0x80 or above) the message is complete instead. It
+// reports whether a PUBREL is to be sent.
+func (s *Session) Pubrec(id uint16, failed bool) bool {
+	i := s.inflight.find(id)
+	if i < 0 || s.inflight.at(i).QoS != 2 {
+		return false
+	}
+	if failed {
+		s.complete(i)
+		return false
+	}
+	e := s.inflight.at(i)
+	e.Released = true
+	e.Msg = nil // only the packet id is needed from now on
+	return true
+}
+
+// Pubcomp completes a QoS 2 message whose PUBREL was sent.
+func (s *Session) Pubcomp(id uint16) bool {
+	i := s.inflight.find(id)
+	if i < 0 || !s.inflight.at(i).Released {
+		return false
+	}
+	s.complete(i)
+	return true
+}
+
+func (s *Session) complete(i int) {
+	s.inflight.remove(i)
+	s.live--
+}
+
+// Resume prepares the window for a new connection: every entry will be
+// resent, PUBLISH with DUP set and released ones as PUBREL. fn is called
+// for each in send order; the caller encodes and writes them.
+func (s *Session) Resume(fn func(o Outbound)) {
+	s.inflight.each(func(e *Outbound) {
+		if !e.Released {
+			e.Dup = true
+		}
+		fn(*e)
+	})
+}
+
+// Inflight reports how many QoS 1/2 messages are in the window.
+func (s *Session) Inflight() int { return s.live }
+
+// Queued reports how many messages wait outside the window.
+func (s *Session) Queued() int { return s.pending.len() }
+
+// ReceiveQoS2 records an inbound QoS 2 packet id. isNew is false for an id
+// already awaiting PUBREL: the message must not be routed again.
+func (s *Session) ReceiveQoS2(id uint16) (isNew bool, err error) {
+	if _, dup := s.awaitingRel[id]; dup {
+		return false, nil
+	}
+	if len(s.awaitingRel) >= s.cfg.MaxAwaitingRel {
+		return false, ErrAwaitingRelFull
+	}
+	if s.awaitingRel == nil {
+		s.awaitingRel = make(map[uint16]struct{})
+	}
+	s.awaitingRel[id] = struct{}{}
+	return true, nil
+}
+
+// Pubrel releases an inbound QoS 2 packet id; it reports whether the id
+// was awaiting release.
+func (s *Session) Pubrel(id uint16) bool {
+	if _, ok := s.awaitingRel[id]; !ok {
+		return false
+	}
+	delete(s.awaitingRel, id)
+	return true
+}
+
+// AwaitingRel reports how many inbound QoS 2 ids wait for PUBREL.
+func (s *Session) AwaitingRel() int { return len(s.awaitingRel) }
+
+// Subscribe records a subscription; it reports whether the filter was
+// already held (the new options replace the old).
+func (s *Session) Subscribe(sub Subscription) (existed bool) {
+	if s.subs == nil {
+		s.subs = make(map[string]Subscription)
+	}
+	_, existed = s.subs[sub.Filter]
+	s.subs[sub.Filter] = sub
+	return existed
+}
+
+// Unsubscribe drops a subscription; it reports whether it existed.
+func (s *Session) Unsubscribe(filter string) bool {
+	if _, ok := s.subs[filter]; !ok {
+		return false
+	}
+	delete(s.subs, filter)
+	return true
+}
+
+// Subscriptions calls fn for every subscription held.
+func (s *Session) Subscriptions(fn func(Subscription)) {
+	for _, sub := range s.subs {
+		fn(sub)
+	}
+}

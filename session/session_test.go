@@ -1,0 +1,225 @@
+package session
+
+import (
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func msg(topic string, qos byte) *Message {
+	return &Message{Topic: topic, Payload: []byte(topic), QoS: qos}
+}
+
+func deliver(t *testing.T, s *Session, topic string, qos byte, canSend bool, want Result) Outbound {
+	t.Helper()
+	o, r := s.Deliver(Outbound{Msg: msg(topic, qos), QoS: qos}, true, canSend, t0)
+	if r != want {
+		t.Fatalf("Deliver(%s, qos %d) = %v, want %v", topic, qos, r, want)
+	}
+	return o
+}
+
+func TestWindowFillsThenQueues(t *testing.T) {
+	s := New("c", Config{MaxInflight: 2, MaxQueued: 2})
+	a := deliver(t, s, "a", 1, true, Send)
+	b := deliver(t, s, "b", 2, true, Send)
+	if a.PacketID == 0 || b.PacketID == 0 || a.PacketID == b.PacketID {
+		t.Fatalf("packet ids %d, %d: want distinct and non-zero", a.PacketID, b.PacketID)
+	}
+	deliver(t, s, "c", 1, true, Queued)
+	deliver(t, s, "d", 0, true, Queued) // behind c: order is kept
+	deliver(t, s, "e", 1, true, DropFull)
+	if _, ok, _ := s.Next(t0); ok {
+		t.Fatal("Next with a full window returned a message")
+	}
+	if !s.Puback(a.PacketID) {
+		t.Fatal("Puback of an in-flight QoS 1 id failed")
+	}
+	c, ok, _ := s.Next(t0)
+	if !ok || c.Msg.Topic != "c" || c.PacketID == 0 {
+		t.Fatalf("Next = %+v, %v; want c with a packet id", c, ok)
+	}
+	d, ok, _ := s.Next(t0)
+	if !ok || d.Msg.Topic != "d" || d.PacketID != 0 {
+		t.Fatalf("Next = %+v, %v; want QoS 0 d without a packet id", d, ok)
+	}
+	if s.Inflight() != 2 || s.Queued() != 0 {
+		t.Fatalf("inflight %d queued %d, want 2 and 0", s.Inflight(), s.Queued())
+	}
+}
+
+func TestAckRules(t *testing.T) {
+	s := New("c", Config{})
+	q1 := deliver(t, s, "q1", 1, true, Send)
+	q2 := deliver(t, s, "q2", 2, true, Send)
+	if s.Puback(q2.PacketID) {
+		t.Error("PUBACK accepted for a QoS 2 message")
+	}
+	if s.Pubcomp(q2.PacketID) {
+		t.Error("PUBCOMP accepted before PUBREC")
+	}
+	if s.Pubrec(q1.PacketID, false) {
+		t.Error("PUBREC accepted for a QoS 1 message")
+	}
+	for i := 0; i < 2; i++ {
+		if !s.Pubrec(q2.PacketID, false) {
+			t.Errorf("PUBREC number %d must ask for PUBREL", i+1)
+		}
+	}
+	if !s.Pubcomp(q2.PacketID) || s.Pubcomp(q2.PacketID) {
+		t.Error("PUBCOMP must complete once")
+	}
+	if !s.Puback(q1.PacketID) || s.Puback(q1.PacketID) {
+		t.Error("PUBACK must complete once")
+	}
+	if s.Inflight() != 0 {
+		t.Fatalf("inflight %d after all acks", s.Inflight())
+	}
+	q3 := deliver(t, s, "q3", 2, true, Send)
+	if s.Pubrec(q3.PacketID, true) || s.Inflight() != 0 {
+		t.Error("a failed PUBREC must complete the message without PUBREL")
+	}
+}
+
+func TestOutOfOrderAcksAndIDReuse(t *testing.T) {
+	s := New("c", Config{MaxInflight: 3})
+	a := deliver(t, s, "a", 1, true, Send)
+	b := deliver(t, s, "b", 1, true, Send)
+	c := deliver(t, s, "c", 1, true, Send)
+	if !s.Puback(b.PacketID) {
+		t.Fatal("out-of-order PUBACK refused")
+	}
+	// Force the id counter to wrap onto ids still in flight.
+	s.nextID = 65535
+	d := deliver(t, s, "d", 1, true, Send)
+	if d.PacketID == a.PacketID || d.PacketID == c.PacketID || d.PacketID == 0 {
+		t.Fatalf("id %d reused while a=%d c=%d in flight", d.PacketID, a.PacketID, c.PacketID)
+	}
+	var order []string
+	s.Resume(func(o Outbound) { order = append(order, o.Msg.Topic) })
+	if got := len(order); got != 3 || order[0] != "a" || order[1] != "c" || order[2] != "d" {
+		t.Fatalf("resend order %v, want [a c d]", order)
+	}
+}
+
+func TestResumeSetsDupAndPubrel(t *testing.T) {
+	s := New("c", Config{})
+	a := deliver(t, s, "a", 1, true, Send)
+	b := deliver(t, s, "b", 2, true, Send)
+	s.Pubrec(b.PacketID, false)
+	var got []Outbound
+	s.Resume(func(o Outbound) { got = append(got, o) })
+	if len(got) != 2 {
+		t.Fatalf("resume gave %d entries, want 2", len(got))
+	}
+	if got[0].PacketID != a.PacketID || !got[0].Dup || got[0].Released {
+		t.Errorf("first resend %+v: want PUBLISH %d with DUP", got[0], a.PacketID)
+	}
+	if got[1].PacketID != b.PacketID || !got[1].Released {
+		t.Errorf("second resend %+v: want PUBREL %d", got[1], b.PacketID)
+	}
+}
+
+func TestOfflineQueueing(t *testing.T) {
+	s := New("c", Config{MaxQueued: 10})
+	m := msg("x", 0)
+	if _, r := s.Deliver(Outbound{Msg: m}, false, false, t0); r != DropQoS0 {
+		t.Fatalf("offline QoS 0 = %v, want DropQoS0", r)
+	}
+	q := New("c", Config{QueueQoS0: true})
+	if _, r := q.Deliver(Outbound{Msg: m}, false, false, t0); r != Queued {
+		t.Fatalf("offline QoS 0 with QueueQoS0 = %v, want Queued", r)
+	}
+	if _, r := s.Deliver(Outbound{Msg: msg("y", 1), QoS: 1}, false, false, t0); r != Queued {
+		t.Fatalf("offline QoS 1 = %v, want Queued", r)
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	s := New("c", Config{MaxInflight: 1})
+	deliver(t, s, "a", 1, true, Send)
+	m := msg("b", 1)
+	m.Expiry = t0.Add(time.Second)
+	if _, r := s.Deliver(Outbound{Msg: m, QoS: 1}, true, true, t0); r != Queued {
+		t.Fatalf("Deliver = %v, want Queued", r)
+	}
+	if _, r := s.Deliver(Outbound{Msg: m, QoS: 1}, true, true, t0.Add(time.Second)); r != DropExpiry {
+		t.Fatalf("Deliver of an expired message = %v, want DropExpiry", r)
+	}
+	s.Puback(1)
+	if _, ok, expired := s.Next(t0.Add(2 * time.Second)); ok || expired != 1 {
+		t.Fatalf("Next after expiry: ok=%v expired=%d, want false and 1", ok, expired)
+	}
+}
+
+func TestReceiveMaximum(t *testing.T) {
+	s := New("c", Config{MaxInflight: 10})
+	s.SetReceiveMaximum(1)
+	deliver(t, s, "a", 1, true, Send)
+	deliver(t, s, "b", 1, true, Queued)
+	s.SetReceiveMaximum(0)
+	if _, ok, _ := s.Next(t0); !ok {
+		t.Fatal("window not restored by SetReceiveMaximum(0)")
+	}
+}
+
+func TestInboundQoS2(t *testing.T) {
+	s := New("c", Config{MaxAwaitingRel: 2})
+	if isNew, err := s.ReceiveQoS2(7); !isNew || err != nil {
+		t.Fatalf("first receive: %v %v", isNew, err)
+	}
+	if isNew, err := s.ReceiveQoS2(7); isNew || err != nil {
+		t.Fatalf("duplicate receive: isNew=%v err=%v, want false nil", isNew, err)
+	}
+	s.ReceiveQoS2(8)
+	if _, err := s.ReceiveQoS2(9); err != ErrAwaitingRelFull {
+		t.Fatalf("third id: err=%v, want ErrAwaitingRelFull", err)
+	}
+	if !s.Pubrel(7) || s.Pubrel(7) {
+		t.Fatal("PUBREL must release an id exactly once")
+	}
+	if s.AwaitingRel() != 1 {
+		t.Fatalf("awaiting %d, want 1", s.AwaitingRel())
+	}
+}
+
+func TestSubscriptions(t *testing.T) {
+	s := New("c", Config{})
+	if s.Subscribe(Subscription{Filter: "a/#"}) {
+		t.Fatal("new filter reported as existing")
+	}
+	if !s.Subscribe(Subscription{Filter: "a/#", ID: 4}) {
+		t.Fatal("resubscribe not reported as existing")
+	}
+	n := 0
+	s.Subscriptions(func(sub Subscription) {
+		n++
+		if sub.ID != 4 {
+			t.Errorf("options not replaced: %+v", sub)
+		}
+	})
+	if n != 1 || !s.Unsubscribe("a/#") || s.Unsubscribe("a/#") {
+		t.Fatal("unsubscribe must remove the filter exactly once")
+	}
+}
+
+func TestRingGrowsAcrossWrap(t *testing.T) {
+	s := New("c", Config{MaxInflight: 1000})
+	var ids []uint16
+	for i := 0; i < 300; i++ {
+		ids = append(ids, deliver(t, s, "t", 1, true, Send).PacketID)
+		if i%3 == 0 {
+			s.Puback(ids[0])
+			ids = ids[1:]
+		}
+	}
+	for _, id := range ids {
+		if !s.Puback(id) {
+			t.Fatalf("id %d lost in the ring", id)
+		}
+	}
+	if s.Inflight() != 0 {
+		t.Fatalf("inflight %d, want 0", s.Inflight())
+	}
+}
