@@ -1,0 +1,204 @@
+package topictrie
+
+import (
+	"strings"
+	"sync"
+)
+
+// Item is one retained message returned by Retained.Match.
+type Item[T any] struct {
+	// Topic is the topic name the message was retained under.
+	Topic string
+	// Value is the value given to Set.
+	Value T
+}
+
+// Retained stores one value per topic name (the retained message) in a tree
+// of levels, so that matching a filter visits only the branches the filter
+// can reach. All methods are safe for concurrent use; Get and Match run under
+// a read lock.
+type Retained[T any] struct {
+	mu     sync.RWMutex
+	root   rnode[T]
+	count  int
+	limits Limits
+}
+
+type rnode[T any] struct {
+	children map[string]*rnode[T]
+	parent   *rnode[T]
+	level    string
+	// topic is set while the node holds a value.
+	topic string
+	value T
+	has   bool
+}
+
+// NewRetained returns an empty store that accepts the topic names limits
+// allows.
+func NewRetained[T any](limits Limits) *Retained[T] {
+	return &Retained[T]{limits: limits}
+}
+
+// Len returns the number of retained topics.
+func (r *Retained[T]) Len() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.count
+}
+
+// Set stores v under topic, replacing any value there, and reports whether it
+// replaced one. It returns an error from Limits.ValidTopicName for a topic
+// name it refuses. The broker deletes instead of storing an empty payload
+// [MQTT-3.3.1-10].
+func (r *Retained[T]) Set(topic string, v T) (bool, error) {
+	if err := r.limits.ValidTopicName(topic); err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := &r.root
+	for off := 0; ; {
+		end := strings.IndexByte(topic[off:], '/')
+		if end < 0 {
+			end = len(topic)
+		} else {
+			end += off
+		}
+		level := topic[off:end]
+		c := n.children[level]
+		if c == nil {
+			if n.children == nil {
+				n.children = make(map[string]*rnode[T])
+			}
+			c = &rnode[T]{parent: n, level: level}
+			n.children[level] = c
+		}
+		n = c
+		if end == len(topic) {
+			break
+		}
+		off = end + 1
+	}
+	replaced := n.has
+	if !replaced {
+		r.count++
+	}
+	n.topic, n.value, n.has = topic, v, true
+	return replaced, nil
+}
+
+// Delete removes the value stored under topic and reports whether there was
+// one.
+func (r *Retained[T]) Delete(topic string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.root.lookup(topic)
+	if n == nil || !n.has {
+		return false
+	}
+	var zero T
+	n.topic, n.value, n.has = "", zero, false
+	r.count--
+	for n.parent != nil && !n.has && len(n.children) == 0 {
+		p := n.parent
+		delete(p.children, n.level)
+		if len(p.children) == 0 {
+			p.children = nil
+		}
+		n = p
+	}
+	return true
+}
+
+// Get returns the value stored under topic.
+func (r *Retained[T]) Get(topic string) (T, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if n := r.root.lookup(topic); n != nil && n.has {
+		return n.value, true
+	}
+	var zero T
+	return zero, false
+}
+
+func (n *rnode[T]) lookup(topic string) *rnode[T] {
+	for {
+		i := strings.IndexByte(topic, '/')
+		if i < 0 {
+			return n.children[topic]
+		}
+		if n = n.children[topic[:i]]; n == nil {
+			return nil
+		}
+		topic = topic[i+1:]
+	}
+}
+
+// Match appends to into every retained message whose topic matches filter and
+// returns the extended slice, in no particular order. filter is a valid topic
+// filter without a $share prefix (Filter.Topic). Topics starting with $ are
+// not matched by a filter starting with a wildcard [MQTT-4.7.2-1].
+func (r *Retained[T]) Match(filter string, into []Item[T]) []Item[T] {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.root.match(filter, true, into)
+}
+
+// match recurses once per + level of the filter and per level below a #, so
+// its depth is bounded by the filter's and the stored topics' levels, both
+// capped by Limits.MaxLevels.
+func (n *rnode[T]) match(rest string, root bool, into []Item[T]) []Item[T] {
+	for {
+		i := strings.IndexByte(rest, '/')
+		level, last := rest, i < 0
+		if !last {
+			level = rest[:i]
+		}
+		switch level {
+		case "#":
+			// n itself matches too: "a/#" matches "a" [MQTT-4.7.1-2].
+			return n.all(root, into)
+		case "+":
+			for l, c := range n.children {
+				if root && strings.HasPrefix(l, "$") {
+					continue // [MQTT-4.7.2-1]
+				}
+				if last {
+					into = c.appendTo(into)
+				} else {
+					into = c.match(rest[i+1:], false, into)
+				}
+			}
+			return into
+		}
+		c := n.children[level]
+		if c == nil {
+			return into
+		}
+		if last {
+			return c.appendTo(into)
+		}
+		n, rest, root = c, rest[i+1:], false
+	}
+}
+
+// all appends the value of n and of every node below it; at the root it
+// skips the $ topics [MQTT-4.7.2-1].
+func (n *rnode[T]) all(root bool, into []Item[T]) []Item[T] {
+	into = n.appendTo(into)
+	for l, c := range n.children {
+		if root && strings.HasPrefix(l, "$") {
+			continue
+		}
+		into = c.all(false, into)
+	}
+	return into
+}
+
+func (n *rnode[T]) appendTo(into []Item[T]) []Item[T] {
+	if n.has {
+		into = append(into, Item[T]{Topic: n.topic, Value: n.value})
+	}
+	return into
+}

@@ -1,0 +1,332 @@
+package topictrie
+
+import (
+	"strings"
+	"sync"
+)
+
+// Sub is one subscription that matches a topic, as returned by Trie.Match.
+type Sub[K comparable, V any] struct {
+	// Key identifies the subscriber.
+	Key K
+	// Value is the value given to Subscribe: the subscription's options.
+	Value V
+	// Filter is the topic filter that matched, without any $share prefix.
+	Filter string
+	// Group is the share name for a shared subscription, of which Key is the
+	// one member chosen for this message; empty for a normal subscription.
+	Group string
+	// KeyID is a small integer equal for equal keys (while the key has any
+	// subscription) and different for different keys: ForEachDelivery sorts
+	// by it.
+	KeyID uint32
+}
+
+// Options configures a Trie. The zero value is ready to use.
+type Options struct {
+	// Limits bounds the filters Subscribe accepts.
+	Limits Limits
+	// Strategy chooses the member of a share group that receives a
+	// message; nil means RoundRobin.
+	Strategy Strategy
+}
+
+// Trie holds subscriptions keyed by subscriber and matches topic names
+// against them. All methods are safe for concurrent use; Match runs under a
+// read lock, so many goroutines match at once while writers wait.
+type Trie[K comparable, V any] struct {
+	mu       sync.RWMutex
+	root     node[K, V]
+	keys     keyIDs[K]
+	count    int
+	limits   Limits
+	strategy Strategy
+}
+
+// node is one level of the trie. Literal levels are map children; the + and
+// # levels have their own pointers so matching never hashes them.
+type node[K comparable, V any] struct {
+	children map[string]*node[K, V]
+	plus     *node[K, V]
+	hash     *node[K, V]
+	parent   *node[K, V]
+	// level is this node's level and filter the whole filter down to it;
+	// both are substrings of the first filter that created the node.
+	level  string
+	filter string
+	subs   set[K, V]
+	groups []*group[K, V]
+}
+
+// group is one share group on one topic filter.
+type group[K comparable, V any] struct {
+	name    string
+	members set[K, V]
+	state   GroupState
+}
+
+// New returns an empty Trie.
+func New[K comparable, V any](opts Options) *Trie[K, V] {
+	if opts.Strategy == nil {
+		opts.Strategy = RoundRobin{}
+	}
+	return &Trie[K, V]{limits: opts.Limits, strategy: opts.Strategy}
+}
+
+// Len returns the number of subscriptions, counting each member of a share
+// group once.
+func (t *Trie[K, V]) Len() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.count
+}
+
+// Subscribe subscribes key to filter with value, which replaces the value of
+// an existing subscription of key to the same filter. A filter of the form
+// $share/{group}/{filter} makes key a member of that share group. It reports
+// whether the subscription is new, or an error from ParseFilter.
+func (t *Trie[K, V]) Subscribe(filter string, key K, value V) (bool, error) {
+	f, err := t.limits.ParseFilter(filter)
+	if err != nil {
+		return false, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.root.descend(f.Topic)
+	s := &n.subs
+	if f.Group != "" {
+		s = &n.group(f.Group).members
+	}
+	if i := s.find(key); i >= 0 {
+		s.items[i].value = value
+		return false, nil
+	}
+	s.add(entry[K, V]{key: key, id: t.keys.acquire(key), value: value})
+	t.count++
+	return true, nil
+}
+
+// Unsubscribe removes the subscription of key to filter (a $share filter
+// removes key from that group) and reports whether it existed.
+func (t *Trie[K, V]) Unsubscribe(filter string, key K) bool {
+	f, err := t.limits.ParseFilter(filter)
+	if err != nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.root.lookup(f.Topic)
+	if n == nil {
+		return false
+	}
+	if f.Group == "" {
+		if !t.removeFrom(&n.subs, key, nil) {
+			return false
+		}
+	} else {
+		gi := n.findGroup(f.Group)
+		if gi < 0 {
+			return false
+		}
+		g := n.groups[gi]
+		if !t.removeFrom(&g.members, key, &g.state) {
+			return false
+		}
+		if len(g.members.items) == 0 {
+			last := len(n.groups) - 1
+			n.groups[gi], n.groups[last] = n.groups[last], nil
+			n.groups = n.groups[:last]
+		}
+	}
+	n.prune()
+	return true
+}
+
+// removeFrom removes key from s, keeping st's sticky member pointing at the
+// same member when the removal moves it.
+func (t *Trie[K, V]) removeFrom(s *set[K, V], key K, st *GroupState) bool {
+	i := s.find(key)
+	if i < 0 {
+		return false
+	}
+	t.keys.release(key)
+	from := s.remove(i)
+	if st != nil {
+		st.moved(i, -1)
+		if from != i {
+			st.moved(from, i)
+		}
+	}
+	t.count--
+	return true
+}
+
+// Match appends to into every subscription matching topic and returns the
+// extended slice: each normal subscription once, and for each share group
+// (per group and filter) one member chosen by the Strategy. A subscriber
+// with overlapping subscriptions appears once per subscription; see
+// ForEachDelivery. Match allocates only to grow into.
+func (t *Trie[K, V]) Match(topic string, into []Sub[K, V]) []Sub[K, V] {
+	return t.MatchFrom(topic, 0, into)
+}
+
+// MatchFrom is Match with a hash of the publisher, given to the Strategy as
+// Message.Publisher (see HashPublisher).
+func (t *Trie[K, V]) MatchFrom(topic string, publisher uint64, into []Sub[K, V]) []Sub[K, V] {
+	m := Message{Topic: topic, Publisher: publisher}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	// [MQTT-4.7.2-1] a topic starting with $ is not matched by a first-level wildcard.
+	return t.match(&t.root, topic, strings.HasPrefix(topic, "$"), m, into)
+}
+
+// match walks literal levels iteratively and recurses only into + children,
+// so its depth is bounded by the depth of the trie (Limits.MaxLevels), not by
+// the number of levels of the topic.
+func (t *Trie[K, V]) match(n *node[K, V], rest string, dollar bool, m Message, into []Sub[K, V]) []Sub[K, V] {
+	for {
+		i := strings.IndexByte(rest, '/')
+		level, last := rest, i < 0
+		if !last {
+			level = rest[:i]
+		}
+		if !dollar {
+			if n.hash != nil {
+				into = t.collect(n.hash, m, into)
+			}
+			if n.plus != nil {
+				if last {
+					into = t.terminal(n.plus, m, into)
+				} else {
+					into = t.match(n.plus, rest[i+1:], false, m, into)
+				}
+			}
+		}
+		dollar = false
+		c := n.children[level]
+		if c == nil {
+			return into
+		}
+		if last {
+			return t.terminal(c, m, into)
+		}
+		n, rest = c, rest[i+1:]
+	}
+}
+
+// terminal appends the subscriptions of n, where the topic ends, and those of
+// its # child, since "a/#" matches "a".
+func (t *Trie[K, V]) terminal(n *node[K, V], m Message, into []Sub[K, V]) []Sub[K, V] {
+	into = t.collect(n, m, into)
+	if n.hash != nil {
+		into = t.collect(n.hash, m, into)
+	}
+	return into
+}
+
+func (t *Trie[K, V]) collect(n *node[K, V], m Message, into []Sub[K, V]) []Sub[K, V] {
+	for i := range n.subs.items {
+		e := &n.subs.items[i]
+		into = append(into, Sub[K, V]{Key: e.key, Value: e.value, Filter: n.filter, KeyID: e.id})
+	}
+	for _, g := range n.groups {
+		e := &g.members.items[t.strategy.Choose(&g.state, len(g.members.items), m)]
+		into = append(into, Sub[K, V]{Key: e.key, Value: e.value, Filter: n.filter, Group: g.name, KeyID: e.id})
+	}
+	return into
+}
+
+// descend returns the node for filter, creating the missing levels.
+func (n *node[K, V]) descend(filter string) *node[K, V] {
+	for off := 0; ; {
+		end := strings.IndexByte(filter[off:], '/')
+		if end < 0 {
+			end = len(filter)
+		} else {
+			end += off
+		}
+		level := filter[off:end]
+		c := n.child(level)
+		if c == nil {
+			c = &node[K, V]{parent: n, level: level, filter: filter[:end]}
+			switch level {
+			case "+":
+				n.plus = c
+			case "#":
+				n.hash = c
+			default:
+				if n.children == nil {
+					n.children = make(map[string]*node[K, V])
+				}
+				n.children[level] = c
+			}
+		}
+		if end == len(filter) {
+			return c
+		}
+		n, off = c, end+1
+	}
+}
+
+// lookup returns the node for filter, or nil.
+func (n *node[K, V]) lookup(filter string) *node[K, V] {
+	for {
+		i := strings.IndexByte(filter, '/')
+		if i < 0 {
+			return n.child(filter)
+		}
+		if n = n.child(filter[:i]); n == nil {
+			return nil
+		}
+		filter = filter[i+1:]
+	}
+}
+
+func (n *node[K, V]) child(level string) *node[K, V] {
+	switch level {
+	case "+":
+		return n.plus
+	case "#":
+		return n.hash
+	}
+	return n.children[level]
+}
+
+func (n *node[K, V]) findGroup(name string) int {
+	for i, g := range n.groups {
+		if g.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// group returns the share group called name, creating it.
+func (n *node[K, V]) group(name string) *group[K, V] {
+	if i := n.findGroup(name); i >= 0 {
+		return n.groups[i]
+	}
+	g := &group[K, V]{name: name}
+	n.groups = append(n.groups, g)
+	return g
+}
+
+// prune removes n and its ancestors while they hold nothing.
+func (n *node[K, V]) prune() {
+	for n.parent != nil && len(n.subs.items) == 0 && len(n.groups) == 0 &&
+		len(n.children) == 0 && n.plus == nil && n.hash == nil {
+		p := n.parent
+		switch n {
+		case p.plus:
+			p.plus = nil
+		case p.hash:
+			p.hash = nil
+		default:
+			delete(p.children, n.level)
+			if len(p.children) == 0 {
+				p.children = nil
+			}
+		}
+		n = p
+	}
+}
