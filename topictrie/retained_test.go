@@ -1,0 +1,128 @@
+package topictrie
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func retainedTopics(t *testing.T, r *Retained[string], filter string) []string {
+	t.Helper()
+	var got []string
+	for _, it := range r.Match(filter, nil) {
+		if it.Value != it.Topic {
+			t.Errorf("item %q carries value %q", it.Topic, it.Value)
+		}
+		got = append(got, it.Topic)
+	}
+	slices.Sort(got)
+	return got
+}
+
+func TestRetainedMatch(t *testing.T) {
+	r := NewRetained[string](Limits{})
+	topics := []string{
+		"a", "a/b", "a/b/c", "a/c", "a/x/c", "a//c", "a/", "/", "/a", "b",
+		"$SYS", "$SYS/broker", "$SYS/broker/uptime", "x/$y",
+	}
+	for _, tp := range topics {
+		if _, err := r.Set(tp, tp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		filter string
+		want   []string
+	}{
+		{"#", []string{"/", "/a", "a", "a/", "a//c", "a/b", "a/b/c", "a/c", "a/x/c", "b", "x/$y"}},
+		{"+", []string{"a", "b"}},
+		{"a/#", []string{"a", "a/", "a//c", "a/b", "a/b/c", "a/c", "a/x/c"}},
+		{"a/+", []string{"a/", "a/b", "a/c"}},
+		{"a/+/c", []string{"a//c", "a/b/c", "a/x/c"}},
+		{"+/+", []string{"/", "/a", "a/", "a/b", "a/c", "x/$y"}},
+		{"+/#", []string{"/", "/a", "a", "a/", "a//c", "a/b", "a/b/c", "a/c", "a/x/c", "b", "x/$y"}},
+		{"/+", []string{"/", "/a"}},
+		{"a//c", []string{"a//c"}},
+		{"a/b", []string{"a/b"}},
+		{"a/b/c/d", nil},
+		{"+/$y", []string{"x/$y"}},
+		{"$SYS/#", []string{"$SYS", "$SYS/broker", "$SYS/broker/uptime"}},
+		{"$SYS/+", []string{"$SYS/broker"}},
+		{"+/broker", nil},
+		{"nope/#", nil},
+	}
+	for _, tt := range tests {
+		if got := retainedTopics(t, r, tt.filter); !slices.Equal(got, tt.want) {
+			t.Errorf("Match(%q)\n got %q\nwant %q", tt.filter, got, tt.want)
+		}
+	}
+}
+
+func TestRetainedSetGetDelete(t *testing.T) {
+	r := NewRetained[int](Limits{})
+	if replaced, err := r.Set("a/b", 1); replaced || err != nil {
+		t.Fatalf("Set = %v, %v", replaced, err)
+	}
+	if replaced, err := r.Set("a/b", 2); !replaced || err != nil {
+		t.Fatalf("second Set = %v, %v", replaced, err)
+	}
+	if _, err := r.Set("a", 3); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := r.Get("a/b"); !ok || v != 2 {
+		t.Errorf("Get(a/b) = %v, %v", v, ok)
+	}
+	if _, ok := r.Get("a/b/c"); ok {
+		t.Error("Get of a missing topic found a value")
+	}
+	if _, ok := r.Get("x"); ok {
+		t.Error("Get of a missing root topic found a value")
+	}
+	if r.Len() != 2 {
+		t.Errorf("Len = %d, want 2", r.Len())
+	}
+	if r.Delete("a/b/c") || r.Delete("x") {
+		t.Error("Delete of a missing topic reported true")
+	}
+	if !r.Delete("a") || r.Delete("a") {
+		t.Error("Delete(a) wrong")
+	}
+	if v, ok := r.Get("a/b"); !ok || v != 2 {
+		t.Errorf("deleting the parent removed the child: %v, %v", v, ok)
+	}
+	if !r.Delete("a/b") || r.Len() != 0 {
+		t.Errorf("Delete(a/b) left Len = %d", r.Len())
+	}
+	if r.root.children != nil {
+		t.Error("empty nodes were not pruned")
+	}
+}
+
+func TestRetainedSetRejects(t *testing.T) {
+	r := NewRetained[int](Limits{MaxLevels: 3})
+	for topic, want := range map[string]error{
+		"":        ErrEmpty,
+		"a/+":     ErrWildcardInName,
+		"a/#":     ErrWildcardInName,
+		"a\x00":   ErrNull,
+		"a/b/c/d": ErrTooManyLevels,
+	} {
+		if _, err := r.Set(topic, 1); !errors.Is(err, want) {
+			t.Errorf("Set(%q) = %v, want %v", topic, err, want)
+		}
+	}
+	if r.Len() != 0 {
+		t.Errorf("Len = %d after rejected sets", r.Len())
+	}
+}
+
+func TestRetainedDeepFilterIsCheap(t *testing.T) {
+	r := NewRetained[int](Limits{})
+	if _, err := r.Set("a/a", 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Match(strings.Repeat("a/", 30000)+"#", nil); len(got) != 0 {
+		t.Errorf("Match of a deep filter = %+v", got)
+	}
+}
