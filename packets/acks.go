@@ -1,0 +1,106 @@
+package packets
+
+// PUBACK, PUBREC, PUBREL and PUBCOMP share one layout (§3.4-§3.7): packet
+// identifier, then in 5.0 an optional reason code and optional properties.
+// They share the code below; each type has its own methods.
+
+func decodeAck(d *decoder, v Version, t Type, id *uint16, rc *ReasonCode, props *Properties) error {
+	var err error
+	if *id, err = decodePacketID(d, v, t); err != nil {
+		return err
+	}
+	if v != V5 || d.left() == 0 {
+		return noTrailing(d, t)
+	}
+	if *rc, err = decodeReason(d, v, t); err != nil {
+		return err
+	}
+	if d.left() == 0 {
+		return nil
+	}
+	if err := props.decode(d, t, false); err != nil {
+		return err
+	}
+	return noTrailing(d, t)
+}
+
+// ackRemaining uses the short forms 5.0 allows: no reason code when it is
+// Success and there are no properties, no property length when empty.
+func ackRemaining(v Version, rc ReasonCode, props *Properties) int {
+	if v != V5 {
+		return 2
+	}
+	n := props.bodyLen()
+	switch {
+	case n > 0:
+		return 3 + VarIntSize(n) + n
+	case rc != Success:
+		return 3
+	default:
+		return 2
+	}
+}
+
+func appendAck(dst []byte, v Version, first byte, id uint16, rc ReasonCode, props *Properties) ([]byte, error) {
+	if err := checkVersion(v); err != nil {
+		return dst, err
+	}
+	rem := ackRemaining(v, rc, props)
+	dst, err := appendFixed(dst, first, rem)
+	if err != nil {
+		return dst, err
+	}
+	dst = appendUint16(dst, id)
+	if rem > 2 {
+		dst = append(dst, byte(rc))
+	}
+	if rem > 3 {
+		return props.Append(dst)
+	}
+	return dst, nil
+}
+
+// Type reports TypePuback.
+func (p *Puback) Type() Type { return TypePuback }
+
+// Size reports the encoded size for version v.
+func (p *Puback) Size(v Version) int { return frameSize(ackRemaining(v, p.ReasonCode, &p.Properties)) }
+
+// Append appends the PUBACK for version v, in its shortest 5.0 form.
+func (p *Puback) Append(dst []byte, v Version) ([]byte, error) {
+	return appendAck(dst, v, byte(TypePuback)<<4, p.PacketID, p.ReasonCode, &p.Properties)
+}
+
+// Type reports TypePubrec.
+func (p *Pubrec) Type() Type { return TypePubrec }
+
+// Size reports the encoded size for version v.
+func (p *Pubrec) Size(v Version) int { return frameSize(ackRemaining(v, p.ReasonCode, &p.Properties)) }
+
+// Append appends the PUBREC for version v, in its shortest 5.0 form.
+func (p *Pubrec) Append(dst []byte, v Version) ([]byte, error) {
+	return appendAck(dst, v, byte(TypePubrec)<<4, p.PacketID, p.ReasonCode, &p.Properties)
+}
+
+// Type reports TypePubrel.
+func (p *Pubrel) Type() Type { return TypePubrel }
+
+// Size reports the encoded size for version v.
+func (p *Pubrel) Size(v Version) int { return frameSize(ackRemaining(v, p.ReasonCode, &p.Properties)) }
+
+// Append appends the PUBREL (fixed-header flags 0010) for version v, in
+// its shortest 5.0 form.
+func (p *Pubrel) Append(dst []byte, v Version) ([]byte, error) {
+	return appendAck(dst, v, byte(TypePubrel)<<4|0x02, p.PacketID, p.ReasonCode, &p.Properties)
+}
+
+// Type reports TypePubcomp.
+func (p *Pubcomp) Type() Type { return TypePubcomp }
+
+// Size reports the encoded size for version v.
+func (p *Pubcomp) Size(v Version) int { return frameSize(ackRemaining(v, p.ReasonCode, &p.Properties)) }
+
+// Append appends the PUBCOMP for version v, in its shortest 5.0 form.
+func (p *Pubcomp) Append(dst []byte, v Version) ([]byte, error) {
+	return appendAck(dst, v, byte(TypePubcomp)<<4, p.PacketID, p.ReasonCode, &p.Properties)
+}

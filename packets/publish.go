@@ -1,0 +1,110 @@
+package packets
+
+import "strings"
+
+// Type reports TypePublish.
+func (p *Publish) Type() Type { return TypePublish }
+
+// decodePublish decodes a PUBLISH. A Subscription Identifier is not a
+// decode error here even though a client must not send one
+// [MQTT-3.3.4-6]: the broker sees it in Properties (Has(PropSubscriptionID))
+// and answers 0x82 itself, while PUBLISHes from a server legitimately carry it.
+// A Payload Format Indicator of 1 is not checked against the payload
+// either; that is the broker's policy (§3.3.2.3.2).
+func decodePublish(flags byte, d *decoder, v Version) (Packet, error) {
+	p := &Publish{Dup: flags&0x08 != 0, QoS: flags >> 1 & 0x03, Retain: flags&0x01 != 0}
+	if p.QoS == 3 {
+		return nil, malformed("[MQTT-3.3.1-4]", "PUBLISH with both QoS bits set")
+	}
+	if p.Dup && p.QoS == 0 {
+		// Policy: [MQTT-3.3.1-2] binds the sender; we treat a violation as malformed.
+		return nil, malformed("[MQTT-3.3.1-2]", "DUP set on a QoS 0 PUBLISH")
+	}
+	var err error
+	if p.Topic, err = d.str("topic name"); err != nil {
+		return nil, err
+	}
+	if strings.ContainsAny(p.Topic, "+#") {
+		return nil, &Error{Code: TopicNameInvalid, Ref: "[MQTT-3.3.2-2]", Msg: "topic name contains a wildcard"}
+	}
+	if p.QoS > 0 {
+		if p.PacketID, err = decodePacketID(d, v, TypePublish); err != nil {
+			return nil, err
+		}
+	}
+	if v == V5 {
+		if err := p.Properties.decode(d, TypePublish, false); err != nil {
+			return nil, err
+		}
+	}
+	if p.Topic == "" && !(v == V5 && p.Properties.Has(PropTopicAlias)) {
+		return nil, protocolErr("[MQTT-4.7.3-1]", "empty topic name without a Topic Alias")
+	}
+	if n := len(d.b); d.i < n {
+		p.Payload = d.b[d.i:n:n]
+	}
+	return p, nil
+}
+
+// decodePacketID reads a packet identifier, which must not be 0
+// (3.1.1 [MQTT-2.3.1-1]; 5.0 [MQTT-2.2.1-3]).
+func decodePacketID(d *decoder, v Version, t Type) (uint16, error) {
+	id, err := d.uint16("packet identifier")
+	if err != nil {
+		return 0, err
+	}
+	if id == 0 {
+		return 0, protocolErr(pick(v == V5, "[MQTT-2.2.1-3]", "[MQTT-2.3.1-1]"), t.String()+" with packet identifier 0")
+	}
+	return id, nil
+}
+
+func (p *Publish) remaining(v Version) int {
+	n := 2 + len(p.Topic) + len(p.Payload)
+	if p.QoS > 0 {
+		n += 2
+	}
+	if v == V5 {
+		n += p.Properties.Size()
+	}
+	return n
+}
+
+// Size reports the encoded size for version v.
+func (p *Publish) Size(v Version) int { return frameSize(p.remaining(v)) }
+
+// Append appends the PUBLISH for version v; properties only for 5.0, and
+// the packet identifier only for QoS 1 and 2. Into a dst with enough
+// capacity it does not allocate.
+func (p *Publish) Append(dst []byte, v Version) ([]byte, error) {
+	if err := checkVersion(v); err != nil {
+		return dst, err
+	}
+	if p.QoS > 2 {
+		return dst, encodeErr("PUBLISH QoS %d", p.QoS)
+	}
+	if err := checkLen("topic name", len(p.Topic)); err != nil {
+		return dst, err
+	}
+	first := byte(TypePublish)<<4 | p.QoS<<1
+	if p.Dup {
+		first |= 0x08
+	}
+	if p.Retain {
+		first |= 0x01
+	}
+	dst, err := appendFixed(dst, first, p.remaining(v))
+	if err != nil {
+		return dst, err
+	}
+	dst = appendString(dst, p.Topic)
+	if p.QoS > 0 {
+		dst = appendUint16(dst, p.PacketID)
+	}
+	if v == V5 {
+		if dst, err = p.Properties.Append(dst); err != nil {
+			return dst, err
+		}
+	}
+	return append(dst, p.Payload...), nil
+}

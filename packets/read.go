@@ -1,0 +1,275 @@
+package packets
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+)
+
+var typeNames = [...]string{
+	"Reserved", "CONNECT", "CONNACK", "PUBLISH", "PUBACK", "PUBREC", "PUBREL", "PUBCOMP",
+	"SUBSCRIBE", "SUBACK", "UNSUBSCRIBE", "UNSUBACK", "PINGREQ", "PINGRESP", "DISCONNECT", "AUTH",
+}
+
+// String returns the packet type's name as the specification spells it.
+func (t Type) String() string {
+	if int(t) < len(typeNames) {
+		return typeNames[t]
+	}
+	return fmt.Sprintf("Type(%d)", byte(t))
+}
+
+// SentByClient reports whether a client may send packets of type t to a
+// server. A server receiving CONNACK, SUBACK, UNSUBACK or PINGRESP must
+// treat it as a protocol violation (checklist row 22, CVE-2021-28166).
+func (t Type) SentByClient() bool {
+	switch t {
+	case TypeConnack, TypeSuback, TypeUnsuback, TypePingresp, TypeReserved:
+		return false
+	}
+	return t <= TypeAuth
+}
+
+// bodyChunk bounds how much ReadPacket allocates ahead of the bytes that
+// have actually arrived: a peer that declares a large remaining length and
+// then goes silent costs at most this much (CVE-2017-7651).
+const bodyChunk = 64 << 10
+
+// ReadFixedHeader reads the first byte and the remaining length of a
+// frame. A remaining length with a fifth continuation byte, or one not
+// minimally encoded, is a Malformed Packet (§1.5.5, [MQTT-1.5.5-1]; the
+// latter rejected in 3.1.1 too). I/O errors are returned unwrapped: io.EOF
+// before the first byte, io.ErrUnexpectedEOF after it.
+func ReadFixedHeader(r *bufio.Reader) (FixedHeader, error) {
+	b, err := r.ReadByte()
+	if err != nil {
+		return FixedHeader{}, err
+	}
+	n, err := readRemaining(r)
+	if err != nil {
+		return FixedHeader{}, err
+	}
+	return FixedHeader{Type: Type(b >> 4), Flags: b & 0x0F, Remaining: n}, nil
+}
+
+func readRemaining(r *bufio.Reader) (int, error) {
+	var buf [4]byte
+	for i := range buf {
+		c, err := r.ReadByte()
+		if err != nil {
+			return 0, noEOF(err)
+		}
+		buf[i] = c
+		if c&0x80 == 0 {
+			n, _, err := parseVarInt(buf[:i+1])
+			return n, err
+		}
+	}
+	_, _, err := parseVarInt(buf[:])
+	return 0, err
+}
+
+// noEOF turns io.EOF in the middle of a frame into io.ErrUnexpectedEOF.
+func noEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// ReadPacket reads and decodes one whole frame for protocol version v.
+//
+// When v is 0 the version is not known yet: only CONNECT is accepted and
+// any other first byte gives a Protocol Error at once, before the
+// remaining length is even read [MQTT-3.1.0-1] (CVE-2023-0809).
+//
+// maxSize, when positive, limits the whole packet (fixed header included,
+// as the 5.0 Maximum Packet Size does); it is checked against the fixed
+// header before any allocation, and a larger frame gives PacketTooLarge
+// without reading its body. maxSize 0 means only the protocol limit.
+//
+// The body is read into a fresh slice that the returned packet owns; its
+// string and []byte fields may alias it but never r's buffer. I/O errors
+// come back unwrapped (io.EOF only when no byte of the frame was read);
+// codec errors are *Error. For CONNECT, see Decode: a *Connect may come
+// back together with an UnsupportedProtocolVersion or protocol-name error.
+func ReadPacket(r *bufio.Reader, v Version, maxSize int) (Packet, error) {
+	b, err := r.ReadByte()
+	if err != nil {
+		return nil, err
+	}
+	t := Type(b >> 4)
+	if v == 0 && t != TypeConnect {
+		return nil, protocolErr("[MQTT-3.1.0-1]", "first packet is "+t.String()+", not CONNECT")
+	}
+	n, err := readRemaining(r)
+	if err != nil {
+		return nil, err
+	}
+	if maxSize > 0 && frameSize(n) > maxSize {
+		return nil, &Error{Code: PacketTooLarge, Ref: "§3.1.2.11.4",
+			Msg: fmt.Sprintf("%s of %d bytes exceeds the maximum packet size %d", t, frameSize(n), maxSize)}
+	}
+	body, err := readBody(r, n)
+	if err != nil {
+		return nil, err
+	}
+	return Decode(FixedHeader{Type: t, Flags: b & 0x0F, Remaining: n}, body, v)
+}
+
+// readBody reads n bytes into a new slice, allocating in step with what
+// arrives once past bodyChunk so a lying length cannot reserve memory.
+func readBody(r *bufio.Reader, n int) ([]byte, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	body := make([]byte, min(n, bodyChunk))
+	got, err := io.ReadFull(r, body)
+	for err == nil && got < n {
+		want := min(n, 2*len(body))
+		body = append(body, make([]byte, want-len(body))...)
+		var m int
+		m, err = io.ReadFull(r, body[got:])
+		got += m
+	}
+	if err != nil {
+		return nil, noEOF(err)
+	}
+	return body, nil
+}
+
+// Decode decodes one frame whose fixed header is fh and whose remaining
+// bytes are body (len(body) must equal fh.Remaining), for protocol version
+// v. The packet may alias body: the caller hands over ownership and must
+// not modify body afterwards.
+//
+// For TypeConnect v is ignored and the version comes from the packet. An
+// unsupported protocol level gives an *Error with Code
+// UnsupportedProtocolVersion, and a protocol name that does not match the
+// level gives a ProtocolError citing [MQTT-3.1.2-1]; in both cases the
+// returned *Connect is non-nil, with ProtocolName and ProtocolVersion set,
+// so the broker can choose to answer with a CONNACK (3.1.1 return code
+// 0x01, 5.0 reason code 0x84) in the form the client expects.
+//
+// For any other type, v == 0 gives a Protocol Error [MQTT-3.1.0-1].
+func Decode(fh FixedHeader, body []byte, v Version) (Packet, error) {
+	if len(body) != fh.Remaining {
+		return nil, malformed("§2.1.4", "body length differs from the remaining length")
+	}
+	if fh.Type == TypeConnect {
+		if err := checkFlags(fh, 0); err != nil {
+			return nil, err
+		}
+		return decodeConnect(body)
+	}
+	if v == 0 {
+		return nil, protocolErr("[MQTT-3.1.0-1]", "first packet is "+fh.Type.String()+", not CONNECT")
+	}
+	if err := checkFlags(fh, v); err != nil {
+		return nil, err
+	}
+	d := &decoder{b: body}
+	switch fh.Type {
+	case TypePublish:
+		return decodePublish(fh.Flags, d, v)
+	case TypePuback:
+		p := &Puback{}
+		return result(p, decodeAck(d, v, fh.Type, &p.PacketID, &p.ReasonCode, &p.Properties))
+	case TypePubrec:
+		p := &Pubrec{}
+		return result(p, decodeAck(d, v, fh.Type, &p.PacketID, &p.ReasonCode, &p.Properties))
+	case TypePubrel:
+		p := &Pubrel{}
+		return result(p, decodeAck(d, v, fh.Type, &p.PacketID, &p.ReasonCode, &p.Properties))
+	case TypePubcomp:
+		p := &Pubcomp{}
+		return result(p, decodeAck(d, v, fh.Type, &p.PacketID, &p.ReasonCode, &p.Properties))
+	}
+	return decodeOther(fh, d, v)
+}
+
+func decodeOther(fh FixedHeader, d *decoder, v Version) (Packet, error) {
+	switch fh.Type {
+	case TypeConnack:
+		return decodeConnack(d, v)
+	case TypeSubscribe:
+		return decodeSubscribe(d, v)
+	case TypeSuback:
+		return decodeSuback(d, v)
+	case TypeUnsubscribe:
+		return decodeUnsubscribe(d, v)
+	case TypeUnsuback:
+		return decodeUnsuback(d, v)
+	case TypePingreq:
+		return result(&Pingreq{}, emptyBody(d, fh.Type))
+	case TypePingresp:
+		return result(&Pingresp{}, emptyBody(d, fh.Type))
+	case TypeDisconnect:
+		return decodeDisconnect(d, v)
+	case TypeAuth:
+		if v != V5 {
+			return nil, malformed("§2.1.2", "AUTH is reserved before MQTT 5.0")
+		}
+		return decodeAuth(d)
+	}
+	return nil, malformed("§2.1.2", "packet type 0 is reserved")
+}
+
+// result drops the packet when decoding it failed.
+func result(p Packet, err error) (Packet, error) {
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// checkFlags enforces the reserved fixed-header flags of every type but
+// PUBLISH: 0010 for PUBREL, SUBSCRIBE and UNSUBSCRIBE, 0000 otherwise
+// (3.1.1 [MQTT-2.2.2-1/2]; 5.0 [MQTT-2.1.3-1]).
+func checkFlags(fh FixedHeader, v Version) error {
+	want := byte(0)
+	switch fh.Type {
+	case TypePublish:
+		return nil
+	case TypePubrel, TypeSubscribe, TypeUnsubscribe:
+		want = 0x02
+	}
+	if fh.Flags == want {
+		return nil
+	}
+	ref := "[MQTT-2.2.2-1] / [MQTT-2.1.3-1]"
+	switch v {
+	case V5:
+		ref = "[MQTT-2.1.3-1]"
+	case V31, V311:
+		ref = "[MQTT-2.2.2-1]"
+	}
+	switch fh.Type {
+	case TypePubrel:
+		ref = "[MQTT-3.6.1-1]"
+	case TypeSubscribe:
+		ref = "[MQTT-3.8.1-1]"
+	case TypeUnsubscribe:
+		ref = "[MQTT-3.10.1-1]"
+	case TypeDisconnect:
+		ref = "[MQTT-3.14.1-1]"
+	}
+	return malformed(ref, fmt.Sprintf("%s fixed-header flags %04b, want %04b", fh.Type, fh.Flags, want))
+}
+
+// emptyBody checks a packet that has no variable header or payload.
+func emptyBody(d *decoder, t Type) error {
+	if d.left() != 0 {
+		return malformed("§2.1.4", t.String()+" has a non-zero remaining length")
+	}
+	return nil
+}
+
+// noTrailing rejects bytes left over after a packet's last field.
+func noTrailing(d *decoder, t Type) error {
+	if d.left() != 0 {
+		return malformed("§2.1.4", fmt.Sprintf("%d unexpected bytes at the end of %s", d.left(), t))
+	}
+	return nil
+}
