@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// sourceAddrs is how many loopback source addresses (127.0.0.1 up to
+// 127.0.0.250) the conns scenario spreads over, so that no single source
+// address runs out of ephemeral ports.
+const sourceAddrs = 250
+
+// conns opens many idle subscribed clients, reports connects per second
+// and, given the broker's pid, its resident memory per connection.
+func conns(cfg config) (*result, error) {
+	n := orDefault(cfg.conns, 10000)
+	deadline := time.Now().Add(cfg.timeout)
+	spread, err := loopbackTarget(cfg.addr)
+	if err != nil {
+		return nil, err
+	}
+	var before int64
+	if cfg.pid > 0 {
+		if before, err = settledRSS(cfg.pid, cfg.settle, deadline); err != nil {
+			return nil, err
+		}
+	}
+
+	clients := make([]*client, n)
+	defer func() {
+		for _, c := range clients {
+			if c != nil {
+				c.disconnect()
+			}
+		}
+	}()
+	start := time.Now()
+	connected, firstErr := dialAll(cfg, clients, spread, deadline)
+	secs := time.Since(start).Seconds()
+	if firstErr != nil {
+		fmt.Fprintf(cfg.log, "conns: %d of %d failed, first: %v\n", int64(n)-connected, n, firstErr)
+	}
+
+	r := newResult("conns").int("conns", int64(n)).int("connected", connected).
+		float("secs", secs).int("rate", int64(float64(connected)/secs))
+	if cfg.pid > 0 {
+		after, err := settledRSS(cfg.pid, cfg.settle, deadline)
+		if err != nil {
+			return nil, err
+		}
+		perConn := int64(0)
+		if connected > 0 {
+			perConn = (after - before) / connected
+		}
+		r.int("rss_before_kb", before>>10).int("rss_after_kb", after>>10).int("bytes_per_conn", perConn)
+	}
+	return r.int("errors", int64(n)-connected), nil
+}
+
+// dialAll fills clients with connected, subscribed clients using a bounded
+// number of concurrent dials; it stops starting new dials at the deadline.
+func dialAll(cfg config, clients []*client, spread bool, deadline time.Time) (int64, error) {
+	id := runID()
+	jobs := make(chan int)
+	var connected atomic.Int64
+	var errOnce sync.Once
+	var firstErr error
+	var wg sync.WaitGroup
+	for range orDefault(cfg.concurrency, 64) {
+		wg.Go(func() {
+			for i := range jobs {
+				o := dialOptions{addr: cfg.addr, clientID: fmt.Sprintf("%s-c%d", id, i), bufSize: 64, deadline: deadline}
+				if spread {
+					o.local = net.IPv4(127, 0, 0, byte(1+i%sourceAddrs))
+				}
+				c, err := dial(o)
+				if err == nil {
+					if err = c.subscribe(fmt.Sprintf("bench/conns/%d", i), 0); err != nil {
+						c.conn.Close()
+					}
+				}
+				if err != nil {
+					errOnce.Do(func() { firstErr = err })
+					continue
+				}
+				clients[i] = c
+				connected.Add(1)
+			}
+		})
+	}
+	for i := range clients {
+		if time.Now().After(deadline) {
+			break
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	if firstErr == nil && int(connected.Load()) < len(clients) {
+		firstErr = errors.New("deadline reached before every client was dialled")
+	}
+	return connected.Load(), firstErr
+}
+
+// loopbackTarget reports whether addr is an IPv4 loopback address, the only
+// case where spreading over 127.0.0.x source addresses works.
+func loopbackTarget(addr string) (bool, error) {
+	ta, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return false, err
+	}
+	return ta.IP.To4() != nil && ta.IP.IsLoopback(), nil
+}
+
+// settledRSS polls the process's resident set every 100 ms until five
+// readings in a row agree within 1% (the broker's allocator or GC has
+// settled) or settle has passed, and returns the last reading in bytes.
+func settledRSS(pid int, settle time.Duration, deadline time.Time) (int64, error) {
+	const stableReadings = 5
+	until := time.Now().Add(settle)
+	if deadline.Before(until) {
+		until = deadline
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var window []int64
+	for {
+		rss, err := readRSS(pid)
+		if err != nil {
+			return 0, err
+		}
+		window = append(window, rss)
+		if len(window) > stableReadings {
+			window = window[1:]
+		}
+		if len(window) == stableReadings && spreadWithin(window, 0.01) || time.Now().After(until) {
+			return rss, nil
+		}
+		<-tick.C
+	}
+}
+
+func spreadWithin(vs []int64, frac float64) bool {
+	lo, hi := vs[0], vs[0]
+	for _, v := range vs {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	return float64(hi-lo) <= frac*float64(hi)
+}
+
+// readRSS returns VmRSS from /proc/PID/status in bytes.
+func readRSS(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := bytes.CutPrefix(sc.Bytes(), []byte("VmRSS:"))
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseInt(string(bytes.TrimSpace(bytes.TrimSuffix(bytes.TrimSpace(rest), []byte("kB")))), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("pid %d VmRSS: %w", pid, err)
+		}
+		return kb << 10, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("pid %d: no VmRSS in /proc status", pid)
+}

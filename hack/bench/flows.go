@@ -1,0 +1,269 @@
+package main
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"sync"
+	"time"
+)
+
+// config holds the command-line settings; zero counts mean the scenario's
+// own default.
+type config struct {
+	addr        string
+	timeout     time.Duration // whole-scenario bound
+	idle        time.Duration // how long to wait for stragglers once publishers are done
+	pubs        int
+	subs        int
+	msgs        int // per publisher
+	size        int // payload bytes
+	window      int // unacknowledged QoS 1/2 messages per publisher
+	qos         int // latency: -1 runs QoS 0 then QoS 1
+	rate        int // latency: messages per second
+	duration    time.Duration
+	conns       int
+	concurrency int // conns: dials in flight
+	pid         int // conns: broker process whose RSS is measured
+	settle      time.Duration
+	log         io.Writer
+}
+
+// flow is a publish/subscribe throughput or latency run.
+type flow struct {
+	name     string
+	pubs     int
+	subs     int
+	msgs     int // per publisher
+	qos      byte
+	filter   string
+	topics   func(pub int) []string
+	interval time.Duration
+	// onMsg, when set, is given to every subscriber (so it must be safe for
+	// concurrent use when there are several).
+	onMsg func(arrival time.Duration, payload []byte)
+}
+
+// bufSize is the read and write buffer of each throughput connection: big
+// enough that one syscall moves hundreds of frames.
+const bufSize = 64 << 10
+
+func runID() string {
+	return fmt.Sprintf("b%04x%04x", os.Getpid()&0xffff, time.Now().UnixNano()&0xffff)
+}
+
+// runFlow connects the subscribers, then the publishers, runs them and
+// waits until everything arrived, the idle timeout or the deadline.
+func runFlow(cfg config, fl flow) (*result, error) {
+	deadline := time.Now().Add(cfg.timeout)
+	id := runID()
+	var subs []*subscriber
+	var pubs []*publisher
+	defer func() {
+		for _, s := range subs {
+			s.c.disconnect()
+		}
+		for _, p := range pubs {
+			p.c.disconnect()
+		}
+	}()
+	for i := range fl.subs {
+		c, err := dial(dialOptions{addr: cfg.addr, clientID: fmt.Sprintf("%s-s%d", id, i), bufSize: bufSize, deadline: deadline})
+		if err != nil {
+			return nil, err
+		}
+		subs = append(subs, &subscriber{c: c, onMsg: fl.onMsg})
+		if err := c.subscribe(fl.filter, fl.qos); err != nil {
+			return nil, err
+		}
+	}
+	for i := range fl.pubs {
+		c, err := dial(dialOptions{addr: cfg.addr, clientID: fmt.Sprintf("%s-p%d", id, i), bufSize: bufSize, deadline: deadline})
+		if err != nil {
+			return nil, err
+		}
+		var frames []publishTemplate
+		for _, t := range fl.topics(i) {
+			frames = append(frames, newPublishTemplate(t, fl.qos, cfg.size))
+		}
+		pubs = append(pubs, &publisher{c: c, qos: fl.qos, n: fl.msgs, window: cfg.window, frames: frames, interval: fl.interval})
+	}
+
+	start := time.Now()
+	var subsWG sync.WaitGroup
+	for _, s := range subs {
+		s.start = start
+		subsWG.Go(s.run)
+	}
+	pubErrs := make([]error, len(pubs))
+	pubsDone := make(chan struct{})
+	go func() {
+		var wg sync.WaitGroup
+		for i, p := range pubs {
+			p.start = start
+			wg.Go(func() { pubErrs[i] = p.run() })
+		}
+		wg.Wait()
+		close(pubsDone)
+	}()
+
+	expected := int64(fl.pubs * fl.msgs * fl.subs)
+	timedOut := awaitDeliveries(subs, expected, pubsDone, cfg.idle, deadline)
+	for _, s := range subs {
+		s.stop()
+	}
+	subsWG.Wait()
+	<-pubsDone // publishers' sockets share the deadline, so this is bounded
+
+	var delivered int64
+	var last time.Duration
+	errs := 0
+	report := func(err error) {
+		if err != nil {
+			errs++
+			fmt.Fprintf(cfg.log, "%s: %v\n", fl.name, err)
+		}
+	}
+	for _, s := range subs {
+		delivered += s.count.Load()
+		last = max(last, s.last)
+		report(s.err)
+	}
+	for _, err := range pubErrs {
+		report(err)
+	}
+	if timedOut {
+		report(fmt.Errorf("deadline of %v reached with %d of %d delivered", cfg.timeout, delivered, expected))
+	}
+	secs := last.Seconds()
+	rate := 0.0
+	if secs > 0 {
+		rate = float64(delivered) / secs
+	}
+	r := newResult(fl.name).int("qos", int64(fl.qos)).int("pubs", int64(fl.pubs)).int("subs", int64(fl.subs)).
+		int("msgs", int64(fl.pubs*fl.msgs)).int("expected", expected).int("delivered", delivered).
+		float("loss_pct", lossPct(expected, delivered)).float("secs", secs).int("rate", int64(rate)).int("errors", int64(errs))
+	return r, nil
+}
+
+// awaitDeliveries polls the subscribers' counts until all expected messages
+// arrived, nothing arrived for idle after the publishers finished, or the
+// deadline passed (reported as true).
+func awaitDeliveries(subs []*subscriber, expected int64, pubsDone <-chan struct{}, idle time.Duration, deadline time.Time) bool {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	seen, changed := int64(-1), time.Now()
+	var doneAt time.Time
+	for {
+		var n int64
+		for _, s := range subs {
+			n += s.count.Load()
+		}
+		if n >= expected {
+			return false
+		}
+		now := time.Now()
+		if n != seen {
+			seen, changed = n, now
+		}
+		if doneAt.IsZero() {
+			select {
+			case <-pubsDone:
+				doneAt = now
+			default:
+			}
+		}
+		if !doneAt.IsZero() && now.Sub(changed) >= idle && now.Sub(doneAt) >= idle {
+			return false
+		}
+		if now.After(deadline) {
+			return true
+		}
+		<-tick.C
+	}
+}
+
+func fanin(cfg config) (*result, error) {
+	return runFlow(cfg, flow{
+		name: "fanin", pubs: orDefault(cfg.pubs, 8), subs: 1, msgs: orDefault(cfg.msgs, 50000),
+		filter: "bench/#",
+		topics: func(pub int) []string {
+			ts := make([]string, 100)
+			for i := range ts {
+				ts[i] = fmt.Sprintf("bench/%d/%d", pub, i)
+			}
+			return ts
+		},
+	})
+}
+
+func fanout(cfg config) (*result, error) {
+	return runFlow(cfg, flow{
+		name: "fanout", pubs: 1, subs: orDefault(cfg.subs, 100), msgs: orDefault(cfg.msgs, 5000),
+		filter: "bench/fanout",
+		topics: func(int) []string { return []string{"bench/fanout"} },
+	})
+}
+
+// qosFlow is one publisher and one subscriber at qos on both legs.
+func qosFlow(cfg config, qos byte) (*result, error) {
+	topic := fmt.Sprintf("bench/qos%d", qos)
+	return runFlow(cfg, flow{
+		name: fmt.Sprintf("qos%d", qos), pubs: 1, subs: 1, msgs: orDefault(cfg.msgs, 50000), qos: qos,
+		filter: topic,
+		topics: func(int) []string { return []string{topic} },
+	})
+}
+
+// latency publishes at a fixed rate with the send time in each payload and
+// reports arrival minus send time percentiles.
+func latency(cfg config, qos byte) (*result, error) {
+	rate := orDefault(cfg.rate, 1000)
+	dur := cfg.duration
+	if dur <= 0 {
+		dur = 5 * time.Second
+	}
+	n := max(1, int(dur.Seconds()*float64(rate)))
+	lat := make([]time.Duration, 0, n)
+	r, err := runFlow(cfg, flow{
+		name: "latency", pubs: 1, subs: 1, msgs: n, qos: qos,
+		filter: "bench/latency", topics: func(int) []string { return []string{"bench/latency"} },
+		interval: time.Second / time.Duration(rate),
+		onMsg: func(arrival time.Duration, payload []byte) {
+			if len(payload) >= 8 {
+				lat = append(lat, arrival-time.Duration(binary.BigEndian.Uint64(payload)))
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(lat)
+	r.int("target_rate", int64(rate))
+	for _, p := range []struct {
+		key string
+		q   float64
+	}{{"p50_us", 0.50}, {"p99_us", 0.99}, {"p999_us", 0.999}, {"max_us", 1}} {
+		r.float(p.key, float64(percentile(lat, p.q).Nanoseconds())/1e3)
+	}
+	return r, nil
+}
+
+// percentile returns the q-quantile of sorted samples (nearest rank).
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func orDefault(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}

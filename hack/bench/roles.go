@@ -1,0 +1,251 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// subscriber counts the PUBLISH frames it receives and runs the receiver
+// side of QoS 1 and 2.
+type subscriber struct {
+	c     *client
+	start time.Time
+	// onMsg, when set, sees every payload with its arrival time since start.
+	onMsg func(arrival time.Duration, payload []byte)
+
+	count    atomic.Int64
+	stopping atomic.Bool
+
+	// last and err are written by run and read only after it returns.
+	last time.Duration
+	err  error
+}
+
+// run reads until the connection fails or stop is called.
+func (s *subscriber) run() {
+	for {
+		if s.c.fr.buffered() == 0 && s.c.w.Buffered() > 0 {
+			// Acks are batched until the next read may block, so one write
+			// answers everything read in one go.
+			if err := s.c.w.Flush(); err != nil {
+				s.fail(err)
+				return
+			}
+		}
+		fr, err := s.c.fr.next()
+		if err == nil {
+			err = s.handle(fr)
+		}
+		if err != nil {
+			s.fail(err)
+			return
+		}
+	}
+}
+
+func (s *subscriber) handle(fr frame) error {
+	switch fr.typ {
+	case typePublish:
+		p, err := parsePublish(fr)
+		if err != nil {
+			return err
+		}
+		s.last = time.Since(s.start)
+		if s.onMsg != nil {
+			s.onMsg(s.last, p.payload)
+		}
+		s.count.Add(1)
+		switch p.qos {
+		case 1:
+			return s.ack(typePuback, p.id)
+		case 2:
+			return s.ack(typePubrec, p.id)
+		}
+		return nil
+	case typePubrel:
+		id, err := packetID(fr)
+		if err != nil {
+			return err
+		}
+		return s.ack(typePubcomp, id)
+	}
+	return fmt.Errorf("subscriber got unexpected packet type %d", fr.typ)
+}
+
+func (s *subscriber) ack(typ byte, id uint16) error {
+	_, err := s.c.w.Write(appendAck(s.c.w.AvailableBuffer(), typ, id))
+	return err
+}
+
+// fail keeps err unless it is how a deliberate stop or the scenario
+// deadline ends a read: those show up as loss, not as errors.
+func (s *subscriber) fail(err error) {
+	if s.stopping.Load() || isStop(err) {
+		return
+	}
+	s.err = err
+}
+
+// stop makes run return soon by expiring the socket's deadline.
+func (s *subscriber) stop() {
+	s.stopping.Store(true)
+	_ = s.c.conn.SetDeadline(time.Now())
+}
+
+// publisher sends n messages at one QoS, keeping at most window of them
+// unacknowledged, then a PINGREQ: its PINGRESP (with every ack) means the
+// broker has taken everything.
+type publisher struct {
+	c      *client
+	qos    byte
+	n      int
+	window int
+	frames []publishTemplate // message i uses frames[i%len(frames)]
+	start  time.Time
+	// interval, when positive, paces message i to leave at start+i*interval
+	// and flushes each message on its own.
+	interval time.Duration
+}
+
+var errReaderStopped = errors.New("acknowledgement reader stopped")
+
+// run publishes everything and returns once the broker has acknowledged it.
+func (p *publisher) run() error {
+	free := make(chan uint16, p.window)
+	for id := 1; id <= p.window; id++ {
+		free <- uint16(id)
+	}
+	rel := make(chan uint16, p.window)
+	readerDone := make(chan struct{})
+	var rerr error
+	go func() {
+		defer close(readerDone)
+		rerr = p.readAcks(free, rel)
+	}()
+	werr := p.write(free, rel, readerDone)
+	if werr != nil && !errors.Is(werr, errReaderStopped) {
+		p.c.conn.Close()
+		<-readerDone
+		return werr
+	}
+	<-readerDone
+	return rerr
+}
+
+func (p *publisher) write(free, rel <-chan uint16, readerDone <-chan struct{}) error {
+	wantRel := 0
+	if p.qos == 2 {
+		wantRel = p.n
+	}
+	sent, released := 0, 0
+	for sent < p.n || released < wantRel {
+		if p.qos == 0 {
+			if err := p.send(sent, 0); err != nil {
+				return err
+			}
+			sent++
+			continue
+		}
+		var freeCh <-chan uint16
+		if sent < p.n {
+			freeCh = free
+		}
+		var id uint16
+		isRel := false
+		select {
+		case id = <-rel:
+			isRel = true
+		case id = <-freeCh:
+		default:
+			// Nothing can be sent without waiting: flush what is batched
+			// so the broker can answer it.
+			if err := p.c.w.Flush(); err != nil {
+				return err
+			}
+			select {
+			case id = <-rel:
+				isRel = true
+			case id = <-freeCh:
+			case <-readerDone:
+				return errReaderStopped
+			}
+		}
+		var err error
+		if isRel {
+			_, err = p.c.w.Write(appendAck(p.c.w.AvailableBuffer(), typePubrel, id))
+			released++
+		} else {
+			err = p.send(sent, id)
+			sent++
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if _, err := p.c.w.Write([]byte{typePingreq << 4, 0}); err != nil {
+		return err
+	}
+	return p.c.w.Flush()
+}
+
+func (p *publisher) send(i int, id uint16) error {
+	if p.interval > 0 {
+		if wait := time.Until(p.start.Add(time.Duration(i) * p.interval)); wait > 0 {
+			time.Sleep(wait)
+		}
+	}
+	t := &p.frames[i%len(p.frames)]
+	stamp := int64(time.Since(p.start))
+	if _, err := p.c.w.Write(t.appendFrame(p.c.w.AvailableBuffer(), id, stamp)); err != nil {
+		return err
+	}
+	if p.interval > 0 {
+		return p.c.w.Flush()
+	}
+	return nil
+}
+
+// readAcks runs the sender side of the QoS 1/2 flows: it hands PUBREC ids
+// to the writer for PUBREL and returns completed ids to the window.
+func (p *publisher) readAcks(free, rel chan<- uint16) error {
+	acked, target := 0, p.n
+	if p.qos == 0 {
+		target = 0
+	}
+	pong := false
+	for acked < target || !pong {
+		fr, err := p.c.fr.next()
+		if err != nil {
+			return fmt.Errorf("publisher after %d of %d acks: %w", acked, target, err)
+		}
+		if fr.typ == typePingresp {
+			pong = true
+			continue
+		}
+		id, err := packetID(fr)
+		if err != nil {
+			return err
+		}
+		if id == 0 || int(id) > p.window {
+			return fmt.Errorf("ack type %d for packet id %d, which was never sent", fr.typ, id)
+		}
+		var to chan<- uint16
+		switch {
+		case p.qos == 1 && fr.typ == typePuback, p.qos == 2 && fr.typ == typePubcomp:
+			to = free
+			acked++
+		case p.qos == 2 && fr.typ == typePubrec:
+			to = rel
+		default:
+			return fmt.Errorf("QoS %d publisher got unexpected packet type %d", p.qos, fr.typ)
+		}
+		select {
+		case to <- id:
+		default:
+			return fmt.Errorf("duplicate ack type %d for packet id %d", fr.typ, id)
+		}
+	}
+	return nil
+}
