@@ -29,6 +29,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var cfg config
 	scenario := fs.String("scenario", "", "fanin, fanout, qos1, qos2, latency or conns")
 	freeport := fs.Bool("freeport", false, "print a free TCP port on 127.0.0.1 and exit")
+	table := fs.String("table", "", "print the medians table of a file of broker=NAME result lines and exit")
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:1883", "broker address (host:port)")
 	fs.DurationVar(&cfg.timeout, "timeout", 60*time.Second, "upper bound on one scenario")
 	fs.DurationVar(&cfg.idle, "idle", 2*time.Second, "wait for missing messages this long after publishers finish")
@@ -57,8 +58,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, port)
 		return 0
 	}
+	if *table != "" {
+		if err := printTable(*table, stdout); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		return 0
+	}
 	if cfg.window < 1 || cfg.window > 65535 {
 		fmt.Fprintln(stderr, "-window must be between 1 and 65535")
+		return 2
+	}
+	if cfg.qos > 2 {
+		fmt.Fprintln(stderr, "-qos must be 0, 1 or 2")
 		return 2
 	}
 	results, err := runScenario(*scenario, cfg)
@@ -110,6 +122,15 @@ func runScenario(name string, cfg config) ([]*result, error) {
 		return out, nil
 	}
 	return nil, fmt.Errorf("unknown scenario %q (want fanin, fanout, qos1, qos2, latency or conns)", name)
+}
+
+func printTable(path string, out io.Writer) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return writeTable(f, out)
 }
 
 // freePort asks the kernel for an unused loopback port. Another process

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// metric is one column of a scenario's result line that the comparison
+// table summarises.
+type metric struct {
+	key   string
+	label string
+}
+
+// tableMetrics lists, per scenario, what the comparison table shows.
+var tableMetrics = map[string][]metric{
+	"fanin":  {{"rate", "msg/s"}, {"loss_pct", "loss %"}},
+	"fanout": {{"rate", "deliveries/s"}, {"loss_pct", "loss %"}},
+	"qos1":   {{"rate", "msg/s"}},
+	"qos2":   {{"rate", "msg/s"}},
+	"latency": {
+		{"p50_us", "p50 µs (lower is better)"},
+		{"p99_us", "p99 µs (lower is better)"},
+		{"p999_us", "p99.9 µs (lower is better)"},
+	},
+	"conns": {{"rate", "connects/s"}, {"bytes_per_conn", "RSS bytes/conn (lower is better)"}},
+}
+
+// scenarioOrder is the order of the table's rows.
+var scenarioOrder = []string{"fanin", "fanout", "qos1", "qos2", "latency", "conns"}
+
+// samples holds every figure read from result lines, by broker, table row
+// and metric, with brokers and rows in the order first seen.
+type samples struct {
+	brokers []string
+	rows    []string
+	vals    map[string][]float64
+}
+
+func (s *samples) get(broker, row, key string) []float64 { return s.vals[broker+"|"+row+"|"+key] }
+
+// readSamples reads result lines prefixed with broker=NAME, as written by
+// hack/bench/compare; lines without a broker or known scenario are skipped.
+func readSamples(in io.Reader) (*samples, error) {
+	s := &samples{vals: map[string][]float64{}}
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		f := fields(sc.Text())
+		b, scen := f["broker"], f["scenario"]
+		if b == "" || tableMetrics[scen] == nil {
+			continue
+		}
+		if !slices.Contains(s.brokers, b) {
+			s.brokers = append(s.brokers, b)
+		}
+		row := scen
+		if scen == "latency" {
+			row += " qos" + f["qos"]
+		}
+		if !slices.Contains(s.rows, row) {
+			s.rows = append(s.rows, row)
+		}
+		for _, m := range tableMetrics[scen] {
+			if v, err := strconv.ParseFloat(f[m.key], 64); err == nil {
+				k := b + "|" + row + "|" + m.key
+				s.vals[k] = append(s.vals[k], v)
+			}
+		}
+	}
+	slices.SortStableFunc(s.rows, func(a, b string) int {
+		return slices.Index(scenarioOrder, strings.Fields(a)[0]) - slices.Index(scenarioOrder, strings.Fields(b)[0])
+	})
+	return s, sc.Err()
+}
+
+// writeTable writes the median of each metric per broker and, with two
+// brokers, the ratio of the second's median to the first's.
+func writeTable(in io.Reader, out io.Writer) error {
+	s, err := readSamples(in)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	header := "scenario\tmetric\t" + strings.Join(s.brokers, "\t") + "\t"
+	if len(s.brokers) == 2 {
+		header += s.brokers[1] + "/" + s.brokers[0] + "\t"
+	}
+	fmt.Fprintln(tw, header)
+	for _, row := range s.rows {
+		for _, m := range tableMetrics[strings.Fields(row)[0]] {
+			line := row + "\t" + m.label + "\t"
+			var meds []float64
+			for _, b := range s.brokers {
+				vs := s.get(b, row, m.key)
+				med, ok := median(vs)
+				meds = append(meds, med)
+				line += formatMedian(med, ok, len(vs)) + "\t"
+			}
+			if len(s.brokers) == 2 {
+				line += ratio(meds[1], meds[0], len(s.get(s.brokers[1], row, m.key)) > 0) + "\t"
+			}
+			fmt.Fprintln(tw, line)
+		}
+	}
+	return tw.Flush()
+}
+
+// fields splits a result line into its key=value pairs.
+func fields(line string) map[string]string {
+	m := map[string]string{}
+	for kv := range strings.FieldsSeq(line) {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func median(vs []float64) (float64, bool) {
+	if len(vs) == 0 {
+		return 0, false
+	}
+	s := slices.Sorted(slices.Values(vs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2], true
+	}
+	return (s[n/2-1] + s[n/2]) / 2, true
+}
+
+func formatMedian(v float64, ok bool, runs int) string {
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%s (n=%d)", strconv.FormatFloat(v, 'f', precision(v), 64), runs)
+}
+
+func ratio(a, b float64, ok bool) string {
+	if !ok || b == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(a/b, 'f', 2, 64)
+}
+
+// precision keeps small figures (loss, latency) readable without giving
+// rates meaningless decimals.
+func precision(v float64) int {
+	if v >= 100 || v == float64(int64(v)) {
+		return 0
+	}
+	return 2
+}
