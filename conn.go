@@ -1,0 +1,206 @@
+package mqttd
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"mqttd/packets"
+	"mqttd/session"
+	"mqttd/topictrie"
+)
+
+// readBufSize is small on purpose: most MQTT packets are small, and every
+// connection owns one, idle or not.
+const readBufSize = 512
+
+// conn is one network connection. Its serve goroutine is the only reader;
+// the outbox makes sure exactly one goroutine writes at a time.
+type conn struct {
+	srv      *Server
+	nc       net.Conn
+	br       *bufio.Reader
+	listener string
+	log      zerolog.Logger
+	out      outbox
+
+	version     packets.Version
+	info        ClientInfo
+	cl          *client
+	keepAlive   time.Duration
+	deadlineSet time.Time // when the read deadline was last moved
+	will        *session.Message
+
+	graceful  bool        // DISCONNECT received: the will is discarded
+	takenOver atomic.Bool // another connection took the session
+	closeOnce sync.Once
+	reason    atomic.Pointer[string]
+
+	// Scratch reused by this connection's reader for routing.
+	matches []topictrie.Sub[*client, subOpts]
+	enc     encoded
+}
+
+func newConn(s *Server, nc net.Conn, listenerName string) *conn {
+	c := &conn{
+		srv:      s,
+		nc:       nc,
+		br:       bufio.NewReaderSize(nc, readBufSize),
+		listener: listenerName,
+		out:      outbox{max: s.opts.Limits.MaxOutboxBytes},
+	}
+	c.info = ClientInfo{Listener: listenerName, Remote: nc.RemoteAddr()}
+	c.log = s.log.With().Str("remote", nc.RemoteAddr().String()).Str("listener", listenerName).Logger()
+	return c
+}
+
+// errClosedByPeer marks a connection the client ended; it is logged quietly.
+var errClosedByPeer = errors.New("connection closed by client")
+
+// serve is the connection's reader goroutine.
+func (c *conn) serve() {
+	defer c.srv.untrack(c)
+	defer c.cleanup()
+	defer func() {
+		if r := recover(); r != nil {
+			c.srv.metrics.panics.Inc()
+			c.log.Error().Interface("panic", r).Bytes("stack", debug.Stack()).Msg("connection handler panicked; closing it")
+			c.closeWith(fmt.Errorf("internal error: %v", r))
+		}
+	}()
+	if err := c.readConnect(); err != nil {
+		c.closeWith(err)
+		return
+	}
+	for {
+		if err := c.readOne(); err != nil {
+			c.closeWith(err)
+			return
+		}
+	}
+}
+
+// readOne reads and handles one packet. Before a read that may block, the
+// acknowledgements queued so far are flushed and the keepalive deadline
+// refreshed, so a burst of input costs one write.
+func (c *conn) readOne() error {
+	if c.br.Buffered() == 0 {
+		c.flushDeferred()
+	}
+	c.refreshDeadline()
+	p, err := packets.ReadPacket(c.br, c.version, c.srv.opts.Limits.MaxPacketSize)
+	if err != nil {
+		return c.readError(err)
+	}
+	return c.handle(p)
+}
+
+// refreshDeadline allows 1.5 x keepalive from the last packet
+// [MQTT-3.1.2-24], plus a slack of at most a second so that the timer is
+// reset at most once per slack rather than on every packet.
+func (c *conn) refreshDeadline() {
+	if c.keepAlive == 0 {
+		return
+	}
+	now := time.Now()
+	slack := min(c.keepAlive/2, time.Second)
+	if now.Sub(c.deadlineSet) < slack {
+		return
+	}
+	c.deadlineSet = now
+	c.nc.SetReadDeadline(now.Add(c.keepAlive*3/2 + slack))
+}
+
+// readError turns a read failure into the reason the connection ends.
+func (c *conn) readError(err error) error {
+	var ne net.Error
+	switch {
+	case errors.Is(err, io.EOF):
+		return errClosedByPeer
+	case errors.As(err, &ne) && ne.Timeout():
+		if c.cl == nil {
+			return errors.New("no CONNECT within the connect timeout")
+		}
+		return errKeepAlive
+	}
+	var pe *packets.Error
+	if errors.As(err, &pe) {
+		c.srv.metrics.malformed.Inc()
+		c.sendDisconnect(pe.Code)
+	}
+	return err
+}
+
+var errKeepAlive = &packets.Error{Code: packets.KeepAliveTimeout, Msg: "no packet within 1.5 x keepalive", Ref: "MQTT-3.1.2-24"}
+
+// sendDisconnect tells a 5.0 client why the server ends the connection;
+// 3.1/3.1.1 have no server DISCONNECT, so there the close alone says it.
+func (c *conn) sendDisconnect(code packets.ReasonCode) {
+	if c.version == packets.V5 && c.cl != nil {
+		c.sendNow(&packets.Disconnect{ReasonCode: code})
+	}
+}
+
+// closeWith closes the connection, keeping the first reason given.
+func (c *conn) closeWith(reason error) {
+	c.closeOnce.Do(func() {
+		msg := reason.Error()
+		c.reason.Store(&msg)
+		ev := c.log.Debug()
+		if !errors.Is(reason, errClosedByPeer) && !errors.Is(reason, errDisconnect) && !errors.Is(reason, errTakenOver) && !errors.Is(reason, errShutdown) {
+			ev = c.log.Info()
+		}
+		ev.Str("reason", msg).Msg("connection closed")
+		c.out.close()
+		c.nc.Close()
+	})
+}
+
+var (
+	errDisconnect = errors.New("client sent DISCONNECT")
+	errTakenOver  = errors.New("session taken over by a new connection")
+	errShutdown   = errors.New("server shutting down")
+)
+
+// shutdown is called by Server.Shutdown from another goroutine.
+func (c *conn) shutdown() {
+	c.sendDisconnectAsync(packets.ServerShuttingDown)
+	c.closeWith(errShutdown)
+}
+
+// sendDisconnectAsync writes a 5.0 DISCONNECT from a goroutine that is not
+// the reader, with a short deadline so that a stuck client cannot delay
+// whoever is closing it.
+func (c *conn) sendDisconnectAsync(code packets.ReasonCode) {
+	if c.version != packets.V5 {
+		return
+	}
+	if b, ok := c.out.begin(false); ok {
+		b, _ = (&packets.Disconnect{ReasonCode: code}).Append(b, c.version)
+		if c.out.end(b, true) {
+			c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+			c.writeLoop()
+		}
+	}
+}
+
+// cleanup runs when the reader ends: the session is released (or dropped
+// when it was clean) and the will is published if the close was abnormal.
+func (c *conn) cleanup() {
+	s := c.srv
+	if c.cl != nil {
+		s.detach(c)
+	}
+	if c.will != nil && !c.graceful && !s.closing.Load() {
+		c.srv.metrics.willsPublished.Inc()
+		c.publish(c.will)
+	}
+}

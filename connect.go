@@ -1,0 +1,247 @@
+package mqttd
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"mqttd/packets"
+	"mqttd/session"
+)
+
+// client is the broker's record of one client id: its session, which
+// outlives connections when it is persistent, and its current connection.
+type client struct {
+	id string
+
+	// mu is the session lock: sess, conn and clean.
+	mu    sync.Mutex
+	sess  *session.Session
+	conn  *conn // nil while offline
+	clean bool  // the session ends with the connection
+}
+
+// readConnect handles the first packet, which must be CONNECT
+// [MQTT-3.1.0-1], within the connect timeout.
+func (c *conn) readConnect() error {
+	s := c.srv
+	c.nc.SetReadDeadline(time.Now().Add(s.opts.Limits.ConnectTimeout))
+	p, err := packets.ReadPacket(c.br, 0, s.opts.Limits.MaxPacketSize)
+	if err != nil {
+		if cp, ok := p.(*packets.Connect); ok {
+			c.refuseVersion(cp, err)
+		}
+		return c.readError(err)
+	}
+	cp := p.(*packets.Connect)
+	c.version = cp.ProtocolVersion
+	c.info.ProtocolVersion = byte(cp.ProtocolVersion)
+	c.info.Username = cp.Username
+	if code, err := c.checkConnect(cp); err != nil {
+		c.refuse(code)
+		return err
+	}
+	if err := s.opts.Authenticator.Authenticate(c.info, cp.Password); err != nil {
+		c.refuse(authCode(c.version, err))
+		return fmt.Errorf("authentication failed: %w", err)
+	}
+	c.nc.SetReadDeadline(time.Time{})
+	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
+	c.will = willMessage(cp)
+	s.attach(c, cp)
+	s.metrics.connects.Inc()
+	c.log.Debug().Uint8("version", byte(c.version)).Bool("clean", cp.CleanStart).Uint16("keepalive", cp.KeepAlive).Msg("client connected")
+	return nil
+}
+
+// refuseVersion answers a CONNECT whose protocol name or level is wrong
+// with the return code the client's level can read: 0x01 for 3.x, 0x84
+// for 5.0 [MQTT-3.1.2-2]. An unknown protocol name gets no answer.
+func (c *conn) refuseVersion(cp *packets.Connect, err error) {
+	var pe *packets.Error
+	if !errors.As(err, &pe) || pe.Code != packets.UnsupportedProtocolVersion {
+		return
+	}
+	c.version = packets.V311
+	code := packets.ConnRefusedProtocolVersion
+	if cp.ProtocolVersion >= packets.V5 {
+		c.version, code = packets.V5, packets.UnsupportedProtocolVersion
+	}
+	c.sendNow(&packets.Connack{ReasonCode: code})
+}
+
+// refuse sends a refusing CONNACK; the caller then closes the connection.
+func (c *conn) refuse(code packets.ReasonCode) {
+	c.srv.metrics.connectsRefused.Inc()
+	c.sendNow(&packets.Connack{ReasonCode: code})
+}
+
+// checkConnect applies the broker's rules to a well-formed CONNECT and
+// returns the refusing code in the client's version.
+func (c *conn) checkConnect(cp *packets.Connect) (packets.ReasonCode, error) {
+	lim := c.srv.opts.Limits
+	v5 := c.version == packets.V5
+	if cp.ClientID == "" {
+		if !cp.CleanStart && !v5 {
+			// [MQTT-3.1.3-8]
+			return packets.ConnRefusedIdentifier, errors.New("empty client id with clean session 0")
+		}
+		c.info.ClientID = assignClientID()
+	} else {
+		c.info.ClientID = cp.ClientID
+	}
+	if len(cp.ClientID) > lim.MaxClientIDLength {
+		code := packets.ConnRefusedIdentifier
+		if v5 {
+			code = packets.ClientIDNotValid
+		}
+		return code, fmt.Errorf("client id of %d bytes exceeds the limit of %d", len(cp.ClientID), lim.MaxClientIDLength)
+	}
+	if !v5 && (int(cp.KeepAlive) > lim.MaxKeepAlive || (cp.KeepAlive == 0 && lim.MaxKeepAlive < DefaultMaxKeepAlive)) {
+		// 3.1.1 cannot tell the client another keepalive, so it is refused, as Mosquitto does.
+		return packets.ConnRefusedIdentifier, fmt.Errorf("keepalive %d s is above the maximum of %d s", cp.KeepAlive, lim.MaxKeepAlive)
+	}
+	c.log = c.log.With().Str("client_id", c.info.ClientID).Logger()
+	return 0, nil
+}
+
+// authCode maps an Authenticator's error to the CONNACK code.
+func authCode(v packets.Version, err error) packets.ReasonCode {
+	bad := errors.Is(err, ErrBadCredentials)
+	switch {
+	case v == packets.V5 && bad:
+		return packets.BadUsernameOrPassword
+	case v == packets.V5:
+		return packets.NotAuthorized
+	case bad:
+		return packets.ConnRefusedBadCredentials
+	}
+	return packets.ConnRefusedNotAuthorized
+}
+
+// assignClientID makes an id for a client that sent none [MQTT-3.1.3-6].
+func assignClientID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return "mqttd-" + hex.EncodeToString(b[:])
+}
+
+func willMessage(cp *packets.Connect) *session.Message {
+	if !cp.WillFlag {
+		return nil
+	}
+	m := &session.Message{
+		Topic:      cp.WillTopic,
+		Payload:    cp.WillPayload,
+		QoS:        cp.WillQoS,
+		Retain:     cp.WillRetain,
+		Properties: cp.WillProperties,
+		Origin:     cp.ClientID,
+	}
+	if m.Properties.Has(packets.PropMessageExpiry) {
+		m.Expiry = time.Now().Add(time.Duration(m.Properties.MessageExpiry) * time.Second)
+	}
+	return m
+}
+
+// attach binds the connection to its session in one step under the
+// registry lock: an older connection with the same client id is marked
+// taken over and closed [MQTT-3.1.4-2], and its later cleanup sees it no
+// longer owns the session. The CONNACK is queued before the connection
+// becomes visible to publishers, so it is the first packet on the wire.
+func (s *Server) attach(c *conn, cp *packets.Connect) {
+	id := c.info.ClientID
+	clean := cp.CleanStart
+	persistent := !clean
+	if c.version == packets.V5 {
+		persistent = cp.Properties.SessionExpiry > 0
+	}
+	s.mu.Lock()
+	old := s.clients[id]
+	var oldConn *conn
+	if old != nil {
+		old.mu.Lock()
+		oldConn = old.conn
+		old.conn = nil
+		old.mu.Unlock()
+		if oldConn != nil {
+			oldConn.takenOver.Store(true)
+		}
+	}
+	cl, present := old, old != nil
+	if clean || old == nil || old.clean {
+		if old != nil {
+			s.dropSubscriptions(old)
+		}
+		cl = &client{id: id, sess: session.New(id, s.sessCfg)}
+		s.clients[id] = cl
+		present = false
+	}
+	cl.mu.Lock()
+	c.cl = cl
+	c.send(&packets.Connack{SessionPresent: present, Properties: s.connackProperties(c, cp)})
+	cl.conn, cl.clean = c, !persistent
+	cl.sess.SetReceiveMaximum(int(cp.Properties.ReceiveMaximum))
+	cl.sess.Resume(func(o session.Outbound) { c.writeOutboundLocked(o, false) })
+	cl.mu.Unlock()
+	s.mu.Unlock()
+	if oldConn != nil {
+		oldConn.sendDisconnectAsync(packets.SessionTakenOver)
+		oldConn.closeWith(errTakenOver)
+	}
+	c.pump()
+}
+
+// connackProperties tells a 5.0 client what the broker assigned or limits.
+func (s *Server) connackProperties(c *conn, cp *packets.Connect) packets.Properties {
+	var p packets.Properties
+	if c.version != packets.V5 {
+		return p
+	}
+	if cp.ClientID == "" {
+		p.AssignedClientID = c.info.ClientID
+		p.Set(packets.PropAssignedClientID)
+	}
+	p.MaximumPacketSize = uint32(s.opts.Limits.MaxPacketSize)
+	p.Set(packets.PropMaximumPacketSize)
+	if int(cp.KeepAlive) > s.opts.Limits.MaxKeepAlive || (cp.KeepAlive == 0 && s.opts.Limits.MaxKeepAlive < DefaultMaxKeepAlive) {
+		p.ServerKeepAlive = uint16(s.opts.Limits.MaxKeepAlive)
+		p.Set(packets.PropServerKeepAlive)
+		c.keepAlive = time.Duration(s.opts.Limits.MaxKeepAlive) * time.Second
+	}
+	return p
+}
+
+// detach releases the session when its connection ends, unless another
+// connection took it over; a clean session ends here.
+func (s *Server) detach(c *conn) {
+	cl := c.cl
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cl.mu.Lock()
+	owner := cl.conn == c
+	if owner {
+		cl.conn = nil
+	}
+	clean := cl.clean
+	cl.mu.Unlock()
+	if owner && clean && s.clients[cl.id] == cl {
+		delete(s.clients, cl.id)
+		s.dropSubscriptions(cl)
+	}
+}
+
+// dropSubscriptions removes a session's subscriptions from the trie. The
+// caller holds the registry lock.
+func (s *Server) dropSubscriptions(cl *client) {
+	cl.mu.Lock()
+	var filters []string
+	cl.sess.Subscriptions(func(sub session.Subscription) { filters = append(filters, sub.Filter) })
+	cl.mu.Unlock()
+	for _, f := range filters {
+		s.subs.Unsubscribe(f, cl)
+	}
+}

@@ -1,0 +1,177 @@
+package mqttd
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"mqttd/packets"
+	"mqttd/session"
+)
+
+// handle acts on one packet from a connected client.
+func (c *conn) handle(p packets.Packet) error {
+	switch p := p.(type) {
+	case *packets.Publish:
+		return c.handlePublish(p)
+	case *packets.Puback:
+		c.ack(func(s *session.Session) bool { return s.Puback(p.PacketID) })
+	case *packets.Pubrec:
+		c.handlePubrec(p)
+	case *packets.Pubrel:
+		c.handlePubrel(p)
+	case *packets.Pubcomp:
+		c.ack(func(s *session.Session) bool { return s.Pubcomp(p.PacketID) })
+	case *packets.Subscribe:
+		c.handleSubscribe(p)
+	case *packets.Unsubscribe:
+		c.handleUnsubscribe(p)
+	case *packets.Pingreq:
+		c.send(&packets.Pingresp{})
+	case *packets.Disconnect:
+		return c.handleDisconnect(p)
+	case *packets.Connect:
+		return c.protocolError("[MQTT-3.1.0-2]", "second CONNECT on one connection")
+	case *packets.Auth:
+		return c.protocolError("[MQTT-4.12.0-7]", "AUTH without an authentication method in CONNECT")
+	default:
+		return c.protocolError("CVE-2021-28166", fmt.Sprintf("client sent %s, which only a server sends", p.Type()))
+	}
+	return nil
+}
+
+// protocolError ends the connection: 5.0 with DISCONNECT 0x82 first.
+func (c *conn) protocolError(ref, msg string) error {
+	return c.fail(&packets.Error{Code: packets.ProtocolError, Ref: ref, Msg: msg})
+}
+
+// fail tells a 5.0 client the reason code of err and returns err.
+func (c *conn) fail(err *packets.Error) error {
+	c.srv.metrics.protocolErrors.Inc()
+	c.sendDisconnect(err.Code)
+	return err
+}
+
+func (c *conn) handlePublish(p *packets.Publish) error {
+	s := c.srv
+	if p.Properties.Has(packets.PropSubscriptionID) {
+		return c.protocolError("[MQTT-3.3.4-6]", "PUBLISH from a client carries a subscription identifier")
+	}
+	if p.Properties.Has(packets.PropTopicAlias) {
+		// The broker advertises no Topic Alias Maximum, so any alias is above it.
+		return c.fail(&packets.Error{Code: packets.TopicAliasInvalid, Ref: "§3.3.2.3.4", Msg: "topic alias used, none allowed"})
+	}
+	if err := s.topics.ValidTopicName(p.Topic); err != nil {
+		return c.fail(&packets.Error{Code: packets.TopicNameInvalid, Ref: "[MQTT-4.7.3]", Msg: err.Error()})
+	}
+	allowed := s.opts.Authorizer.CanPublish(c.info, p.Topic)
+	if !allowed {
+		s.metrics.publishDenied.Inc()
+		c.log.Debug().Str("topic", p.Topic).Msg("publish not authorized")
+	}
+	switch p.QoS {
+	case 0:
+		if allowed {
+			c.publish(c.message(p))
+		}
+	case 1:
+		if allowed {
+			c.publish(c.message(p))
+		}
+		c.send(&packets.Puback{PacketID: p.PacketID, ReasonCode: deniedCode(c.version, allowed)})
+	case 2:
+		return c.publishQoS2(p, allowed)
+	}
+	return nil
+}
+
+// deniedCode is the 5.0 reason for an unauthorized publish; 3.1.1 has no
+// way to say it, so the message is acknowledged and dropped.
+func deniedCode(v packets.Version, allowed bool) packets.ReasonCode {
+	if allowed || v != packets.V5 {
+		return packets.Success
+	}
+	return packets.NotAuthorized
+}
+
+// publishQoS2 routes a QoS 2 message once: a repeated packet id before
+// PUBREL is answered with PUBREC again but not routed (§4.3.3).
+func (c *conn) publishQoS2(p *packets.Publish, allowed bool) error {
+	cl := c.cl
+	cl.mu.Lock()
+	isNew, err := cl.sess.ReceiveQoS2(p.PacketID)
+	cl.mu.Unlock()
+	if errors.Is(err, session.ErrAwaitingRelFull) {
+		return c.fail(&packets.Error{Code: packets.ReceiveMaximumExceeded, Ref: "§3.3.4",
+			Msg: fmt.Sprintf("more than %d QoS 2 messages awaiting PUBREL", c.srv.opts.Limits.MaxAwaitingRel)})
+	}
+	if isNew && allowed {
+		c.publish(c.message(p))
+	}
+	c.send(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: deniedCode(c.version, allowed)})
+	return nil
+}
+
+// message turns a received PUBLISH into a routed message. It keeps the
+// packet's topic and payload, which alias the packet's own frame.
+func (c *conn) message(p *packets.Publish) *session.Message {
+	m := &session.Message{
+		Topic:      p.Topic,
+		Payload:    p.Payload,
+		QoS:        p.QoS,
+		Retain:     p.Retain,
+		Properties: p.Properties,
+		Origin:     c.info.ClientID,
+	}
+	if p.Properties.Has(packets.PropMessageExpiry) {
+		m.Expiry = time.Now().Add(time.Duration(p.Properties.MessageExpiry) * time.Second)
+	}
+	return m
+}
+
+func (c *conn) handlePubrec(p *packets.Pubrec) {
+	cl := c.cl
+	cl.mu.Lock()
+	release := cl.sess.Pubrec(p.PacketID, p.ReasonCode >= 0x80)
+	cl.mu.Unlock()
+	if release {
+		c.send(&packets.Pubrel{PacketID: p.PacketID})
+	} else if p.ReasonCode < 0x80 && c.version == packets.V5 {
+		c.send(&packets.Pubrel{PacketID: p.PacketID, ReasonCode: packets.PacketIDNotFound})
+	}
+	c.pump()
+}
+
+// handlePubrel always answers with PUBCOMP; for an unknown id 5.0 says
+// so with 0x92 (§4.3.3).
+func (c *conn) handlePubrel(p *packets.Pubrel) {
+	cl := c.cl
+	cl.mu.Lock()
+	found := cl.sess.Pubrel(p.PacketID)
+	cl.mu.Unlock()
+	code := packets.Success
+	if !found && c.version == packets.V5 {
+		code = packets.PacketIDNotFound
+	}
+	c.send(&packets.Pubcomp{PacketID: p.PacketID, ReasonCode: code})
+}
+
+// ack applies a PUBACK or PUBCOMP to the session and refills the window.
+func (c *conn) ack(apply func(*session.Session) bool) {
+	cl := c.cl
+	cl.mu.Lock()
+	ok := apply(cl.sess)
+	cl.mu.Unlock()
+	if !ok {
+		c.log.Debug().Msg("acknowledgement for a packet id not in flight ignored")
+		return
+	}
+	c.pump()
+}
+
+// handleDisconnect ends the connection normally: the will is discarded
+// [MQTT-3.1.2-10], except for 5.0 reason 0x04 [MQTT-3.14.4-3].
+func (c *conn) handleDisconnect(p *packets.Disconnect) error {
+	c.graceful = p.ReasonCode != packets.DisconnectWithWill
+	return errDisconnect
+}

@@ -1,0 +1,216 @@
+package mqttd_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"mqttd"
+	"mqttd/packets"
+)
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		case <-tick.C:
+		}
+	}
+}
+
+// startServer runs a broker on 127.0.0.1:0 for the test and returns its address.
+func startServer(t *testing.T, opts mqttd.Options) (*mqttd.Server, string) {
+	t.Helper()
+	srv, err := mqttd.New(opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.AddListener("test", l); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-served; !errors.Is(err, mqttd.ErrServerClosed) {
+			t.Errorf("Serve returned %v", err)
+		}
+	})
+	return srv, l.Addr().String()
+}
+
+// pahoConnect connects a paho 3.1.1 client; tune adjusts its options.
+func pahoConnect(t *testing.T, addr, id string, tune func(*paho.ClientOptions)) paho.Client {
+	t.Helper()
+	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).
+		SetAutoReconnect(false).SetConnectRetry(false).SetProtocolVersion(4).
+		SetOrderMatters(false)
+	if tune != nil {
+		tune(o)
+	}
+	c := paho.NewClient(o)
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("paho connect %s: %v", id, tok.Error())
+	}
+	t.Cleanup(func() {
+		if c.IsConnectionOpen() {
+			c.Disconnect(100)
+		}
+	})
+	return c
+}
+
+// wait waits for a paho token and fails the test on error or timeout.
+func wait(t *testing.T, tok paho.Token) {
+	t.Helper()
+	if !tok.WaitTimeout(10 * time.Second) {
+		t.Fatal("paho token timed out")
+	}
+	if err := tok.Error(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rawConn is a bare MQTT connection for tests that send exact bytes.
+type rawConn struct {
+	t  *testing.T
+	nc net.Conn
+	br *bufio.Reader
+	v  packets.Version
+}
+
+func dialRaw(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &rawConn{t: t, nc: nc, br: bufio.NewReader(nc), v: packets.V311}
+}
+
+// connectRaw dials and completes a 3.1.1 CONNECT with the given options.
+func connectRaw(t *testing.T, addr string, cp *packets.Connect) *rawConn {
+	t.Helper()
+	rc := dialRaw(t, addr)
+	if cp.ProtocolVersion == 0 {
+		cp.ProtocolName, cp.ProtocolVersion = "MQTT", packets.V311
+	}
+	rc.v = cp.ProtocolVersion
+	rc.send(cp)
+	ack, ok := rc.read().(*packets.Connack)
+	if !ok || ack.ReasonCode != 0 {
+		t.Fatalf("CONNACK: %+v", ack)
+	}
+	return rc
+}
+
+func (rc *rawConn) send(p packets.Packet) {
+	rc.t.Helper()
+	b, err := p.Append(nil, rc.v)
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	rc.write(b)
+}
+
+func (rc *rawConn) write(b []byte) {
+	rc.t.Helper()
+	if _, err := rc.nc.Write(b); err != nil {
+		rc.t.Fatal(err)
+	}
+}
+
+// read reads the next packet, failing the test if none comes in time.
+func (rc *rawConn) read() packets.Packet {
+	rc.t.Helper()
+	p, err := rc.tryRead()
+	if err != nil {
+		rc.t.Fatalf("read: %v", err)
+	}
+	return p
+}
+
+func (rc *rawConn) tryRead() (packets.Packet, error) {
+	rc.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	return packets.ReadPacket(rc.br, rc.v, 0)
+}
+
+// expectClosed waits for the server to close the connection, failing if
+// a packet arrives instead.
+func (rc *rawConn) expectClosed() {
+	rc.t.Helper()
+	for {
+		p, err := rc.tryRead()
+		if err == nil {
+			if _, ok := p.(*packets.Disconnect); ok && rc.v == packets.V5 {
+				continue // 5.0 says why before closing
+			}
+			rc.t.Fatalf("got %T %+v, want the connection closed", p, p)
+		}
+		if isTimeoutErr(err) {
+			rc.t.Fatal("connection still open")
+		}
+		return
+	}
+}
+
+// ping sends PINGREQ and reads up to the PINGRESP, returning what came
+// before it: a barrier proving everything the server sent earlier arrived.
+func (rc *rawConn) ping() []packets.Packet {
+	rc.t.Helper()
+	rc.send(&packets.Pingreq{})
+	var before []packets.Packet
+	for {
+		p := rc.read()
+		if _, ok := p.(*packets.Pingresp); ok {
+			return before
+		}
+		before = append(before, p)
+	}
+}
+
+func isTimeoutErr(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// checkGoroutines fails if goroutines started by the test outlive it.
+func checkGoroutines(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.After(10 * time.Second)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for runtime.NumGoroutine() > before {
+			select {
+			case <-deadline:
+				buf := make([]byte, 1<<20)
+				t.Errorf("goroutines leaked: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+				return
+			case <-tick.C:
+			}
+		}
+	})
+}

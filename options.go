@@ -1,0 +1,168 @@
+package mqttd
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Options configures a Server. The zero value of every field means its
+// default; New fills defaults into a copy and never changes the caller's
+// value.
+type Options struct {
+	// Listeners are opened by Server.Listen. Listeners added with
+	// AddListener need no entry here.
+	Listeners []ListenerConfig `yaml:"listeners"`
+	// DataDir holds the broker's durable state.
+	DataDir string `yaml:"data_dir"`
+	// Limits bound what clients may do and what the broker keeps for them.
+	Limits Limits `yaml:"limits"`
+
+	// Logger receives the broker's logs; the zero Logger discards them.
+	Logger zerolog.Logger `yaml:"-"`
+	// Registerer receives the broker's Prometheus collectors; nil means
+	// none are registered (they are still counted).
+	Registerer prometheus.Registerer `yaml:"-"`
+	// Authenticator decides on each CONNECT; nil allows everyone.
+	Authenticator Authenticator `yaml:"-"`
+	// Authorizer decides on each PUBLISH and SUBSCRIBE; nil allows all.
+	Authorizer Authorizer `yaml:"-"`
+}
+
+// ListenerConfig names one network listener.
+type ListenerConfig struct {
+	// Type is the transport: "tcp" (the only one so far).
+	Type string `yaml:"type"`
+	// Address is host:port, e.g. 127.0.0.1:1883.
+	Address string `yaml:"address"`
+}
+
+// Limits bound clients and the state the broker keeps for them.
+type Limits struct {
+	// MaxPacketSize is the largest packet accepted, in bytes, checked from
+	// the fixed header before the body is read.
+	MaxPacketSize int `yaml:"max_packet_size"`
+	// MaxClientIDLength caps client identifiers, in bytes.
+	MaxClientIDLength int `yaml:"max_client_id_length"`
+	// ConnectTimeout is how long a new connection has to send CONNECT.
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// MaxKeepAlive is the largest keepalive, in seconds, a client may ask
+	// for; a 3.1/3.1.1 client asking for more (or for none) is refused.
+	MaxKeepAlive int `yaml:"max_keepalive"`
+	// WriteTimeout disconnects a client that does not read what is sent to it.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// MaxOutboxBytes bounds the bytes waiting to be written to one
+	// connection; past it QoS 0 deliveries are dropped and QoS 1/2 wait in
+	// the session queue.
+	MaxOutboxBytes int `yaml:"max_outbox_bytes"`
+	// MaxInflight is the outbound QoS 1/2 window per client.
+	MaxInflight int `yaml:"max_inflight"`
+	// MaxQueued bounds the messages queued per client beyond the window.
+	MaxQueued int `yaml:"max_queued"`
+	// QueueQoS0 keeps QoS 0 messages for offline persistent sessions.
+	QueueQoS0 bool `yaml:"queue_qos0"`
+	// MaxAwaitingRel bounds inbound QoS 2 messages awaiting PUBREL per client.
+	MaxAwaitingRel int `yaml:"max_awaiting_rel"`
+	// MaxTopicLevels caps the levels of a topic name or filter.
+	MaxTopicLevels int `yaml:"max_topic_levels"`
+}
+
+// Default values of Options.
+const (
+	DefaultAddress           = "127.0.0.1:1883"
+	DefaultMaxPacketSize     = 1 << 20
+	DefaultMaxClientIDLength = 256
+	DefaultConnectTimeout    = 10 * time.Second
+	DefaultMaxKeepAlive      = 65535
+	DefaultWriteTimeout      = 30 * time.Second
+	DefaultMaxOutboxBytes    = 4 << 20
+	DefaultMaxInflight       = 100
+	DefaultMaxQueued         = 1000
+	DefaultMaxAwaitingRel    = 1000
+	DefaultMaxTopicLevels    = 128
+	maxProtocolPacketSize    = 268435455
+)
+
+// withDefaults returns a copy of o with every zero field set to its default.
+func (o Options) withDefaults() Options {
+	o.Listeners = append([]ListenerConfig(nil), o.Listeners...)
+	for i := range o.Listeners {
+		if o.Listeners[i].Type == "" {
+			o.Listeners[i].Type = "tcp"
+		}
+	}
+	l := &o.Limits
+	setDefault(&l.MaxPacketSize, DefaultMaxPacketSize)
+	setDefault(&l.MaxClientIDLength, DefaultMaxClientIDLength)
+	setDefault(&l.ConnectTimeout, DefaultConnectTimeout)
+	setDefault(&l.MaxKeepAlive, DefaultMaxKeepAlive)
+	setDefault(&l.WriteTimeout, DefaultWriteTimeout)
+	setDefault(&l.MaxOutboxBytes, DefaultMaxOutboxBytes)
+	setDefault(&l.MaxInflight, DefaultMaxInflight)
+	setDefault(&l.MaxQueued, DefaultMaxQueued)
+	setDefault(&l.MaxAwaitingRel, DefaultMaxAwaitingRel)
+	setDefault(&l.MaxTopicLevels, DefaultMaxTopicLevels)
+	if o.Authenticator == nil {
+		o.Authenticator = AllowAll{}
+	}
+	if o.Authorizer == nil {
+		o.Authorizer = AllowAll{}
+	}
+	return o
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// Validate reports every problem with o at once, naming the setting.
+func (o Options) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
+	}
+	for i, lc := range o.Listeners {
+		if lc.Type != "" && lc.Type != "tcp" {
+			bad(fmt.Sprintf("listeners[%d].type", i), "unknown listener type %q (want tcp)", lc.Type)
+		}
+		if lc.Address == "" {
+			bad(fmt.Sprintf("listeners[%d].address", i), "missing")
+		}
+	}
+	l := o.Limits
+	for _, f := range []struct {
+		key string
+		v   int
+	}{
+		{"limits.max_client_id_length", l.MaxClientIDLength},
+		{"limits.max_outbox_bytes", l.MaxOutboxBytes},
+		{"limits.max_queued", l.MaxQueued},
+		{"limits.max_awaiting_rel", l.MaxAwaitingRel},
+		{"limits.max_topic_levels", l.MaxTopicLevels},
+	} {
+		if f.v < 0 {
+			bad(f.key, "must not be negative, got %d", f.v)
+		}
+	}
+	if l.MaxPacketSize < 0 || l.MaxPacketSize > maxProtocolPacketSize {
+		bad("limits.max_packet_size", "must be between 0 and %d, got %d", maxProtocolPacketSize, l.MaxPacketSize)
+	}
+	if l.MaxKeepAlive < 0 || l.MaxKeepAlive > 65535 {
+		bad("limits.max_keepalive", "must be between 0 and 65535 seconds, got %d", l.MaxKeepAlive)
+	}
+	if l.MaxInflight < 0 || l.MaxInflight > 65535 {
+		bad("limits.max_inflight", "must be between 0 and 65535, got %d", l.MaxInflight)
+	}
+	if l.ConnectTimeout < 0 {
+		bad("limits.connect_timeout", "must not be negative, got %s", l.ConnectTimeout)
+	}
+	if l.WriteTimeout < 0 {
+		bad("limits.write_timeout", "must not be negative, got %s", l.WriteTimeout)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,67 @@
+package mqttd_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"mqttd"
+)
+
+// collector gathers messages a paho subscription receives.
+type collector struct {
+	mu   sync.Mutex
+	msgs []paho.Message
+}
+
+func (c *collector) handler(_ paho.Client, m paho.Message) {
+	c.mu.Lock()
+	c.msgs = append(c.msgs, m)
+	c.mu.Unlock()
+}
+
+func (c *collector) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.msgs)
+}
+
+func (c *collector) get(i int) paho.Message {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.msgs[i]
+}
+
+func TestPubSubQoSDowngrade(t *testing.T) {
+	checkGoroutines(t)
+	_, addr := startServer(t, mqttd.Options{})
+	for _, subQoS := range []byte{0, 1, 2} {
+		t.Run(fmt.Sprintf("sub_qos%d", subQoS), func(t *testing.T) {
+			var got collector
+			sub := pahoConnect(t, addr, "sub", nil)
+			topic := fmt.Sprintf("q/%d", subQoS)
+			wait(t, sub.Subscribe(topic, subQoS, got.handler))
+			pub := pahoConnect(t, addr, "pub", nil)
+			for pubQoS := byte(0); pubQoS <= 2; pubQoS++ {
+				wait(t, pub.Publish(topic, pubQoS, false, fmt.Sprintf("m%d", pubQoS)))
+			}
+			waitFor(t, "three messages", func() bool { return got.len() == 3 })
+			seen := map[string]bool{}
+			for i := range 3 {
+				m := got.get(i)
+				var pubQoS byte
+				if _, err := fmt.Sscanf(string(m.Payload()), "m%d", &pubQoS); err != nil || seen[string(m.Payload())] {
+					t.Fatalf("unexpected or repeated payload %q", m.Payload())
+				}
+				seen[string(m.Payload())] = true
+				if want := min(pubQoS, subQoS); m.Qos() != want || m.Retained() {
+					t.Errorf("%s: qos %d retained %v; want qos %d, not retained", m.Payload(), m.Qos(), m.Retained(), want)
+				}
+			}
+			pub.Disconnect(100)
+			sub.Disconnect(100)
+		})
+	}
+}

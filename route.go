@@ -1,0 +1,168 @@
+package mqttd
+
+import (
+	"errors"
+	"net"
+	"time"
+
+	"mqttd/packets"
+	"mqttd/session"
+	"mqttd/topictrie"
+)
+
+// subOpts is what the trie keeps per subscription.
+type subOpts struct {
+	qos            byte
+	noLocal        bool
+	retainAsPub    bool
+	retainHandling byte
+	id             uint32
+}
+
+// encoded caches the QoS 0 wire forms of the message being routed, so a
+// fan-out encodes each form once and copies bytes to every subscriber.
+// 3.1 and 3.1.1 share a form; 5.0 carries properties.
+type encoded struct {
+	msg   *session.Message
+	forms [2][2][]byte // [v5][retain]
+	valid [2][2]bool
+}
+
+func (e *encoded) reset(m *session.Message) {
+	e.msg = m
+	e.valid = [2][2]bool{}
+}
+
+func (e *encoded) frame(v packets.Version, retain bool) []byte {
+	vi, ri := 0, 0
+	if v == packets.V5 {
+		vi = 1
+	}
+	if retain {
+		ri = 1
+	}
+	if !e.valid[vi][ri] {
+		p := packets.Publish{Retain: retain, Topic: e.msg.Topic, Payload: e.msg.Payload}
+		if vi == 1 {
+			p.Properties = forwardProperties(e.msg, nil, time.Now())
+		}
+		e.forms[vi][ri], _ = p.Append(e.forms[vi][ri][:0], v)
+		e.valid[vi][ri] = true
+	}
+	return e.forms[vi][ri]
+}
+
+// forwardProperties are the 5.0 properties a subscriber receives: the
+// publisher's, with the remaining expiry [MQTT-3.3.2-6], no topic alias
+// (aliases are per connection) and the matching subscription identifiers.
+func forwardProperties(m *session.Message, subIDs []uint32, now time.Time) packets.Properties {
+	p := m.Properties
+	p.Present &^= 1<<packets.PropTopicAlias | 1<<packets.PropSubscriptionID
+	p.TopicAlias = 0
+	p.SubscriptionIDs = nil
+	if !m.Expiry.IsZero() {
+		left := m.Expiry.Sub(now)
+		p.MessageExpiry = uint32(max(left.Round(time.Second)/time.Second, 1))
+	}
+	if len(subIDs) > 0 {
+		p.SubscriptionIDs = subIDs
+		p.Set(packets.PropSubscriptionID)
+	}
+	return p
+}
+
+// publish routes m to every matching subscription and updates the
+// retained store. It runs on the publisher's goroutine; matches are
+// collected under the trie's read lock, which is released before any
+// session lock is taken.
+func (c *conn) publish(m *session.Message) {
+	s := c.srv
+	s.metrics.messagesReceived.Inc()
+	if m.Retain {
+		s.storeRetained(m)
+	}
+	c.matches = s.subs.Match(m.Topic, c.matches[:0])
+	c.enc.reset(m)
+	now := time.Now()
+	topictrie.ForEachDelivery(c.matches, func(run []topictrie.Sub[*client, subOpts]) {
+		c.deliverRun(m, run, now)
+	})
+	clear(c.matches) // drop references to clients that may leave
+	c.enc.msg = nil
+}
+
+// deliverRun delivers one copy to the client of run, every matching
+// subscription of that client: at the highest QoS [MQTT-3.3.4-2], with
+// every subscription identifier [MQTT-3.3.4-4].
+func (c *conn) deliverRun(m *session.Message, run []topictrie.Sub[*client, subOpts], now time.Time) {
+	target := run[0].Key
+	var qos byte
+	var retain, matched bool
+	var ids []uint32
+	for _, sub := range run {
+		o := sub.Value
+		if o.noLocal && target.id == m.Origin {
+			continue // [MQTT-3.8.3-3]
+		}
+		matched = true
+		qos = max(qos, min(o.qos, m.QoS))
+		retain = retain || (o.retainAsPub && m.Retain)
+		if o.id != 0 {
+			ids = append(ids, o.id)
+		}
+	}
+	if matched {
+		c.srv.deliver(target, m, qos, retain, ids, &c.enc, now)
+	}
+}
+
+// deliver hands one copy of m to a client: QoS 0 straight to an online
+// client's outbox (dropped and counted when it is full); QoS 1/2 through
+// the session, which sends it within the window or queues it.
+func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, subIDs []uint32, enc *encoded, now time.Time) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	tc := cl.conn
+	if qos == 0 && tc != nil && cl.sess.Queued() == 0 && len(subIDs) == 0 {
+		frame := enc.frame(tc.version, retain)
+		b, ok := tc.out.begin(true)
+		if !ok {
+			s.metrics.dropped.WithLabelValues("outbox_full").Inc()
+			return
+		}
+		tc.wake(tc.out.end(append(b, frame...), true))
+		s.metrics.messagesSent.Inc()
+		return
+	}
+	online := tc != nil
+	o, r := cl.sess.Deliver(session.Outbound{Msg: m, QoS: qos, Retain: retain, SubIDs: subIDs},
+		online, online && tc.out.room(), now)
+	switch r {
+	case session.Send:
+		tc.writeOutboundLocked(o, true)
+	case session.DropFull:
+		s.metrics.dropped.WithLabelValues("queue_full").Inc()
+		s.log.Warn().Str("client_id", cl.id).Str("topic", m.Topic).Msg("message dropped: session queue full")
+	case session.DropQoS0:
+		s.metrics.dropped.WithLabelValues("offline_qos0").Inc()
+	case session.DropExpiry:
+		s.metrics.dropped.WithLabelValues("expired").Inc()
+	}
+}
+
+// storeRetained sets or, for an empty payload, clears the retained
+// message of a topic [MQTT-3.3.1-5], [MQTT-3.3.1-10].
+func (s *Server) storeRetained(m *session.Message) {
+	if len(m.Payload) == 0 {
+		s.retain.Delete(m.Topic)
+		return
+	}
+	if _, err := s.retain.Set(m.Topic, m); err != nil {
+		s.log.Warn().Err(err).Str("topic", m.Topic).Msg("retained message not stored")
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

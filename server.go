@@ -1,0 +1,244 @@
+package mqttd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"mqttd/session"
+	"mqttd/topictrie"
+)
+
+// ErrServerClosed is returned by Serve after Shutdown.
+var ErrServerClosed = errors.New("mqttd: server closed")
+
+// Server is an MQTT broker. Create it with New, give it listeners with
+// Listen or AddListener, run it with Serve and stop it with Shutdown.
+type Server struct {
+	opts    Options
+	log     zerolog.Logger
+	metrics *metrics
+	topics  topictrie.Limits
+	subs    *topictrie.Trie[*client, subOpts]
+	retain  *topictrie.Retained[*session.Message]
+	sessCfg session.Config
+
+	// mu is the registry lock: clients, conns and listeners. Lock order:
+	// mu -> client.mu -> outbox.mu (LOCKING.md).
+	mu        sync.Mutex
+	clients   map[string]*client
+	conns     map[*conn]struct{}
+	listeners []*listener
+	serving   bool
+	done      chan struct{}
+
+	closing atomic.Bool
+	connWG  sync.WaitGroup
+	acceptW sync.WaitGroup
+	nextID  atomic.Uint64
+}
+
+type listener struct {
+	name string
+	l    net.Listener
+}
+
+// New returns a Server for opts, or every problem with opts.
+func New(opts Options) (*Server, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	o := opts.withDefaults()
+	m, err := newMetrics(o.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	limits := topictrie.Limits{MaxLevels: o.Limits.MaxTopicLevels}
+	s := &Server{
+		opts:    o,
+		topics:  limits,
+		log:     o.Logger,
+		metrics: m,
+		subs:    topictrie.New[*client, subOpts](topictrie.Options{Limits: limits}),
+		retain:  topictrie.NewRetained[*session.Message](limits),
+		sessCfg: session.Config{
+			MaxInflight:    o.Limits.MaxInflight,
+			MaxQueued:      o.Limits.MaxQueued,
+			QueueQoS0:      o.Limits.QueueQoS0,
+			MaxAwaitingRel: o.Limits.MaxAwaitingRel,
+		},
+		clients: make(map[string]*client),
+		conns:   make(map[*conn]struct{}),
+		done:    make(chan struct{}),
+	}
+	return s, nil
+}
+
+// Listen opens every listener in Options.Listeners.
+func (s *Server) Listen() error {
+	for i, lc := range s.opts.Listeners {
+		l, err := net.Listen("tcp", lc.Address)
+		if err != nil {
+			return fmt.Errorf("listeners[%d]: %w", i, err)
+		}
+		if err := s.AddListener(fmt.Sprintf("%s:%s", lc.Type, l.Addr()), l); err != nil {
+			l.Close()
+			return err
+		}
+	}
+	return nil
+}
+
+// AddListener adds an open listener under a name used in logs. It may be
+// called before or while Serve runs; the Server closes l on Shutdown.
+func (s *Server) AddListener(name string, l net.Listener) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing.Load() {
+		return ErrServerClosed
+	}
+	ln := &listener{name: name, l: l}
+	s.listeners = append(s.listeners, ln)
+	if s.serving {
+		s.startAccept(ln)
+	}
+	return nil
+}
+
+// Addrs returns the addresses of the listeners.
+func (s *Server) Addrs() []net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	addrs := make([]net.Addr, len(s.listeners))
+	for i, ln := range s.listeners {
+		addrs[i] = ln.l.Addr()
+	}
+	return addrs
+}
+
+// Serve accepts connections on every listener until Shutdown, then
+// returns ErrServerClosed.
+func (s *Server) Serve() error {
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	if s.serving {
+		s.mu.Unlock()
+		return errors.New("mqttd: Serve called twice")
+	}
+	s.serving = true
+	for _, ln := range s.listeners {
+		s.startAccept(ln)
+	}
+	s.mu.Unlock()
+	<-s.done
+	return ErrServerClosed
+}
+
+func (s *Server) startAccept(ln *listener) {
+	s.acceptW.Add(1)
+	go func() {
+		defer s.acceptW.Done()
+		s.acceptLoop(ln)
+	}()
+}
+
+// acceptLoop backs off on temporary errors (out of file descriptors, say)
+// rather than spinning or giving up, as net/http does.
+func (s *Server) acceptLoop(ln *listener) {
+	var delay time.Duration
+	for {
+		nc, err := ln.l.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				s.log.Warn().Err(err).Str("listener", ln.name).Dur("retry_in", delay).Msg("accept failed")
+				select {
+				case <-time.After(delay):
+				case <-s.done:
+					return
+				}
+				continue
+			}
+			s.log.Error().Err(err).Str("listener", ln.name).Msg("listener stopped")
+			return
+		}
+		delay = 0
+		s.startConn(nc, ln.name)
+	}
+}
+
+func isTemporary(err error) bool {
+	t, ok := err.(interface{ Temporary() bool })
+	return ok && t.Temporary()
+}
+
+func (s *Server) startConn(nc net.Conn, listenerName string) {
+	c := newConn(s, nc, listenerName)
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.connWG.Add(1)
+	s.mu.Unlock()
+	s.metrics.connections.Inc()
+	go c.serve()
+}
+
+func (s *Server) untrack(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.metrics.connections.Dec()
+	s.connWG.Done()
+}
+
+// Shutdown stops accepting, disconnects every client (their wills are not
+// published: the broker, not the client, ended the connection) and waits
+// for the connections to finish or ctx to end.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closing.Swap(true) {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	close(s.done)
+	for _, ln := range s.listeners {
+		ln.l.Close()
+	}
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.shutdown()
+	}
+	finished := make(chan struct{})
+	go func() {
+		s.acceptW.Wait()
+		s.connWG.Wait()
+		close(finished)
+	}()
+	select {
+	case <-finished:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

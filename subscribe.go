@@ -1,0 +1,125 @@
+package mqttd
+
+import (
+	"time"
+
+	"mqttd/packets"
+	"mqttd/session"
+	"mqttd/topictrie"
+)
+
+// maxQoS is the highest QoS the broker grants.
+const maxQoS = 2
+
+// handleSubscribe subscribes each filter on its own and answers with one
+// code per filter [MQTT-3.8.4-5]; retained messages follow the SUBACK.
+func (c *conn) handleSubscribe(p *packets.Subscribe) {
+	s := c.srv
+	cl := c.cl
+	codes := make([]packets.ReasonCode, len(p.Subscriptions))
+	var subID uint32
+	if len(p.Properties.SubscriptionIDs) > 0 {
+		subID = p.Properties.SubscriptionIDs[0]
+	}
+	type retainedReq struct {
+		filter topictrie.Filter
+		opts   subOpts
+	}
+	var sendRetained []retainedReq
+	for i, sub := range p.Subscriptions {
+		f, err := s.topics.ParseFilter(sub.Filter)
+		if err != nil {
+			codes[i] = c.refusal(packets.TopicFilterInvalid)
+			c.log.Debug().Err(err).Str("filter", sub.Filter).Msg("subscription refused")
+			continue
+		}
+		if f.Group != "" && sub.Options.NoLocal {
+			codes[i] = c.refusal(packets.ProtocolError) // [MQTT-3.8.3-4]
+			continue
+		}
+		if !s.opts.Authorizer.CanSubscribe(c.info, sub.Filter) {
+			codes[i] = c.refusal(packets.NotAuthorized)
+			s.metrics.subscribeDenied.Inc()
+			continue
+		}
+		opts := subOpts{
+			qos:            min(sub.Options.QoS, maxQoS),
+			noLocal:        sub.Options.NoLocal,
+			retainAsPub:    sub.Options.RetainAsPublished,
+			retainHandling: sub.Options.RetainHandling,
+			id:             subID,
+		}
+		if c.version != packets.V5 {
+			opts.noLocal, opts.retainAsPub, opts.retainHandling = false, false, 0
+		}
+		isNew, err := s.subs.Subscribe(sub.Filter, cl, opts)
+		if err != nil {
+			codes[i] = c.refusal(packets.TopicFilterInvalid)
+			continue
+		}
+		cl.mu.Lock()
+		cl.sess.Subscribe(session.Subscription{Filter: sub.Filter, Options: sub.Options, ID: subID})
+		cl.mu.Unlock()
+		codes[i] = packets.ReasonCode(opts.qos)
+		// Shared subscriptions get no retained messages (§4.8.2); retain
+		// handling 1 sends them only for a new subscription, 2 never.
+		if f.Group == "" && (opts.retainHandling == 0 || opts.retainHandling == 1 && isNew) {
+			sendRetained = append(sendRetained, retainedReq{f, opts})
+		}
+	}
+	c.send(&packets.Suback{PacketID: p.PacketID, ReasonCodes: codes})
+	for _, r := range sendRetained {
+		c.sendRetained(r.filter.Topic, r.opts)
+	}
+}
+
+// refusal is the per-filter failure code: 0x80 before 5.0, the reason in 5.0.
+func (c *conn) refusal(code packets.ReasonCode) packets.ReasonCode {
+	if c.version == packets.V5 {
+		return code
+	}
+	return packets.SubackFailure
+}
+
+// sendRetained delivers the retained messages matching a new subscription,
+// with the retain flag set [MQTT-3.3.1-8].
+func (c *conn) sendRetained(filter string, opts subOpts) {
+	s := c.srv
+	items := s.retain.Match(filter, nil)
+	now := time.Now()
+	var ids []uint32
+	if opts.id != 0 {
+		ids = []uint32{opts.id}
+	}
+	for _, it := range items {
+		m := it.Value
+		if m.Expired(now) {
+			s.retain.Delete(it.Topic)
+			continue
+		}
+		var enc encoded
+		enc.reset(m)
+		s.deliver(c.cl, m, min(m.QoS, opts.qos), true, ids, &enc, now)
+	}
+}
+
+// handleUnsubscribe removes each filter and answers UNSUBACK; 5.0 gets a
+// code per filter.
+func (c *conn) handleUnsubscribe(p *packets.Unsubscribe) {
+	s := c.srv
+	cl := c.cl
+	var codes []packets.ReasonCode
+	if c.version == packets.V5 {
+		codes = make([]packets.ReasonCode, len(p.Filters))
+	}
+	for i, f := range p.Filters {
+		existed := s.subs.Unsubscribe(f, cl)
+		cl.mu.Lock()
+		cl.sess.Unsubscribe(f)
+		cl.mu.Unlock()
+		if codes != nil && !existed {
+			codes[i] = packets.NoSubscriptionExisted
+		}
+	}
+	c.send(&packets.Unsuback{PacketID: p.PacketID, ReasonCodes: codes})
+}

@@ -1,0 +1,140 @@
+package mqttd
+
+import (
+	"time"
+
+	"mqttd/packets"
+	"mqttd/session"
+)
+
+// send queues a packet the reader answers with (CONNACK, PUBACK, SUBACK,
+// ...). It is not bounded by the outbox limit, since dropping an answer
+// would break the protocol, and it does not wake a writer: the reader
+// flushes once its buffered input is handled.
+func (c *conn) send(p packets.Packet) {
+	b, ok := c.out.begin(false)
+	if !ok {
+		return
+	}
+	b, err := p.Append(b, c.version)
+	if err != nil {
+		c.log.Error().Err(err).Stringer("type", p.Type()).Msg("cannot encode packet")
+	}
+	c.out.end(b, false)
+}
+
+// sendNow queues p and writes everything queued from the reader goroutine
+// itself; used right before the reader closes the connection.
+func (c *conn) sendNow(p packets.Packet) {
+	c.send(p)
+	c.flushDeferred()
+}
+
+// flushDeferred writes the frames the reader queued without a wake, on
+// the reader's own goroutine, unless a writer is already running.
+func (c *conn) flushDeferred() {
+	if c.out.claimDeferred() {
+		c.writeLoop()
+	}
+}
+
+// wake starts a writer goroutine for frames queued by another goroutine.
+func (c *conn) wake(start bool) {
+	if start {
+		go c.writeLoop()
+	}
+}
+
+// writeLoop is the connection's writer while it holds the outbox's writing
+// role: it writes everything pending, one write per batch, then refills
+// the outbox from the session queue, until nothing is left.
+func (c *conn) writeLoop() {
+	timeout := c.srv.opts.Limits.WriteTimeout
+	for {
+		f, ok := c.out.take()
+		if !ok {
+			return
+		}
+		c.nc.SetWriteDeadline(time.Now().Add(timeout))
+		n, err := c.nc.Write(f.b)
+		c.out.written(f)
+		c.srv.metrics.bytesSent.Add(float64(n))
+		if err != nil {
+			c.closeWith(writeError(err))
+			continue
+		}
+		c.pump()
+	}
+}
+
+func writeError(err error) error {
+	if isTimeout(err) {
+		return &timeoutError{"client did not read for the write timeout: slow consumer"}
+	}
+	return err
+}
+
+type timeoutError struct{ msg string }
+
+func (e *timeoutError) Error() string { return e.msg }
+
+// pump moves queued messages into the outbox while it has room and the
+// session's window allows: after a write drained the outbox, and after an
+// acknowledgement freed the window.
+func (c *conn) pump() {
+	cl := c.cl
+	if cl == nil {
+		return
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.conn != c || cl.sess.Queued() == 0 {
+		return
+	}
+	now := time.Now()
+	for c.out.room() {
+		o, ok, expired := cl.sess.Next(now)
+		c.srv.metrics.dropped.WithLabelValues("expired").Add(float64(expired))
+		if !ok {
+			return
+		}
+		c.writeOutboundLocked(o, false)
+	}
+}
+
+// writeOutboundLocked encodes one session entry (a PUBLISH, or a PUBREL
+// for a released QoS 2 message) into the outbox. The caller holds the
+// client's lock, so entries reach the wire in session order.
+func (c *conn) writeOutboundLocked(o session.Outbound, wake bool) {
+	b, ok := c.out.begin(false)
+	if !ok {
+		return
+	}
+	if o.Released {
+		b, _ = (&packets.Pubrel{PacketID: o.PacketID}).Append(b, c.version)
+	} else {
+		b = c.appendPublish(b, o)
+		c.srv.metrics.messagesSent.Inc()
+	}
+	c.wake(c.out.end(b, wake))
+}
+
+// appendPublish encodes a delivery for this connection's version.
+func (c *conn) appendPublish(b []byte, o session.Outbound) []byte {
+	p := packets.Publish{
+		Dup:      o.Dup,
+		QoS:      o.QoS,
+		Retain:   o.Retain,
+		Topic:    o.Msg.Topic,
+		PacketID: o.PacketID,
+		Payload:  o.Msg.Payload,
+	}
+	if c.version == packets.V5 {
+		p.Properties = forwardProperties(o.Msg, o.SubIDs, time.Now())
+	}
+	b, err := p.Append(b, c.version)
+	if err != nil {
+		c.log.Error().Err(err).Msg("cannot encode PUBLISH")
+	}
+	return b
+}
