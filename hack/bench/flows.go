@@ -59,9 +59,7 @@ func runID() string {
 // waits until everything arrived, the idle timeout or the deadline.
 func runFlow(cfg config, fl flow) (*result, error) {
 	deadline := time.Now().Add(cfg.timeout)
-	id := runID()
-	var subs []*subscriber
-	var pubs []*publisher
+	subs, pubs, err := connectFlow(cfg, fl, deadline)
 	defer func() {
 		for _, s := range subs {
 			s.c.disconnect()
@@ -70,26 +68,8 @@ func runFlow(cfg config, fl flow) (*result, error) {
 			p.c.disconnect()
 		}
 	}()
-	for i := range fl.subs {
-		c, err := dial(dialOptions{addr: cfg.addr, clientID: fmt.Sprintf("%s-s%d", id, i), bufSize: bufSize, deadline: deadline})
-		if err != nil {
-			return nil, err
-		}
-		subs = append(subs, &subscriber{c: c, onMsg: fl.onMsg})
-		if err := c.subscribe(fl.filter, fl.qos); err != nil {
-			return nil, err
-		}
-	}
-	for i := range fl.pubs {
-		c, err := dial(dialOptions{addr: cfg.addr, clientID: fmt.Sprintf("%s-p%d", id, i), bufSize: bufSize, deadline: deadline})
-		if err != nil {
-			return nil, err
-		}
-		var frames []publishTemplate
-		for _, t := range fl.topics(i) {
-			frames = append(frames, newPublishTemplate(t, fl.qos, cfg.size))
-		}
-		pubs = append(pubs, &publisher{c: c, qos: fl.qos, n: fl.msgs, window: cfg.window, frames: frames, interval: fl.interval})
+	if err != nil {
+		return nil, err
 	}
 
 	start := time.Now()
@@ -117,36 +97,71 @@ func runFlow(cfg config, fl flow) (*result, error) {
 	}
 	subsWG.Wait()
 	<-pubsDone // publishers' sockets share the deadline, so this is bounded
+	errs := pubErrs
+	for _, s := range subs {
+		errs = append(errs, s.err)
+	}
+	return flowResult(cfg, fl, subs, errs, timedOut), nil
+}
 
-	var delivered int64
-	var last time.Duration
-	errs := 0
-	report := func(err error) {
+// connectFlow dials and subscribes every subscriber, then dials every
+// publisher. It returns what it connected even on error, for closing.
+func connectFlow(cfg config, fl flow, deadline time.Time) ([]*subscriber, []*publisher, error) {
+	id := runID()
+	var subs []*subscriber
+	var pubs []*publisher
+	for i := range fl.subs {
+		c, err := dial(dialOptions{addr: cfg.addr, clientID: fmt.Sprintf("%s-s%d", id, i), bufSize: bufSize, deadline: deadline})
 		if err != nil {
-			errs++
-			fmt.Fprintf(cfg.log, "%s: %v\n", fl.name, err)
+			return subs, pubs, err
+		}
+		subs = append(subs, &subscriber{c: c, onMsg: fl.onMsg})
+		if err := c.subscribe(fl.filter, fl.qos); err != nil {
+			return subs, pubs, err
 		}
 	}
+	for i := range fl.pubs {
+		c, err := dial(dialOptions{addr: cfg.addr, clientID: fmt.Sprintf("%s-p%d", id, i), bufSize: bufSize, deadline: deadline})
+		if err != nil {
+			return subs, pubs, err
+		}
+		var frames []publishTemplate
+		for _, t := range fl.topics(i) {
+			frames = append(frames, newPublishTemplate(t, fl.qos, cfg.size))
+		}
+		pubs = append(pubs, &publisher{c: c, qos: fl.qos, n: fl.msgs, window: cfg.window, frames: frames, interval: fl.interval})
+	}
+	return subs, pubs, nil
+}
+
+// flowResult sums the subscribers' counts into the result line and logs
+// every error (nil entries are skipped) and a timeout.
+func flowResult(cfg config, fl flow, subs []*subscriber, errs []error, timedOut bool) *result {
+	expected := int64(fl.pubs * fl.msgs * fl.subs)
+	var delivered int64
+	var last time.Duration
 	for _, s := range subs {
 		delivered += s.count.Load()
 		last = max(last, s.last)
-		report(s.err)
-	}
-	for _, err := range pubErrs {
-		report(err)
 	}
 	if timedOut {
-		report(fmt.Errorf("deadline of %v reached with %d of %d delivered", cfg.timeout, delivered, expected))
+		errs = append(errs, fmt.Errorf("deadline of %v reached with %d of %d delivered", cfg.timeout, delivered, expected))
+	}
+	n := 0
+	for _, err := range errs {
+		if err != nil {
+			n++
+			fmt.Fprintf(cfg.log, "%s: %v\n", fl.name, err)
+		}
 	}
 	secs := last.Seconds()
 	rate := 0.0
 	if secs > 0 {
 		rate = float64(delivered) / secs
 	}
-	r := newResult(fl.name).int("qos", int64(fl.qos)).int("pubs", int64(fl.pubs)).int("subs", int64(fl.subs)).
+	return newResult(fl.name).int("qos", int64(fl.qos)).int("pubs", int64(fl.pubs)).int("subs", int64(fl.subs)).
 		int("msgs", int64(fl.pubs*fl.msgs)).int("expected", expected).int("delivered", delivered).
-		float("loss_pct", lossPct(expected, delivered)).float("secs", secs).int("rate", int64(rate)).int("errors", int64(errs))
-	return r, nil
+		float("loss_pct", lossPct(expected, delivered)).float("secs", secs).int("rate", int64(rate)).int("errors", int64(n))
 }
 
 // awaitDeliveries polls the subscribers' counts until all expected messages

@@ -23,13 +23,22 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+// command is a parsed command line: one of the modes, with its settings.
+type command struct {
+	cfg      config
+	scenario string
+	table    string
+	freeport bool
+}
+
+func parseArgs(args []string, stderr io.Writer) (command, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var cfg config
-	scenario := fs.String("scenario", "", "fanin, fanout, qos1, qos2, latency or conns")
-	freeport := fs.Bool("freeport", false, "print a free TCP port on 127.0.0.1 and exit")
-	table := fs.String("table", "", "print the medians table of a file of broker=NAME result lines and exit")
+	var c command
+	cfg := &c.cfg
+	fs.StringVar(&c.scenario, "scenario", "", "fanin, fanout, qos1, qos2, latency or conns")
+	fs.BoolVar(&c.freeport, "freeport", false, "print a free TCP port on 127.0.0.1 and exit")
+	fs.StringVar(&c.table, "table", "", "print the medians table of a file of broker=NAME result lines and exit")
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:1883", "broker address (host:port)")
 	fs.DurationVar(&cfg.timeout, "timeout", 60*time.Second, "upper bound on one scenario")
 	fs.DurationVar(&cfg.idle, "idle", 2*time.Second, "wait for missing messages this long after publishers finish")
@@ -46,38 +55,42 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.pid, "pid", 0, "conns: broker pid, to report its RSS growth per connection")
 	fs.DurationVar(&cfg.settle, "settle", 5*time.Second, "conns: longest wait for the broker's RSS to settle")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return c, err
 	}
 	cfg.log = stderr
-	if *freeport {
-		port, err := freePort()
-		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
-		fmt.Fprintln(stdout, port)
-		return 0
+	switch {
+	case cfg.window < 1 || cfg.window > 65535:
+		return c, errors.New("-window must be between 1 and 65535")
+	case cfg.qos > 2:
+		return c, errors.New("-qos must be 0, 1 or 2")
 	}
-	if *table != "" {
-		if err := printTable(*table, stdout); err != nil {
+	return c, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	c, err := parseArgs(args, stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, "bench:", err)
-			return 1
 		}
-		return 0
-	}
-	if cfg.window < 1 || cfg.window > 65535 {
-		fmt.Fprintln(stderr, "-window must be between 1 and 65535")
 		return 2
 	}
-	if cfg.qos > 2 {
-		fmt.Fprintln(stderr, "-qos must be 0, 1 or 2")
-		return 2
-	}
-	results, err := runScenario(*scenario, cfg)
-	for _, r := range results {
-		fmt.Fprintln(stdout, r)
-		if n, _ := r.num("errors"); n > 0 {
-			err = errors.Join(err, fmt.Errorf("%s: %v errors", *scenario, n))
+	switch {
+	case c.freeport:
+		var port int
+		if port, err = freePort(); err == nil {
+			fmt.Fprintln(stdout, port)
+		}
+	case c.table != "":
+		err = printTable(c.table, stdout)
+	default:
+		var results []*result
+		results, err = runScenario(c.scenario, c.cfg)
+		for _, r := range results {
+			fmt.Fprintln(stdout, r)
+			if n, _ := r.num("errors"); n > 0 {
+				err = errors.Join(err, fmt.Errorf("%s: %v errors", c.scenario, n))
+			}
 		}
 	}
 	if err != nil {
