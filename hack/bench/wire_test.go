@@ -161,3 +161,47 @@ func TestPercentile(t *testing.T) {
 		}
 	}
 }
+
+// chunkReader returns at most n bytes per Read, to vary how frames split.
+type chunkReader struct {
+	b []byte
+	n int
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if len(c.b) == 0 {
+		return 0, io.EOF
+	}
+	k := copy(p[:min(len(p), c.n)], c.b)
+	c.b = c.b[k:]
+	return k, nil
+}
+
+// FuzzFrameReader checks every frame against a direct decoding of the
+// input at the same offset, whatever the read sizes.
+func FuzzFrameReader(f *testing.F) {
+	f.Add(joined(), uint8(1))
+	f.Add(joined(), uint8(7))
+	f.Add([]byte{0x30, 0x80, 0x01}, uint8(2))
+	f.Fuzz(func(t *testing.T, in []byte, chunk uint8) {
+		fr := newFrameReader(&chunkReader{b: in, n: int(chunk%16) + 1}, 8)
+		off := 0
+		for {
+			got, err := fr.next()
+			if err != nil {
+				return
+			}
+			n, shift, i := 0, 0, off+1
+			for ; in[i]&0x80 != 0; i++ {
+				n |= int(in[i]&0x7f) << shift
+				shift += 7
+			}
+			n |= int(in[i]) << shift
+			body := in[i+1 : i+1+n]
+			if got.typ<<4|got.flags != in[off] || !bytes.Equal(got.body, body) {
+				t.Fatalf("frame at %d = %#x % x, want %#x % x", off, got.typ<<4|got.flags, got.body, in[off], body)
+			}
+			off = i + 1 + n
+		}
+	})
+}
