@@ -1,12 +1,160 @@
-// Command mqttd runs the mqttd MQTT broker.
+// Command mqttd runs the mqttd MQTT broker. With no arguments it listens on
+// 127.0.0.1:1883 and keeps its state in ./data; see mqttd -h.
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"mqttd"
 )
 
+// shutdownGrace bounds a graceful stop on SIGINT or SIGTERM.
+const shutdownGrace = 5 * time.Second
+
 func main() {
-	fmt.Fprintln(os.Stderr, "mqttd: the broker is not built yet; see README.md")
-	os.Exit(1)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	zerolog.TimeFieldFormat = time.RFC3339Nano
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr, sig))
+}
+
+// run is main without the process: it returns the exit code.
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer, stop <-chan os.Signal) int {
+	f, err := parseFlags(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "mqttd:", err)
+		return 2
+	}
+	if f.version {
+		fmt.Fprintln(stdout, "mqttd", version())
+		return 0
+	}
+	cfg, err := loadConfig(f)
+	if err != nil {
+		fmt.Fprintf(stderr, "mqttd: bad configuration:\n%v\n", err)
+		return 2
+	}
+	log := newLogger(cfg.Log, stderr)
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		log.Error().Err(err).Str("data_dir", cfg.DataDir).Msg("cannot create the data directory")
+		return 1
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	opts := cfg.Options
+	opts.Logger = log
+	opts.Registerer = reg
+	srv, err := mqttd.New(opts)
+	if err != nil {
+		log.Error().Err(err).Msg("cannot start")
+		return 1
+	}
+	if err := srv.Listen(); err != nil {
+		log.Error().Err(err).Msg("cannot listen")
+		return 1
+	}
+	metricsSrv, err := serveMetrics(cfg.Metrics.Address, reg, stderr)
+	if err != nil {
+		log.Error().Err(err).Str("address", cfg.Metrics.Address).Msg("cannot serve metrics")
+		return 1
+	}
+	banner(stderr, srv, cfg)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	select {
+	case s := <-stop:
+		log.Info().Str("signal", s.String()).Msg("shutting down")
+	case err := <-served:
+		log.Error().Err(err).Msg("server stopped")
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if metricsSrv != nil {
+		metricsSrv.Shutdown(ctx)
+	}
+	if err := srv.Shutdown(ctx); err != nil {
+		log.Warn().Err(err).Msg("connections still open at the end of the shutdown grace period")
+		return 1
+	}
+	<-served
+	log.Info().Msg("stopped")
+	return 0
+}
+
+// banner says what listens where and how to reach the broker from other
+// machines, since the default only accepts this one.
+func banner(w io.Writer, srv *mqttd.Server, cfg config) {
+	fmt.Fprintf(w, "mqttd %s\n", version())
+	local := true
+	for _, a := range srv.Addrs() {
+		fmt.Fprintf(w, "  MQTT listening on %s (tcp)\n", a)
+		if ta, ok := a.(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
+			local = false
+		}
+	}
+	if cfg.Metrics.Address != "" {
+		fmt.Fprintf(w, "  metrics on http://%s/metrics\n", cfg.Metrics.Address)
+	}
+	fmt.Fprintf(w, "  state in %s\n", cfg.DataDir)
+	if local {
+		fmt.Fprintln(w, "  Only this machine can connect. To accept others: mqttd --listen 0.0.0.0:1883 (or listeners: in a --config file).")
+	}
+}
+
+func serveMetrics(addr string, reg *prometheus.Registry, errLog io.Writer) (*http.Server, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+			fmt.Fprintln(errLog, "mqttd: metrics server:", err)
+		}
+	}()
+	return hs, nil
+}
+
+// version is the module version when built from a tagged module, else the
+// VCS revision, else "dev".
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			return "dev-" + s.Value[:12]
+		}
+	}
+	return "dev"
 }

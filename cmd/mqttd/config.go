@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/rs/zerolog"
+	"go.yaml.in/yaml/v3"
+
+	"mqttd"
+)
+
+// config is the YAML file: the broker's Options plus what only the command
+// has (logging, metrics).
+type config struct {
+	mqttd.Options `yaml:",inline"`
+	Log           logConfig     `yaml:"log"`
+	Metrics       metricsConfig `yaml:"metrics"`
+}
+
+type logConfig struct {
+	// Level is trace, debug, info, warn or error.
+	Level string `yaml:"level"`
+	// Format is console (for people) or json (for log collectors).
+	Format string `yaml:"format"`
+}
+
+type metricsConfig struct {
+	// Address serves /metrics and /healthz over HTTP when set.
+	Address string `yaml:"address"`
+}
+
+const defaultDataDir = "data"
+
+// defaults are what mqttd runs with when nothing is configured.
+func defaults() config {
+	return config{
+		Options: mqttd.Options{
+			Listeners: []mqttd.ListenerConfig{{Type: "tcp", Address: mqttd.DefaultAddress}},
+			DataDir:   defaultDataDir,
+		},
+		Log: logConfig{Level: "info", Format: "console"},
+	}
+}
+
+// listFlag collects a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
+// cliFlags are the command line; each also reads an MQTTD_* variable.
+type cliFlags struct {
+	config      string
+	listen      listFlag
+	dataDir     string
+	logLevel    string
+	logFormat   string
+	metricsAddr string
+	version     bool
+}
+
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cliFlags, error) {
+	var f cliFlags
+	fs := flag.NewFlagSet("mqttd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.config, "config", getenv("MQTTD_CONFIG"), "YAML config `file` (env MQTTD_CONFIG)")
+	fs.Var(&f.listen, "listen", "TCP `address` to listen on, repeatable; replaces the config's listeners (env MQTTD_LISTEN, comma-separated)")
+	fs.StringVar(&f.dataDir, "data-dir", getenv("MQTTD_DATA_DIR"), "`directory` for durable state (default ./data; env MQTTD_DATA_DIR)")
+	fs.StringVar(&f.logLevel, "log-level", getenv("MQTTD_LOG_LEVEL"), "trace, debug, info, warn or error (default info; env MQTTD_LOG_LEVEL)")
+	fs.StringVar(&f.logFormat, "log-format", getenv("MQTTD_LOG_FORMAT"), "console or json (default console; env MQTTD_LOG_FORMAT)")
+	fs.StringVar(&f.metricsAddr, "metrics", getenv("MQTTD_METRICS"), "HTTP `address` for /metrics and /healthz (default off; env MQTTD_METRICS)")
+	fs.BoolVar(&f.version, "version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: mqttd [flags]\n       mqttd version\n\nRuns the mqttd MQTT broker. With no flags it listens on %s and keeps state in ./%s.\n\nFlags:\n", mqttd.DefaultAddress, defaultDataDir)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	if fs.NArg() == 1 && fs.Arg(0) == "version" {
+		f.version = true
+	} else if fs.NArg() > 0 {
+		return f, fmt.Errorf("unexpected argument %q (see mqttd -h)", fs.Arg(0))
+	}
+	if len(f.listen) == 0 && getenv("MQTTD_LISTEN") != "" {
+		f.listen = strings.Split(getenv("MQTTD_LISTEN"), ",")
+	}
+	return f, nil
+}
+
+// loadConfig reads the file (when given) over the defaults, then applies
+// the flags. Unknown keys and values of the wrong type are errors that name
+// the key; Options.Validate names the rest.
+func loadConfig(f cliFlags) (config, error) {
+	cfg := defaults()
+	if f.config != "" {
+		data, err := os.ReadFile(f.config)
+		if err != nil {
+			return cfg, err
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+			return cfg, fmt.Errorf("%s: %w", f.config, err)
+		}
+	}
+	if len(f.listen) > 0 {
+		cfg.Listeners = nil
+		for _, a := range f.listen {
+			cfg.Listeners = append(cfg.Listeners, mqttd.ListenerConfig{Type: "tcp", Address: strings.TrimSpace(a)})
+		}
+	}
+	setIf(&cfg.DataDir, f.dataDir)
+	setIf(&cfg.Log.Level, f.logLevel)
+	setIf(&cfg.Log.Format, f.logFormat)
+	setIf(&cfg.Metrics.Address, f.metricsAddr)
+	var errs []error
+	if _, err := zerolog.ParseLevel(cfg.Log.Level); err != nil || cfg.Log.Level == "" {
+		errs = append(errs, fmt.Errorf("log.level: unknown level %q (want trace, debug, info, warn or error)", cfg.Log.Level))
+	}
+	if cfg.Log.Format != "console" && cfg.Log.Format != "json" {
+		errs = append(errs, fmt.Errorf("log.format: unknown format %q (want console or json)", cfg.Log.Format))
+	}
+	if cfg.DataDir == "" {
+		errs = append(errs, errors.New("data_dir: must not be empty"))
+	}
+	if len(cfg.Listeners) == 0 {
+		errs = append(errs, errors.New("listeners: at least one is needed"))
+	}
+	errs = append(errs, cfg.Options.Validate())
+	return cfg, errors.Join(errs...)
+}
+
+func setIf(dst *string, v string) {
+	if v != "" {
+		*dst = v
+	}
+}
+
+// newLogger builds the logger the config asks for, writing to w.
+func newLogger(lc logConfig, w io.Writer) zerolog.Logger {
+	level, _ := zerolog.ParseLevel(lc.Level)
+	if lc.Format == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !isTerminal(w)}
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+)
+
+func noEnv(string) string { return "" }
+
+// runConfig runs the command with a config file and args, expecting a
+// configuration error; it returns what was printed.
+func runConfig(t *testing.T, yaml string, args ...string) string {
+	t.Helper()
+	if yaml != "" {
+		path := filepath.Join(t.TempDir(), "mqttd.yaml")
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append([]string{"--config", path}, args...)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(args, noEnv, &stdout, &stderr, nil); code != 2 {
+		t.Fatalf("exit code %d, want 2; stderr:\n%s", code, stderr.String())
+	}
+	return stderr.String()
+}
+
+func TestConfigErrorsNameTheKey(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		args       []string
+		want       []string
+	}{
+		{"unknown key", "listners: []\n", nil, []string{"listners"}},
+		{"unknown nested key", "limits:\n  max_inflite: 3\n", nil, []string{"max_inflite"}},
+		{"wrong type", "limits:\n  max_inflight: lots\n", nil, []string{"lots"}},
+		{"several bad values at once", "limits:\n  max_inflight: 70000\n  max_keepalive: -1\nlog:\n  level: loud\n", nil,
+			[]string{"limits.max_inflight", "limits.max_keepalive", "log.level"}},
+		{"bad listener type", "listeners:\n  - type: udp\n    address: 127.0.0.1:1\n", nil, []string{"listeners[0].type"}},
+		{"bad flag value", "", []string{"--log-format", "xml"}, []string{"log.format"}},
+		{"stray argument", "", []string{"serve-everything"}, []string{"serve-everything"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := runConfig(t, tc.yaml, tc.args...)
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output does not name %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigFileAndFlags(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mqttd.yaml")
+	yaml := "listeners:\n  - type: tcp\n    address: 127.0.0.1:2883\ndata_dir: /var/lib/mqttd\nlog:\n  level: debug\n  format: json\nlimits:\n  max_inflight: 7\n  write_timeout: 3s\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"MQTTD_CONFIG": path, "MQTTD_LOG_LEVEL": "warn"}
+	f, err := parseFlags([]string{"--listen", "127.0.0.1:3883", "--listen", "127.0.0.1:4883"},
+		func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Listeners) != 2 || cfg.Listeners[1].Address != "127.0.0.1:4883" {
+		t.Errorf("--listen did not replace the listeners: %+v", cfg.Listeners)
+	}
+	if cfg.DataDir != "/var/lib/mqttd" || cfg.Log.Format != "json" || cfg.Limits.MaxInflight != 7 || cfg.Limits.WriteTimeout != 3*time.Second {
+		t.Errorf("file settings not applied: %+v", cfg)
+	}
+	if cfg.Log.Level != "warn" {
+		t.Errorf("MQTTD_LOG_LEVEL did not override the file: %q", cfg.Log.Level)
+	}
+}
+
+func TestDefaultsNeedNoFile(t *testing.T) {
+	f, err := parseFlags(nil, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Listeners) != 1 || cfg.Listeners[0].Address != "127.0.0.1:1883" || cfg.DataDir != "data" {
+		t.Errorf("defaults: %+v", cfg)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var stdout bytes.Buffer
+	if code := run([]string{"version"}, noEnv, &stdout, io.Discard, nil); code != 0 || !strings.HasPrefix(stdout.String(), "mqttd ") {
+		t.Fatalf("version: code %d output %q", code, stdout.String())
+	}
+}
+
+// TestBinaryServesAndStopsOnSIGTERM runs the real binary as a child
+// process: it must print where it listens, serve MQTT, create its data
+// directory and exit 0 on SIGTERM.
+func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "mqttd")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	dataDir := filepath.Join(t.TempDir(), "state")
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--log-level", "debug")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+	})
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		exited <- cmd.Wait()
+	}()
+	listening := regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+)`)
+	var addr string
+	timeout := time.After(20 * time.Second)
+	for addr == "" {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatal("mqttd exited before listening")
+			}
+			if m := listening.FindStringSubmatch(line); m != nil {
+				addr = m[1]
+			}
+		case <-timeout:
+			t.Fatal("mqttd did not say where it listens")
+		}
+	}
+	if st, err := os.Stat(dataDir); err != nil || !st.IsDir() {
+		t.Errorf("data directory not created: %v", err)
+	}
+
+	got := make(chan string, 1)
+	c := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("cmd-test").SetAutoReconnect(false))
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	if tok := c.Subscribe("cmd/test", 1, func(_ paho.Client, m paho.Message) { got <- string(m.Payload()) }); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	c.Publish("cmd/test", 1, false, "hello").WaitTimeout(10 * time.Second)
+	select {
+	case m := <-got:
+		if m != "hello" {
+			t.Errorf("got %q", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("message not delivered")
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+		exited <- nil
+	case <-time.After(15 * time.Second):
+		t.Fatal("mqttd did not stop within 15 s of SIGTERM")
+	}
+}
