@@ -144,6 +144,11 @@ func (p *Properties) decodeOne(d *decoder, t Type, will bool) error {
 		return protocolErr("§2.2.2.2", fmt.Sprintf("%s included more than once", id))
 	}
 	p.Set(id)
+	return p.decodeValue(d, id)
+}
+
+// decodeValue reads the value of property id and stores it, range-checked.
+func (p *Properties) decodeValue(d *decoder, id PropID) error {
 	switch propTable[id].kind {
 	case kindByte:
 		v, err := d.byte1(id.String())
