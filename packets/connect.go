@@ -24,7 +24,7 @@ func protocolName(v Version) string {
 }
 
 // decodeConnect decodes a CONNECT body; see Decode for the partial
-// *Connect returned with version and protocol-name errors.
+// *Connect returned with errors found after the protocol level.
 func decodeConnect(body []byte) (Packet, error) {
 	d := &decoder{b: body}
 	name, err := d.str("protocol name")
@@ -40,7 +40,7 @@ func decodeConnect(body []byte) (Packet, error) {
 		return c, err
 	}
 	if err := c.decodeRest(d); err != nil {
-		return nil, err
+		return c, err
 	}
 	return c, nil
 }

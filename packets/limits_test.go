@@ -189,3 +189,10 @@ func TestPacketDecodedFromReadPacketOwnsItsBody(t *testing.T) {
 		t.Fatalf("packet changed with the source bytes: %#v", pub)
 	}
 }
+
+func TestErrorString(t *testing.T) {
+	_, err := readOne(t, []byte{0x36, 0x03, 0x00, 0x01, 't'}, packets.V311, 0, same)
+	if got := err.Error(); !strings.Contains(got, "0x81") || !strings.Contains(got, "[MQTT-3.3.1-4]") {
+		t.Fatalf("error text %q lacks the reason code or reference", got)
+	}
+}

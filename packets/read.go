@@ -92,8 +92,8 @@ func noEOF(err error) error {
 // The body is read into a fresh slice that the returned packet owns; its
 // string and []byte fields may alias it but never r's buffer. I/O errors
 // come back unwrapped (io.EOF only when no byte of the frame was read);
-// codec errors are *Error. For CONNECT, see Decode: a *Connect may come
-// back together with an UnsupportedProtocolVersion or protocol-name error.
+// codec errors are *Error. For CONNECT, see Decode: a partial *Connect
+// may come back together with the error.
 func ReadPacket(r *bufio.Reader, v Version, maxSize int) (Packet, error) {
 	b, err := r.ReadByte()
 	if err != nil {
@@ -147,10 +147,12 @@ func readBody(r *bufio.Reader, n int) ([]byte, error) {
 // For TypeConnect v is ignored and the version comes from the packet. An
 // unsupported protocol level gives an *Error with Code
 // UnsupportedProtocolVersion, and a protocol name that does not match the
-// level gives a ProtocolError citing [MQTT-3.1.2-1]; in both cases the
-// returned *Connect is non-nil, with ProtocolName and ProtocolVersion set,
-// so the broker can choose to answer with a CONNACK (3.1.1 return code
-// 0x01, 5.0 reason code 0x84) in the form the client expects.
+// level gives a ProtocolError citing [MQTT-3.1.2-1]. In those cases and
+// for any error found after the protocol level, the returned *Connect is
+// non-nil, with ProtocolName and ProtocolVersion set (other fields partly
+// filled), so the broker can answer with a CONNACK (3.1.1 return code
+// 0x01, 5.0 reason code 0x84 or the error's code) in the form the client
+// expects.
 //
 // For any other type, v == 0 gives a Protocol Error [MQTT-3.1.0-1].
 func Decode(fh FixedHeader, body []byte, v Version) (Packet, error) {

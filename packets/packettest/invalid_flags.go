@@ -233,6 +233,97 @@ var invalidFlags = []Fixture{
 		},
 	},
 	{
+		Name: "row47-v311-connack-reserved-flags", Version: packets.V311, Err: packets.MalformedPacket,
+		Desc: "CONNACK acknowledge flags bits 7-1 are reserved (§3.2.2.1)",
+		Raw: []byte{
+			0x20, 0x02, // fixed header: CONNACK, remaining length 2
+			0x02, // acknowledge flags: reserved bit 1
+			0x00, // return code 0
+		},
+	},
+	{
+		Name: "row47-v311-connack-unknown-return-code", Version: packets.V311, Err: packets.MalformedPacket,
+		Desc: "3.1.1 CONNACK return codes stop at 5 (§3.2.2.3)",
+		Raw: []byte{
+			0x20, 0x02, // fixed header: CONNACK, remaining length 2
+			0x00, // acknowledge flags: none
+			0x06, // return code 6: undefined
+		},
+	},
+	{
+		Name: "row47-v5-connack-truncated-properties", Version: packets.V5, Err: packets.MalformedPacket,
+		Desc: "5.0 CONNACK without its property length",
+		Raw: []byte{
+			0x20, 0x02, // fixed header: CONNACK, remaining length 2
+			0x00, // acknowledge flags: none
+			0x00, // reason code Success; the property length is missing
+		},
+	},
+	{
+		Name: "row47-v311-suback-unknown-code", Version: packets.V311, Err: packets.MalformedPacket,
+		Desc: "3.1.1 SUBACK return codes are 0, 1, 2 and 0x80 (§3.9.3)",
+		Raw: []byte{
+			0x90, 0x03, // fixed header: SUBACK, remaining length 3
+			0x00, 0x01, // packet id 1
+			0x8F, // 5.0-only code
+		},
+	},
+	{
+		Name: "row47-v5-suback-no-codes", Version: packets.V5, Err: packets.ProtocolError,
+		Desc: "SUBACK carries one reason code per filter (§3.9.3)",
+		Raw: []byte{
+			0x90, 0x03, // fixed header: SUBACK, remaining length 3
+			0x00, 0x01, // packet id 1
+			0x00, // property length 0; no reason codes
+		},
+	},
+	{
+		Name: "row47-v311-suback-packet-id-0", Version: packets.V311, Err: packets.ProtocolError,
+		Desc: "SUBACK with packet id 0 [MQTT-2.3.1-1]",
+		Raw: []byte{
+			0x90, 0x03, // fixed header: SUBACK, remaining length 3
+			0x00, 0x00, // packet id 0
+			0x00, // granted QoS 0
+		},
+	},
+	{
+		Name: "row47-v5-unsuback-unknown-code", Version: packets.V5, Err: packets.MalformedPacket,
+		Desc: "0x01 is not an UNSUBACK reason code (§3.11.3)",
+		Raw: []byte{
+			0xB0, 0x04, // fixed header: UNSUBACK, remaining length 4
+			0x00, 0x01, // packet id 1
+			0x00, // property length 0
+			0x01, // undefined reason code
+		},
+	},
+	{
+		Name: "row47-v311-unsuback-extra-byte", Version: packets.V311, Err: packets.MalformedPacket,
+		Desc: "a 3.1.1 UNSUBACK is exactly 2 bytes long (§3.11)",
+		Raw: []byte{
+			0xB0, 0x03, // fixed header: UNSUBACK, remaining length 3
+			0x00, 0x01, // packet id 1
+			0x00, // unexpected byte
+		},
+	},
+	{
+		Name: "row47-v5-unsuback-flags", Version: packets.V5, Err: packets.MalformedPacket,
+		Desc: "UNSUBACK fixed-header flags must be 0000 [MQTT-2.1.3-1]",
+		Raw: []byte{
+			0xB2, 0x04, // fixed header: UNSUBACK with flags 0010, remaining length 4
+			0x00, 0x01, // packet id 1
+			0x00, // property length 0
+			0x00, // Success
+		},
+	},
+	{
+		Name: "row47-v5-auth-unknown-reason", Version: packets.V5, Err: packets.MalformedPacket,
+		Desc: "AUTH reason codes are 0x00, 0x18 and 0x19 (§3.15.2.1)",
+		Raw: []byte{
+			0xF0, 0x01, // fixed header: AUTH, remaining length 1
+			0x80, // undefined for AUTH
+		},
+	},
+	{
 		Name: "row21-v5-auth-flags", Version: packets.V5, Err: packets.MalformedPacket,
 		Desc: "AUTH fixed-header flags must be 0000 [MQTT-3.15.1-1]",
 		Raw:  []byte{0xF1, 0x00}, // fixed header: AUTH with flags 0001, remaining length 0
