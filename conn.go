@@ -44,6 +44,8 @@ type conn struct {
 	closeOnce sync.Once
 	reason    atomic.Pointer[string]
 
+	dropWarned atomic.Int64 // unix nanos of the last outbox-full warning
+
 	// Scratch reused by this connection's reader for routing.
 	matches []topictrie.Sub[*client, subOpts]
 	enc     encoded
@@ -203,4 +205,18 @@ func (c *conn) cleanup() {
 		c.srv.metrics.willsPublished.Inc()
 		c.publish(c.will)
 	}
+}
+
+// warnInterval rate-limits repeated warnings about one connection.
+const warnInterval = 10 * time.Second
+
+// warnEvery logs msg at warn level unless it was logged for this
+// connection within warnInterval; last holds the time it was.
+func (c *conn) warnEvery(last *atomic.Int64, msg string) {
+	now := time.Now().UnixNano()
+	prev := last.Load()
+	if now-prev < int64(warnInterval) || !last.CompareAndSwap(prev, now) {
+		return
+	}
+	c.log.Warn().Msg(msg)
 }

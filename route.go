@@ -128,6 +128,7 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 		b, ok := tc.out.begin(true)
 		if !ok {
 			s.metrics.dropped.WithLabelValues("outbox_full").Inc()
+			tc.warnEvery(&tc.dropWarned, "QoS 0 deliveries dropped: outbox full, the client reads too slowly")
 			return
 		}
 		tc.wake(tc.out.end(append(b, frame...), true))
