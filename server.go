@@ -41,7 +41,6 @@ type Server struct {
 	closing atomic.Bool
 	connWG  sync.WaitGroup
 	acceptW sync.WaitGroup
-	nextID  atomic.Uint64
 }
 
 type listener struct {
