@@ -70,6 +70,16 @@ var propTable = [...]propInfo{
 // Present bit alone: they are encoded when their slice is non-empty.
 const sliceProps = 1<<PropUserProperty | 1<<PropSubscriptionID
 
+// knownProps has the bit of every defined property identifier, so that a
+// stray Present bit can never reach the encoder.
+const knownProps = 1<<PropPayloadFormat | 1<<PropMessageExpiry | 1<<PropContentType |
+	1<<PropResponseTopic | 1<<PropCorrelationData | 1<<PropSubscriptionID | 1<<PropSessionExpiry |
+	1<<PropAssignedClientID | 1<<PropServerKeepAlive | 1<<PropAuthMethod | 1<<PropAuthData |
+	1<<PropRequestProblemInfo | 1<<PropWillDelay | 1<<PropRequestResponseInfo | 1<<PropResponseInfo |
+	1<<PropServerReference | 1<<PropReasonString | 1<<PropReceiveMaximum | 1<<PropTopicAliasMaximum |
+	1<<PropTopicAlias | 1<<PropMaximumQoS | 1<<PropRetainAvailable | 1<<PropUserProperty |
+	1<<PropMaximumPacketSize | 1<<PropWildcardSubAvailable | 1<<PropSubIDAvailable | 1<<PropSharedSubAvailable
+
 // PropAllowed reports whether property id may appear in a packet of type t
 // (will == false) or in the Will Properties of a CONNECT (will == true), per
 // the table in §2.2.2.2. Unknown identifiers are never allowed.
@@ -305,8 +315,7 @@ func (p *Properties) setString(id PropID, v string) {
 // wireMask is the set of properties to encode, in ascending identifier
 // order: scalar ones by their Present bit, slices when non-empty.
 func (p *Properties) wireMask() uint64 {
-	m := p.Present &^ sliceProps
-	m &= 1<<len(propTable) - 1
+	m := p.Present & knownProps &^ sliceProps
 	if len(p.SubscriptionIDs) > 0 {
 		m |= 1 << PropSubscriptionID
 	}

@@ -183,3 +183,17 @@ func TestValidReasonCode(t *testing.T) {
 		}
 	}
 }
+
+func TestUnknownPresentBitsAreNotEncoded(t *testing.T) {
+	p := packets.Properties{User: []packets.UserProperty{{Key: "k", Value: "v"}}}
+	p.Set(0x04)
+	p.Set(0x3F)
+	got, err := p.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []byte{0x07, 0x26, 0x00, 0x01, 'k', 0x00, 0x01, 'v'}
+	if !bytes.Equal(got, want) || p.Size() != len(want) {
+		t.Fatalf("got % X (Size %d), want % X", got, p.Size(), want)
+	}
+}

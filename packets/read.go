@@ -160,10 +160,12 @@ func Decode(fh FixedHeader, body []byte, v Version) (Packet, error) {
 		return nil, malformed("§2.1.4", "body length differs from the remaining length")
 	}
 	if fh.Type == TypeConnect {
-		if err := checkFlags(fh, 0); err != nil {
-			return nil, err
+		// Decoded first so that a flags error comes with the level too.
+		p, err := decodeConnect(body)
+		if ferr := checkFlags(fh, 0); ferr != nil {
+			return p, ferr
 		}
-		return decodeConnect(body)
+		return p, err
 	}
 	if v == 0 {
 		return nil, protocolErr("[MQTT-3.1.0-1]", "first packet is "+fh.Type.String()+", not CONNECT")
