@@ -32,7 +32,7 @@ func (c *conn) readConnect() error {
 	p, err := packets.ReadPacket(c.br, 0, s.opts.Limits.MaxPacketSize)
 	if err != nil {
 		if cp, ok := p.(*packets.Connect); ok {
-			c.refuseVersion(cp, err)
+			c.refuseConnect(cp, err)
 		}
 		return c.readError(err)
 	}
@@ -57,20 +57,29 @@ func (c *conn) readConnect() error {
 	return nil
 }
 
-// refuseVersion answers a CONNECT whose protocol name or level is wrong
-// with the return code the client's level can read: 0x01 for 3.x, 0x84
-// for 5.0 [MQTT-3.1.2-2]. An unknown protocol name gets no answer.
-func (c *conn) refuseVersion(cp *packets.Connect, err error) {
+// refuseConnect answers a CONNECT the codec rejected in the form the
+// client's level can read: an unsupported level gets 0x01 for 3.x and
+// 0x84 for 5.0 [MQTT-3.1.2-2]; any other error in a 5.0 CONNECT gets its
+// own reason code, which the server MAY send before closing (§4.13.1). A
+// wrong protocol name gets no answer [MQTT-3.1.2-1], nor does 3.x, which
+// has no return code for a malformed CONNECT.
+func (c *conn) refuseConnect(cp *packets.Connect, err error) {
 	var pe *packets.Error
-	if !errors.As(err, &pe) || pe.Code != packets.UnsupportedProtocolVersion {
+	if !errors.As(err, &pe) {
 		return
 	}
-	c.version = packets.V311
-	code := packets.ConnRefusedProtocolVersion
-	if cp.ProtocolVersion >= packets.V5 {
-		c.version, code = packets.V5, packets.UnsupportedProtocolVersion
+	switch {
+	case pe.Code == packets.UnsupportedProtocolVersion:
+		c.version = packets.V311
+		code := packets.ConnRefusedProtocolVersion
+		if cp.ProtocolVersion >= packets.V5 {
+			c.version, code = packets.V5, packets.UnsupportedProtocolVersion
+		}
+		c.sendNow(&packets.Connack{ReasonCode: code})
+	case cp.ProtocolVersion == packets.V5 && cp.ProtocolName == "MQTT":
+		c.version = packets.V5
+		c.sendNow(&packets.Connack{ReasonCode: pe.Code})
 	}
-	c.sendNow(&packets.Connack{ReasonCode: code})
 }
 
 // refuse sends a refusing CONNACK; the caller then closes the connection.
