@@ -21,8 +21,8 @@ type metric struct {
 var tableMetrics = map[string][]metric{
 	"fanin":  {{"rate", "msg/s"}, {"loss_pct", "loss %"}},
 	"fanout": {{"rate", "deliveries/s"}, {"loss_pct", "loss %"}},
-	"qos1":   {{"rate", "msg/s"}},
-	"qos2":   {{"rate", "msg/s"}},
+	"qos1":   {{"rate", "msg/s"}, {"loss_pct", "loss %"}},
+	"qos2":   {{"rate", "msg/s"}, {"loss_pct", "loss %"}},
 	"latency": {
 		{"p50_us", "p50 µs (lower is better)"},
 		{"p99_us", "p99 µs (lower is better)"},
