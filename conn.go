@@ -145,10 +145,13 @@ var errKeepAlive = &packets.Error{Code: packets.KeepAliveTimeout, Msg: "no packe
 
 // sendDisconnect tells a 5.0 client why the server ends the connection;
 // 3.1/3.1.1 have no server DISCONNECT, so there the close alone says it.
+// Either way the answers to the packets before the bad one, still waiting
+// for the reader to flush them, go out first.
 func (c *conn) sendDisconnect(code packets.ReasonCode) {
 	if c.version == packets.V5 && c.cl != nil {
-		c.sendNow(&packets.Disconnect{ReasonCode: code})
+		c.send(&packets.Disconnect{ReasonCode: code})
 	}
+	c.flushDeferred()
 }
 
 // closeWith closes the connection, keeping the first reason given.

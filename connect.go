@@ -216,6 +216,13 @@ func (s *Server) connackProperties(c *conn, cp *packets.Connect) packets.Propert
 	}
 	p.MaximumPacketSize = uint32(s.opts.Limits.MaxPacketSize)
 	p.Set(packets.PropMaximumPacketSize)
+	// QoS 1 is acknowledged at once, so only QoS 2 messages awaiting PUBREL
+	// count against the Receive Maximum: the client must know the limit
+	// past which it gets DISCONNECT 0x93 (§3.2.2.3.3, §3.3.4).
+	if n := s.opts.Limits.MaxAwaitingRel; n < 65535 {
+		p.ReceiveMaximum = uint16(n)
+		p.Set(packets.PropReceiveMaximum)
+	}
 	if int(cp.KeepAlive) > s.opts.Limits.MaxKeepAlive || (cp.KeepAlive == 0 && s.opts.Limits.MaxKeepAlive < DefaultMaxKeepAlive) {
 		p.ServerKeepAlive = uint16(s.opts.Limits.MaxKeepAlive)
 		p.Set(packets.PropServerKeepAlive)
