@@ -23,7 +23,7 @@ func (c *conn) handle(p packets.Packet) error {
 	case *packets.Pubcomp:
 		c.ack(func(s *session.Session) bool { return s.Pubcomp(p.PacketID) })
 	case *packets.Subscribe:
-		c.handleSubscribe(p)
+		return c.handleSubscribe(p)
 	case *packets.Unsubscribe:
 		c.handleUnsubscribe(p)
 	case *packets.Pingreq:

@@ -13,7 +13,10 @@ const maxQoS = 2
 
 // handleSubscribe subscribes each filter on its own and answers with one
 // code per filter [MQTT-3.8.4-5]; retained messages follow the SUBACK.
-func (c *conn) handleSubscribe(p *packets.Subscribe) {
+func (c *conn) handleSubscribe(p *packets.Subscribe) error {
+	if err := c.checkSharedNoLocal(p); err != nil {
+		return err
+	}
 	s := c.srv
 	cl := c.cl
 	codes := make([]packets.ReasonCode, len(p.Subscriptions))
@@ -31,10 +34,6 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) {
 		if err != nil {
 			codes[i] = c.refusal(packets.TopicFilterInvalid)
 			c.log.Debug().Err(err).Str("filter", sub.Filter).Msg("subscription refused")
-			continue
-		}
-		if f.Group != "" && sub.Options.NoLocal {
-			codes[i] = c.refusal(packets.ProtocolError) // [MQTT-3.8.3-4]
 			continue
 		}
 		if !s.opts.Authorizer.CanSubscribe(c.info, sub.Filter) {
@@ -71,6 +70,23 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) {
 	for _, r := range sendRetained {
 		c.sendRetained(r.filter.Topic, r.opts)
 	}
+	return nil
+}
+
+// checkSharedNoLocal refuses the whole SUBSCRIBE, before any filter of it
+// takes effect, when a shared subscription asks for No Local: that is a
+// Protocol Error [MQTT-3.8.3-4], which closes the connection (§4.13.1),
+// and 0x82 is not a SUBACK code.
+func (c *conn) checkSharedNoLocal(p *packets.Subscribe) error {
+	for _, sub := range p.Subscriptions {
+		if !sub.Options.NoLocal {
+			continue
+		}
+		if f, err := c.srv.topics.ParseFilter(sub.Filter); err == nil && f.Group != "" {
+			return c.protocolError("[MQTT-3.8.3-4]", "No Local on shared subscription "+sub.Filter)
+		}
+	}
+	return nil
 }
 
 // refusal is the per-filter failure code: 0x80 before 5.0, the reason in 5.0.
