@@ -100,16 +100,15 @@ func ReadPacket(r *bufio.Reader, v Version, maxSize int) (Packet, error) {
 		return nil, err
 	}
 	t := Type(b >> 4)
-	if v == 0 && t != TypeConnect {
-		return nil, protocolErr("[MQTT-3.1.0-1]", "first packet is "+t.String()+", not CONNECT")
+	if err := checkFirst(t, v); err != nil {
+		return nil, err
 	}
 	n, err := readRemaining(r)
 	if err != nil {
 		return nil, err
 	}
-	if maxSize > 0 && frameSize(n) > maxSize {
-		return nil, &Error{Code: PacketTooLarge, Ref: "§3.1.2.11.4",
-			Msg: fmt.Sprintf("%s of %d bytes exceeds the maximum packet size %d", t, frameSize(n), maxSize)}
+	if err := checkSize(t, n, maxSize); err != nil {
+		return nil, err
 	}
 	body, err := readBody(r, n)
 	if err != nil {

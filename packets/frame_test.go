@@ -1,0 +1,65 @@
+package packets_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+
+	"mqttd/packets"
+	"mqttd/packets/packettest"
+)
+
+// checkParseFixedHeader holds ParseFixedHeader to the same answers as
+// ReadPacket on the same bytes, and checks that every shorter prefix of a
+// complete header reports "not yet" rather than an answer.
+func checkParseFixedHeader(t *testing.T, data []byte, v packets.Version, maxSize int) {
+	t.Helper()
+	fh, n, err := packets.ParseFixedHeader(data, v, maxSize)
+	_, readErr := packets.ReadPacket(bufio.NewReader(bytes.NewReader(data)), v, maxSize)
+	switch {
+	case err != nil:
+		var pe, re *packets.Error
+		if !errors.As(err, &pe) || !errors.As(readErr, &re) || pe.Code != re.Code {
+			t.Fatalf("% X: ParseFixedHeader error %v, ReadPacket error %v", data, err, readErr)
+		}
+	case n == 0:
+		if !errors.Is(readErr, io.EOF) && !errors.Is(readErr, io.ErrUnexpectedEOF) {
+			t.Fatalf("% X: ParseFixedHeader wants more bytes, ReadPacket says %v", data, readErr)
+		}
+	default:
+		want, rerr := packets.ReadFixedHeader(bufio.NewReader(bytes.NewReader(data)))
+		if rerr != nil || want != fh {
+			t.Fatalf("% X: ParseFixedHeader %+v, ReadFixedHeader %+v (%v)", data, fh, want, rerr)
+		}
+		for k := range n {
+			if _, m, perr := packets.ParseFixedHeader(data[:k], v, maxSize); m != 0 || perr != nil {
+				t.Fatalf("% X: prefix of %d bytes gave n=%d err=%v, want more bytes needed", data, k, m, perr)
+			}
+		}
+	}
+}
+
+func TestParseFixedHeaderMatchesReadPacket(t *testing.T) {
+	for _, fx := range packettest.All() {
+		checkParseFixedHeader(t, fx.Raw, fx.Version, fx.MaxSize)
+		if len(fx.Raw) > 0 && packets.Type(fx.Raw[0]>>4) == packets.TypeConnect {
+			checkParseFixedHeader(t, fx.Raw, 0, fx.MaxSize)
+		}
+	}
+	// The first packet on a connection must be CONNECT: a PUBLISH claiming
+	// 256 MB is refused on its first byte.
+	if _, _, err := packets.ParseFixedHeader([]byte{0x30}, 0, 0); err == nil {
+		t.Fatal("PUBLISH accepted before CONNECT")
+	}
+}
+
+func FuzzParseFixedHeader(f *testing.F) {
+	for _, fx := range packettest.All() {
+		f.Add(fx.Raw, versionIndex(fx.Version), uint32(fx.MaxSize))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, vi byte, maxSize uint32) {
+		checkParseFixedHeader(t, data, fuzzVersions[int(vi)%len(fuzzVersions)], int(maxSize%(1<<20)))
+	})
+}
