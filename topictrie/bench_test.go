@@ -244,3 +244,48 @@ func BenchmarkRetainedSetDelete(b *testing.B) {
 		r.Delete(topics[i])
 	}
 }
+
+// BenchmarkMemory reports the heap held per subscription and per retained
+// topic, for structures of 100k entries shaped like the other benchmarks.
+func BenchmarkMemory(b *testing.B) {
+	const n = 100_000
+	filters := make([]string, n)
+	topics := make([]string, n)
+	for i := range n {
+		filters[i] = benchFilter(i, n)
+		topics[i] = "t" + strconv.Itoa(i/1000) + "/" + strconv.Itoa(i/10%100) + "/" + strconv.Itoa(i%10)
+	}
+	b.Run("subscriptions", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			before := heapInUse()
+			tr := New[int, opts](Options{})
+			for j, f := range filters {
+				if _, err := tr.Subscribe(f, j, opts{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(heapInUse()-before)/n, "B/sub")
+			runtime.KeepAlive(tr)
+		}
+	})
+	b.Run("retained", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			before := heapInUse()
+			r := NewRetained[int](Limits{})
+			for j, tp := range topics {
+				if _, err := r.Set(tp, j); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(heapInUse()-before)/n, "B/topic")
+			runtime.KeepAlive(r)
+		}
+	})
+}
+
+func heapInUse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}

@@ -25,13 +25,13 @@ type Retained[T any] struct {
 }
 
 type rnode[T any] struct {
-	children map[string]*rnode[T]
+	children levels[rnode[T]]
 	parent   *rnode[T]
 	level    string
-	// topic is set while the node holds a value.
+	// topic is set while the node holds a value; topic names are never
+	// empty, so it doubles as the presence flag.
 	topic string
 	value T
-	has   bool
 }
 
 // NewRetained returns an empty store that accepts the topic names limits
@@ -66,13 +66,10 @@ func (r *Retained[T]) Set(topic string, v T) (bool, error) {
 			end += off
 		}
 		level := topic[off:end]
-		c := n.children[level]
+		c := n.children.get(level)
 		if c == nil {
-			if n.children == nil {
-				n.children = make(map[string]*rnode[T])
-			}
 			c = &rnode[T]{parent: n, level: level}
-			n.children[level] = c
+			n.children.put(level, c)
 		}
 		n = c
 		if end == len(topic) {
@@ -80,11 +77,11 @@ func (r *Retained[T]) Set(topic string, v T) (bool, error) {
 		}
 		off = end + 1
 	}
-	replaced := n.has
+	replaced := n.topic != ""
 	if !replaced {
 		r.count++
 	}
-	n.topic, n.value, n.has = topic, v, true
+	n.topic, n.value = topic, v
 	return replaced, nil
 }
 
@@ -94,19 +91,15 @@ func (r *Retained[T]) Delete(topic string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := r.root.lookup(topic)
-	if n == nil || !n.has {
+	if n == nil || n.topic == "" {
 		return false
 	}
 	var zero T
-	n.topic, n.value, n.has = "", zero, false
+	n.topic, n.value = "", zero
 	r.count--
-	for n.parent != nil && !n.has && len(n.children) == 0 {
-		p := n.parent
-		delete(p.children, n.level)
-		if len(p.children) == 0 {
-			p.children = nil
-		}
-		n = p
+	for n.parent != nil && n.topic == "" && n.children.len() == 0 {
+		n.parent.children.remove(n.level)
+		n = n.parent
 	}
 	return true
 }
@@ -115,7 +108,7 @@ func (r *Retained[T]) Delete(topic string) bool {
 func (r *Retained[T]) Get(topic string) (T, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if n := r.root.lookup(topic); n != nil && n.has {
+	if n := r.root.lookup(topic); n != nil && n.topic != "" {
 		return n.value, true
 	}
 	var zero T
@@ -126,9 +119,9 @@ func (n *rnode[T]) lookup(topic string) *rnode[T] {
 	for {
 		i := strings.IndexByte(topic, '/')
 		if i < 0 {
-			return n.children[topic]
+			return n.children.get(topic)
 		}
-		if n = n.children[topic[:i]]; n == nil {
+		if n = n.children.get(topic[:i]); n == nil {
 			return nil
 		}
 		topic = topic[i+1:]
@@ -160,7 +153,7 @@ func (n *rnode[T]) match(rest string, root bool, into []Item[T]) []Item[T] {
 			// n itself matches too: "a/#" matches "a" [MQTT-4.7.1-2].
 			return n.all(root, into)
 		case "+":
-			for l, c := range n.children {
+			for l, c := range n.children.all {
 				if root && strings.HasPrefix(l, "$") {
 					continue // [MQTT-4.7.2-1]
 				}
@@ -172,7 +165,7 @@ func (n *rnode[T]) match(rest string, root bool, into []Item[T]) []Item[T] {
 			}
 			return into
 		}
-		c := n.children[level]
+		c := n.children.get(level)
 		if c == nil {
 			return into
 		}
@@ -187,7 +180,7 @@ func (n *rnode[T]) match(rest string, root bool, into []Item[T]) []Item[T] {
 // skips the $ topics [MQTT-4.7.2-1].
 func (n *rnode[T]) all(root bool, into []Item[T]) []Item[T] {
 	into = n.appendTo(into)
-	for l, c := range n.children {
+	for l, c := range n.children.all {
 		if root && strings.HasPrefix(l, "$") {
 			continue
 		}
@@ -197,7 +190,7 @@ func (n *rnode[T]) all(root bool, into []Item[T]) []Item[T] {
 }
 
 func (n *rnode[T]) appendTo(into []Item[T]) []Item[T] {
-	if n.has {
+	if n.topic != "" {
 		into = append(into, Item[T]{Topic: n.topic, Value: n.value})
 	}
 	return into

@@ -94,7 +94,7 @@ func TestRetainedSetGetDelete(t *testing.T) {
 	if !r.Delete("a/b") || r.Len() != 0 {
 		t.Errorf("Delete(a/b) left Len = %d", r.Len())
 	}
-	if r.root.children != nil {
+	if r.root.children.len() != 0 {
 		t.Error("empty nodes were not pruned")
 	}
 }

@@ -200,7 +200,7 @@ func TestSharedGroupEmptiedAndRemoved(t *testing.T) {
 	if got := tr.Match("a/b", nil); len(got) != 0 {
 		t.Errorf("Match after the group emptied = %+v", got)
 	}
-	if tr.root.children != nil {
+	if tr.root.children.len() != 0 {
 		t.Error("nodes of the emptied group were not pruned")
 	}
 }

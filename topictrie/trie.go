@@ -43,16 +43,15 @@ type Trie[K comparable, V any] struct {
 	strategy Strategy
 }
 
-// node is one level of the trie. Literal levels are map children; the + and
-// # levels have their own pointers so matching never hashes them.
+// node is one level of the trie. The + and # levels have their own
+// pointers so matching never looks them up by name.
 type node[K comparable, V any] struct {
-	children map[string]*node[K, V]
+	children levels[node[K, V]]
 	plus     *node[K, V]
 	hash     *node[K, V]
 	parent   *node[K, V]
-	// level is this node's level and filter the whole filter down to it;
-	// both are substrings of the first filter that created the node.
-	level  string
+	// filter is the whole filter down to this node, a substring of the
+	// first filter that created it; the node's level is its last level.
 	filter string
 	subs   set[K, V]
 	groups []*group[K, V]
@@ -203,7 +202,7 @@ func (t *Trie[K, V]) match(n *node[K, V], rest string, dollar bool, m Message, i
 			}
 		}
 		dollar = false
-		c := n.children[level]
+		c := n.children.get(level)
 		if c == nil {
 			return into
 		}
@@ -248,17 +247,14 @@ func (n *node[K, V]) descend(filter string) *node[K, V] {
 		level := filter[off:end]
 		c := n.child(level)
 		if c == nil {
-			c = &node[K, V]{parent: n, level: level, filter: filter[:end]}
+			c = &node[K, V]{parent: n, filter: filter[:end]}
 			switch level {
 			case "+":
 				n.plus = c
 			case "#":
 				n.hash = c
 			default:
-				if n.children == nil {
-					n.children = make(map[string]*node[K, V])
-				}
-				n.children[level] = c
+				n.children.put(level, c)
 			}
 		}
 		if end == len(filter) {
@@ -289,7 +285,7 @@ func (n *node[K, V]) child(level string) *node[K, V] {
 	case "#":
 		return n.hash
 	}
-	return n.children[level]
+	return n.children.get(level)
 }
 
 func (n *node[K, V]) findGroup(name string) int {
@@ -314,7 +310,7 @@ func (n *node[K, V]) group(name string) *group[K, V] {
 // prune removes n and its ancestors while they hold nothing.
 func (n *node[K, V]) prune() {
 	for n.parent != nil && len(n.subs.items) == 0 && len(n.groups) == 0 &&
-		len(n.children) == 0 && n.plus == nil && n.hash == nil {
+		n.children.len() == 0 && n.plus == nil && n.hash == nil {
 		p := n.parent
 		switch n {
 		case p.plus:
@@ -322,10 +318,11 @@ func (n *node[K, V]) prune() {
 		case p.hash:
 			p.hash = nil
 		default:
-			delete(p.children, n.level)
-			if len(p.children) == 0 {
-				p.children = nil
+			level := n.filter
+			if p.parent != nil {
+				level = n.filter[len(p.filter)+1:]
 			}
+			p.children.remove(level)
 		}
 		n = p
 	}
