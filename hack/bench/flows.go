@@ -51,8 +51,11 @@ type flow struct {
 // enough that one syscall moves hundreds of frames.
 const bufSize = 64 << 10
 
+// runID prefixes the client ids of one run so that concurrent or successive
+// runs do not take over each other's sessions; with the "-c9999" suffixes
+// it stays within the 23 bytes every 3.1.1 broker must accept.
 func runID() string {
-	return fmt.Sprintf("b%04x%04x", os.Getpid()&0xffff, time.Now().UnixNano()&0xffff)
+	return fmt.Sprintf("b%04x%08x", os.Getpid()&0xffff, time.Now().UnixNano()&0xffffffff)
 }
 
 // runFlow connects the subscribers, then the publishers, runs them and
