@@ -38,6 +38,7 @@ type conn struct {
 	keepAlive   time.Duration
 	deadlineSet time.Time // when the read deadline was last moved
 	will        *session.Message
+	noExpiry    bool // 5.0 CONNECT had Session Expiry Interval 0
 
 	graceful  bool        // DISCONNECT received: the will is discarded
 	takenOver atomic.Bool // another connection took the session

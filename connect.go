@@ -51,6 +51,7 @@ func (c *conn) readConnect() error {
 	c.nc.SetReadDeadline(time.Time{})
 	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
 	c.will = willMessage(cp)
+	c.noExpiry = cp.Properties.SessionExpiry == 0
 	s.attach(c, cp)
 	s.metrics.connects.Inc()
 	c.log.Debug().Uint8("version", byte(c.version)).Bool("clean", cp.CleanStart).Uint16("keepalive", cp.KeepAlive).Msg("client connected")
@@ -108,6 +109,10 @@ func (c *conn) checkConnect(cp *packets.Connect) (packets.ReasonCode, error) {
 			code = packets.ClientIDNotValid
 		}
 		return code, fmt.Errorf("client id of %d bytes exceeds the limit of %d", len(cp.ClientID), lim.MaxClientIDLength)
+	}
+	if v5 && cp.Properties.Has(packets.PropAuthMethod) {
+		// Enhanced authentication is not supported [MQTT-4.12.0-1].
+		return packets.BadAuthenticationMethod, fmt.Errorf("authentication method %q is not supported", cp.Properties.AuthMethod)
 	}
 	if !v5 && (int(cp.KeepAlive) > lim.MaxKeepAlive || (cp.KeepAlive == 0 && lim.MaxKeepAlive < DefaultMaxKeepAlive)) {
 		// 3.1.1 cannot tell the client another keepalive, so it is refused, as Mosquitto does.

@@ -172,6 +172,11 @@ func (c *conn) ack(apply func(*session.Session) bool) {
 // handleDisconnect ends the connection normally: the will is discarded
 // [MQTT-3.1.2-10], except for 5.0 reason 0x04 [MQTT-3.14.4-3].
 func (c *conn) handleDisconnect(p *packets.Disconnect) error {
+	if c.noExpiry && p.Properties.SessionExpiry != 0 {
+		// A session that was to end with the connection cannot be kept
+		// by DISCONNECT (§3.14.2.2.2); the close is then abnormal.
+		return c.protocolError("§3.14.2.2.2", "DISCONNECT sets a Session Expiry Interval after CONNECT had none")
+	}
 	c.graceful = p.ReasonCode != packets.DisconnectWithWill
 	return errDisconnect
 }
