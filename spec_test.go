@@ -1,0 +1,279 @@
+package mqttd_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"mqttd"
+	"mqttd/packets"
+	"mqttd/packets/packettest"
+)
+
+// TestSpec runs one subtest per row of ../shared/SPEC-CHECKLIST.md that
+// concerns the broker, over real sockets. Each row replays the row's
+// invalid fixtures from packettest (see runInvalidFixture) and then the
+// row's broker-level checks from specRows.
+func TestSpec(t *testing.T) {
+	fixtures := map[int][]packettest.Fixture{}
+	for _, f := range packettest.Invalid {
+		row := fixtureRow(t, f.Name)
+		fixtures[row] = append(fixtures[row], f)
+	}
+	for row := 1; row <= 55; row++ {
+		fx, extra := fixtures[row], specRows[row]
+		if len(fx) == 0 && extra == nil {
+			continue
+		}
+		t.Run(fmt.Sprintf("row%02d", row), func(t *testing.T) {
+			for _, f := range fx {
+				t.Run(f.Name, func(t *testing.T) { runInvalidFixture(t, f) })
+			}
+			if extra != nil {
+				extra(t)
+			}
+		})
+	}
+}
+
+// specRows holds the broker-level checks of each row, beyond its fixtures.
+var specRows = map[int]func(*testing.T){
+	2:  specRow02SecondConnect,
+	9:  specRow09PasswordWithoutUsername,
+	11: specRow11EmptyClientID,
+	12: specRow12ClientIDTooLong,
+	15: specRow15BOMKept,
+	16: specRow16ControlCharacters,
+	19: specRow19LengthThenSilence,
+	22: specRow22ServerOnlyPackets,
+	29: specRow29TopicAlias,
+	30: specRow30UnknownAliasEmptyTopic,
+	33: specRow33ReceiveMaximum,
+	34: specRow34SubscriptionIDFromClient,
+	37: specRow37PayloadFormat,
+	41: specRow41BadFilters,
+	42: specRow42SharedSubscriptions,
+	45: specRow45PubrelUnknownID,
+	46: specRow46QoS2Duplicate,
+	49: specRow49SessionExpiryOnDisconnect,
+	50: specRow50Auth,
+	51: specRow51KeepAlive,
+	52: specRow52Takeover,
+	53: specRow53Will,
+	54: specRow54SysTopics,
+	55: specRow55ManyLevels,
+}
+
+// versions are the protocol versions most rows are checked in.
+var versions = []packets.Version{packets.V311, packets.V5}
+
+func versionName(v packets.Version) string {
+	if v == packets.V5 {
+		return "v5"
+	}
+	return "v311"
+}
+
+// fixtureRow reads the checklist row from a fixture name "rowNN-...".
+func fixtureRow(t *testing.T, name string) int {
+	t.Helper()
+	num, _, _ := strings.Cut(strings.TrimPrefix(name, "row"), "-")
+	row, err := strconv.Atoi(num)
+	if err != nil || !strings.HasPrefix(name, "row") {
+		t.Fatalf("fixture %q does not name its checklist row", name)
+	}
+	return row
+}
+
+// validFixture returns the valid packettest fixture called name.
+func validFixture(t *testing.T, name string) packettest.Fixture {
+	t.Helper()
+	for _, f := range packettest.Valid {
+		if f.Name == name {
+			return f
+		}
+	}
+	t.Fatalf("no valid fixture %q", name)
+	return packettest.Fixture{}
+}
+
+// runInvalidFixture sends one invalid frame and checks the answer the
+// checklist names. A CONNECT (or any first packet) is sent on a fresh
+// connection; anything else after a good CONNECT (see expectRejected).
+func runInvalidFixture(t *testing.T, f packettest.Fixture) {
+	t.Helper()
+	_, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxPacketSize: f.MaxSize}})
+	if f.Version == 0 || packets.Type(f.Raw[0]>>4) == packets.TypeConnect {
+		rc := dialRaw(t, addr)
+		rc.v = max(f.Version, packets.V311)
+		rc.write(f.Raw)
+		expectConnectRefused(rc, f)
+		return
+	}
+	// A tiny packet-size limit leaves no room for a will in the CONNECT.
+	if f.MaxSize > 0 && f.MaxSize < 64 {
+		rc := connectAs(t, addr, f.Version, &packets.Connect{ClientID: "c", CleanStart: true})
+		rc.write(f.Raw)
+		expectServerClose(rc, f.Err)
+		return
+	}
+	expectRejected(t, addr, f.Version, f.Raw, f.Err)
+}
+
+// expectRejected connects in version v with a will, sends raw, and checks
+// that the server closes the connection (5.0: after DISCONNECT with code)
+// and publishes the will: a connection the server ends for a bad packet
+// ends abnormally.
+func expectRejected(t *testing.T, addr string, v packets.Version, raw []byte, code packets.ReasonCode) {
+	t.Helper()
+	watcher := watchTopic(t, addr, "will")
+	cp := &packets.Connect{ClientID: "c", CleanStart: true}
+	setWill(cp, "will")
+	rc := connectAs(t, addr, v, cp)
+	rc.write(raw)
+	expectServerClose(rc, code)
+	expectPublish(watcher, "will")
+}
+
+// encode returns p's bytes in version v.
+func encode(t *testing.T, p packets.Packet, v packets.Version) []byte {
+	t.Helper()
+	b, err := p.Append(nil, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// expectConnectRefused checks the answer to a bad first packet: nothing
+// before CONNECT [MQTT-3.1.0-1]; for a bad protocol name at most a
+// refusing CONNACK; for an unsupported level CONNACK 0x01 or 0x84
+// [MQTT-3.1.2-2]; otherwise nothing in 3.x and a CONNACK with the
+// fixture's reason code in 5.0.
+func expectConnectRefused(rc *rawConn, f packettest.Fixture) {
+	rc.t.Helper()
+	refuse := packets.ConnRefusedProtocolVersion
+	if rc.v == packets.V5 {
+		refuse = packets.UnsupportedProtocolVersion
+	}
+	switch {
+	case f.Version == 0:
+	case fixtureRow(rc.t, f.Name) == 3:
+		// [MQTT-3.1.2-1]: the server MAY close without a CONNACK.
+		if p, err := rc.tryRead(); err == nil {
+			expectConnack(rc, p, refuse)
+		}
+	case f.Err == packets.UnsupportedProtocolVersion:
+		expectConnack(rc, rc.read(), refuse)
+	case rc.v == packets.V5:
+		expectConnack(rc, rc.read(), f.Err)
+	}
+	rc.expectClosed()
+}
+
+func expectConnack(rc *rawConn, p packets.Packet, code packets.ReasonCode) {
+	rc.t.Helper()
+	ack, ok := p.(*packets.Connack)
+	if !ok || ack.ReasonCode != code {
+		rc.t.Fatalf("got %T %+v, want CONNACK 0x%02X", p, p, byte(code))
+	}
+}
+
+// expectServerClose checks how the server ends a connection for a bad
+// packet: 3.x closes without a word; 5.0 sends DISCONNECT with code first.
+func expectServerClose(rc *rawConn, code packets.ReasonCode) {
+	rc.t.Helper()
+	if rc.v == packets.V5 {
+		p := rc.read()
+		if d, ok := p.(*packets.Disconnect); !ok || d.ReasonCode != code {
+			rc.t.Fatalf("got %T %+v, want DISCONNECT 0x%02X", p, p, byte(code))
+		}
+	}
+	rc.expectClosed()
+}
+
+// connectAs completes a CONNECT in version v; cp.ProtocolName and
+// cp.ProtocolVersion are filled in.
+func connectAs(t *testing.T, addr string, v packets.Version, cp *packets.Connect) *rawConn {
+	t.Helper()
+	cp.ProtocolName, cp.ProtocolVersion = "MQTT", v
+	return connectRaw(t, addr, cp)
+}
+
+// connectReply dials, sends cp in version v and returns the CONNACK.
+func connectReply(t *testing.T, addr string, v packets.Version, cp *packets.Connect) (*rawConn, *packets.Connack) {
+	t.Helper()
+	rc := dialRaw(t, addr)
+	cp.ProtocolName, cp.ProtocolVersion = "MQTT", v
+	rc.v = v
+	rc.send(cp)
+	p := rc.read()
+	ack, ok := p.(*packets.Connack)
+	if !ok {
+		t.Fatalf("got %T %+v, want CONNACK", p, p)
+	}
+	return rc, ack
+}
+
+// setWill gives cp a QoS 0 will on topic.
+func setWill(cp *packets.Connect, topic string) {
+	cp.WillFlag, cp.WillTopic, cp.WillPayload = true, topic, []byte("gone")
+}
+
+// watchTopic connects a 3.1.1 subscriber to filter at QoS 0.
+func watchTopic(t *testing.T, addr, filter string) *rawConn {
+	t.Helper()
+	rc := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "watch-" + filter, CleanStart: true})
+	subscribe(rc, packets.Subscription{Filter: filter})
+	return rc
+}
+
+// subscribe sends one SUBSCRIBE and returns the SUBACK's codes.
+func subscribe(rc *rawConn, subs ...packets.Subscription) []packets.ReasonCode {
+	rc.t.Helper()
+	rc.send(&packets.Subscribe{PacketID: 1, Subscriptions: subs})
+	p := rc.read()
+	ack, ok := p.(*packets.Suback)
+	if !ok || len(ack.ReasonCodes) != len(subs) {
+		rc.t.Fatalf("got %T %+v, want a SUBACK for %d filters", p, p, len(subs))
+	}
+	return ack.ReasonCodes
+}
+
+// expectPublish reads the next packet, which must be a PUBLISH on topic.
+func expectPublish(rc *rawConn, topic string) *packets.Publish {
+	rc.t.Helper()
+	p := rc.read()
+	pub, ok := p.(*packets.Publish)
+	if !ok || pub.Topic != topic {
+		rc.t.Fatalf("got %T %+v, want a PUBLISH on %q", p, p, topic)
+	}
+	return pub
+}
+
+// expectNothing proves with a ping barrier that nothing was sent to rc.
+func expectNothing(rc *rawConn) {
+	rc.t.Helper()
+	if got := rc.ping(); len(got) != 0 {
+		rc.t.Fatalf("got %d unexpected packets, first %T %+v", len(got), got[0], got[0])
+	}
+}
+
+// gaugeValue reads a gauge the server registered on reg.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
+}
