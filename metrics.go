@@ -16,6 +16,10 @@ type metrics struct {
 	messagesSent     prometheus.Counter
 	bytesSent        prometheus.Counter
 	dropped          *prometheus.CounterVec
+	droppedOutbox    prometheus.Counter
+	droppedQueue     prometheus.Counter
+	droppedOffline   prometheus.Counter
+	droppedExpired   prometheus.Counter
 	malformed        prometheus.Counter
 	protocolErrors   prometheus.Counter
 	publishDenied    prometheus.Counter
@@ -45,6 +49,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		willsPublished:  counter("wills_published_total", "Will messages published."),
 		panics:          counter("connection_panics_total", "Connection handlers that panicked (a bug)."),
 	}
+	// Resolved once: a label lookup per dropped message would cost a hash.
+	m.droppedOutbox = m.dropped.WithLabelValues("outbox_full")
+	m.droppedQueue = m.dropped.WithLabelValues("queue_full")
+	m.droppedOffline = m.dropped.WithLabelValues("offline_qos0")
+	m.droppedExpired = m.dropped.WithLabelValues("expired")
 	if reg == nil {
 		return m, nil
 	}

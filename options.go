@@ -80,7 +80,7 @@ const (
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultMaxOutboxBytes    = 4 << 20
 	DefaultMaxInflight       = 100
-	DefaultMaxQueued         = 1000
+	DefaultMaxQueued         = 100000
 	DefaultMaxAwaitingRel    = 1000
 	DefaultMaxTopicLevels    = 128
 	maxProtocolPacketSize    = 268435455

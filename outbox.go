@@ -32,6 +32,32 @@ type outbox struct {
 	deferred bool      // frames were added without waking a writer
 	closed   bool
 	max      int
+	// roomCh is closed by the writer when a write completes, for publishers
+	// stalled on a full outbox; stuck is set when a stall timed out and
+	// cleared by the next completed write.
+	roomCh chan struct{}
+	stuck  bool
+}
+
+// roomSignal returns a channel closed when the writer next completes a
+// write, or nil when the client is stuck or closed and nobody should wait.
+func (o *outbox) roomSignal() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed || o.stuck {
+		return nil
+	}
+	if o.roomCh == nil {
+		o.roomCh = make(chan struct{})
+	}
+	return o.roomCh
+}
+
+// markStuck records that a stalled publisher gave up waiting.
+func (o *outbox) markStuck() {
+	o.mu.Lock()
+	o.stuck = true
+	o.mu.Unlock()
 }
 
 // beginLocked locks the outbox and returns the buffer to append frames to.
@@ -116,6 +142,11 @@ func (o *outbox) take() (*frameBuf, bool) {
 func (o *outbox) written(f *frameBuf) {
 	o.mu.Lock()
 	o.inWrite = 0
+	o.stuck = false
+	if o.roomCh != nil {
+		close(o.roomCh)
+		o.roomCh = nil
+	}
 	if o.spare == nil && cap(f.b) <= maxPooledBuf {
 		f.b = f.b[:0]
 		o.spare = f
@@ -129,6 +160,10 @@ func (o *outbox) written(f *frameBuf) {
 func (o *outbox) close() {
 	o.mu.Lock()
 	o.closed = true
+	if o.roomCh != nil {
+		close(o.roomCh)
+		o.roomCh = nil
+	}
 	if !o.writing {
 		putFrameBuf(o.buf)
 		putFrameBuf(o.spare)

@@ -120,21 +120,12 @@ func (c *conn) deliverRun(m *session.Message, run []topictrie.Sub[*client, subOp
 // client's outbox (dropped and counted when it is full); QoS 1/2 through
 // the session, which sends it within the window or queues it.
 func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, subIDs []uint32, enc *encoded, now time.Time) {
+	if qos == 0 && len(subIDs) == 0 && s.deliverQoS0(cl, retain, enc) {
+		return
+	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	tc := cl.conn
-	if qos == 0 && tc != nil && cl.sess.Queued() == 0 && len(subIDs) == 0 {
-		frame := enc.frame(tc.version, retain)
-		b, ok := tc.out.begin(true)
-		if !ok {
-			s.metrics.dropped.WithLabelValues("outbox_full").Inc()
-			tc.warnEvery(&tc.dropWarned, "QoS 0 deliveries dropped: outbox full, the client reads too slowly")
-			return
-		}
-		tc.wake(tc.out.end(append(b, frame...), true))
-		s.metrics.messagesSent.Inc()
-		return
-	}
 	online := tc != nil
 	o, r := cl.sess.Deliver(session.Outbound{Msg: m, QoS: qos, Retain: retain, SubIDs: subIDs},
 		online, online && tc.out.room(), now)
@@ -142,12 +133,70 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 	case session.Send:
 		tc.writeOutboundLocked(o, true)
 	case session.DropFull:
-		s.metrics.dropped.WithLabelValues("queue_full").Inc()
+		s.metrics.droppedQueue.Inc()
 		s.log.Warn().Str("client_id", cl.id).Str("topic", m.Topic).Msg("message dropped: session queue full")
 	case session.DropQoS0:
-		s.metrics.dropped.WithLabelValues("offline_qos0").Inc()
+		s.metrics.droppedOffline.Inc()
 	case session.DropExpiry:
-		s.metrics.dropped.WithLabelValues("expired").Inc()
+		s.metrics.droppedExpired.Inc()
+	}
+}
+
+// maxStall bounds how long a publisher waits for a subscriber's outbox to
+// make room before a QoS 0 copy is dropped.
+const maxStall = 100 * time.Millisecond
+
+// deliverQoS0 appends the shared QoS 0 frame to an online client's
+// outbox. It reports false when the session must take the message
+// instead: the client is offline, or older messages wait in its queue
+// and order must be kept.
+//
+// When the outbox is full the publisher stalls, with no lock held, until
+// the subscriber's writer makes room or maxStall passes, as NATS stalls
+// fast producers: a burst then slows the publisher down instead of losing
+// messages. A subscriber that made no room within maxStall is marked
+// stuck and its copies are dropped (and counted) without stalling until
+// its writer makes progress again, so one stuck client cannot hold
+// publishers back.
+func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
+	for stalled := false; ; stalled = true {
+		cl.mu.Lock()
+		tc := cl.conn
+		if tc == nil || cl.sess.Queued() > 0 {
+			cl.mu.Unlock()
+			return false
+		}
+		if b, ok := tc.out.begin(true); ok {
+			tc.wake(tc.out.end(append(b, enc.frame(tc.version, retain)...), true))
+			cl.mu.Unlock()
+			s.metrics.messagesSent.Inc()
+			return true
+		}
+		var room <-chan struct{}
+		if !stalled {
+			room = tc.out.roomSignal()
+		}
+		cl.mu.Unlock()
+		if room == nil || !waitRoom(room) {
+			if room != nil {
+				tc.out.markStuck()
+			}
+			s.metrics.droppedOutbox.Inc()
+			tc.warnEvery(&tc.dropWarned, "QoS 0 deliveries dropped: outbox full, the client reads too slowly")
+			return true
+		}
+	}
+}
+
+// waitRoom waits for room to close, at most maxStall.
+func waitRoom(room <-chan struct{}) bool {
+	t := time.NewTimer(maxStall)
+	defer t.Stop()
+	select {
+	case <-room:
+		return true
+	case <-t.C:
+		return false
 	}
 }
 

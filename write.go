@@ -94,7 +94,9 @@ func (c *conn) pump() {
 	now := time.Now()
 	for c.out.room() {
 		o, ok, expired := cl.sess.Next(now)
-		c.srv.metrics.dropped.WithLabelValues("expired").Add(float64(expired))
+		if expired > 0 {
+			c.srv.metrics.droppedExpired.Add(float64(expired))
+		}
 		if !ok {
 			return
 		}
