@@ -18,19 +18,28 @@ import (
 	"mqttd/topictrie"
 )
 
-// readBufSize is small on purpose: most MQTT packets are small, and every
-// connection owns one, idle or not.
-const readBufSize = 512
+// blockingReadBufSize is small on purpose: a connection served by its own
+// reader goroutine owns this buffer, idle or not.
+const blockingReadBufSize = 512
 
-// conn is one network connection. Its serve goroutine is the only reader;
-// the outbox makes sure exactly one goroutine writes at a time.
+// conn is one network connection. One reader at a time handles its input:
+// for a plain socket, a goroutine the poller starts when bytes arrive and
+// that ends when they are handled (event.go); for any other net.Conn (TLS,
+// WebSocket), a goroutine of its own blocked in Read (serve). The outbox
+// makes sure exactly one goroutine writes at a time.
 type conn struct {
 	srv      *Server
 	nc       net.Conn
-	br       *bufio.Reader
 	listener string
 	log      zerolog.Logger
 	out      outbox
+
+	br        *bufio.Reader // serve's reader
+	ev        *eventConn    // the poller's, when served by events
+	rstate    atomic.Int32  // readerIdle, readerRunning, ... (event.go)
+	lastRead  atomic.Int64  // unix nanos of the last bytes read (events)
+	idleLimit atomic.Int64  // nanos without input before closing (events)
+	connected atomic.Bool   // CONNECT accepted
 
 	version     packets.Version
 	info        ClientInfo
@@ -56,7 +65,6 @@ func newConn(s *Server, nc net.Conn, listenerName string) *conn {
 	c := &conn{
 		srv:      s,
 		nc:       nc,
-		br:       bufio.NewReaderSize(nc, readBufSize),
 		listener: listenerName,
 		out:      outbox{max: s.opts.Limits.MaxOutboxBytes},
 	}
@@ -68,18 +76,20 @@ func newConn(s *Server, nc net.Conn, listenerName string) *conn {
 // errClosedByPeer marks a connection the client ended; it is logged quietly.
 var errClosedByPeer = errors.New("connection closed by client")
 
-// serve is the connection's reader goroutine.
+// serve is the reader goroutine of a connection that is not served by
+// the poller.
 func (c *conn) serve() {
 	defer c.srv.untrack(c)
 	defer c.cleanup()
 	defer func() {
 		if r := recover(); r != nil {
-			c.srv.metrics.panics.Inc()
-			c.log.Error().Interface("panic", r).Bytes("stack", debug.Stack()).Msg("connection handler panicked; closing it")
-			c.closeWith(fmt.Errorf("internal error: %v", r))
+			c.closeWith(c.panicked(r))
 		}
 	}()
-	if err := c.readConnect(); err != nil {
+	c.br = bufio.NewReaderSize(c.nc, blockingReadBufSize)
+	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.Limits.ConnectTimeout))
+	p, err := packets.ReadPacket(c.br, 0, c.srv.opts.Limits.MaxPacketSize)
+	if err := c.connectPacket(p, err); err != nil {
 		c.closeWith(err)
 		return
 	}
@@ -89,6 +99,13 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// panicked records a handler panic, a bug, and returns the reason to close.
+func (c *conn) panicked(r any) error {
+	c.srv.metrics.panics.Inc()
+	c.log.Error().Interface("panic", r).Bytes("stack", debug.Stack()).Msg("connection handler panicked; closing it")
+	return fmt.Errorf("internal error: %v", r)
 }
 
 // readOne reads and handles one packet. Before a read that may block, the
@@ -130,7 +147,7 @@ func (c *conn) readError(err error) error {
 		return errClosedByPeer
 	case errors.As(err, &ne) && ne.Timeout():
 		if c.cl == nil {
-			return errors.New("no CONNECT within the connect timeout")
+			return errConnectTimeout
 		}
 		return errKeepAlive
 	}
@@ -141,6 +158,8 @@ func (c *conn) readError(err error) error {
 	}
 	return err
 }
+
+var errConnectTimeout = errors.New("no CONNECT within the connect timeout")
 
 var errKeepAlive = &packets.Error{Code: packets.KeepAliveTimeout, Msg: "no packet within 1.5 x keepalive", Ref: "MQTT-3.1.2-24"}
 
@@ -166,7 +185,7 @@ func (c *conn) closeWith(reason error) {
 		}
 		ev.Str("reason", msg).Msg("connection closed")
 		c.out.close()
-		c.nc.Close()
+		c.closeSocket()
 	})
 }
 

@@ -24,12 +24,10 @@ type client struct {
 	clean bool  // the session ends with the connection
 }
 
-// readConnect handles the first packet, which must be CONNECT
-// [MQTT-3.1.0-1], within the connect timeout.
-func (c *conn) readConnect() error {
+// connectPacket handles the first packet, which must be CONNECT
+// [MQTT-3.1.0-1], as read (or failed to read) within the connect timeout.
+func (c *conn) connectPacket(p packets.Packet, err error) error {
 	s := c.srv
-	c.nc.SetReadDeadline(time.Now().Add(s.opts.Limits.ConnectTimeout))
-	p, err := packets.ReadPacket(c.br, 0, s.opts.Limits.MaxPacketSize)
 	if err != nil {
 		if cp, ok := p.(*packets.Connect); ok {
 			c.refuseConnect(cp, err)
@@ -48,11 +46,16 @@ func (c *conn) readConnect() error {
 		c.refuse(authCode(c.version, err))
 		return fmt.Errorf("authentication failed: %w", err)
 	}
-	c.nc.SetReadDeadline(time.Time{})
 	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
 	c.will = willMessage(cp)
 	c.noExpiry = cp.Properties.SessionExpiry == 0
 	s.attach(c, cp)
+	c.connected.Store(true)
+	if c.ev != nil {
+		c.setIdleLimit(c.keepAlive * 3 / 2) // [MQTT-3.1.2-24]; 0 means none
+	} else {
+		c.nc.SetReadDeadline(time.Time{})
+	}
 	s.metrics.connects.Inc()
 	c.log.Debug().Uint8("version", byte(c.version)).Bool("clean", cp.CleanStart).Uint16("keepalive", cp.KeepAlive).Msg("client connected")
 	return nil

@@ -30,6 +30,25 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// listenerWrap, when set, wraps the listener of every startServer: TestSpec
+// sets it to run its rows against the goroutine reader too.
+var listenerWrap func(net.Listener) net.Listener
+
+// hideSocket wraps accepted connections so that they no longer expose
+// their descriptor: the engine then serves them with a reader goroutine,
+// as it does TLS and WebSocket connections.
+func hideSocket(l net.Listener) net.Listener { return hidingListener{l} }
+
+type hidingListener struct{ net.Listener }
+
+func (l hidingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return struct{ net.Conn }{c}, nil
+}
+
 // startServer runs a broker on 127.0.0.1:0 for the test and returns its address.
 func startServer(t *testing.T, opts mqttd.Options) (*mqttd.Server, string) {
 	t.Helper()
@@ -40,6 +59,9 @@ func startServer(t *testing.T, opts mqttd.Options) (*mqttd.Server, string) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if listenerWrap != nil {
+		l = listenerWrap(l)
 	}
 	if err := srv.AddListener("test", l); err != nil {
 		t.Fatal(err)

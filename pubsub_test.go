@@ -65,3 +65,12 @@ func TestPubSubQoSDowngrade(t *testing.T) {
 		})
 	}
 }
+
+// TestPubSubGoroutineReader runs the same flows through the reader
+// goroutine that serves connections without a plain socket.
+func TestPubSubGoroutineReader(t *testing.T) {
+	listenerWrap = hideSocket
+	defer func() { listenerWrap = nil }()
+	TestPubSubQoSDowngrade(t)
+	TestUnacknowledgedResentWithDupOnReconnect(t)
+}

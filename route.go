@@ -144,7 +144,7 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 
 // maxStall bounds how long a publisher waits for a subscriber's outbox to
 // make room before a QoS 0 copy is dropped.
-const maxStall = 100 * time.Millisecond
+const maxStall = time.Second
 
 // deliverQoS0 appends the shared QoS 0 frame to an online client's
 // outbox. It reports false when the session must take the message

@@ -28,6 +28,7 @@ type Server struct {
 	subs    *topictrie.Trie[*client, subOpts]
 	retain  *topictrie.Retained[*session.Message]
 	sessCfg session.Config
+	poller  *poller // nil where connections are read by goroutines
 
 	// mu is the registry lock: clients, conns and listeners. Lock order:
 	// mu -> client.mu -> outbox.mu (LOCKING.md).
@@ -58,6 +59,10 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	pl, err := newPoller()
+	if err != nil {
+		return nil, err
+	}
 	limits := topictrie.Limits{MaxLevels: o.Limits.MaxTopicLevels}
 	s := &Server{
 		opts:    o,
@@ -72,6 +77,7 @@ func New(opts Options) (*Server, error) {
 			QueueQoS0:      o.Limits.QueueQoS0,
 			MaxAwaitingRel: o.Limits.MaxAwaitingRel,
 		},
+		poller:  pl,
 		clients: make(map[string]*client),
 		conns:   make(map[*conn]struct{}),
 		done:    make(chan struct{}),
@@ -196,7 +202,9 @@ func (s *Server) startConn(nc net.Conn, listenerName string) {
 	s.connWG.Add(1)
 	s.mu.Unlock()
 	s.metrics.connections.Inc()
-	go c.serve()
+	if !c.startEvent(s.poller) {
+		go c.serve()
+	}
 }
 
 func (s *Server) untrack(c *conn) {
@@ -234,6 +242,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.connWG.Wait()
 		close(finished)
 	}()
+	defer s.poller.close()
 	select {
 	case <-finished:
 		return nil

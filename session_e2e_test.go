@@ -6,6 +6,7 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"mqttd"
 	"mqttd/packets"
@@ -95,11 +96,17 @@ func TestTakeoverClosesOldConnection(t *testing.T) {
 }
 
 func TestPersistentSessionQueuesWhileOffline(t *testing.T) {
-	_, addr := startServer(t, mqttd.Options{})
+	reg := prometheus.NewRegistry()
+	_, addr := startServer(t, mqttd.Options{Registerer: reg})
 	persistent := func(o *paho.ClientOptions) { o.SetCleanSession(false) }
 	sub := pahoConnect(t, addr, "durable", persistent)
 	wait(t, sub.Subscribe("jobs/+", 1, nil))
 	sub.Disconnect(100)
+	// paho returns before the broker has seen the close; publishing sooner
+	// would deliver to the closing connection instead of the queue.
+	waitFor(t, "the broker to see the client go", func() bool {
+		return metricValue(t, reg, "mqttd_connections") == 0
+	})
 
 	pub := pahoConnect(t, addr, "pub", nil)
 	for i := range 10 {

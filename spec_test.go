@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"mqttd"
 	"mqttd/packets"
 	"mqttd/packets/packettest"
@@ -17,7 +15,19 @@ import (
 // concerns the broker, over real sockets. Each row replays the row's
 // invalid fixtures from packettest (see runInvalidFixture) and then the
 // row's broker-level checks from specRows.
+// TestSpec runs every row against both readers of the engine: the
+// poller's, which serves plain sockets, and the goroutine per connection
+// that serves any other net.Conn (TLS, WebSocket).
 func TestSpec(t *testing.T) {
+	t.Run("events", testSpecRows)
+	t.Run("goroutine", func(t *testing.T) {
+		listenerWrap = hideSocket
+		defer func() { listenerWrap = nil }()
+		testSpecRows(t)
+	})
+}
+
+func testSpecRows(t *testing.T) {
 	fixtures := map[int][]packettest.Fixture{}
 	for _, f := range packettest.Invalid {
 		row := fixtureRow(t, f.Name)
@@ -260,20 +270,4 @@ func expectNothing(rc *rawConn) {
 	if got := rc.ping(); len(got) != 0 {
 		rc.t.Fatalf("got %d unexpected packets, first %T %+v", len(got), got[0], got[0])
 	}
-}
-
-// gaugeValue reads a gauge the server registered on reg.
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no gauge %s", name)
-	return 0
 }

@@ -96,7 +96,7 @@ func specRow53Will(t *testing.T) {
 			// where a will would have been routed; the ping then shows
 			// that none reached the watcher.
 			waitFor(t, "the connection to be cleaned up", func() bool {
-				return gaugeValue(t, reg, "mqttd_connections") == 1
+				return metricValue(t, reg, "mqttd_connections") == 1
 			})
 			expectNothing(watcher)
 		})

@@ -1,0 +1,21 @@
+//go:build !linux
+
+package mqttd
+
+import "time"
+
+// Without epoll every connection has a reader goroutine of its own.
+
+type poller struct{}
+
+type eventConn struct{}
+
+func newPoller() (*poller, error) { return nil, nil }
+
+func (*poller) close() {}
+
+func (c *conn) startEvent(*poller) bool { return false }
+
+func (c *conn) closeSocket() { c.nc.Close() }
+
+func (c *conn) setIdleLimit(time.Duration) {}
