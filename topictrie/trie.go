@@ -16,9 +16,10 @@ type Sub[K comparable, V any] struct {
 	// Group is the share name for a shared subscription, of which Key is the
 	// one member chosen for this message; empty for a normal subscription.
 	Group string
-	// KeyID is a small integer equal for equal keys (while the key has any
-	// subscription) and different for different keys: ForEachDelivery sorts
-	// by it.
+	// KeyID is a small integer, equal for equal keys and different for
+	// different keys within one Match result; ForEachDelivery sorts by it.
+	// An ID is reused once its key has no subscription left, so IDs from
+	// different Match calls must not be compared.
 	KeyID uint32
 }
 
