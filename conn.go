@@ -15,7 +15,6 @@ import (
 
 	"mqttd/packets"
 	"mqttd/session"
-	"mqttd/topictrie"
 )
 
 // blockingReadBufSize is small on purpose: a connection served by its own
@@ -28,11 +27,9 @@ const blockingReadBufSize = 512
 // WebSocket), a goroutine of its own blocked in Read (serve). The outbox
 // makes sure exactly one goroutine writes at a time.
 type conn struct {
-	srv      *Server
-	nc       net.Conn
-	listener string
-	log      zerolog.Logger
-	out      outbox
+	srv *Server
+	nc  net.Conn
+	out outbox
 
 	br        *bufio.Reader // serve's reader
 	ev        *eventConn    // the poller's, when served by events
@@ -49,28 +46,30 @@ type conn struct {
 	will        *session.Message
 	noExpiry    bool // 5.0 CONNECT had Session Expiry Interval 0
 
-	graceful  bool        // DISCONNECT received: the will is discarded
-	takenOver atomic.Bool // another connection took the session
+	graceful  bool // DISCONNECT received: the will is discarded
 	closeOnce sync.Once
-	reason    atomic.Pointer[string]
 
 	dropWarned atomic.Int64 // unix nanos of the last outbox-full warning
-
-	// Scratch reused by this connection's reader for routing.
-	matches []topictrie.Sub[*client, subOpts]
-	enc     encoded
 }
 
 func newConn(s *Server, nc net.Conn, listenerName string) *conn {
 	c := &conn{
-		srv:      s,
-		nc:       nc,
-		listener: listenerName,
-		out:      outbox{max: s.opts.Limits.MaxOutboxBytes},
+		srv: s,
+		nc:  nc,
+		out: outbox{max: s.opts.Limits.MaxOutboxBytes},
 	}
 	c.info = ClientInfo{Listener: listenerName, Remote: nc.RemoteAddr()}
-	c.log = s.log.With().Str("remote", nc.RemoteAddr().String()).Str("listener", listenerName).Logger()
 	return c
+}
+
+// fields adds the connection's identity to a log event. Events carry it
+// instead of each connection keeping a child logger, which would cost
+// every idle connection a few hundred bytes for lines that are rare.
+func (c *conn) fields(e *zerolog.Event) *zerolog.Event {
+	if e == nil {
+		return nil
+	}
+	return e.Str("client_id", c.info.ClientID).Str("remote", c.info.Remote.String()).Str("listener", c.info.Listener)
 }
 
 // errClosedByPeer marks a connection the client ended; it is logged quietly.
@@ -104,7 +103,7 @@ func (c *conn) serve() {
 // panicked records a handler panic, a bug, and returns the reason to close.
 func (c *conn) panicked(r any) error {
 	c.srv.metrics.panics.Inc()
-	c.log.Error().Interface("panic", r).Bytes("stack", debug.Stack()).Msg("connection handler panicked; closing it")
+	c.fields(c.srv.log.Error()).Interface("panic", r).Bytes("stack", debug.Stack()).Msg("connection handler panicked; closing it")
 	return fmt.Errorf("internal error: %v", r)
 }
 
@@ -178,10 +177,9 @@ func (c *conn) sendDisconnect(code packets.ReasonCode) {
 func (c *conn) closeWith(reason error) {
 	c.closeOnce.Do(func() {
 		msg := reason.Error()
-		c.reason.Store(&msg)
-		ev := c.log.Debug()
+		ev := c.fields(c.srv.log.Debug())
 		if !errors.Is(reason, errClosedByPeer) && !errors.Is(reason, errDisconnect) && !errors.Is(reason, errTakenOver) && !errors.Is(reason, errShutdown) {
-			ev = c.log.Info()
+			ev = c.fields(c.srv.log.Info())
 		}
 		ev.Str("reason", msg).Msg("connection closed")
 		c.out.close()
@@ -226,7 +224,7 @@ func (c *conn) cleanup() {
 	}
 	if c.will != nil && !c.graceful && !s.closing.Load() {
 		c.srv.metrics.willsPublished.Inc()
-		c.publish(c.will)
+		c.srv.publish(c.will)
 	}
 }
 
@@ -241,5 +239,5 @@ func (c *conn) warnEvery(last *atomic.Int64, msg string) {
 	if now-prev < int64(warnInterval) || !last.CompareAndSwap(prev, now) {
 		return
 	}
-	c.log.Warn().Msg(msg)
+	c.fields(c.srv.log.Warn()).Msg(msg)
 }

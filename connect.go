@@ -57,7 +57,7 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 		c.nc.SetReadDeadline(time.Time{})
 	}
 	s.metrics.connects.Inc()
-	c.log.Debug().Uint8("version", byte(c.version)).Bool("clean", cp.CleanStart).Uint16("keepalive", cp.KeepAlive).Msg("client connected")
+	c.fields(c.srv.log.Debug()).Uint8("version", byte(c.version)).Bool("clean", cp.CleanStart).Uint16("keepalive", cp.KeepAlive).Msg("client connected")
 	return nil
 }
 
@@ -121,7 +121,6 @@ func (c *conn) checkConnect(cp *packets.Connect) (packets.ReasonCode, error) {
 		// 3.1.1 cannot tell the client another keepalive, so it is refused, as Mosquitto does.
 		return packets.ConnRefusedIdentifier, fmt.Errorf("keepalive %d s is above the maximum of %d s", cp.KeepAlive, lim.MaxKeepAlive)
 	}
-	c.log = c.log.With().Str("client_id", c.info.ClientID).Logger()
 	return 0, nil
 }
 
@@ -184,9 +183,6 @@ func (s *Server) attach(c *conn, cp *packets.Connect) {
 		oldConn = old.conn
 		old.conn = nil
 		old.mu.Unlock()
-		if oldConn != nil {
-			oldConn.takenOver.Store(true)
-		}
 	}
 	cl, present := old, old != nil
 	if clean || old == nil || old.clean {

@@ -67,16 +67,16 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 	allowed := s.opts.Authorizer.CanPublish(c.info, p.Topic)
 	if !allowed {
 		s.metrics.publishDenied.Inc()
-		c.log.Debug().Str("topic", p.Topic).Msg("publish not authorized")
+		c.fields(c.srv.log.Debug()).Str("topic", p.Topic).Msg("publish not authorized")
 	}
 	switch p.QoS {
 	case 0:
 		if allowed {
-			c.publish(c.message(p))
+			c.srv.publish(c.message(p))
 		}
 	case 1:
 		if allowed {
-			c.publish(c.message(p))
+			c.srv.publish(c.message(p))
 		}
 		c.send(&packets.Puback{PacketID: p.PacketID, ReasonCode: deniedCode(c.version, allowed)})
 	case 2:
@@ -106,7 +106,7 @@ func (c *conn) publishQoS2(p *packets.Publish, allowed bool) error {
 			Msg: fmt.Sprintf("more than %d QoS 2 messages awaiting PUBREL", c.srv.opts.Limits.MaxAwaitingRel)})
 	}
 	if isNew && allowed {
-		c.publish(c.message(p))
+		c.srv.publish(c.message(p))
 	}
 	c.send(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: deniedCode(c.version, allowed)})
 	return nil
@@ -163,7 +163,7 @@ func (c *conn) ack(apply func(*session.Session) bool) {
 	ok := apply(cl.sess)
 	cl.mu.Unlock()
 	if !ok {
-		c.log.Debug().Msg("acknowledgement for a packet id not in flight ignored")
+		c.fields(c.srv.log.Debug()).Msg("acknowledgement for a packet id not in flight ignored")
 		return
 	}
 	c.pump()

@@ -3,6 +3,7 @@ package mqttd
 import (
 	"errors"
 	"net"
+	"sync"
 	"time"
 
 	"mqttd/packets"
@@ -71,30 +72,41 @@ func forwardProperties(m *session.Message, subIDs []uint32, now time.Time) packe
 	return p
 }
 
+// router is the scratch one publish needs. It is pooled rather than kept
+// per connection, so idle connections do not carry it.
+type router struct {
+	matches []topictrie.Sub[*client, subOpts]
+	enc     encoded
+	now     time.Time
+}
+
+var routerPool = sync.Pool{New: func() any { return new(router) }}
+
 // publish routes m to every matching subscription and updates the
 // retained store. It runs on the publisher's goroutine; matches are
 // collected under the trie's read lock, which is released before any
 // session lock is taken.
-func (c *conn) publish(m *session.Message) {
-	s := c.srv
+func (s *Server) publish(m *session.Message) {
 	s.metrics.messagesReceived.Inc()
 	if m.Retain {
 		s.storeRetained(m)
 	}
-	c.matches = s.subs.Match(m.Topic, c.matches[:0])
-	c.enc.reset(m)
-	now := time.Now()
-	topictrie.ForEachDelivery(c.matches, func(run []topictrie.Sub[*client, subOpts]) {
-		c.deliverRun(m, run, now)
+	r := routerPool.Get().(*router)
+	r.matches = s.subs.Match(m.Topic, r.matches[:0])
+	r.enc.reset(m)
+	r.now = time.Now()
+	topictrie.ForEachDelivery(r.matches, func(run []topictrie.Sub[*client, subOpts]) {
+		s.deliverRun(r, m, run)
 	})
-	clear(c.matches) // drop references to clients that may leave
-	c.enc.msg = nil
+	clear(r.matches) // drop references to clients that may leave
+	r.enc.msg = nil
+	routerPool.Put(r)
 }
 
 // deliverRun delivers one copy to the client of run, every matching
 // subscription of that client: at the highest QoS [MQTT-3.3.4-2], with
 // every subscription identifier [MQTT-3.3.4-4].
-func (c *conn) deliverRun(m *session.Message, run []topictrie.Sub[*client, subOpts], now time.Time) {
+func (s *Server) deliverRun(r *router, m *session.Message, run []topictrie.Sub[*client, subOpts]) {
 	target := run[0].Key
 	var qos byte
 	var retain, matched bool
@@ -112,7 +124,7 @@ func (c *conn) deliverRun(m *session.Message, run []topictrie.Sub[*client, subOp
 		}
 	}
 	if matched {
-		c.srv.deliver(target, m, qos, retain, ids, &c.enc, now)
+		s.deliver(target, m, qos, retain, ids, &r.enc, r.now)
 	}
 }
 

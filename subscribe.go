@@ -33,7 +33,7 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 		f, err := s.topics.ParseFilter(sub.Filter)
 		if err != nil {
 			codes[i] = c.refusal(packets.TopicFilterInvalid)
-			c.log.Debug().Err(err).Str("filter", sub.Filter).Msg("subscription refused")
+			c.fields(c.srv.log.Debug()).Err(err).Str("filter", sub.Filter).Msg("subscription refused")
 			continue
 		}
 		if !s.opts.Authorizer.CanSubscribe(c.info, sub.Filter) {

@@ -18,7 +18,7 @@ func (c *conn) send(p packets.Packet) {
 	}
 	b, err := p.Append(b, c.version)
 	if err != nil {
-		c.log.Error().Err(err).Stringer("type", p.Type()).Msg("cannot encode packet")
+		c.fields(c.srv.log.Error()).Err(err).Stringer("type", p.Type()).Msg("cannot encode packet")
 	}
 	c.out.end(b, false)
 }
@@ -136,7 +136,7 @@ func (c *conn) appendPublish(b []byte, o session.Outbound) []byte {
 	}
 	b, err := p.Append(b, c.version)
 	if err != nil {
-		c.log.Error().Err(err).Msg("cannot encode PUBLISH")
+		c.fields(c.srv.log.Error()).Err(err).Msg("cannot encode PUBLISH")
 	}
 	return b
 }

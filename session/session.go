@@ -91,18 +91,33 @@ const (
 
 // Session is the protocol state of one client id. It is not safe for
 // concurrent use: the broker serialises access with its own lock.
+//
+// It is kept small, since the broker holds one per client, idle or not:
+// the limits are compact, the queues are allocated on first use and the
+// subscriptions are a slice (clients typically hold a handful).
 type Session struct {
 	ID     string
-	cfg    Config
-	window int
+	lim    limits
+	window int32
+	live   int32 // inflight entries not yet acknowledged
+	nextID uint16
 
-	inflight ring // send order; entries acknowledged out of order are tombstoned
-	live     int  // inflight entries not yet acknowledged
-	pending  ring
-	nextID   uint16
-
+	q           *queues
 	awaitingRel map[uint16]struct{}
-	subs        map[string]Subscription
+	subs        []Subscription
+}
+
+// limits is Config with defaults applied, in the width the session needs.
+type limits struct {
+	maxInflight, maxQueued, maxAwaitingRel int32
+	queueQoS0                              bool
+}
+
+// queues are the outbound messages: those in the window in send order
+// (entries acknowledged out of order are tombstoned) and those waiting.
+type queues struct {
+	inflight ring
+	pending  ring
 }
 
 // Subscription is one topic filter a session holds.
@@ -115,15 +130,29 @@ type Subscription struct {
 // New returns an empty session for client id.
 func New(id string, cfg Config) *Session {
 	cfg = cfg.withDefaults()
-	return &Session{ID: id, cfg: cfg, window: cfg.MaxInflight}
+	lim := limits{
+		maxInflight:    int32(cfg.MaxInflight),
+		maxQueued:      int32(min(cfg.MaxQueued, 1<<31-1)),
+		maxAwaitingRel: int32(min(cfg.MaxAwaitingRel, 1<<31-1)),
+		queueQoS0:      cfg.QueueQoS0,
+	}
+	return &Session{ID: id, lim: lim, window: lim.maxInflight}
+}
+
+// queues returns the outbound queues, allocating them on first use.
+func (s *Session) queues() *queues {
+	if s.q == nil {
+		s.q = new(queues)
+	}
+	return s.q
 }
 
 // SetReceiveMaximum lowers the outbound window to a 5.0 client's Receive
 // Maximum for the current connection (0 restores the configured window).
 func (s *Session) SetReceiveMaximum(n int) {
-	s.window = s.cfg.MaxInflight
-	if n > 0 && n < s.window {
-		s.window = n
+	s.window = s.lim.maxInflight
+	if n > 0 && n < int(s.window) {
+		s.window = int32(n)
 	}
 }
 
@@ -136,19 +165,19 @@ func (s *Session) Deliver(o Outbound, online, canSend bool, now time.Time) (Outb
 	if o.Msg.Expired(now) {
 		return o, DropExpiry
 	}
-	if o.QoS == 0 && !online && !s.cfg.QueueQoS0 {
+	if o.QoS == 0 && !online && !s.lim.queueQoS0 {
 		return o, DropQoS0
 	}
-	if canSend && s.pending.len() == 0 && (o.QoS == 0 || s.live < s.window) {
+	if canSend && s.Queued() == 0 && (o.QoS == 0 || s.live < s.window) {
 		if o.QoS > 0 {
 			o = s.enter(o)
 		}
 		return o, Send
 	}
-	if s.pending.len() >= s.cfg.MaxQueued {
+	if s.Queued() >= int(s.lim.maxQueued) {
 		return o, DropFull
 	}
-	s.pending.push(o)
+	s.queues().pending.push(o)
 	return o, Queued
 }
 
@@ -156,17 +185,18 @@ func (s *Session) Deliver(o Outbound, online, canSend bool, now time.Time) (Outb
 // message, or a QoS 1/2 message when the window has room (it gets a packet
 // id). Expired messages are skipped and counted in expired.
 func (s *Session) Next(now time.Time) (o Outbound, ok bool, expired int) {
-	for s.pending.len() > 0 {
-		head := s.pending.peek()
+	for s.Queued() > 0 {
+		pending := &s.q.pending
+		head := pending.peek()
 		if head.Msg.Expired(now) {
-			s.pending.pop()
+			pending.pop()
 			expired++
 			continue
 		}
 		if head.QoS > 0 && s.live >= s.window {
 			return Outbound{}, false, expired
 		}
-		o = s.pending.pop()
+		o = pending.pop()
 		if o.QoS > 0 {
 			o = s.enter(o)
 		}
@@ -178,7 +208,7 @@ func (s *Session) Next(now time.Time) (o Outbound, ok bool, expired int) {
 func (s *Session) enter(o Outbound) Outbound {
 	o.PacketID = s.allocID()
 	o.Dup, o.Released = false, false
-	s.inflight.push(o)
+	s.queues().inflight.push(o)
 	s.live++
 	return o
 }
@@ -191,7 +221,7 @@ func (s *Session) allocID() uint16 {
 		if s.nextID == 0 {
 			s.nextID = 1
 		}
-		if s.inflight.find(s.nextID) < 0 {
+		if s.queues().inflight.find(s.nextID) < 0 {
 			return s.nextID
 		}
 	}
@@ -200,8 +230,8 @@ func (s *Session) allocID() uint16 {
 // Puback completes a QoS 1 message. It reports false for an id that is
 // not a QoS 1 message in flight.
 func (s *Session) Puback(id uint16) bool {
-	i := s.inflight.find(id)
-	if i < 0 || s.inflight.at(i).QoS != 1 {
+	i := s.find(id)
+	if i < 0 || s.q.inflight.at(i).QoS != 1 {
 		return false
 	}
 	s.complete(i)
@@ -212,15 +242,15 @@ func (s *Session) Puback(id uint16) bool {
 // reason code of 0x80 or above) the message is complete instead. It
 // reports whether a PUBREL is to be sent.
 func (s *Session) Pubrec(id uint16, failed bool) bool {
-	i := s.inflight.find(id)
-	if i < 0 || s.inflight.at(i).QoS != 2 {
+	i := s.find(id)
+	if i < 0 || s.q.inflight.at(i).QoS != 2 {
 		return false
 	}
 	if failed {
 		s.complete(i)
 		return false
 	}
-	e := s.inflight.at(i)
+	e := s.q.inflight.at(i)
 	e.Released = true
 	e.Msg = nil // only the packet id is needed from now on
 	return true
@@ -228,16 +258,24 @@ func (s *Session) Pubrec(id uint16, failed bool) bool {
 
 // Pubcomp completes a QoS 2 message whose PUBREL was sent.
 func (s *Session) Pubcomp(id uint16) bool {
-	i := s.inflight.find(id)
-	if i < 0 || !s.inflight.at(i).Released {
+	i := s.find(id)
+	if i < 0 || !s.q.inflight.at(i).Released {
 		return false
 	}
 	s.complete(i)
 	return true
 }
 
+// find returns the window position of packet id, or -1.
+func (s *Session) find(id uint16) int {
+	if s.q == nil {
+		return -1
+	}
+	return s.q.inflight.find(id)
+}
+
 func (s *Session) complete(i int) {
-	s.inflight.remove(i)
+	s.q.inflight.remove(i)
 	s.live--
 }
 
@@ -245,7 +283,10 @@ func (s *Session) complete(i int) {
 // resent, PUBLISH with DUP set and released ones as PUBREL. fn is called
 // for each in send order; the caller encodes and writes them.
 func (s *Session) Resume(fn func(o Outbound)) {
-	s.inflight.each(func(e *Outbound) {
+	if s.q == nil {
+		return
+	}
+	s.q.inflight.each(func(e *Outbound) {
 		if !e.Released {
 			e.Dup = true
 		}
@@ -254,10 +295,15 @@ func (s *Session) Resume(fn func(o Outbound)) {
 }
 
 // Inflight reports how many QoS 1/2 messages are in the window.
-func (s *Session) Inflight() int { return s.live }
+func (s *Session) Inflight() int { return int(s.live) }
 
 // Queued reports how many messages wait outside the window.
-func (s *Session) Queued() int { return s.pending.len() }
+func (s *Session) Queued() int {
+	if s.q == nil {
+		return 0
+	}
+	return s.q.pending.len()
+}
 
 // ReceiveQoS2 records an inbound QoS 2 packet id. isNew is false for an id
 // already awaiting PUBREL: the message must not be routed again.
@@ -265,7 +311,7 @@ func (s *Session) ReceiveQoS2(id uint16) (isNew bool, err error) {
 	if _, dup := s.awaitingRel[id]; dup {
 		return false, nil
 	}
-	if len(s.awaitingRel) >= s.cfg.MaxAwaitingRel {
+	if len(s.awaitingRel) >= int(s.lim.maxAwaitingRel) {
 		return false, ErrAwaitingRelFull
 	}
 	if s.awaitingRel == nil {
@@ -291,21 +337,28 @@ func (s *Session) AwaitingRel() int { return len(s.awaitingRel) }
 // Subscribe records a subscription; it reports whether the filter was
 // already held (the new options replace the old).
 func (s *Session) Subscribe(sub Subscription) (existed bool) {
-	if s.subs == nil {
-		s.subs = make(map[string]Subscription)
+	for i := range s.subs {
+		if s.subs[i].Filter == sub.Filter {
+			s.subs[i] = sub
+			return true
+		}
 	}
-	_, existed = s.subs[sub.Filter]
-	s.subs[sub.Filter] = sub
-	return existed
+	s.subs = append(s.subs, sub)
+	return false
 }
 
 // Unsubscribe drops a subscription; it reports whether it existed.
 func (s *Session) Unsubscribe(filter string) bool {
-	if _, ok := s.subs[filter]; !ok {
-		return false
+	for i := range s.subs {
+		if s.subs[i].Filter == filter {
+			last := len(s.subs) - 1
+			s.subs[i] = s.subs[last]
+			s.subs[last] = Subscription{}
+			s.subs = s.subs[:last]
+			return true
+		}
 	}
-	delete(s.subs, filter)
-	return true
+	return false
 }
 
 // Subscriptions calls fn for every subscription held.
