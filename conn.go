@@ -223,6 +223,10 @@ func (c *conn) cleanup() {
 		s.detach(c)
 	}
 	if c.will != nil && !c.graceful && !s.closing.Load() {
+		if props := c.will.Properties; props != nil && props.Has(packets.PropMessageExpiry) {
+			// The interval starts when the will is published.
+			c.will.Expiry = time.Now().Add(time.Duration(props.MessageExpiry) * time.Second)
+		}
 		c.srv.metrics.willsPublished.Inc()
 		c.srv.publish(c.will)
 	}

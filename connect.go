@@ -47,7 +47,7 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 		return fmt.Errorf("authentication failed: %w", err)
 	}
 	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
-	c.will = willMessage(cp)
+	c.will = willMessage(cp, c.info.ClientID)
 	c.noExpiry = cp.Properties.SessionExpiry == 0
 	s.attach(c, cp)
 	c.connected.Store(true)
@@ -145,22 +145,12 @@ func assignClientID() string {
 	return "mqttd-" + hex.EncodeToString(b[:])
 }
 
-func willMessage(cp *packets.Connect) *session.Message {
+// willMessage is the will of a CONNECT, published as client id.
+func willMessage(cp *packets.Connect, id string) *session.Message {
 	if !cp.WillFlag {
 		return nil
 	}
-	m := &session.Message{
-		Topic:      cp.WillTopic,
-		Payload:    cp.WillPayload,
-		QoS:        cp.WillQoS,
-		Retain:     cp.WillRetain,
-		Properties: cp.WillProperties,
-		Origin:     cp.ClientID,
-	}
-	if m.Properties.Has(packets.PropMessageExpiry) {
-		m.Expiry = time.Now().Add(time.Duration(m.Properties.MessageExpiry) * time.Second)
-	}
-	return m
+	return newMessage(cp.WillTopic, cp.WillPayload, cp.WillQoS, cp.WillRetain, &cp.WillProperties, id)
 }
 
 // attach binds the connection to its session in one step under the

@@ -3,6 +3,7 @@
 package mqttd
 
 import (
+	"bytes"
 	"errors"
 	"sync"
 	"syscall"
@@ -22,7 +23,15 @@ const (
 // eventReadBufSize is the pooled buffer a reader reads into while it runs.
 const eventReadBufSize = 16 << 10
 
-var readPool = sync.Pool{New: func() any { b := make([]byte, eventReadBufSize); return &b }}
+// readScratch is what a running reader borrows from a pool: the buffer it
+// reads into and a Publish it decodes every PUBLISH into, so that neither
+// costs an idle connection anything nor a message an allocation.
+type readScratch struct {
+	buf []byte
+	pub packets.Publish
+}
+
+var readPool = sync.Pool{New: func() any { return &readScratch{buf: make([]byte, eventReadBufSize)} }}
 
 // eventConn is the state of a connection read on poller events instead
 // of by a goroutine of its own.
@@ -96,8 +105,8 @@ func (c *conn) wakeReader() {
 // frame and flushes the answers, then gives up the goroutine and the
 // read buffer until the poller reports more bytes.
 func (c *conn) readEvents() {
-	bp := readPool.Get().(*[]byte)
-	defer readPool.Put(bp)
+	rs := readPool.Get().(*readScratch)
+	defer readPool.Put(rs)
 	defer func() {
 		if r := recover(); r != nil {
 			c.finishEvent(c.panicked(r))
@@ -105,7 +114,7 @@ func (c *conn) readEvents() {
 	}()
 	ev := c.ev
 	for {
-		ev.rbuf = *bp
+		ev.rbuf = rs.buf
 		err := ev.raw.Read(ev.readFn)
 		if err == nil {
 			err = ev.rerr
@@ -115,7 +124,7 @@ func (c *conn) readEvents() {
 		switch {
 		case err == nil && n > 0:
 			c.touch()
-			if err := c.consume((*bp)[:n]); err != nil {
+			if err := c.consume(rs.buf[:n], &rs.pub); err != nil {
 				c.finishEvent(err)
 				return
 			}
@@ -143,7 +152,7 @@ func (c *conn) readEvents() {
 // consume handles every whole frame in the bytes read, keeping an
 // incomplete one for the next wakeup. Each frame's body is copied into a
 // slice of its own, which the decoded packet owns.
-func (c *conn) consume(b []byte) error {
+func (c *conn) consume(b []byte, pub *packets.Publish) error {
 	ev := c.ev
 	if len(ev.partial) > 0 {
 		ev.partial = append(ev.partial, b...)
@@ -162,12 +171,22 @@ func (c *conn) consume(b []byte) error {
 			ev.partial = append([]byte(nil), b...)
 			return nil
 		}
-		var body []byte
-		if fh.Remaining > 0 {
-			body = make([]byte, fh.Remaining)
-			copy(body, b[n:])
-		}
+		// A copy that is not zeroed first, unlike make then copy.
+		body := bytes.Clone(b[n : n+fh.Remaining])
 		b = b[n+fh.Remaining:]
+		if fh.Type == packets.TypePublish && c.cl != nil {
+			err := packets.DecodePublish(fh, body, c.version, pub)
+			if err == nil {
+				err = c.handlePublish(pub)
+			} else {
+				err = c.readError(err)
+			}
+			*pub = packets.Publish{} // drop references to the body
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		p, err := packets.Decode(fh, body, c.version)
 		switch {
 		case c.cl == nil:

@@ -115,17 +115,30 @@ func (c *conn) publishQoS2(p *packets.Publish, allowed bool) error {
 // message turns a received PUBLISH into a routed message. It keeps the
 // packet's topic and payload, which alias the packet's own frame.
 func (c *conn) message(p *packets.Publish) *session.Message {
-	m := &session.Message{
-		Topic:      p.Topic,
-		Payload:    p.Payload,
-		QoS:        p.QoS,
-		Retain:     p.Retain,
-		Properties: p.Properties,
-		Origin:     c.info.ClientID,
+	return newMessage(p.Topic, p.Payload, p.QoS, p.Retain, &p.Properties, c.info.ClientID)
+}
+
+// messageWithProperties allocates a message and its properties together.
+type messageWithProperties struct {
+	m session.Message
+	p packets.Properties
+}
+
+// newMessage builds a routed message; props are copied only when any is
+// present, in the same allocation.
+func newMessage(topic string, payload []byte, qos byte, retain bool, props *packets.Properties, origin string) *session.Message {
+	var m *session.Message
+	if props.Present == 0 {
+		m = &session.Message{}
+	} else {
+		mp := &messageWithProperties{p: *props}
+		m = &mp.m
+		m.Properties = &mp.p
+		if props.Has(packets.PropMessageExpiry) {
+			m.Expiry = time.Now().Add(time.Duration(props.MessageExpiry) * time.Second)
+		}
 	}
-	if p.Properties.Has(packets.PropMessageExpiry) {
-		m.Expiry = time.Now().Add(time.Duration(p.Properties.MessageExpiry) * time.Second)
-	}
+	m.Topic, m.Payload, m.QoS, m.Retain, m.Origin = topic, payload, qos, retain, origin
 	return m
 }
 

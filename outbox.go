@@ -32,15 +32,15 @@ type outbox struct {
 	deferred bool      // frames were added without waking a writer
 	closed   bool
 	max      int
-	// roomCh is closed by the writer when a write completes, for publishers
-	// stalled on a full outbox; stuck is set when a stall timed out and
-	// cleared by the next completed write.
+	// roomCh is closed by the writer when a completed write leaves room,
+	// for publishers stalled on a full outbox; stuck is set when a stall
+	// timed out and cleared by the next completed write.
 	roomCh chan struct{}
 	stuck  bool
 }
 
-// roomSignal returns a channel closed when the writer next completes a
-// write, or nil when the client is stuck or closed and nobody should wait.
+// roomSignal returns a channel closed when a completed write leaves room,
+// or nil when the client is stuck or closed and nobody should wait.
 func (o *outbox) roomSignal() <-chan struct{} {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -143,7 +143,7 @@ func (o *outbox) written(f *frameBuf) {
 	o.mu.Lock()
 	o.inWrite = 0
 	o.stuck = false
-	if o.roomCh != nil {
+	if o.roomCh != nil && o.pendingLocked() < o.max {
 		close(o.roomCh)
 		o.roomCh = nil
 	}

@@ -57,7 +57,10 @@ func (e *encoded) frame(v packets.Version, retain bool) []byte {
 // publisher's, with the remaining expiry [MQTT-3.3.2-6], no topic alias
 // (aliases are per connection) and the matching subscription identifiers.
 func forwardProperties(m *session.Message, subIDs []uint32, now time.Time) packets.Properties {
-	p := m.Properties
+	var p packets.Properties
+	if m.Properties != nil {
+		p = *m.Properties
+	}
 	p.Present &^= 1<<packets.PropTopicAlias | 1<<packets.PropSubscriptionID
 	p.TopicAlias = 0
 	p.SubscriptionIDs = nil
@@ -77,7 +80,17 @@ func forwardProperties(m *session.Message, subIDs []uint32, now time.Time) packe
 type router struct {
 	matches []topictrie.Sub[*client, subOpts]
 	enc     encoded
-	now     time.Time
+	now     time.Time // read once per message, and only when needed
+}
+
+// clock returns the time the message is being routed at. Reading the
+// clock showed up at 10% of fan-in CPU when done for every message, and
+// QoS 0 deliveries to online clients never need it.
+func (r *router) clock() time.Time {
+	if r.now.IsZero() {
+		r.now = time.Now()
+	}
+	return r.now
 }
 
 var routerPool = sync.Pool{New: func() any { return new(router) }}
@@ -94,7 +107,7 @@ func (s *Server) publish(m *session.Message) {
 	r := routerPool.Get().(*router)
 	r.matches = s.subs.Match(m.Topic, r.matches[:0])
 	r.enc.reset(m)
-	r.now = time.Now()
+	r.now = time.Time{}
 	topictrie.ForEachDelivery(r.matches, func(run []topictrie.Sub[*client, subOpts]) {
 		s.deliverRun(r, m, run)
 	})
@@ -124,14 +137,14 @@ func (s *Server) deliverRun(r *router, m *session.Message, run []topictrie.Sub[*
 		}
 	}
 	if matched {
-		s.deliver(target, m, qos, retain, ids, &r.enc, r.now)
+		s.deliver(target, m, qos, retain, ids, &r.enc, r.clock)
 	}
 }
 
 // deliver hands one copy of m to a client: QoS 0 straight to an online
 // client's outbox (dropped and counted when it is full); QoS 1/2 through
 // the session, which sends it within the window or queues it.
-func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, subIDs []uint32, enc *encoded, now time.Time) {
+func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, subIDs []uint32, enc *encoded, clock func() time.Time) {
 	if qos == 0 && len(subIDs) == 0 && s.deliverQoS0(cl, retain, enc) {
 		return
 	}
@@ -140,7 +153,7 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 	tc := cl.conn
 	online := tc != nil
 	o, r := cl.sess.Deliver(session.Outbound{Msg: m, QoS: qos, Retain: retain, SubIDs: subIDs},
-		online, online && tc.out.room(), now)
+		online, online && tc.out.room(), clock())
 	switch r {
 	case session.Send:
 		tc.writeOutboundLocked(o, true)
@@ -171,7 +184,8 @@ const maxStall = time.Second
 // its writer makes progress again, so one stuck client cannot hold
 // publishers back.
 func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
-	for stalled := false; ; stalled = true {
+	var deadline time.Time
+	for {
 		cl.mu.Lock()
 		tc := cl.conn
 		if tc == nil || cl.sess.Queued() > 0 {
@@ -184,12 +198,12 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 			s.metrics.messagesSent.Inc()
 			return true
 		}
-		var room <-chan struct{}
-		if !stalled {
-			room = tc.out.roomSignal()
-		}
+		room := tc.out.roomSignal()
 		cl.mu.Unlock()
-		if room == nil || !waitRoom(room) {
+		if deadline.IsZero() {
+			deadline = time.Now().Add(maxStall)
+		}
+		if room == nil || !waitRoom(room, deadline) {
 			if room != nil {
 				tc.out.markStuck()
 			}
@@ -200,9 +214,9 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 	}
 }
 
-// waitRoom waits for room to close, at most maxStall.
-func waitRoom(room <-chan struct{}) bool {
-	t := time.NewTimer(maxStall)
+// waitRoom waits for room to close, until deadline at the latest.
+func waitRoom(room <-chan struct{}, deadline time.Time) bool {
+	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	select {
 	case <-room:

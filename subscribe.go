@@ -115,7 +115,7 @@ func (c *conn) sendRetained(filter string, opts subOpts) {
 		}
 		var enc encoded
 		enc.reset(m)
-		s.deliver(c.cl, m, min(m.QoS, opts.qos), true, ids, &enc, now)
+		s.deliver(c.cl, m, min(m.QoS, opts.qos), true, ids, &enc, func() time.Time { return now })
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"reflect"
 	"testing"
 
 	"mqttd/packets"
@@ -62,4 +63,31 @@ func FuzzParseFixedHeader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, vi byte, maxSize uint32) {
 		checkParseFixedHeader(t, data, fuzzVersions[int(vi)%len(fuzzVersions)], int(maxSize%(1<<20)))
 	})
+}
+
+// TestDecodePublishMatchesDecode checks the reusable-struct decoder gives
+// exactly what Decode gives, for every PUBLISH fixture, valid or not,
+// with the struct reused dirty from the previous frame.
+func TestDecodePublishMatchesDecode(t *testing.T) {
+	reused := packets.Publish{Topic: "stale", Payload: []byte("stale"), PacketID: 9}
+	reused.Properties.User = []packets.UserProperty{{Key: "stale"}}
+	for _, fx := range packettest.All() {
+		fh, n, err := packets.ParseFixedHeader(fx.Raw, fx.Version, 0)
+		if err != nil || n == 0 || fh.Type != packets.TypePublish || len(fx.Raw) != n+fh.Remaining {
+			continue
+		}
+		want, wantErr := packets.Decode(fh, append([]byte(nil), fx.Raw[n:]...), fx.Version)
+		gotErr := packets.DecodePublish(fh, append([]byte(nil), fx.Raw[n:]...), fx.Version, &reused)
+		var we, ge *packets.Error
+		switch {
+		case wantErr != nil:
+			if !errors.As(wantErr, &we) || !errors.As(gotErr, &ge) || we.Code != ge.Code {
+				t.Errorf("%s: Decode error %v, DecodePublish error %v", fx.Name, wantErr, gotErr)
+			}
+		case gotErr != nil:
+			t.Errorf("%s: DecodePublish error %v, Decode succeeded", fx.Name, gotErr)
+		case !reflect.DeepEqual(want, &reused):
+			t.Errorf("%s: DecodePublish %+v, Decode %+v", fx.Name, reused, want)
+		}
+	}
 }

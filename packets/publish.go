@@ -12,38 +12,64 @@ func (p *Publish) Type() Type { return TypePublish }
 // A Payload Format Indicator of 1 is not checked against the payload
 // either; that is the broker's policy (§3.3.2.3.2).
 func decodePublish(flags byte, d *decoder, v Version) (Packet, error) {
-	p := &Publish{Dup: flags&0x08 != 0, QoS: flags >> 1 & 0x03, Retain: flags&0x01 != 0}
+	p := &Publish{}
+	if err := p.decode(flags, d, v); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// DecodePublish decodes a PUBLISH frame into *p, overwriting every field,
+// for a reader that reuses one Publish for many frames: then decoding
+// allocates nothing. As with Decode, p's strings and slices alias body,
+// which the caller hands over. v must be a known version (not 0).
+func DecodePublish(fh FixedHeader, body []byte, v Version, p *Publish) error {
+	if fh.Type != TypePublish || len(body) != fh.Remaining {
+		return malformed("§2.1.4", "not a whole PUBLISH frame")
+	}
+	*p = Publish{}
+	return p.decode(fh.Flags, &decoder{b: body}, v)
+}
+
+func (p *Publish) decode(flags byte, d *decoder, v Version) error {
+	p.Dup, p.QoS, p.Retain = flags&0x08 != 0, flags>>1&0x03, flags&0x01 != 0
 	if p.QoS == 3 {
-		return nil, malformed("[MQTT-3.3.1-4]", "PUBLISH with both QoS bits set")
+		return malformed("[MQTT-3.3.1-4]", "PUBLISH with both QoS bits set")
 	}
 	if p.Dup && p.QoS == 0 {
 		// Policy: [MQTT-3.3.1-2] binds the sender; we treat a violation as malformed.
-		return nil, malformed("[MQTT-3.3.1-2]", "DUP set on a QoS 0 PUBLISH")
+		return malformed("[MQTT-3.3.1-2]", "DUP set on a QoS 0 PUBLISH")
 	}
 	var err error
 	if p.Topic, err = d.str("topic name"); err != nil {
-		return nil, err
+		return err
 	}
-	if strings.ContainsAny(p.Topic, "+#") {
-		return nil, &Error{Code: TopicNameInvalid, Ref: "[MQTT-3.3.2-2]", Msg: "topic name contains a wildcard"}
+	if hasWildcard(p.Topic) {
+		return &Error{Code: TopicNameInvalid, Ref: "[MQTT-3.3.2-2]", Msg: "topic name contains a wildcard"}
 	}
 	if p.QoS > 0 {
 		if p.PacketID, err = decodePacketID(d, v, TypePublish); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if v == V5 {
 		if err := p.Properties.decode(d, TypePublish, false); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if p.Topic == "" && !(v == V5 && p.Properties.Has(PropTopicAlias)) {
-		return nil, protocolErr("[MQTT-4.7.3-1]", "empty topic name without a Topic Alias")
+		return protocolErr("[MQTT-4.7.3-1]", "empty topic name without a Topic Alias")
 	}
 	if n := len(d.b); d.i < n {
 		p.Payload = d.b[d.i:n:n]
 	}
-	return p, nil
+	return nil
+}
+
+// hasWildcard reports a + or # in s; two byte scans beat
+// strings.ContainsAny, which builds a set on every call.
+func hasWildcard(s string) bool {
+	return strings.IndexByte(s, '+') >= 0 || strings.IndexByte(s, '#') >= 0
 }
 
 // decodePacketID reads a packet identifier, which must not be 0

@@ -21,11 +21,13 @@ var ErrAwaitingRelFull = errors.New("session: too many QoS 2 messages awaiting P
 // Message is an application message as routed. It is immutable once routed
 // and shared by every session it is delivered to.
 type Message struct {
-	Topic      string
-	Payload    []byte
-	QoS        byte // as published
-	Retain     bool // as published
-	Properties packets.Properties
+	Topic   string
+	Payload []byte
+	QoS     byte // as published
+	Retain  bool // as published
+	// Properties are the 5.0 properties to forward; nil when there are
+	// none, which spares 3.x messages carrying a few hundred empty bytes.
+	Properties *packets.Properties
 	Expiry     time.Time // zero: never expires
 	Origin     string    // client id of the publisher, for No Local
 }

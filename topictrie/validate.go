@@ -90,7 +90,7 @@ func (l Limits) ValidTopicName(s string) error {
 	if err := l.common(s); err != nil {
 		return err
 	}
-	if strings.ContainsAny(s, "+#") {
+	if hasWildcard(s) {
 		return ErrWildcardInName // [MQTT-4.7.1-1]
 	}
 	return nil
@@ -128,7 +128,7 @@ func (l Limits) ParseFilter(s string) (Filter, error) {
 	i := strings.IndexByte(rest, '/')
 	if i < 0 {
 		// "$share/g": the name must be followed by "/" and a filter [MQTT-4.8.2-2].
-		if rest == "" || strings.ContainsAny(rest, "+#") {
+		if rest == "" || hasWildcard(rest) {
 			return Filter{}, ErrShareName
 		}
 		return Filter{}, ErrShareFilter
@@ -137,7 +137,7 @@ func (l Limits) ParseFilter(s string) (Filter, error) {
 	if group == "" {
 		return Filter{}, ErrShareName // [MQTT-4.8.2-1]
 	}
-	if strings.ContainsAny(group, "+#") || strings.IndexByte(group, 0) >= 0 {
+	if hasWildcard(group) || strings.IndexByte(group, 0) >= 0 {
 		return Filter{}, ErrShareName // [MQTT-4.8.2-2]
 	}
 	if topic == "" {
@@ -183,3 +183,9 @@ func ValidFilter(s string) error { return Limits{}.ValidFilter(s) }
 // ParseFilter validates s under the default Limits and splits a shared
 // subscription filter into its share name and topic filter.
 func ParseFilter(s string) (Filter, error) { return Limits{}.ParseFilter(s) }
+
+// hasWildcard reports a + or # in s; two byte scans beat
+// strings.ContainsAny, which builds a set on every call.
+func hasWildcard(s string) bool {
+	return strings.IndexByte(s, '+') >= 0 || strings.IndexByte(s, '#') >= 0
+}

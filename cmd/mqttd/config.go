@@ -31,7 +31,8 @@ type logConfig struct {
 }
 
 type metricsConfig struct {
-	// Address serves /metrics and /healthz over HTTP when set.
+	// Address serves /metrics, /healthz and /debug/pprof/ over HTTP when
+	// set; keep it on a private address.
 	Address string `yaml:"address"`
 }
 
@@ -78,7 +79,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cl
 	fs.StringVar(&f.dataDir, "data-dir", getenv("MQTTD_DATA_DIR"), "`directory` for durable state (default ./data; env MQTTD_DATA_DIR)")
 	fs.StringVar(&f.logLevel, "log-level", getenv("MQTTD_LOG_LEVEL"), "trace, debug, info, warn or error (default info; env MQTTD_LOG_LEVEL)")
 	fs.StringVar(&f.logFormat, "log-format", getenv("MQTTD_LOG_FORMAT"), "console or json (default console; env MQTTD_LOG_FORMAT)")
-	fs.StringVar(&f.metricsAddr, "metrics", getenv("MQTTD_METRICS"), "HTTP `address` for /metrics and /healthz (default off; env MQTTD_METRICS)")
+	fs.StringVar(&f.metricsAddr, "metrics", getenv("MQTTD_METRICS"), "HTTP `address` for /metrics, /healthz and /debug/pprof/ (default off; env MQTTD_METRICS)")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: mqttd [flags]\n       mqttd version\n\nRuns the mqttd MQTT broker. With no flags it listens on %s and keeps state in ./%s.\n\nFlags:\n", mqttd.DefaultAddress, defaultDataDir)
