@@ -86,8 +86,9 @@ const (
 	maxProtocolPacketSize    = 268435455
 )
 
-// withDefaults returns a copy of o with every zero field set to its default.
-func (o Options) withDefaults() Options {
+// WithDefaults returns a copy of o with every zero field set to its default;
+// New applies it, and it shows what a configuration amounts to.
+func (o Options) WithDefaults() Options {
 	o.Listeners = append([]ListenerConfig(nil), o.Listeners...)
 	for i := range o.Listeners {
 		if o.Listeners[i].Type == "" {

@@ -54,7 +54,7 @@ func New(opts Options) (*Server, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	o := opts.withDefaults()
+	o := opts.WithDefaults()
 	m, err := newMetrics(o.Registerer)
 	if err != nil {
 		return nil, err

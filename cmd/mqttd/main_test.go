@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"syscall"
@@ -194,5 +195,26 @@ func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
 		exited <- nil
 	case <-time.After(15 * time.Second):
 		t.Fatal("mqttd did not stop within 15 s of SIGTERM")
+	}
+}
+
+// TestExampleConfig keeps the example shipped at the repository root
+// loadable, with the documented defaults.
+func TestExampleConfig(t *testing.T) {
+	f, err := parseFlags([]string{"--config", "../../mqttd.example.yaml"}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(f)
+	if err != nil {
+		t.Fatalf("mqttd.example.yaml: %v", err)
+	}
+	def, err := loadConfig(cliFlags{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := cfg.Options.WithDefaults(), def.Options.WithDefaults()
+	if !reflect.DeepEqual(got.Limits, want.Limits) || cfg.DataDir != def.DataDir || cfg.Log != def.Log {
+		t.Errorf("the example's values differ from the defaults:\n%+v\n%+v", got.Limits, want.Limits)
 	}
 }
