@@ -31,18 +31,18 @@ type conn struct {
 	nc  net.Conn
 	out outbox
 
-	br        *bufio.Reader // serve's reader
+	bl        *blockingState // serve's, when not served by events
 	ev        *eventConn    // the poller's, when served by events
 	rstate    atomic.Int32  // readerIdle, readerRunning, ... (event.go)
 	lastRead  atomic.Int64  // unix nanos of the last bytes read (events)
 	idleLimit atomic.Int64  // nanos without input before closing (events)
+	filedTick atomic.Int64  // the idle wheel's tick this connection is filed under
 	connected atomic.Bool   // CONNECT accepted
 
 	version     packets.Version
 	info        ClientInfo
 	cl          *client
 	keepAlive   time.Duration
-	deadlineSet time.Time // when the read deadline was last moved
 	will        *session.Message
 	noExpiry    bool // 5.0 CONNECT had Session Expiry Interval 0
 
@@ -56,7 +56,7 @@ func newConn(s *Server, nc net.Conn, listenerName string) *conn {
 	c := &conn{
 		srv: s,
 		nc:  nc,
-		out: outbox{max: s.opts.Limits.MaxOutboxBytes},
+		out: outbox{max: int32(s.opts.Limits.MaxOutboxBytes)},
 	}
 	c.info = ClientInfo{Listener: listenerName, Remote: nc.RemoteAddr()}
 	return c
@@ -85,9 +85,9 @@ func (c *conn) serve() {
 			c.closeWith(c.panicked(r))
 		}
 	}()
-	c.br = bufio.NewReaderSize(c.nc, blockingReadBufSize)
+	c.bl = &blockingState{br: bufio.NewReaderSize(c.nc, blockingReadBufSize)}
 	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.Limits.ConnectTimeout))
-	p, err := packets.ReadPacket(c.br, 0, c.srv.opts.Limits.MaxPacketSize)
+	p, err := packets.ReadPacket(c.bl.br, 0, c.srv.opts.Limits.MaxPacketSize)
 	if err := c.connectPacket(p, err); err != nil {
 		c.closeWith(err)
 		return
@@ -98,6 +98,12 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// blockingState is what serve's reader keeps per connection.
+type blockingState struct {
+	br          *bufio.Reader
+	deadlineSet time.Time // when the read deadline was last moved
 }
 
 // panicked records a handler panic, a bug, and returns the reason to close.
@@ -111,11 +117,11 @@ func (c *conn) panicked(r any) error {
 // acknowledgements queued so far are flushed and the keepalive deadline
 // refreshed, so a burst of input costs one write.
 func (c *conn) readOne() error {
-	if c.br.Buffered() == 0 {
+	if c.bl.br.Buffered() == 0 {
 		c.flushDeferred()
 	}
 	c.refreshDeadline()
-	p, err := packets.ReadPacket(c.br, c.version, c.srv.opts.Limits.MaxPacketSize)
+	p, err := packets.ReadPacket(c.bl.br, c.version, c.srv.opts.Limits.MaxPacketSize)
 	if err != nil {
 		return c.readError(err)
 	}
@@ -131,10 +137,10 @@ func (c *conn) refreshDeadline() {
 	}
 	now := time.Now()
 	slack := min(c.keepAlive/2, time.Second)
-	if now.Sub(c.deadlineSet) < slack {
+	if now.Sub(c.bl.deadlineSet) < slack {
 		return
 	}
-	c.deadlineSet = now
+	c.bl.deadlineSet = now
 	c.nc.SetReadDeadline(now.Add(c.keepAlive*3/2 + slack))
 }
 

@@ -27,23 +27,33 @@ const eventReadBufSize = 16 << 10
 // reads into and a Publish it decodes every PUBLISH into, so that neither
 // costs an idle connection anything nor a message an allocation.
 type readScratch struct {
-	buf []byte
-	pub packets.Publish
+	buf    []byte
+	pub    packets.Publish
+	n      int
+	err    error
+	readFn func(fd uintptr) bool // rs.read, bound once per scratch, not per read
 }
 
-var readPool = sync.Pool{New: func() any { return &readScratch{buf: make([]byte, eventReadBufSize)} }}
+var readPool = sync.Pool{New: func() any {
+	rs := &readScratch{buf: make([]byte, eventReadBufSize)}
+	rs.readFn = rs.read
+	return rs
+}}
+
+// read is one non-blocking read(2), run by RawConn.Read, which keeps the
+// descriptor from being closed meanwhile; returning true stops it from
+// waiting when nothing is there (EAGAIN).
+func (rs *readScratch) read(fd uintptr) bool {
+	rs.n, rs.err = syscall.Read(int(fd), rs.buf)
+	return true
+}
 
 // eventConn is the state of a connection read on poller events instead
 // of by a goroutine of its own.
 type eventConn struct {
 	raw     syscall.RawConn
 	fd      int
-	readFn  func(fd uintptr) bool // made once: no allocation per read
-	rbuf    []byte
-	rn      int
-	rerr    error
 	partial []byte // an incomplete frame carried to the next wakeup
-	timer   *time.Timer
 }
 
 // startEvent serves c from the poller when the connection is a plain
@@ -65,19 +75,14 @@ func (c *conn) startEvent(pl *poller) bool {
 	if ev.fd < 0 {
 		return false
 	}
-	ev.readFn = func(fd uintptr) bool {
-		ev.rn, ev.rerr = syscall.Read(int(fd), ev.rbuf)
-		return true
-	}
 	c.ev = ev
 	c.touch()
 	c.setIdleLimit(c.srv.opts.Limits.ConnectTimeout)
-	ev.timer = time.AfterFunc(c.srv.opts.Limits.ConnectTimeout, c.onIdleTimer)
 	if err := pl.add(ev.fd, c); err != nil {
-		ev.timer.Stop()
 		c.ev = nil
 		return false
 	}
+	c.srv.idle.watch(c)
 	return true
 }
 
@@ -114,13 +119,11 @@ func (c *conn) readEvents() {
 	}()
 	ev := c.ev
 	for {
-		ev.rbuf = rs.buf
-		err := ev.raw.Read(ev.readFn)
+		err := ev.raw.Read(rs.readFn)
 		if err == nil {
-			err = ev.rerr
+			err = rs.err
 		}
-		n := ev.rn
-		ev.rbuf = nil
+		n := rs.n
 		switch {
 		case err == nil && n > 0:
 			c.touch()
@@ -191,8 +194,8 @@ func (c *conn) consume(b []byte, pub *packets.Publish) error {
 		switch {
 		case c.cl == nil:
 			err = c.connectPacket(p, err)
-			if err == nil && c.keepAlive > 0 {
-				ev.timer.Reset(c.keepAlive * 3 / 2)
+			if err == nil {
+				c.srv.idle.watch(c) // from the connect timeout to the keepalive
 			}
 		case err == nil:
 			err = c.handle(p)
@@ -211,20 +214,8 @@ func (c *conn) touch() { c.lastRead.Store(time.Now().UnixNano()) }
 
 func (c *conn) setIdleLimit(d time.Duration) { c.idleLimit.Store(int64(d)) }
 
-// onIdleTimer closes a connection that sent nothing for its idle limit:
-// the connect timeout before CONNECT, 1.5 x keepalive after
-// [MQTT-3.1.2-24]. Otherwise it sleeps until the limit could next pass,
-// so the timer fires about once per keepalive rather than per packet.
-func (c *conn) onIdleTimer() {
-	limit := time.Duration(c.idleLimit.Load())
-	if limit <= 0 || c.rstate.Load() == readerDone {
-		return
-	}
-	idle := time.Since(time.Unix(0, c.lastRead.Load()))
-	if idle < limit {
-		c.ev.timer.Reset(limit - idle)
-		return
-	}
+// idleTimeout closes a connection that sent nothing for its idle limit.
+func (c *conn) idleTimeout() {
 	if c.connected.Load() {
 		c.sendDisconnectAsync(packets.KeepAliveTimeout)
 		c.closeWith(errKeepAlive)
@@ -240,7 +231,6 @@ func (c *conn) finishEvent(reason error) {
 	if c.rstate.Swap(readerDone) == readerDone {
 		return
 	}
-	c.ev.timer.Stop()
 	c.cleanup()
 	c.srv.untrack(c)
 }

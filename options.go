@@ -84,6 +84,7 @@ const (
 	DefaultMaxAwaitingRel    = 1000
 	DefaultMaxTopicLevels    = 128
 	maxProtocolPacketSize    = 268435455
+	maxOutboxBytes           = 1 << 30
 )
 
 // WithDefaults returns a copy of o with every zero field set to its default;
@@ -149,6 +150,9 @@ func (o Options) Validate() error {
 		if f.v < 0 {
 			bad(f.key, "must not be negative, got %d", f.v)
 		}
+	}
+	if l.MaxOutboxBytes > maxOutboxBytes {
+		bad("limits.max_outbox_bytes", "must be at most %d, got %d", maxOutboxBytes, l.MaxOutboxBytes)
 	}
 	if l.MaxPacketSize < 0 || l.MaxPacketSize > maxProtocolPacketSize {
 		bad("limits.max_packet_size", "must be between 0 and %d, got %d", maxProtocolPacketSize, l.MaxPacketSize)

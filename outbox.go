@@ -24,19 +24,19 @@ func putFrameBuf(f *frameBuf) {
 // writing) takes the frames out and writes them, so no I/O happens under
 // the lock and a publisher never waits for a subscriber's socket.
 type outbox struct {
-	mu       sync.Mutex
-	buf      *frameBuf // frames not yet taken by the writer
-	spare    *frameBuf // the writer's last buffer, reused for the next swap
-	inWrite  int       // bytes the writer has taken and not finished writing
-	writing  bool      // a writer owns the socket
-	deferred bool      // frames were added without waking a writer
-	closed   bool
-	max      int
+	mu    sync.Mutex
+	buf   *frameBuf // frames not yet taken by the writer
+	spare *frameBuf // the writer's last buffer, reused for the next swap
 	// roomCh is closed by the writer when a completed write leaves room,
 	// for publishers stalled on a full outbox; stuck is set when a stall
 	// timed out and cleared by the next completed write.
-	roomCh chan struct{}
-	stuck  bool
+	roomCh   chan struct{}
+	inWrite  int // bytes the writer has taken and not finished writing
+	max      int32
+	writing  bool // a writer owns the socket
+	deferred bool // frames were added without waking a writer
+	closed   bool
+	stuck    bool
 }
 
 // roomSignal returns a channel closed when a completed write leaves room,
@@ -65,7 +65,7 @@ func (o *outbox) markStuck() {
 // with bounded, when the outbox already holds its maximum.
 func (o *outbox) begin(bounded bool) (b []byte, ok bool) {
 	o.mu.Lock()
-	if o.closed || (bounded && o.pendingLocked() >= o.max) {
+	if o.closed || (bounded && o.pendingLocked() >= int(o.max)) {
 		o.mu.Unlock()
 		return nil, false
 	}
@@ -105,7 +105,7 @@ func (o *outbox) pendingLocked() int {
 func (o *outbox) room() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return !o.closed && o.pendingLocked() < o.max
+	return !o.closed && o.pendingLocked() < int(o.max)
 }
 
 // claimDeferred reports whether the caller is now the writer for frames
@@ -143,7 +143,7 @@ func (o *outbox) written(f *frameBuf) {
 	o.mu.Lock()
 	o.inWrite = 0
 	o.stuck = false
-	if o.roomCh != nil && o.pendingLocked() < o.max {
+	if o.roomCh != nil && o.pendingLocked() < int(o.max) {
 		close(o.roomCh)
 		o.roomCh = nil
 	}

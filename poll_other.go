@@ -14,6 +14,12 @@ func newPoller() (*poller, error) { return nil, nil }
 
 func (*poller) close() {}
 
+type idleWheel struct{}
+
+func newIdleWheel() *idleWheel { return nil }
+
+func (*idleWheel) close() {}
+
 func (c *conn) startEvent(*poller) bool { return false }
 
 func (c *conn) closeSocket() { c.nc.Close() }

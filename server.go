@@ -29,6 +29,7 @@ type Server struct {
 	retain  *topictrie.Retained[*session.Message]
 	sessCfg session.Config
 	poller  *poller // nil where connections are read by goroutines
+	idle    *idleWheel
 
 	// mu is the registry lock: clients, conns and listeners. Lock order:
 	// mu -> client.mu -> outbox.mu (LOCKING.md).
@@ -78,6 +79,7 @@ func New(opts Options) (*Server, error) {
 			MaxAwaitingRel: o.Limits.MaxAwaitingRel,
 		},
 		poller:  pl,
+		idle:    newIdleWheel(),
 		clients: make(map[string]*client),
 		conns:   make(map[*conn]struct{}),
 		done:    make(chan struct{}),
@@ -242,6 +244,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.connWG.Wait()
 		close(finished)
 	}()
+	defer s.idle.close()
 	defer s.poller.close()
 	select {
 	case <-finished:
