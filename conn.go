@@ -32,19 +32,19 @@ type conn struct {
 	out outbox
 
 	bl        *blockingState // serve's, when not served by events
-	ev        *eventConn    // the poller's, when served by events
-	rstate    atomic.Int32  // readerIdle, readerRunning, ... (event.go)
-	lastRead  atomic.Int64  // unix nanos of the last bytes read (events)
-	idleLimit atomic.Int64  // nanos without input before closing (events)
-	filedTick atomic.Int64  // the idle wheel's tick this connection is filed under
-	connected atomic.Bool   // CONNECT accepted
+	ev        *eventConn     // the poller's, when served by events
+	rstate    atomic.Int32   // readerIdle, readerRunning, ... (event.go)
+	lastRead  atomic.Int64   // unix nanos of the last bytes read (events)
+	idleLimit atomic.Int64   // nanos without input before closing (events)
+	filedTick atomic.Int64   // the idle wheel's tick this connection is filed under
+	connected atomic.Bool    // CONNECT accepted
 
-	version     packets.Version
-	info        ClientInfo
-	cl          *client
-	keepAlive   time.Duration
-	will        *session.Message
-	noExpiry    bool // 5.0 CONNECT had Session Expiry Interval 0
+	version   packets.Version
+	info      ClientInfo
+	cl        *client
+	keepAlive time.Duration
+	will      *session.Message
+	noExpiry  bool // 5.0 CONNECT had Session Expiry Interval 0
 
 	graceful  bool // DISCONNECT received: the will is discarded
 	closeOnce sync.Once
