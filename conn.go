@@ -38,6 +38,7 @@ type conn struct {
 	idleLimit atomic.Int64   // nanos without input before closing (events)
 	filedTick atomic.Int64   // the idle wheel's tick this connection is filed under
 	connected atomic.Bool    // CONNECT accepted
+	hup       atomic.Bool    // the poller saw a hang-up or error (events)
 
 	version   packets.Version
 	info      ClientInfo

@@ -131,7 +131,12 @@ func (c *conn) readEvents() {
 				c.finishEvent(err)
 				return
 			}
-			continue
+			if n == len(rs.buf) || c.hup.Load() {
+				continue // there may be more, or the end of the stream
+			}
+			// A short read drained the socket: bytes arriving after it raise
+			// a new edge, so the read that would only say EAGAIN is skipped.
+			// A hang-up that came with the bytes is flagged by the poller.
 		case err == nil: // a read of 0 bytes: the peer closed
 			c.finishEvent(errClosedByPeer)
 			return

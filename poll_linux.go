@@ -96,6 +96,9 @@ func (pl *poller) run(raw syscall.RawConn) {
 		pl.mu.Lock()
 		for _, ev := range events[:max(n, 0)] {
 			if c := pl.conns[ev.Fd]; c != nil {
+				if ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+					c.hup.Store(true) // the reader must read to the end
+				}
 				ready = append(ready, c)
 			}
 		}

@@ -90,7 +90,9 @@ func New(opts Options) (*Server, error) {
 // Listen opens every listener in Options.Listeners.
 func (s *Server) Listen() error {
 	for i, lc := range s.opts.Listeners {
-		l, err := net.Listen("tcp", lc.Address)
+		// MQTT has its own keepalive: TCP keepalive on every accepted
+		// socket would only cost setsockopt calls per connection.
+		l, err := (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp", lc.Address)
 		if err != nil {
 			return fmt.Errorf("listeners[%d]: %w", i, err)
 		}

@@ -109,10 +109,12 @@ func TestPersistentSessionQueuesWhileOffline(t *testing.T) {
 	})
 
 	pub := pahoConnect(t, addr, "pub", nil)
+	// Not kept for offline clients by default. Sent first: the acknowledged
+	// publishes after it prove it was routed before the client returns.
+	wait(t, pub.Publish("jobs/q0", 0, false, "qos0"))
 	for i := range 10 {
 		wait(t, pub.Publish(fmt.Sprintf("jobs/%d", i), byte(1+i%2), false, fmt.Sprint(i)))
 	}
-	wait(t, pub.Publish("jobs/q0", 0, false, "qos0")) // not kept for offline clients by default
 
 	rc := connectRawSession(t, addr, "durable", false, true)
 	for i := range 10 {
