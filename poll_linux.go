@@ -66,13 +66,15 @@ func (pl *poller) add(fd int, c *conn) error {
 }
 
 // remove stops watching fd. It must run before the descriptor is closed,
-// so that a new connection given the same number is never mistaken for c.
+// so that a new connection given the same number is never mistaken for c;
+// closing the descriptor takes it out of the epoll set, so no epoll_ctl
+// call is needed (an event already fetched for it finds no connection, or
+// at worst wakes a new one's reader for nothing).
 func (pl *poller) remove(fd int, c *conn) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if pl.conns[int32(fd)] == c {
 		delete(pl.conns, int32(fd))
-		syscall.EpollCtl(pl.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
 	}
 }
 

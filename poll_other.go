@@ -16,6 +16,10 @@ func (*poller) close() {}
 
 type idleWheel struct{}
 
+type readerPool struct{}
+
+func newReaderPool(<-chan struct{}) *readerPool { return nil }
+
 func newIdleWheel() *idleWheel { return nil }
 
 func (*idleWheel) close() {}

@@ -30,6 +30,7 @@ type Server struct {
 	sessCfg session.Config
 	poller  *poller // nil where connections are read by goroutines
 	idle    *idleWheel
+	readers *readerPool
 
 	// mu is the registry lock: clients, conns and listeners. Lock order:
 	// mu -> client.mu -> outbox.mu (LOCKING.md).
@@ -84,6 +85,7 @@ func New(opts Options) (*Server, error) {
 		conns:   make(map[*conn]struct{}),
 		done:    make(chan struct{}),
 	}
+	s.readers = newReaderPool(s.done)
 	return s, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,8 +29,12 @@ func conns(cfg config) (*result, error) {
 		return nil, err
 	}
 	var before int64
+	var cpuBefore time.Duration
 	if cfg.pid > 0 {
 		if before, err = settledRSS(cfg.pid, cfg.settle, deadline); err != nil {
+			return nil, err
+		}
+		if cpuBefore, err = processCPU(cfg.pid); err != nil {
 			return nil, err
 		}
 	}
@@ -45,6 +50,12 @@ func conns(cfg config) (*result, error) {
 	start := time.Now()
 	connected, firstErr := dialAll(cfg, clients, spread, deadline)
 	secs := time.Since(start).Seconds()
+	var cpuAfter time.Duration
+	if cfg.pid > 0 {
+		if cpuAfter, err = processCPU(cfg.pid); err != nil {
+			return nil, err
+		}
+	}
 	if firstErr != nil {
 		fmt.Fprintf(cfg.log, "conns: %d of %d failed, first: %v\n", int64(n)-connected, n, firstErr)
 	}
@@ -56,11 +67,15 @@ func conns(cfg config) (*result, error) {
 		if err != nil {
 			return nil, err
 		}
-		perConn := int64(0)
+		perConn, cpuPerConn := int64(0), 0.0
 		if connected > 0 {
 			perConn = (after - before) / connected
+			cpuPerConn = float64((cpuAfter - cpuBefore).Microseconds()) / float64(connected)
 		}
-		r.int("rss_before_kb", before>>10).int("rss_after_kb", after>>10).int("bytes_per_conn", perConn)
+		// The generator's one CPU can be the bottleneck of connects/s; the
+		// broker's CPU time per connection compares brokers regardless.
+		r.int("rss_before_kb", before>>10).int("rss_after_kb", after>>10).int("bytes_per_conn", perConn).
+			float("broker_cpu_us_per_conn", cpuPerConn)
 	}
 	return r.int("errors", int64(n)-connected), nil
 }
@@ -179,4 +194,31 @@ func readRSS(pid int) (int64, error) {
 		return 0, err
 	}
 	return 0, fmt.Errorf("pid %d: no VmRSS in /proc status", pid)
+}
+
+// processCPU returns the user plus system CPU time a process has used,
+// from /proc/PID/stat (fields 14 and 15, in clock ticks of 10 ms).
+func processCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; count fields after it.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("pid %d: unreadable /proc stat", pid)
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("pid %d: short /proc stat", pid)
+	}
+	var ticks int64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("pid %d stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
 }

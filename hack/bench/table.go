@@ -28,7 +28,7 @@ var tableMetrics = map[string][]metric{
 		{"p99_us", "p99 µs (lower is better)"},
 		{"p999_us", "p99.9 µs (lower is better)"},
 	},
-	"conns": {{"rate", "connects/s"}, {"bytes_per_conn", "RSS bytes/conn (lower is better)"}},
+	"conns": {{"rate", "connects/s"}, {"broker_cpu_us_per_conn", "broker CPU µs/conn (lower is better)"}, {"bytes_per_conn", "RSS bytes/conn (lower is better)"}},
 }
 
 // scenarioOrder is the order of the table's rows.
