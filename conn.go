@@ -207,17 +207,29 @@ func (c *conn) shutdown() {
 }
 
 // sendDisconnectAsync writes a 5.0 DISCONNECT from a goroutine that is not
-// the reader, with a short deadline so that a stuck client cannot delay
-// whoever is closing it.
+// the reader, before that goroutine closes the connection. When a writer
+// is already running the frame waits behind what it is writing, so this
+// waits for the outbox to drain; either way for at most a second, so that
+// a stuck client cannot delay whoever is closing it.
 func (c *conn) sendDisconnectAsync(code packets.ReasonCode) {
 	if c.version != packets.V5 {
 		return
 	}
-	if b, ok := c.out.begin(false); ok {
-		b, _ = (&packets.Disconnect{ReasonCode: code}).Append(b, c.version)
-		if c.out.end(b, true) {
-			c.nc.SetWriteDeadline(time.Now().Add(time.Second))
-			c.writeLoop()
+	b, ok := c.out.begin(false)
+	if !ok {
+		return
+	}
+	b, _ = (&packets.Disconnect{ReasonCode: code}).Append(b, c.version)
+	if c.out.end(b, true) {
+		c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+		c.writeLoop()
+		return
+	}
+	deadline := time.Now().Add(time.Second)
+	for c.out.pending() > 0 {
+		room := c.out.roomSignal()
+		if room == nil || !waitRoom(room, deadline) {
+			return
 		}
 	}
 }

@@ -101,6 +101,13 @@ func (o *outbox) pendingLocked() int {
 	return n
 }
 
+// pending reports the bytes not yet written.
+func (o *outbox) pending() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.pendingLocked()
+}
+
 // room reports whether the outbox is below its bound.
 func (o *outbox) room() bool {
 	o.mu.Lock()
