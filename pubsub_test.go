@@ -74,3 +74,44 @@ func TestPubSubGoroutineReader(t *testing.T) {
 	TestPubSubQoSDowngrade(t)
 	TestUnacknowledgedResentWithDupOnReconnect(t)
 }
+
+// TestSharedSubscription checks a share group gets each message once,
+// spread over its members, while a normal subscriber gets every one.
+func TestSharedSubscription(t *testing.T) {
+	_, addr := startServer(t, mqttd.Options{})
+	const members, messages = 3, 30
+	var group [members]collector
+	for i := range group {
+		c := pahoConnect(t, addr, fmt.Sprintf("worker-%d", i), nil)
+		wait(t, c.Subscribe("$share/workers/jobs/+", 1, group[i].handler))
+	}
+	var all collector
+	watcher := pahoConnect(t, addr, "watcher", nil)
+	wait(t, watcher.Subscribe("jobs/#", 1, all.handler))
+	pub := pahoConnect(t, addr, "pub", nil)
+	for i := range messages {
+		wait(t, pub.Publish(fmt.Sprintf("jobs/%d", i), 1, false, fmt.Sprint(i)))
+	}
+	waitFor(t, "every message at the watcher", func() bool { return all.len() == messages })
+	total := func() int {
+		n := 0
+		for i := range group {
+			n += group[i].len()
+		}
+		return n
+	}
+	waitFor(t, "every message in the group", func() bool { return total() == messages })
+	seen := map[string]bool{}
+	for i := range group {
+		if n := group[i].len(); n != messages/members {
+			t.Errorf("member %d got %d messages, want %d (round robin)", i, n, messages/members)
+		}
+		for j := range group[i].len() {
+			p := string(group[i].get(j).Payload())
+			if seen[p] {
+				t.Errorf("message %s delivered to the group twice", p)
+			}
+			seen[p] = true
+		}
+	}
+}
