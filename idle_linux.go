@@ -94,7 +94,9 @@ func (w *idleWheel) sweep(tick, now int64) {
 			w.slots[i] = append(w.slots[i], e)
 			w.mu.Unlock()
 		case now >= c.lastRead.Load()+c.idleLimit.Load():
-			c.idleTimeout()
+			// Its own goroutine: telling a 5.0 client may wait for its
+			// outbox to drain, which must not hold up the other entries.
+			go c.idleTimeout()
 		default:
 			w.watch(c)
 		}
