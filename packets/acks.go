@@ -9,36 +9,19 @@ func decodeAck(d *decoder, v Version, t Type, id *uint16, rc *ReasonCode, props 
 	if *id, err = decodePacketID(d, v, t); err != nil {
 		return err
 	}
-	if v != V5 || d.left() == 0 {
+	if v != V5 {
 		return noTrailing(d, t)
 	}
-	if *rc, err = decodeReason(d, v, t); err != nil {
-		return err
-	}
-	if d.left() == 0 {
-		return nil
-	}
-	if err := props.decode(d, t, false); err != nil {
-		return err
-	}
-	return noTrailing(d, t)
+	return decodeReasonProps(d, v, t, rc, props)
 }
 
-// ackRemaining uses the short forms 5.0 allows: no reason code when it is
-// Success and there are no properties, no property length when empty.
+// ackRemaining is the packet identifier plus, in 5.0, the shortest form of
+// reason code and properties (see reasonPropsRemaining).
 func ackRemaining(v Version, rc ReasonCode, props *Properties) int {
 	if v != V5 {
 		return 2
 	}
-	n := props.bodyLen()
-	switch {
-	case n > 0:
-		return 3 + VarIntSize(n) + n
-	case rc != Success:
-		return 3
-	default:
-		return 2
-	}
+	return 2 + reasonPropsRemaining(rc, props)
 }
 
 func appendAck(dst []byte, v Version, first byte, id uint16, rc ReasonCode, props *Properties) ([]byte, error) {
