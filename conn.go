@@ -212,7 +212,10 @@ func (c *conn) shutdown() {
 // waits for the outbox to drain; either way for at most a second, so that
 // a stuck client cannot delay whoever is closing it.
 func (c *conn) sendDisconnectAsync(code packets.ReasonCode) {
-	if c.version != packets.V5 {
+	// Only once CONNECT is accepted: before that the reader may still be
+	// setting the version, and a DISCONNECT must not precede the CONNACK
+	// [MQTT-3.14.0-1]. connected is stored after both.
+	if !c.connected.Load() || c.version != packets.V5 {
 		return
 	}
 	b, ok := c.out.begin(false)
@@ -221,13 +224,13 @@ func (c *conn) sendDisconnectAsync(code packets.ReasonCode) {
 	}
 	b, _ = (&packets.Disconnect{ReasonCode: code}).Append(b, c.version)
 	if c.out.end(b, true) {
-		c.nc.SetWriteDeadline(time.Now().Add(time.Second))
-		c.writeLoop()
+		c.writeWithin(time.Second)
 		return
 	}
 	deadline := time.Now().Add(time.Second)
 	for c.out.pending() > 0 {
-		room := c.out.roomSignal()
+		room, start := c.out.roomSignal()
+		c.wake(start)
 		if room == nil || !waitRoom(room, deadline) {
 			return
 		}

@@ -17,11 +17,15 @@ import (
 type client struct {
 	id string
 
-	// mu is the session lock: sess, conn and clean.
+	// mu is the session lock: sess, conn, clean and dropped.
 	mu    sync.Mutex
 	sess  *session.Session
 	conn  *conn // nil while offline
 	clean bool  // the session ends with the connection
+	// dropped is set when the session ended (clean close, or replaced by a
+	// clean start): a reader still handling a SUBSCRIBE for it must not
+	// put it back into the trie.
+	dropped bool
 }
 
 // connectPacket handles the first packet, which must be CONNECT
@@ -192,8 +196,12 @@ func (s *Server) attach(c *conn, cp *packets.Connect) {
 	cl.mu.Unlock()
 	s.mu.Unlock()
 	if oldConn != nil {
-		oldConn.sendDisconnectAsync(packets.SessionTakenOver)
-		oldConn.closeWith(errTakenOver)
+		// On its own goroutine: telling a 5.0 client may wait for its
+		// outbox to drain, and the new client's CONNACK must not wait.
+		go func() {
+			oldConn.sendDisconnectAsync(packets.SessionTakenOver)
+			oldConn.closeWith(errTakenOver)
+		}()
 	}
 	c.pump()
 }
@@ -248,6 +256,7 @@ func (s *Server) detach(c *conn) {
 // caller holds the registry lock.
 func (s *Server) dropSubscriptions(cl *client) {
 	cl.mu.Lock()
+	cl.dropped = true
 	var filters []string
 	cl.sess.Subscriptions(func(sub session.Subscription) { filters = append(filters, sub.Filter) })
 	cl.mu.Unlock()

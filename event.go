@@ -135,19 +135,25 @@ func (p *readerPool) run(c *conn) {
 }
 
 func (p *readerPool) loop(c *conn) {
-	for {
+	for c != nil {
 		c.readEvents()
-		if p.parked.Add(1) > maxParkedReaders {
-			p.parked.Add(-1)
-			return
-		}
-		select {
-		case c = <-p.ch:
-			p.parked.Add(-1)
-		case <-p.done:
-			p.parked.Add(-1)
-			return
-		}
+		c = p.next() // c is dead meanwhile: a parked reader pins no connection
+	}
+}
+
+// next parks the goroutine until another connection needs a reader; nil
+// means it is not needed: enough are parked, or the server is closing.
+func (p *readerPool) next() *conn {
+	if p.parked.Add(1) > maxParkedReaders {
+		p.parked.Add(-1)
+		return nil
+	}
+	defer p.parked.Add(-1)
+	select {
+	case c := <-p.ch:
+		return c
+	case <-p.done:
+		return nil
 	}
 }
 
@@ -171,7 +177,11 @@ func (c *conn) readEvents() {
 		n := rs.n
 		switch {
 		case err == nil && n > 0:
-			c.touch()
+			if c.connected.Load() {
+				// Before CONNECT the deadline counts from the accept, so
+				// a client trickling bytes cannot hold a connection open.
+				c.touch()
+			}
 			if err := c.consume(rs.buf[:n], &rs.pub); err != nil {
 				c.finishEvent(err)
 				return
@@ -253,6 +263,7 @@ func (c *conn) consume(b []byte, pub *packets.Publish) error {
 		case c.cl == nil:
 			err = c.connectPacket(p, err)
 			if err == nil {
+				c.touch()
 				c.srv.idle.watch(c) // from the connect timeout to the keepalive
 			}
 		case err == nil:
@@ -301,8 +312,8 @@ func (c *conn) finishEvent(reason error) {
 	if c.rstate.Swap(readerDone) == readerDone {
 		return
 	}
+	defer c.srv.untrack(c) // even if the cleanup panics, or Shutdown would wait
 	c.cleanup()
-	c.srv.untrack(c)
 }
 
 // closeSocket closes the connection. An event-served descriptor is

@@ -40,17 +40,23 @@ type outbox struct {
 }
 
 // roomSignal returns a channel closed when a completed write leaves room,
-// or nil when the client is stuck or closed and nobody should wait.
-func (o *outbox) roomSignal() <-chan struct{} {
+// or nil when the client is stuck or closed and nobody should wait. Frames
+// queued without a wake (a reader's own answers) may be what fills the
+// outbox; then nobody would write them while their reader waits, so the
+// caller is made the writer's starter: start says to call wake.
+func (o *outbox) roomSignal() (room <-chan struct{}, start bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed || o.stuck {
-		return nil
+		return nil, false
+	}
+	if !o.writing && o.deferred {
+		o.writing, o.deferred, start = true, false, true
 	}
 	if o.roomCh == nil {
 		o.roomCh = make(chan struct{})
 	}
-	return o.roomCh
+	return o.roomCh, start
 }
 
 // markStuck records that a stalled publisher gave up waiting.

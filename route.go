@@ -198,8 +198,9 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 			s.metrics.messagesSent.Inc()
 			return true
 		}
-		room := tc.out.roomSignal()
+		room, start := tc.out.roomSignal()
 		cl.mu.Unlock()
+		tc.wake(start)
 		if deadline.IsZero() {
 			deadline = time.Now().Add(maxStall)
 		}

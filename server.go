@@ -239,8 +239,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
+	// In parallel: each may wait up to a second for a 5.0 client's
+	// DISCONNECT to drain.
 	for _, c := range conns {
-		c.shutdown()
+		go c.shutdown()
 	}
 	finished := make(chan struct{})
 	go func() {

@@ -51,14 +51,23 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 		if c.version != packets.V5 {
 			opts.noLocal, opts.retainAsPub, opts.retainHandling = false, false, 0
 		}
+		// Under the session lock, so that a takeover dropping this
+		// session's subscriptions sees this one or stops it (LOCKING.md).
+		cl.mu.Lock()
+		if cl.dropped {
+			cl.mu.Unlock()
+			codes[i] = c.refusal(packets.UnspecifiedError)
+			continue
+		}
 		isNew, err := s.subs.Subscribe(sub.Filter, cl, opts)
+		if err == nil {
+			cl.sess.Subscribe(session.Subscription{Filter: sub.Filter, Options: sub.Options, ID: subID})
+		}
+		cl.mu.Unlock()
 		if err != nil {
 			codes[i] = c.refusal(packets.TopicFilterInvalid)
 			continue
 		}
-		cl.mu.Lock()
-		cl.sess.Subscribe(session.Subscription{Filter: sub.Filter, Options: sub.Options, ID: subID})
-		cl.mu.Unlock()
 		codes[i] = packets.ReasonCode(opts.qos)
 		// Shared subscriptions get no retained messages (§4.8.2); retain
 		// handling 1 sends them only for a new subscription, 2 never.

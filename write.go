@@ -48,8 +48,10 @@ func (c *conn) wake(start bool) {
 // writeLoop is the connection's writer while it holds the outbox's writing
 // role: it writes everything pending, one write per batch, then refills
 // the outbox from the session queue, until nothing is left.
-func (c *conn) writeLoop() {
-	timeout := c.srv.opts.Limits.WriteTimeout
+func (c *conn) writeLoop() { c.writeWithin(c.srv.opts.Limits.WriteTimeout) }
+
+// writeWithin is writeLoop with each write bounded by timeout.
+func (c *conn) writeWithin(timeout time.Duration) {
 	for {
 		f, ok := c.out.take()
 		if !ok {
@@ -78,9 +80,11 @@ type timeoutError struct{ msg string }
 
 func (e *timeoutError) Error() string { return e.msg }
 
-// pump moves queued messages into the outbox while it has room and the
-// session's window allows: after a write drained the outbox, and after an
-// acknowledgement freed the window.
+// pump moves queued messages into the outbox of the client's current
+// connection while it has room and the session's window allows: after a
+// write drained an outbox, and after an acknowledgement freed the window.
+// The acknowledgement may come late on a connection already taken over;
+// the window it freed is then filled on the new one.
 func (c *conn) pump() {
 	cl := c.cl
 	if cl == nil {
@@ -88,11 +92,12 @@ func (c *conn) pump() {
 	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if cl.conn != c || cl.sess.Queued() == 0 {
+	target := cl.conn
+	if target == nil || cl.sess.Queued() == 0 {
 		return
 	}
 	now := time.Now()
-	for c.out.room() {
+	for target.out.room() {
 		o, ok, expired := cl.sess.Next(now)
 		if expired > 0 {
 			c.srv.metrics.droppedExpired.Add(float64(expired))
@@ -100,7 +105,9 @@ func (c *conn) pump() {
 		if !ok {
 			return
 		}
-		c.writeOutboundLocked(o, false)
+		// Frames for this connection wait for its own flush; another
+		// connection's writer is woken.
+		target.writeOutboundLocked(o, target != c)
 	}
 }
 

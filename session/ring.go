@@ -86,6 +86,29 @@ func (r *ring) remove(i int) {
 	r.dead[j] = true
 	r.tombs++
 	r.trim()
+	if r.tombs > 16 && r.tombs > r.n/2 {
+		// One entry never acknowledged while later ones are would keep
+		// every tombstone behind it, and make each find scan them all.
+		r.compact()
+	}
+}
+
+// compact drops the tombstones, keeping the live entries in order.
+func (r *ring) compact() {
+	k := 0
+	for i := 0; i < r.n; i++ {
+		if j := r.slot(i); !r.dead[j] {
+			o := r.buf[j]
+			r.buf[j] = Outbound{}
+			r.buf[r.slot(k)], r.dead[r.slot(k)] = o, false
+			k++
+		}
+	}
+	for i := k; i < r.n; i++ {
+		j := r.slot(i)
+		r.buf[j], r.dead[j] = Outbound{}, false
+	}
+	r.n, r.tombs = k, 0
 }
 
 func (r *ring) each(fn func(*Outbound)) {
