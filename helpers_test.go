@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -235,4 +236,41 @@ func checkGoroutines(t *testing.T) {
 			}
 		}
 	})
+}
+
+// pipeListener hands the server in-memory connections (net.Pipe): writes
+// block until the other end reads, which makes a client that never reads
+// easy to build.
+type pipeListener struct {
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
+
+func (l *pipeListener) dial(t *testing.T) *rawConn {
+	t.Helper()
+	a, b := net.Pipe()
+	l.ch <- b
+	t.Cleanup(func() { a.Close() })
+	return &rawConn{t: t, nc: a, br: bufio.NewReader(a), v: packets.V311}
 }

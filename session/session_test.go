@@ -223,3 +223,22 @@ func TestRingGrowsAcrossWrap(t *testing.T) {
 		t.Fatalf("inflight %d, want 0", s.Inflight())
 	}
 }
+
+// One message never acknowledged while every later one is must not leave
+// a tombstone per message behind it.
+func TestUnackedHeadDoesNotGrowRing(t *testing.T) {
+	s := New("c", Config{MaxInflight: 10})
+	m := msg("t", 1)
+	if _, r := s.Deliver(Outbound{Msg: m, QoS: 1}, true, true, t0); r != Send {
+		t.Fatal("first message not sent")
+	}
+	for range 100000 {
+		o, _ := s.Deliver(Outbound{Msg: m, QoS: 1}, true, true, t0)
+		if !s.Puback(o.PacketID) {
+			t.Fatal("PUBACK refused")
+		}
+	}
+	if s.Inflight() != 1 || len(s.q.inflight.buf) > 64 {
+		t.Errorf("%d in flight, ring of %d slots; want 1 and a small ring", s.Inflight(), len(s.q.inflight.buf))
+	}
+}
