@@ -147,11 +147,10 @@ func (c *conn) refreshDeadline() {
 
 // readError turns a read failure into the reason the connection ends.
 func (c *conn) readError(err error) error {
-	var ne net.Error
 	switch {
 	case errors.Is(err, io.EOF):
 		return errClosedByPeer
-	case errors.As(err, &ne) && ne.Timeout():
+	case isTimeout(err):
 		if c.cl == nil {
 			return errConnectTimeout
 		}
@@ -266,4 +265,10 @@ func (c *conn) warnEvery(last *atomic.Int64, msg string) {
 		return
 	}
 	c.fields(c.srv.log.Warn()).Msg(msg)
+}
+
+// isTimeout reports a deadline that passed on a read, write or accept.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

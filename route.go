@@ -1,8 +1,6 @@
 package mqttd
 
 import (
-	"errors"
-	"net"
 	"sync"
 	"time"
 
@@ -237,9 +235,4 @@ func (s *Server) storeRetained(m *session.Message) {
 	if _, err := s.retain.Set(m.Topic, m); err != nil {
 		s.log.Warn().Err(err).Str("topic", m.Topic).Msg("retained message not stored")
 	}
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }

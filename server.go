@@ -172,8 +172,7 @@ func (s *Server) acceptLoop(ln *listener) {
 			if s.closing.Load() {
 				return
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+			if isTimeout(err) || isTemporary(err) {
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 				s.log.Warn().Err(err).Str("listener", ln.name).Dur("retry_in", delay).Msg("accept failed")
 				select {

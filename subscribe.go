@@ -116,15 +116,16 @@ func (c *conn) sendRetained(filter string, opts subOpts) {
 	if opts.id != 0 {
 		ids = []uint32{opts.id}
 	}
+	var enc encoded
+	clock := func() time.Time { return now }
 	for _, it := range items {
 		m := it.Value
 		if m.Expired(now) {
 			s.retain.Delete(it.Topic)
 			continue
 		}
-		var enc encoded
 		enc.reset(m)
-		s.deliver(c.cl, m, min(m.QoS, opts.qos), true, ids, &enc, func() time.Time { return now })
+		s.deliver(c.cl, m, min(m.QoS, opts.qos), true, ids, &enc, clock)
 	}
 }
 

@@ -1,6 +1,7 @@
 package mqttd
 
 import (
+	"errors"
 	"time"
 
 	"mqttd/packets"
@@ -69,16 +70,14 @@ func (c *conn) writeWithin(timeout time.Duration) {
 	}
 }
 
+var errSlowConsumer = errors.New("client did not read for the write timeout: slow consumer")
+
 func writeError(err error) error {
 	if isTimeout(err) {
-		return &timeoutError{"client did not read for the write timeout: slow consumer"}
+		return errSlowConsumer
 	}
 	return err
 }
-
-type timeoutError struct{ msg string }
-
-func (e *timeoutError) Error() string { return e.msg }
 
 // pump moves queued messages into the outbox of the client's current
 // connection while it has room and the session's window allows: after a
