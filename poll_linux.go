@@ -8,6 +8,8 @@ import (
 	"os"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // poller watches idle connections with one epoll instance so that a
@@ -30,16 +32,18 @@ type poller struct {
 	done  chan struct{}
 }
 
-const pollEvents = syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLHUP | syscall.EPOLLERR | -syscall.EPOLLET
+// EPOLLET is bit 31: package syscall declares it negative on some
+// architectures and positive on others, so it comes from x/sys/unix.
+const pollEvents uint32 = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOLLERR | unix.EPOLLET
 
 func newPoller() (*poller, error) {
-	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("epoll_create1: %w", err)
 	}
 	// Non-blocking, so that os.NewFile hands it to the network poller.
-	if err := syscall.SetNonblock(epfd, true); err != nil {
-		syscall.Close(epfd)
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
 		return nil, fmt.Errorf("epoll: %w", err)
 	}
 	pl := &poller{epfd: epfd, file: os.NewFile(uintptr(epfd), "epoll"), conns: make(map[int32]*conn), done: make(chan struct{})}
@@ -57,8 +61,8 @@ func (pl *poller) add(fd int, c *conn) error {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	pl.conns[int32(fd)] = c
-	ev := syscall.EpollEvent{Events: uint32(pollEvents), Fd: int32(fd)}
-	if err := syscall.EpollCtl(pl.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+	ev := unix.EpollEvent{Events: pollEvents, Fd: int32(fd)}
+	if err := unix.EpollCtl(pl.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		delete(pl.conns, int32(fd))
 		return fmt.Errorf("epoll_ctl add: %w", err)
 	}
@@ -82,13 +86,13 @@ func (pl *poller) remove(fd int, c *conn) {
 // when there are none, until the epoll descriptor is closed.
 func (pl *poller) run(raw syscall.RawConn) {
 	defer close(pl.done)
-	events := make([]syscall.EpollEvent, 256)
+	events := make([]unix.EpollEvent, 256)
 	ready := make([]*conn, 0, len(events))
 	var n int
 	wait := func(fd uintptr) bool {
 		var err error
-		n, err = syscall.EpollWait(int(fd), events, 0)
-		return n > 0 || (err != nil && !errors.Is(err, syscall.EINTR))
+		n, err = unix.EpollWait(int(fd), events, 0)
+		return n > 0 || (err != nil && !errors.Is(err, unix.EINTR))
 	}
 	for {
 		if err := raw.Read(wait); err != nil {
@@ -98,7 +102,7 @@ func (pl *poller) run(raw syscall.RawConn) {
 		pl.mu.Lock()
 		for _, ev := range events[:max(n, 0)] {
 			if c := pl.conns[ev.Fd]; c != nil {
-				if ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+				if ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 					c.hup.Store(true) // the reader must read to the end
 				}
 				ready = append(ready, c)
