@@ -1,10 +1,8 @@
 package mqttd
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"runtime/debug"
 	"sync"
@@ -16,10 +14,6 @@ import (
 	"mqttd/packets"
 	"mqttd/session"
 )
-
-// blockingReadBufSize is small on purpose: a connection served by its own
-// reader goroutine owns this buffer, idle or not.
-const blockingReadBufSize = 512
 
 // conn is one network connection. One reader at a time handles its input:
 // for a plain socket, a goroutine the poller starts when bytes arrive and
@@ -76,97 +70,12 @@ func (c *conn) fields(e *zerolog.Event) *zerolog.Event {
 // errClosedByPeer marks a connection the client ended; it is logged quietly.
 var errClosedByPeer = errors.New("connection closed by client")
 
-// serve is the reader goroutine of a connection that is not served by
-// the poller.
-func (c *conn) serve() {
-	defer c.srv.untrack(c)
-	defer c.cleanup()
-	defer func() {
-		if r := recover(); r != nil {
-			c.closeWith(c.panicked(r))
-		}
-	}()
-	c.bl = &blockingState{br: bufio.NewReaderSize(c.nc, blockingReadBufSize)}
-	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.Limits.ConnectTimeout))
-	p, err := packets.ReadPacket(c.bl.br, 0, c.srv.opts.Limits.MaxPacketSize)
-	if err := c.connectPacket(p, err); err != nil {
-		c.closeWith(err)
-		return
-	}
-	for {
-		if err := c.readOne(); err != nil {
-			c.closeWith(err)
-			return
-		}
-	}
-}
-
-// blockingState is what serve's reader keeps per connection.
-type blockingState struct {
-	br          *bufio.Reader
-	deadlineSet time.Time // when the read deadline was last moved
-}
-
 // panicked records a handler panic, a bug, and returns the reason to close.
 func (c *conn) panicked(r any) error {
 	c.srv.metrics.panics.Inc()
 	c.fields(c.srv.log.Error()).Interface("panic", r).Bytes("stack", debug.Stack()).Msg("connection handler panicked; closing it")
 	return fmt.Errorf("internal error: %v", r)
 }
-
-// readOne reads and handles one packet. Before a read that may block, the
-// acknowledgements queued so far are flushed and the keepalive deadline
-// refreshed, so a burst of input costs one write.
-func (c *conn) readOne() error {
-	if c.bl.br.Buffered() == 0 {
-		c.flushDeferred()
-	}
-	c.refreshDeadline()
-	p, err := packets.ReadPacket(c.bl.br, c.version, c.srv.opts.Limits.MaxPacketSize)
-	if err != nil {
-		return c.readError(err)
-	}
-	return c.handle(p)
-}
-
-// refreshDeadline allows 1.5 x keepalive from the last packet
-// [MQTT-3.1.2-24], plus a slack of at most a second so that the timer is
-// reset at most once per slack rather than on every packet.
-func (c *conn) refreshDeadline() {
-	if c.keepAlive == 0 {
-		return
-	}
-	now := time.Now()
-	slack := min(c.keepAlive/2, time.Second)
-	if now.Sub(c.bl.deadlineSet) < slack {
-		return
-	}
-	c.bl.deadlineSet = now
-	c.nc.SetReadDeadline(now.Add(c.keepAlive*3/2 + slack))
-}
-
-// readError turns a read failure into the reason the connection ends.
-func (c *conn) readError(err error) error {
-	switch {
-	case errors.Is(err, io.EOF):
-		return errClosedByPeer
-	case isTimeout(err):
-		if c.cl == nil {
-			return errConnectTimeout
-		}
-		return errKeepAlive
-	}
-	var pe *packets.Error
-	if errors.As(err, &pe) {
-		c.srv.metrics.malformed.Inc()
-		c.sendDisconnect(pe.Code)
-	}
-	return err
-}
-
-var errConnectTimeout = errors.New("no CONNECT within the connect timeout")
-
-var errKeepAlive = &packets.Error{Code: packets.KeepAliveTimeout, Msg: "no packet within 1.5 x keepalive", Ref: "MQTT-3.1.2-24"}
 
 // sendDisconnect tells a 5.0 client why the server ends the connection;
 // 3.1/3.1.1 have no server DISCONNECT, so there the close alone says it.

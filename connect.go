@@ -55,11 +55,7 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 	c.noExpiry = cp.Properties.SessionExpiry == 0
 	s.attach(c, cp)
 	c.connected.Store(true)
-	if c.ev != nil {
-		c.setIdleLimit(c.keepAlive * 3 / 2) // [MQTT-3.1.2-24]; 0 means none
-	} else {
-		c.nc.SetReadDeadline(time.Time{})
-	}
+	c.startKeepAlive()
 	s.metrics.connects.Inc()
 	c.fields(c.srv.log.Debug()).Uint8("version", byte(c.version)).Bool("clean", cp.CleanStart).Uint16("keepalive", cp.KeepAlive).Msg("client connected")
 	return nil

@@ -28,4 +28,4 @@ func (c *conn) startEvent(*poller) bool { return false }
 
 func (c *conn) closeSocket() { c.nc.Close() }
 
-func (c *conn) setIdleLimit(time.Duration) {}
+func (c *conn) watchIdle(time.Duration) {}

@@ -78,7 +78,19 @@ func noEOF(err error) error {
 	return err
 }
 
-// ReadPacket reads and decodes one whole frame for protocol version v.
+// ReadPacket reads and decodes one whole frame for protocol version v: it
+// is ReadFrame followed by Decode. For CONNECT, see Decode: a partial
+// *Connect may come back together with the error.
+func ReadPacket(r *bufio.Reader, v Version, maxSize int) (Packet, error) {
+	fh, body, err := ReadFrame(r, v, maxSize)
+	if err != nil {
+		return nil, err
+	}
+	return Decode(fh, body, v)
+}
+
+// ReadFrame reads one whole frame for protocol version v without decoding
+// its body.
 //
 // When v is 0 the version is not known yet: only CONNECT is accepted and
 // any other first byte gives a Protocol Error at once, before the
@@ -89,32 +101,30 @@ func noEOF(err error) error {
 // header before any allocation, and a larger frame gives PacketTooLarge
 // without reading its body. maxSize 0 means only the protocol limit.
 //
-// The body is read into a fresh slice that the returned packet owns; its
-// string and []byte fields may alias it but never r's buffer. I/O errors
-// come back unwrapped (io.EOF only when no byte of the frame was read);
-// codec errors are *Error. For CONNECT, see Decode: a partial *Connect
-// may come back together with the error.
-func ReadPacket(r *bufio.Reader, v Version, maxSize int) (Packet, error) {
+// The body is read into a fresh slice that the caller owns, never r's
+// buffer. I/O errors come back unwrapped (io.EOF only when no byte of the
+// frame was read); codec errors are *Error.
+func ReadFrame(r *bufio.Reader, v Version, maxSize int) (FixedHeader, []byte, error) {
 	b, err := r.ReadByte()
 	if err != nil {
-		return nil, err
+		return FixedHeader{}, nil, err
 	}
 	t := Type(b >> 4)
 	if err := checkFirst(t, v); err != nil {
-		return nil, err
+		return FixedHeader{}, nil, err
 	}
 	n, err := readRemaining(r)
 	if err != nil {
-		return nil, err
+		return FixedHeader{}, nil, err
 	}
 	if err := checkSize(t, n, maxSize); err != nil {
-		return nil, err
+		return FixedHeader{}, nil, err
 	}
 	body, err := readBody(r, n)
 	if err != nil {
-		return nil, err
+		return FixedHeader{}, nil, err
 	}
-	return Decode(FixedHeader{Type: t, Flags: b & 0x0F, Remaining: n}, body, v)
+	return FixedHeader{Type: t, Flags: b & 0x0F, Remaining: n}, body, nil
 }
 
 // readBody reads n bytes into a new slice, allocating in step with what

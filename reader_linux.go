@@ -245,33 +245,7 @@ func (c *conn) consume(b []byte, pub *packets.Publish) error {
 		// A copy that is not zeroed first, unlike make then copy.
 		body := bytes.Clone(b[n : n+fh.Remaining])
 		b = b[n+fh.Remaining:]
-		if fh.Type == packets.TypePublish && c.cl != nil {
-			err := packets.DecodePublish(fh, body, c.version, pub)
-			if err == nil {
-				err = c.handlePublish(pub)
-			} else {
-				err = c.readError(err)
-			}
-			*pub = packets.Publish{} // drop references to the body
-			if err != nil {
-				return err
-			}
-			continue
-		}
-		p, err := packets.Decode(fh, body, c.version)
-		switch {
-		case c.cl == nil:
-			err = c.connectPacket(p, err)
-			if err == nil {
-				c.touch()
-				c.srv.idle.watch(c) // from the connect timeout to the keepalive
-			}
-		case err == nil:
-			err = c.handle(p)
-		default:
-			err = c.readError(err)
-		}
-		if err != nil {
+		if err := c.dispatch(fh, body, pub); err != nil {
 			return err
 		}
 	}
@@ -294,6 +268,14 @@ func appendDoubling(dst, src []byte) []byte {
 func (c *conn) touch() { c.lastRead.Store(time.Now().UnixNano()) }
 
 func (c *conn) setIdleLimit(d time.Duration) { c.idleLimit.Store(int64(d)) }
+
+// watchIdle files the connection with the idle wheel for a new limit,
+// counted from now.
+func (c *conn) watchIdle(limit time.Duration) {
+	c.setIdleLimit(limit)
+	c.touch()
+	c.srv.idle.watch(c)
+}
 
 // idleTimeout closes a connection that sent nothing for its idle limit.
 func (c *conn) idleTimeout() {

@@ -1,0 +1,137 @@
+package mqttd
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"time"
+
+	"mqttd/packets"
+)
+
+// Both readers, the poller's (reader_linux.go) and the goroutine of a
+// connection that exposes no descriptor (serve, below), cut the input into
+// whole frames and hand each to dispatch, so every handler runs the same
+// way on every transport.
+
+// dispatch decodes and handles one whole frame. The body is the frame's
+// own copy, which the decoded packet keeps. PUBLISH, the packet that
+// matters for speed, is decoded into pub, the reader's reused struct.
+func (c *conn) dispatch(fh packets.FixedHeader, body []byte, pub *packets.Publish) error {
+	if c.cl == nil {
+		p, err := packets.Decode(fh, body, c.version)
+		return c.connectPacket(p, err)
+	}
+	if fh.Type == packets.TypePublish {
+		err := packets.DecodePublish(fh, body, c.version, pub)
+		if err == nil {
+			err = c.handlePublish(pub)
+		} else {
+			err = c.readError(err)
+		}
+		*pub = packets.Publish{} // drop references to the body
+		return err
+	}
+	p, err := packets.Decode(fh, body, c.version)
+	if err != nil {
+		return c.readError(err)
+	}
+	return c.handle(p)
+}
+
+// readError turns a read or decode failure into the reason the connection
+// ends; a codec error is told to a 5.0 client first.
+func (c *conn) readError(err error) error {
+	switch {
+	case errors.Is(err, io.EOF):
+		return errClosedByPeer
+	case isTimeout(err):
+		if c.cl == nil {
+			return errConnectTimeout
+		}
+		return errKeepAlive
+	}
+	var pe *packets.Error
+	if errors.As(err, &pe) {
+		c.srv.metrics.malformed.Inc()
+		c.sendDisconnect(pe.Code)
+	}
+	return err
+}
+
+var errConnectTimeout = errors.New("no CONNECT within the connect timeout")
+
+var errKeepAlive = &packets.Error{Code: packets.KeepAliveTimeout, Msg: "no packet within 1.5 x keepalive", Ref: "MQTT-3.1.2-24"}
+
+// blockingReadBufSize is small on purpose: a connection served by its own
+// reader goroutine owns this buffer, idle or not.
+const blockingReadBufSize = 512
+
+// blockingState is what serve's reader keeps per connection.
+type blockingState struct {
+	br          *bufio.Reader
+	pub         packets.Publish
+	deadlineSet time.Time // when the read deadline was last moved
+}
+
+// serve is the reader goroutine of a connection that is not served by
+// the poller.
+func (c *conn) serve() {
+	defer c.srv.untrack(c)
+	defer c.cleanup()
+	defer func() {
+		if r := recover(); r != nil {
+			c.closeWith(c.panicked(r))
+		}
+	}()
+	c.bl = &blockingState{br: bufio.NewReaderSize(c.nc, blockingReadBufSize)}
+	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.Limits.ConnectTimeout))
+	for {
+		if err := c.readOne(); err != nil {
+			c.closeWith(err)
+			return
+		}
+	}
+}
+
+// readOne reads and handles one frame. Before a read that may block, the
+// answers queued so far are flushed and the keepalive deadline refreshed,
+// so a burst of input costs one write.
+func (c *conn) readOne() error {
+	if c.bl.br.Buffered() == 0 {
+		c.flushDeferred()
+	}
+	c.refreshDeadline()
+	fh, body, err := packets.ReadFrame(c.bl.br, c.version, c.srv.opts.Limits.MaxPacketSize)
+	if err != nil {
+		return c.readError(err)
+	}
+	return c.dispatch(fh, body, &c.bl.pub)
+}
+
+// refreshDeadline allows 1.5 x keepalive from the last packet
+// [MQTT-3.1.2-24], plus a slack of at most a second so that the timer is
+// reset at most once per slack rather than on every packet. Before CONNECT
+// the connect timeout set by serve stands.
+func (c *conn) refreshDeadline() {
+	if c.keepAlive == 0 {
+		return
+	}
+	now := time.Now()
+	slack := min(c.keepAlive/2, time.Second)
+	if now.Sub(c.bl.deadlineSet) < slack {
+		return
+	}
+	c.bl.deadlineSet = now
+	c.nc.SetReadDeadline(now.Add(c.keepAlive*3/2 + slack))
+}
+
+// startKeepAlive moves the connection from the connect timeout to its
+// keepalive once CONNECT is accepted; 0 means none.
+func (c *conn) startKeepAlive() {
+	if c.ev != nil {
+		c.watchIdle(c.keepAlive * 3 / 2) // [MQTT-3.1.2-24]
+		return
+	}
+	c.nc.SetReadDeadline(time.Time{})
+}
