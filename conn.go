@@ -126,19 +126,16 @@ func (c *conn) sendDisconnectAsync(code packets.ReasonCode) {
 	if !c.connected.Load() || c.version != packets.V5 {
 		return
 	}
-	b, ok := c.out.begin(false)
-	if !ok {
+	disconnect := &packets.Disconnect{ReasonCode: code}
+	if !c.enqueue(inline, func(b []byte) []byte {
+		b, _ = disconnect.Append(b, c.version)
+		return b
+	}) {
 		return
 	}
-	b, _ = (&packets.Disconnect{ReasonCode: code}).Append(b, c.version)
-	if c.out.end(b, true) {
-		c.writeWithin(time.Second)
-		return
-	}
-	deadline := time.Now().Add(time.Second)
+	deadline := time.Now().Add(inlineWriteTimeout)
 	for c.out.pending() > 0 {
-		room, start := c.out.roomSignal()
-		c.wake(start)
+		room := c.roomSignal()
 		if room == nil || !waitRoom(room, deadline) {
 			return
 		}

@@ -3,7 +3,6 @@ package mqttd
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"mqttd/packets"
 	"mqttd/session"
@@ -110,36 +109,6 @@ func (c *conn) publishQoS2(p *packets.Publish, allowed bool) error {
 	}
 	c.send(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: deniedCode(c.version, allowed)})
 	return nil
-}
-
-// message turns a received PUBLISH into a routed message. It keeps the
-// packet's topic and payload, which alias the packet's own frame.
-func (c *conn) message(p *packets.Publish) *session.Message {
-	return newMessage(p.Topic, p.Payload, p.QoS, p.Retain, &p.Properties, c.info.ClientID)
-}
-
-// messageWithProperties allocates a message and its properties together.
-type messageWithProperties struct {
-	m session.Message
-	p packets.Properties
-}
-
-// newMessage builds a routed message; props are copied only when any is
-// present, in the same allocation.
-func newMessage(topic string, payload []byte, qos byte, retain bool, props *packets.Properties, origin string) *session.Message {
-	var m *session.Message
-	if props.Present == 0 {
-		m = &session.Message{}
-	} else {
-		mp := &messageWithProperties{p: *props}
-		m = &mp.m
-		m.Properties = &mp.p
-		if props.Has(packets.PropMessageExpiry) {
-			m.Expiry = time.Now().Add(time.Duration(props.MessageExpiry) * time.Second)
-		}
-	}
-	m.Topic, m.Payload, m.QoS, m.Retain, m.Origin = topic, payload, qos, retain, origin
-	return m
 }
 
 func (c *conn) handlePubrec(p *packets.Pubrec) {

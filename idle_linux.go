@@ -96,7 +96,11 @@ func (w *idleWheel) sweep(tick, now int64) {
 		case now >= c.lastRead.Load()+c.idleLimit.Load():
 			// Its own goroutine: telling a 5.0 client may wait for its
 			// outbox to drain, which must not hold up the other entries.
-			go c.idleTimeout()
+			c.srv.writers.Add(1)
+			go func() {
+				defer c.srv.writers.Done()
+				c.idleTimeout()
+			}()
 		default:
 			w.watch(c)
 		}

@@ -1,6 +1,18 @@
 package mqttd
 
-import "sync"
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"mqttd/packets"
+)
+
+// The outbox and its writer: every frame for a connection is appended to
+// its outbox with one call, enqueue, and exactly one goroutine at a time
+// (whoever holds the outbox's writing role) takes the frames out and
+// writes them, so no I/O happens under a lock and a publisher never waits
+// for a subscriber's socket.
 
 // frameBuf is a pooled buffer of encoded frames. Idle connections hold
 // none: buffers are taken when there is something to write and returned
@@ -20,9 +32,6 @@ func putFrameBuf(f *frameBuf) {
 }
 
 // outbox holds encoded frames waiting for a connection's single writer.
-// Anyone may append; exactly one goroutine at a time (the one that set
-// writing) takes the frames out and writes them, so no I/O happens under
-// the lock and a publisher never waits for a subscriber's socket.
 type outbox struct {
 	mu    sync.Mutex
 	buf   *frameBuf // frames not yet taken by the writer
@@ -39,24 +48,186 @@ type outbox struct {
 	stuck    bool
 }
 
+// enqueueMode says how enqueue treats the frames it adds.
+type enqueueMode uint8
+
+const (
+	// deferred frames are the reader's answers to its own client: they
+	// wait for the reader's flush once its buffered input is handled, so
+	// a burst of 100 PUBLISHes costs one write of 100 PUBACKs. They are
+	// not bounded by the outbox limit: dropping an answer would break the
+	// protocol.
+	deferred enqueueMode = iota
+	// woken frames come from another goroutine (a delivery): a writer
+	// goroutine is started when none runs.
+	woken
+	// bounded is woken, but refused when the outbox already holds its
+	// maximum (QoS 0 deliveries, which may then be dropped).
+	bounded
+	// inline frames are written by the caller itself when no writer runs,
+	// each write bounded by inlineWriteTimeout: for the DISCONNECT a
+	// closing goroutine sends before it closes the socket.
+	inline
+)
+
+// inlineWriteTimeout bounds how long a goroutine closing a connection
+// waits for its last frames to be written, so that a stuck client cannot
+// delay whoever is closing it.
+const inlineWriteTimeout = time.Second
+
+// enqueue appends frames to the outbox: add gets the outbox's buffer and
+// returns it with the frames appended. It reports false, without calling
+// add, when the connection is closed or a bounded outbox is full.
+func (c *conn) enqueue(mode enqueueMode, add func(b []byte) []byte) bool {
+	o := &c.out
+	o.mu.Lock()
+	if o.closed || (mode == bounded && o.pendingLocked() >= int(o.max)) {
+		o.mu.Unlock()
+		return false
+	}
+	if o.buf == nil {
+		o.buf = framePool.Get().(*frameBuf)
+	}
+	o.buf.b = add(o.buf.b)
+	start := false
+	if !o.writing {
+		if mode == deferred {
+			o.deferred = true
+		} else {
+			c.claimWriterLocked(mode != inline)
+			start = true
+		}
+	}
+	o.mu.Unlock()
+	if start && mode == inline {
+		c.writeWithin(inlineWriteTimeout)
+	} else if start {
+		go c.runWriter()
+	}
+	return true
+}
+
+// claimWriterLocked gives the caller the writing role. A writer goroutine
+// about to be started is counted here, under the outbox lock, so Shutdown
+// (which waits for the connection to close the outbox first) never misses
+// one.
+func (c *conn) claimWriterLocked(goroutine bool) {
+	c.out.writing, c.out.deferred = true, false
+	if goroutine {
+		c.srv.writers.Add(1)
+	}
+}
+
+// send queues a packet the reader answers with (CONNACK, PUBACK, SUBACK,
+// ...), to be written at the reader's next flush.
+func (c *conn) send(p packets.Packet) {
+	c.enqueue(deferred, func(b []byte) []byte {
+		b, err := p.Append(b, c.version)
+		if err != nil {
+			c.fields(c.srv.log.Error()).Err(err).Stringer("type", p.Type()).Msg("cannot encode packet")
+		}
+		return b
+	})
+}
+
+// sendNow queues p and writes everything queued from the reader goroutine
+// itself; used right before the reader closes the connection.
+func (c *conn) sendNow(p packets.Packet) {
+	c.send(p)
+	c.flushDeferred()
+}
+
+// flushDeferred writes the frames the reader queued without a wake, on
+// the reader's own goroutine, unless a writer is already running.
+func (c *conn) flushDeferred() {
+	o := &c.out
+	o.mu.Lock()
+	claimed := !o.writing && o.deferred && !o.closed
+	if claimed {
+		c.claimWriterLocked(false)
+	}
+	o.mu.Unlock()
+	if claimed {
+		c.writeLoop()
+	}
+}
+
 // roomSignal returns a channel closed when a completed write leaves room,
 // or nil when the client is stuck or closed and nobody should wait. Frames
 // queued without a wake (a reader's own answers) may be what fills the
-// outbox; then nobody would write them while their reader waits, so the
-// caller is made the writer's starter: start says to call wake.
-func (o *outbox) roomSignal() (room <-chan struct{}, start bool) {
+// outbox; then nobody would write them while their reader waits, so a
+// writer is started for them.
+func (c *conn) roomSignal() <-chan struct{} {
+	o := &c.out
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	if o.closed || o.stuck {
-		return nil, false
+		o.mu.Unlock()
+		return nil
 	}
-	if !o.writing && o.deferred {
-		o.writing, o.deferred, start = true, false, true
+	start := !o.writing && o.deferred
+	if start {
+		c.claimWriterLocked(true)
 	}
 	if o.roomCh == nil {
 		o.roomCh = make(chan struct{})
 	}
-	return o.roomCh, start
+	room := o.roomCh
+	o.mu.Unlock()
+	if start {
+		go c.runWriter()
+	}
+	return room
+}
+
+// waitRoom waits for room to close, until deadline at the latest.
+func waitRoom(room <-chan struct{}, deadline time.Time) bool {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-room:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// runWriter is a writer goroutine started by enqueue or roomSignal.
+func (c *conn) runWriter() {
+	defer c.srv.writers.Done()
+	c.writeLoop()
+}
+
+// writeLoop is the connection's writer while it holds the outbox's writing
+// role: it writes everything pending, one write per batch, then refills
+// the outbox from the session queue, until nothing is left.
+func (c *conn) writeLoop() { c.writeWithin(c.srv.opts.Limits.WriteTimeout) }
+
+// writeWithin is writeLoop with each write bounded by timeout.
+func (c *conn) writeWithin(timeout time.Duration) {
+	for {
+		f, ok := c.out.take()
+		if !ok {
+			return
+		}
+		c.nc.SetWriteDeadline(time.Now().Add(timeout))
+		n, err := c.nc.Write(f.b)
+		c.out.written(f)
+		c.srv.metrics.bytesSent.Add(float64(n))
+		if err != nil {
+			c.closeWith(writeError(err))
+			continue
+		}
+		c.pump()
+	}
+}
+
+var errSlowConsumer = errors.New("client did not read for the write timeout: slow consumer")
+
+func writeError(err error) error {
+	if isTimeout(err) {
+		return errSlowConsumer
+	}
+	return err
 }
 
 // markStuck records that a stalled publisher gave up waiting.
@@ -64,39 +235,6 @@ func (o *outbox) markStuck() {
 	o.mu.Lock()
 	o.stuck = true
 	o.mu.Unlock()
-}
-
-// beginLocked locks the outbox and returns the buffer to append frames to.
-// ok is false (and the lock released) when the connection is closed or,
-// with bounded, when the outbox already holds its maximum.
-func (o *outbox) begin(bounded bool) (b []byte, ok bool) {
-	o.mu.Lock()
-	if o.closed || (bounded && o.pendingLocked() >= int(o.max)) {
-		o.mu.Unlock()
-		return nil, false
-	}
-	if o.buf == nil {
-		o.buf = framePool.Get().(*frameBuf)
-	}
-	return o.buf.b, true
-}
-
-// end stores b, the buffer from begin with frames appended, and unlocks.
-// It reports whether the caller must start a writer: wake asks for one now;
-// otherwise the frames wait for the next flush (the reader batches its own
-// acknowledgements that way until it has no more input buffered).
-func (o *outbox) end(b []byte, wake bool) (startWriter bool) {
-	o.buf.b = b
-	if !o.writing {
-		if wake {
-			o.writing, o.deferred = true, false
-			startWriter = true
-		} else {
-			o.deferred = true
-		}
-	}
-	o.mu.Unlock()
-	return startWriter
 }
 
 func (o *outbox) pendingLocked() int {
@@ -119,18 +257,6 @@ func (o *outbox) room() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return !o.closed && o.pendingLocked() < int(o.max)
-}
-
-// claimDeferred reports whether the caller is now the writer for frames
-// added without a wake.
-func (o *outbox) claimDeferred() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.writing || !o.deferred || o.closed {
-		return false
-	}
-	o.writing, o.deferred = true, false
-	return true
 }
 
 // take hands the writer everything pending. When nothing is, the writer
@@ -169,7 +295,7 @@ func (o *outbox) written(f *frameBuf) {
 	o.mu.Unlock()
 }
 
-// close makes every later begin fail; pending frames are discarded.
+// close makes every later enqueue fail; pending frames are discarded.
 func (o *outbox) close() {
 	o.mu.Lock()
 	o.closed = true

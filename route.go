@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"mqttd/packets"
 	"mqttd/session"
 	"mqttd/topictrie"
 )
@@ -16,61 +15,6 @@ type subOpts struct {
 	retainAsPub    bool
 	retainHandling byte
 	id             uint32
-}
-
-// encoded caches the QoS 0 wire forms of the message being routed, so a
-// fan-out encodes each form once and copies bytes to every subscriber.
-// 3.1 and 3.1.1 share a form; 5.0 carries properties.
-type encoded struct {
-	msg   *session.Message
-	forms [2][2][]byte // [v5][retain]
-	valid [2][2]bool
-}
-
-func (e *encoded) reset(m *session.Message) {
-	e.msg = m
-	e.valid = [2][2]bool{}
-}
-
-func (e *encoded) frame(v packets.Version, retain bool) []byte {
-	vi, ri := 0, 0
-	if v == packets.V5 {
-		vi = 1
-	}
-	if retain {
-		ri = 1
-	}
-	if !e.valid[vi][ri] {
-		p := packets.Publish{Retain: retain, Topic: e.msg.Topic, Payload: e.msg.Payload}
-		if vi == 1 {
-			p.Properties = forwardProperties(e.msg, nil, time.Now())
-		}
-		e.forms[vi][ri], _ = p.Append(e.forms[vi][ri][:0], v)
-		e.valid[vi][ri] = true
-	}
-	return e.forms[vi][ri]
-}
-
-// forwardProperties are the 5.0 properties a subscriber receives: the
-// publisher's, with the remaining expiry [MQTT-3.3.2-6], no topic alias
-// (aliases are per connection) and the matching subscription identifiers.
-func forwardProperties(m *session.Message, subIDs []uint32, now time.Time) packets.Properties {
-	var p packets.Properties
-	if m.Properties != nil {
-		p = *m.Properties
-	}
-	p.Present &^= 1<<packets.PropTopicAlias | 1<<packets.PropSubscriptionID
-	p.TopicAlias = 0
-	p.SubscriptionIDs = nil
-	if !m.Expiry.IsZero() {
-		left := m.Expiry.Sub(now)
-		p.MessageExpiry = uint32(max(left.Round(time.Second)/time.Second, 1))
-	}
-	if len(subIDs) > 0 {
-		p.SubscriptionIDs = subIDs
-		p.Set(packets.PropSubscriptionID)
-	}
-	return p
 }
 
 // router is the scratch one publish needs. It is pooled rather than kept
@@ -190,15 +134,13 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 			cl.mu.Unlock()
 			return false
 		}
-		if b, ok := tc.out.begin(true); ok {
-			tc.wake(tc.out.end(append(b, enc.frame(tc.version, retain)...), true))
+		if tc.enqueue(bounded, func(b []byte) []byte { return append(b, enc.frame(tc.version, retain)...) }) {
 			cl.mu.Unlock()
 			s.metrics.messagesSent.Inc()
 			return true
 		}
-		room, start := tc.out.roomSignal()
+		room := tc.roomSignal()
 		cl.mu.Unlock()
-		tc.wake(start)
 		if deadline.IsZero() {
 			deadline = time.Now().Add(maxStall)
 		}
@@ -210,18 +152,6 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 			tc.warnEvery(&tc.dropWarned, "QoS 0 deliveries dropped: outbox full, the client reads too slowly")
 			return true
 		}
-	}
-}
-
-// waitRoom waits for room to close, until deadline at the latest.
-func waitRoom(room <-chan struct{}, deadline time.Time) bool {
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	select {
-	case <-room:
-		return true
-	case <-t.C:
-		return false
 	}
 }
 

@@ -42,8 +42,12 @@ type Server struct {
 	done      chan struct{}
 
 	closing atomic.Bool
-	connWG  sync.WaitGroup
-	acceptW sync.WaitGroup
+	connWG  sync.WaitGroup // connections, until their reader finished
+	acceptW sync.WaitGroup // accept loops
+	// writers counts goroutines that write to connections other than
+	// their readers: writer goroutines, and those that close a connection
+	// after telling a 5.0 client why (takeover, idle timeout, shutdown).
+	writers sync.WaitGroup
 }
 
 type listener struct {
@@ -241,16 +245,23 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// In parallel: each may wait up to a second for a 5.0 client's
 	// DISCONNECT to drain.
 	for _, c := range conns {
-		go c.shutdown()
+		s.writers.Add(1)
+		go func() {
+			defer s.writers.Done()
+			c.shutdown()
+		}()
 	}
 	finished := make(chan struct{})
 	go func() {
 		s.acceptW.Wait()
 		s.connWG.Wait()
+		// Every connection has closed its outbox, so no writer starts
+		// any more; the idle wheel starts none once it has stopped.
+		s.idle.close()
+		s.poller.close()
+		s.writers.Wait()
 		close(finished)
 	}()
-	defer s.idle.close()
-	defer s.poller.close()
 	select {
 	case <-finished:
 		return nil

@@ -1,0 +1,144 @@
+package mqttd
+
+import (
+	"time"
+
+	"mqttd/packets"
+	"mqttd/session"
+)
+
+// Messages are built here, from a PUBLISH or a will, and encoded here for
+// each subscriber.
+
+// willMessage is the will of a CONNECT, published as client id.
+func willMessage(cp *packets.Connect, id string) *session.Message {
+	if !cp.WillFlag {
+		return nil
+	}
+	return newMessage(cp.WillTopic, cp.WillPayload, cp.WillQoS, cp.WillRetain, &cp.WillProperties, id)
+}
+
+// message turns a received PUBLISH into a routed message. It keeps the
+// packet's topic and payload, which alias the packet's own frame.
+func (c *conn) message(p *packets.Publish) *session.Message {
+	return newMessage(p.Topic, p.Payload, p.QoS, p.Retain, &p.Properties, c.info.ClientID)
+}
+
+// messageWithProperties allocates a message and its properties together.
+type messageWithProperties struct {
+	m session.Message
+	p packets.Properties
+}
+
+// newMessage builds a routed message; props are copied only when any is
+// present, in the same allocation.
+func newMessage(topic string, payload []byte, qos byte, retain bool, props *packets.Properties, origin string) *session.Message {
+	var m *session.Message
+	if props.Present == 0 {
+		m = &session.Message{}
+	} else {
+		mp := &messageWithProperties{p: *props}
+		m = &mp.m
+		m.Properties = &mp.p
+		if props.Has(packets.PropMessageExpiry) {
+			m.Expiry = time.Now().Add(time.Duration(props.MessageExpiry) * time.Second)
+		}
+	}
+	m.Topic, m.Payload, m.QoS, m.Retain, m.Origin = topic, payload, qos, retain, origin
+	return m
+}
+
+// encoded caches the QoS 0 wire forms of the message being routed, so a
+// fan-out encodes each form once and copies bytes to every subscriber.
+// 3.1 and 3.1.1 share a form; 5.0 carries properties.
+type encoded struct {
+	msg   *session.Message
+	forms [2][2][]byte // [v5][retain]
+	valid [2][2]bool
+}
+
+func (e *encoded) reset(m *session.Message) {
+	e.msg = m
+	e.valid = [2][2]bool{}
+}
+
+// frame returns the QoS 0 PUBLISH of the message for version v with the
+// retain flag as given, encoding it on first use.
+func (e *encoded) frame(v packets.Version, retain bool) []byte {
+	vi, ri := 0, 0
+	if v == packets.V5 {
+		vi = 1
+	}
+	if retain {
+		ri = 1
+	}
+	if !e.valid[vi][ri] {
+		e.forms[vi][ri], _ = appendPublish(e.forms[vi][ri][:0], v, session.Outbound{Msg: e.msg, Retain: retain})
+		e.valid[vi][ri] = true
+	}
+	return e.forms[vi][ri]
+}
+
+// appendPublish encodes one delivery of a message as a PUBLISH for
+// version v: QoS, retain, DUP and packet id as the delivery has them and,
+// for 5.0, the publisher's properties as forwardProperties gives them.
+// Every PUBLISH the broker sends is encoded here.
+func appendPublish(b []byte, v packets.Version, o session.Outbound) ([]byte, error) {
+	p := packets.Publish{
+		Dup:      o.Dup,
+		QoS:      o.QoS,
+		Retain:   o.Retain,
+		Topic:    o.Msg.Topic,
+		PacketID: o.PacketID,
+		Payload:  o.Msg.Payload,
+	}
+	if v == packets.V5 {
+		p.Properties = forwardProperties(o.Msg, o.SubIDs)
+	}
+	return p.Append(b, v)
+}
+
+// forwardProperties are the 5.0 properties a subscriber receives: the
+// publisher's, with the remaining expiry [MQTT-3.3.2-6], no topic alias
+// (aliases are per connection) and the matching subscription identifiers.
+func forwardProperties(m *session.Message, subIDs []uint32) packets.Properties {
+	var p packets.Properties
+	if m.Properties != nil {
+		p = *m.Properties
+	}
+	p.Present &^= 1<<packets.PropTopicAlias | 1<<packets.PropSubscriptionID
+	p.TopicAlias = 0
+	p.SubscriptionIDs = nil
+	if !m.Expiry.IsZero() {
+		left := time.Until(m.Expiry)
+		p.MessageExpiry = uint32(max(left.Round(time.Second)/time.Second, 1))
+	}
+	if len(subIDs) > 0 {
+		p.SubscriptionIDs = subIDs
+		p.Set(packets.PropSubscriptionID)
+	}
+	return p
+}
+
+// writeOutboundLocked encodes one session entry (a PUBLISH, or a PUBREL
+// for a released QoS 2 message) into the outbox; with wake a writer is
+// started, otherwise the reader's flush writes it. The caller holds the
+// client's lock, so entries reach the wire in session order.
+func (c *conn) writeOutboundLocked(o session.Outbound, wake bool) {
+	mode := deferred
+	if wake {
+		mode = woken
+	}
+	c.enqueue(mode, func(b []byte) []byte {
+		if o.Released {
+			b, _ = (&packets.Pubrel{PacketID: o.PacketID}).Append(b, c.version)
+			return b
+		}
+		b, err := appendPublish(b, c.version, o)
+		if err != nil {
+			c.fields(c.srv.log.Error()).Err(err).Msg("cannot encode PUBLISH")
+		}
+		c.srv.metrics.messagesSent.Inc()
+		return b
+	})
+}

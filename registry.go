@@ -1,0 +1,144 @@
+package mqttd
+
+import (
+	"sync"
+	"time"
+
+	"mqttd/packets"
+	"mqttd/session"
+)
+
+// The client registry: one client per client id, holding its session
+// across connections; attaching a connection to it (and taking it over
+// from an older connection), detaching it, and refilling the connection's
+// outbox from the session.
+
+// client is the broker's record of one client id: its session, which
+// outlives connections when it is persistent, and its current connection.
+type client struct {
+	id string
+
+	// mu is the session lock: sess, conn, clean and dropped.
+	mu    sync.Mutex
+	sess  *session.Session
+	conn  *conn // nil while offline
+	clean bool  // the session ends with the connection
+	// dropped is set when the session ended (clean close, or replaced by a
+	// clean start): a reader still handling a SUBSCRIBE for it must not
+	// put it back into the trie.
+	dropped bool
+}
+
+// attach binds the connection to its session in one step under the
+// registry lock: an older connection with the same client id is marked
+// taken over and closed [MQTT-3.1.4-2], and its later cleanup sees it no
+// longer owns the session. The CONNACK is queued before the connection
+// becomes visible to publishers, so it is the first packet on the wire.
+func (s *Server) attach(c *conn, cp *packets.Connect) {
+	id := c.info.ClientID
+	clean := cp.CleanStart
+	persistent := !clean
+	if c.version == packets.V5 {
+		persistent = cp.Properties.SessionExpiry > 0
+	}
+	s.mu.Lock()
+	old := s.clients[id]
+	var oldConn *conn
+	if old != nil {
+		old.mu.Lock()
+		oldConn = old.conn
+		old.conn = nil
+		old.mu.Unlock()
+	}
+	cl, present := old, old != nil
+	if clean || old == nil || old.clean {
+		if old != nil {
+			s.dropSubscriptionsLocked(old)
+		}
+		cl = &client{id: id, sess: session.New(id, s.sessCfg)}
+		s.clients[id] = cl
+		present = false
+	}
+	cl.mu.Lock()
+	c.cl = cl
+	c.send(&packets.Connack{SessionPresent: present, Properties: s.connackProperties(c, cp)})
+	cl.conn, cl.clean = c, !persistent
+	cl.sess.SetReceiveMaximum(int(cp.Properties.ReceiveMaximum))
+	cl.sess.Resume(func(o session.Outbound) { c.writeOutboundLocked(o, false) })
+	cl.mu.Unlock()
+	s.mu.Unlock()
+	if oldConn != nil {
+		// On its own goroutine: telling a 5.0 client may wait for its
+		// outbox to drain, and the new client's CONNACK must not wait.
+		s.writers.Add(1)
+		go func() {
+			defer s.writers.Done()
+			oldConn.sendDisconnectAsync(packets.SessionTakenOver)
+			oldConn.closeWith(errTakenOver)
+		}()
+	}
+	c.pump()
+}
+
+// detach releases the session when its connection ends, unless another
+// connection took it over; a clean session ends here.
+func (s *Server) detach(c *conn) {
+	cl := c.cl
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cl.mu.Lock()
+	owner := cl.conn == c
+	if owner {
+		cl.conn = nil
+	}
+	clean := cl.clean
+	cl.mu.Unlock()
+	if owner && clean && s.clients[cl.id] == cl {
+		delete(s.clients, cl.id)
+		s.dropSubscriptionsLocked(cl)
+	}
+}
+
+// dropSubscriptionsLocked removes a session's subscriptions from the
+// trie. The caller holds the registry lock.
+func (s *Server) dropSubscriptionsLocked(cl *client) {
+	cl.mu.Lock()
+	cl.dropped = true
+	var filters []string
+	cl.sess.Subscriptions(func(sub session.Subscription) { filters = append(filters, sub.Filter) })
+	cl.mu.Unlock()
+	for _, f := range filters {
+		s.subs.Unsubscribe(f, cl)
+	}
+}
+
+// pump moves queued messages into the outbox of the client's current
+// connection while it has room and the session's window allows: after a
+// write drained an outbox, and after an acknowledgement freed the window.
+// The acknowledgement may come late on a connection already taken over;
+// the window it freed is then filled on the new one.
+func (c *conn) pump() {
+	cl := c.cl
+	if cl == nil {
+		return
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	target := cl.conn
+	if target == nil || cl.sess.Queued() == 0 {
+		return
+	}
+	now := time.Now()
+	for target.out.room() {
+		o, ok, expired := cl.sess.Next(now)
+		if expired > 0 {
+			c.srv.metrics.droppedExpired.Add(float64(expired))
+		}
+		if !ok {
+			return
+		}
+		// Frames for this connection wait for its own flush; another
+		// connection's writer is woken.
+		target.writeOutboundLocked(o, target != c)
+	}
+}
