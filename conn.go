@@ -67,14 +67,11 @@ func (c *conn) fields(e *zerolog.Event) *zerolog.Event {
 	return e.Str("client_id", c.info.ClientID).Str("remote", c.info.Remote.String()).Str("listener", c.info.Listener)
 }
 
-// errClosedByPeer marks a connection the client ended; it is logged quietly.
-var errClosedByPeer = errors.New("connection closed by client")
-
 // panicked records a handler panic, a bug, and returns the reason to close.
 func (c *conn) panicked(r any) error {
-	c.srv.metrics.panics.Inc()
+	c.srv.stats.panics.Add(1)
 	c.fields(c.srv.log.Error()).Interface("panic", r).Bytes("stack", debug.Stack()).Msg("connection handler panicked; closing it")
-	return fmt.Errorf("internal error: %v", r)
+	return closing(CloseInternalError, fmt.Errorf("internal error: %v", r))
 }
 
 // sendDisconnect tells a 5.0 client why the server ends the connection;
@@ -88,25 +85,21 @@ func (c *conn) sendDisconnect(code packets.ReasonCode) {
 	c.flushDeferred()
 }
 
-// closeWith closes the connection, keeping the first reason given.
-func (c *conn) closeWith(reason error) {
+// closeWith closes the connection, keeping the first reason given; the
+// reason is logged and counted.
+func (c *conn) closeWith(err error) {
 	c.closeOnce.Do(func() {
-		msg := reason.Error()
-		ev := c.fields(c.srv.log.Debug())
-		if !errors.Is(reason, errClosedByPeer) && !errors.Is(reason, errDisconnect) && !errors.Is(reason, errTakenOver) && !errors.Is(reason, errShutdown) {
-			ev = c.fields(c.srv.log.Info())
+		reason := reasonOf(err)
+		c.srv.stats.disconnects[reason].Add(1)
+		ev := c.srv.log.Info()
+		if reason.quiet() {
+			ev = c.srv.log.Debug()
 		}
-		ev.Str("reason", msg).Msg("connection closed")
+		c.fields(ev).Stringer("reason", reason).Str("detail", err.Error()).Msg("connection closed")
 		c.out.close()
 		c.closeSocket()
 	})
 }
-
-var (
-	errDisconnect = errors.New("client sent DISCONNECT")
-	errTakenOver  = errors.New("session taken over by a new connection")
-	errShutdown   = errors.New("server shutting down")
-)
 
 // shutdown is called by Server.Shutdown from another goroutine.
 func (c *conn) shutdown() {
@@ -154,7 +147,7 @@ func (c *conn) cleanup() {
 			// The interval starts when the will is published.
 			c.will.Expiry = time.Now().Add(time.Duration(props.MessageExpiry) * time.Second)
 		}
-		c.srv.metrics.willsPublished.Inc()
+		c.srv.stats.willsPublished.Add(1)
 		c.srv.publish(c.will)
 	}
 }

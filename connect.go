@@ -26,11 +26,11 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 	c.info.Username = cp.Username
 	if code, err := c.checkConnect(cp); err != nil {
 		c.refuse(code)
-		return err
+		return closing(CloseConnectRefused, err)
 	}
 	if err := s.opts.Authenticator.Authenticate(c.info, cp.Password); err != nil {
 		c.refuse(authCode(c.version, err))
-		return fmt.Errorf("authentication failed: %w", err)
+		return closing(CloseAuthFailed, fmt.Errorf("authentication failed: %w", err))
 	}
 	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
 	c.will = willMessage(cp, c.info.ClientID)
@@ -38,7 +38,7 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 	s.attach(c, cp)
 	c.connected.Store(true)
 	c.startKeepAlive()
-	s.metrics.connects.Inc()
+	s.stats.connects.Add(1)
 	c.fields(c.srv.log.Debug()).Uint8("version", byte(c.version)).Bool("clean", cp.CleanStart).Uint16("keepalive", cp.KeepAlive).Msg("client connected")
 	return nil
 }
@@ -70,7 +70,7 @@ func (c *conn) refuseConnect(cp *packets.Connect, err error) {
 
 // refuse sends a refusing CONNACK; the caller then closes the connection.
 func (c *conn) refuse(code packets.ReasonCode) {
-	c.srv.metrics.connectsRefused.Inc()
+	c.srv.stats.connectsRefused.Add(1)
 	c.sendNow(&packets.Connack{ReasonCode: code})
 }
 

@@ -46,7 +46,6 @@ func (c *conn) protocolError(ref, msg string) error {
 
 // fail tells a 5.0 client the reason code of err and returns err.
 func (c *conn) fail(err *packets.Error) error {
-	c.srv.metrics.protocolErrors.Inc()
 	c.sendDisconnect(err.Code)
 	return err
 }
@@ -65,7 +64,7 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 	}
 	allowed := s.opts.Authorizer.CanPublish(c.info, p.Topic)
 	if !allowed {
-		s.metrics.publishDenied.Inc()
+		s.stats.publishDenied.Add(1)
 		c.fields(c.srv.log.Debug()).Str("topic", p.Topic).Msg("publish not authorized")
 	}
 	switch p.QoS {

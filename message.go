@@ -138,7 +138,7 @@ func (c *conn) writeOutboundLocked(o session.Outbound, wake bool) {
 		if err != nil {
 			c.fields(c.srv.log.Error()).Err(err).Msg("cannot encode PUBLISH")
 		}
-		c.srv.metrics.messagesSent.Inc()
+		c.srv.stats.messagesSent.Add(1)
 		return b
 	})
 }

@@ -1,67 +1,85 @@
 package mqttd
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the broker's Prometheus collectors. They are registered on
-// Options.Registerer, never on the global registry.
-type metrics struct {
-	connections      prometheus.Gauge
-	connects         prometheus.Counter
-	connectsRefused  prometheus.Counter
-	messagesReceived prometheus.Counter
-	messagesSent     prometheus.Counter
-	bytesSent        prometheus.Counter
-	dropped          *prometheus.CounterVec
-	droppedOutbox    prometheus.Counter
-	droppedQueue     prometheus.Counter
-	droppedOffline   prometheus.Counter
-	droppedExpired   prometheus.Counter
-	malformed        prometheus.Counter
-	protocolErrors   prometheus.Counter
-	publishDenied    prometheus.Counter
-	subscribeDenied  prometheus.Counter
-	willsPublished   prometheus.Counter
-	panics           prometheus.Counter
+// collector exports the broker's stats to Prometheus. It reads the same
+// atomics as Server.Stats when scraped, so the hot paths pay for an atomic
+// add and nothing else. It is registered on Options.Registerer, never on
+// the global registry.
+type collector struct {
+	st    *stats
+	descs []*prometheus.Desc
+	// gauges and counters read one value each; they line up with the
+	// first descs.
+	values               []statValue
+	dropped, disconnects *prometheus.Desc
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	counter := func(name, help string) prometheus.Counter {
-		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mqttd", Name: name, Help: help})
+// statValue is one metric read from stats.
+type statValue struct {
+	kind prometheus.ValueType
+	read func(*stats) float64
+}
+
+func newCollector(st *stats) *collector {
+	c := &collector{st: st}
+	add := func(name, help string, kind prometheus.ValueType, read func(*stats) float64) {
+		c.descs = append(c.descs, prometheus.NewDesc("mqttd_"+name, help, nil, nil))
+		c.values = append(c.values, statValue{kind, read})
 	}
-	m := &metrics{
-		connections: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "mqttd", Name: "connections",
-			Help: "Open network connections."}),
-		connects:         counter("connects_total", "CONNECTs accepted."),
-		connectsRefused:  counter("connects_refused_total", "CONNECTs refused with a CONNACK error code."),
-		messagesReceived: counter("messages_received_total", "PUBLISH packets routed (wills included)."),
-		messagesSent:     counter("messages_sent_total", "PUBLISH packets queued for clients."),
-		bytesSent:        counter("bytes_sent_total", "Bytes written to clients."),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mqttd", Name: "messages_dropped_total",
-			Help: "Deliveries dropped, by reason."}, []string{"reason"}),
-		malformed:       counter("malformed_packets_total", "Connections closed for a malformed or oversized packet."),
-		protocolErrors:  counter("protocol_errors_total", "Connections closed for a protocol error."),
-		publishDenied:   counter("publish_denied_total", "PUBLISHes the Authorizer refused."),
-		subscribeDenied: counter("subscribe_denied_total", "Subscriptions the Authorizer refused."),
-		willsPublished:  counter("wills_published_total", "Will messages published."),
-		panics:          counter("connection_panics_total", "Connection handlers that panicked (a bug)."),
+	gauge := func(name, help string, read func(*stats) int64) {
+		add(name, help, prometheus.GaugeValue, func(s *stats) float64 { return float64(read(s)) })
 	}
-	// Resolved once: a label lookup per dropped message would cost a hash.
-	m.droppedOutbox = m.dropped.WithLabelValues("outbox_full")
-	m.droppedQueue = m.dropped.WithLabelValues("queue_full")
-	m.droppedOffline = m.dropped.WithLabelValues("offline_qos0")
-	m.droppedExpired = m.dropped.WithLabelValues("expired")
-	if reg == nil {
-		return m, nil
+	counter := func(name, help string, read func(*stats) uint64) {
+		add(name, help, prometheus.CounterValue, func(s *stats) float64 { return float64(read(s)) })
 	}
-	var errs []error
-	for _, c := range []prometheus.Collector{m.connections, m.connects, m.connectsRefused, m.messagesReceived,
-		m.messagesSent, m.bytesSent, m.dropped, m.malformed, m.protocolErrors, m.publishDenied,
-		m.subscribeDenied, m.willsPublished, m.panics} {
-		errs = append(errs, reg.Register(c))
+	gauge("connections", "Open network connections.", func(s *stats) int64 { return s.connections.Load() })
+	gauge("sessions", "Client sessions kept, online or not.", func(s *stats) int64 { return s.sessions.Load() })
+	gauge("sessions_online", "Client sessions with a connection.", func(s *stats) int64 { return s.sessionsOnline.Load() })
+	gauge("subscriptions", "Subscriptions held by sessions.", func(s *stats) int64 { return s.subscriptions.Load() })
+	gauge("retained_messages", "Retained messages.", func(s *stats) int64 { return s.retained.Load() })
+	gauge("queued_messages", "Messages waiting in session queues.", func(s *stats) int64 { return s.queued.Load() })
+	gauge("queued_bytes", "Topic and payload bytes of the messages waiting in session queues.",
+		func(s *stats) int64 { return s.queuedBytes.Load() })
+	counter("messages_received_total", "PUBLISH packets routed (wills included).",
+		func(s *stats) uint64 { return s.messagesReceived.Load() })
+	counter("messages_sent_total", "PUBLISH packets queued for clients.", func(s *stats) uint64 { return s.messagesSent.Load() })
+	counter("bytes_received_total", "Bytes read from clients.", func(s *stats) uint64 { return s.bytesReceived.Load() })
+	counter("bytes_sent_total", "Bytes written to clients.", func(s *stats) uint64 { return s.bytesSent.Load() })
+	counter("connects_total", "CONNECTs accepted.", func(s *stats) uint64 { return s.connects.Load() })
+	counter("connects_refused_total", "CONNECTs refused with a CONNACK error code.",
+		func(s *stats) uint64 { return s.connectsRefused.Load() })
+	counter("publish_denied_total", "PUBLISHes the Authorizer refused.", func(s *stats) uint64 { return s.publishDenied.Load() })
+	counter("subscribe_denied_total", "Subscriptions the Authorizer refused.",
+		func(s *stats) uint64 { return s.subscribeDenied.Load() })
+	counter("wills_published_total", "Will messages published.", func(s *stats) uint64 { return s.willsPublished.Load() })
+	counter("connection_panics_total", "Connection handlers that panicked (a bug).",
+		func(s *stats) uint64 { return s.panics.Load() })
+	c.dropped = prometheus.NewDesc("mqttd_messages_dropped_total", "Deliveries dropped, by reason.", []string{"reason"}, nil)
+	c.disconnects = prometheus.NewDesc("mqttd_disconnects_total", "Connections closed, by reason.", []string{"reason"}, nil)
+	return c
+}
+
+// Describe implements prometheus.Collector.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
 	}
-	return m, errors.Join(errs...)
+	ch <- c.dropped
+	ch <- c.disconnects
+}
+
+// Collect implements prometheus.Collector.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	for i, d := range c.descs {
+		ch <- prometheus.MustNewConstMetric(d, c.values[i].kind, c.values[i].read(c.st))
+	}
+	for r := range numDropReasons {
+		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(c.st.dropped[r].Load()), r.String())
+	}
+	for r := range numCloseReasons {
+		ch <- prometheus.MustNewConstMetric(c.disconnects, prometheus.CounterValue, float64(c.st.disconnects[r].Load()), r.String())
+	}
 }

@@ -1,7 +1,6 @@
 package mqttd
 
 import (
-	"errors"
 	"sync"
 	"time"
 
@@ -212,7 +211,7 @@ func (c *conn) writeWithin(timeout time.Duration) {
 		c.nc.SetWriteDeadline(time.Now().Add(timeout))
 		n, err := c.nc.Write(f.b)
 		c.out.written(f)
-		c.srv.metrics.bytesSent.Add(float64(n))
+		c.srv.stats.bytesSent.Add(uint64(n))
 		if err != nil {
 			c.closeWith(writeError(err))
 			continue
@@ -221,13 +220,11 @@ func (c *conn) writeWithin(timeout time.Duration) {
 	}
 }
 
-var errSlowConsumer = errors.New("client did not read for the write timeout: slow consumer")
-
 func writeError(err error) error {
 	if isTimeout(err) {
 		return errSlowConsumer
 	}
-	return err
+	return closing(CloseWriteError, err)
 }
 
 // markStuck records that a stalled publisher gave up waiting.

@@ -53,15 +53,10 @@ func (c *conn) readError(err error) error {
 	}
 	var pe *packets.Error
 	if errors.As(err, &pe) {
-		c.srv.metrics.malformed.Inc()
 		c.sendDisconnect(pe.Code)
 	}
 	return err
 }
-
-var errConnectTimeout = errors.New("no CONNECT within the connect timeout")
-
-var errKeepAlive = &packets.Error{Code: packets.KeepAliveTimeout, Msg: "no packet within 1.5 x keepalive", Ref: "MQTT-3.1.2-24"}
 
 // blockingReadBufSize is small on purpose: a connection served by its own
 // reader goroutine owns this buffer, idle or not.
@@ -74,6 +69,15 @@ type blockingState struct {
 	deadlineSet time.Time // when the read deadline was last moved
 }
 
+// countingReader counts the bytes serve's reader reads.
+type countingReader struct{ c *conn }
+
+func (r countingReader) Read(b []byte) (int, error) {
+	n, err := r.c.nc.Read(b)
+	r.c.srv.stats.bytesReceived.Add(uint64(n))
+	return n, err
+}
+
 // serve is the reader goroutine of a connection that is not served by
 // the poller.
 func (c *conn) serve() {
@@ -84,7 +88,7 @@ func (c *conn) serve() {
 			c.closeWith(c.panicked(r))
 		}
 	}()
-	c.bl = &blockingState{br: bufio.NewReaderSize(c.nc, blockingReadBufSize)}
+	c.bl = &blockingState{br: bufio.NewReaderSize(countingReader{c}, blockingReadBufSize)}
 	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.Limits.ConnectTimeout))
 	for {
 		if err := c.readOne(); err != nil {

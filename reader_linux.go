@@ -177,6 +177,7 @@ func (c *conn) readEvents() {
 		n := rs.n
 		switch {
 		case err == nil && n > 0:
+			c.srv.stats.bytesReceived.Add(uint64(n))
 			if c.connected.Load() {
 				// Before CONNECT the deadline counts from the accept, so
 				// a client trickling bytes cannot hold a connection open.

@@ -27,6 +27,9 @@ type client struct {
 	// clean start): a reader still handling a SUBSCRIBE for it must not
 	// put it back into the trie.
 	dropped bool
+	// queued and queuedBytes are what the server's queue gauges count of
+	// this session (accountQueueLocked).
+	queued, queuedBytes int64
 }
 
 // attach binds the connection to its session in one step under the
@@ -49,16 +52,21 @@ func (s *Server) attach(c *conn, cp *packets.Connect) {
 		oldConn = old.conn
 		old.conn = nil
 		old.mu.Unlock()
+		if oldConn != nil {
+			s.stats.sessionsOnline.Add(-1)
+		}
 	}
 	cl, present := old, old != nil
 	if clean || old == nil || old.clean {
 		if old != nil {
-			s.dropSubscriptionsLocked(old)
+			s.dropSessionLocked(old)
 		}
 		cl = &client{id: id, sess: session.New(id, s.sessCfg)}
 		s.clients[id] = cl
+		s.stats.sessions.Add(1)
 		present = false
 	}
+	s.stats.sessionsOnline.Add(1)
 	cl.mu.Lock()
 	c.cl = cl
 	c.send(&packets.Connack{SessionPresent: present, Properties: s.connackProperties(c, cp)})
@@ -90,26 +98,43 @@ func (s *Server) detach(c *conn) {
 	owner := cl.conn == c
 	if owner {
 		cl.conn = nil
+		s.stats.sessionsOnline.Add(-1)
 	}
 	clean := cl.clean
 	cl.mu.Unlock()
 	if owner && clean && s.clients[cl.id] == cl {
 		delete(s.clients, cl.id)
-		s.dropSubscriptionsLocked(cl)
+		s.dropSessionLocked(cl)
 	}
 }
 
-// dropSubscriptionsLocked removes a session's subscriptions from the
-// trie. The caller holds the registry lock.
-func (s *Server) dropSubscriptionsLocked(cl *client) {
+// dropSessionLocked ends a session that left the registry: its
+// subscriptions leave the trie and its queue leaves the gauges. The
+// caller holds the registry lock.
+func (s *Server) dropSessionLocked(cl *client) {
 	cl.mu.Lock()
 	cl.dropped = true
 	var filters []string
 	cl.sess.Subscriptions(func(sub session.Subscription) { filters = append(filters, sub.Filter) })
+	s.stats.queued.Add(-cl.queued)
+	s.stats.queuedBytes.Add(-cl.queuedBytes)
+	cl.queued, cl.queuedBytes = 0, 0
 	cl.mu.Unlock()
+	s.stats.sessions.Add(-1)
 	for _, f := range filters {
-		s.subs.Unsubscribe(f, cl)
+		if s.subs.Unsubscribe(f, cl) {
+			s.stats.subscriptions.Add(-1)
+		}
 	}
+}
+
+// accountQueueLocked brings the queue gauges in line with the session's
+// queue after it changed. The caller holds cl.mu.
+func (s *Server) accountQueueLocked(cl *client) {
+	n, b := int64(cl.sess.Queued()), int64(cl.sess.QueuedBytes())
+	s.stats.queued.Add(n - cl.queued)
+	s.stats.queuedBytes.Add(b - cl.queuedBytes)
+	cl.queued, cl.queuedBytes = n, b
 }
 
 // pump moves queued messages into the outbox of the client's current
@@ -128,11 +153,12 @@ func (c *conn) pump() {
 	if target == nil || cl.sess.Queued() == 0 {
 		return
 	}
+	defer c.srv.accountQueueLocked(cl)
 	now := time.Now()
 	for target.out.room() {
 		o, ok, expired := cl.sess.Next(now)
 		if expired > 0 {
-			c.srv.metrics.droppedExpired.Add(float64(expired))
+			c.srv.stats.dropped[dropExpired].Add(uint64(expired))
 		}
 		if !ok {
 			return

@@ -42,7 +42,7 @@ var routerPool = sync.Pool{New: func() any { return new(router) }}
 // collected under the trie's read lock, which is released before any
 // session lock is taken.
 func (s *Server) publish(m *session.Message) {
-	s.metrics.messagesReceived.Inc()
+	s.stats.messagesReceived.Add(1)
 	if m.Retain {
 		s.storeRetained(m)
 	}
@@ -99,13 +99,15 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 	switch r {
 	case session.Send:
 		tc.writeOutboundLocked(o, true)
+	case session.Queued:
+		s.accountQueueLocked(cl)
 	case session.DropFull:
-		s.metrics.droppedQueue.Inc()
+		s.stats.dropped[dropQueueFull].Add(1)
 		s.log.Warn().Str("client_id", cl.id).Str("topic", m.Topic).Msg("message dropped: session queue full")
 	case session.DropQoS0:
-		s.metrics.droppedOffline.Inc()
+		s.stats.dropped[dropOfflineQoS0].Add(1)
 	case session.DropExpiry:
-		s.metrics.droppedExpired.Inc()
+		s.stats.dropped[dropExpired].Add(1)
 	}
 }
 
@@ -136,7 +138,7 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 		}
 		if tc.enqueue(bounded, func(b []byte) []byte { return append(b, enc.frame(tc.version, retain)...) }) {
 			cl.mu.Unlock()
-			s.metrics.messagesSent.Inc()
+			s.stats.messagesSent.Add(1)
 			return true
 		}
 		room := tc.roomSignal()
@@ -148,7 +150,7 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 			if room != nil {
 				tc.out.markStuck()
 			}
-			s.metrics.droppedOutbox.Inc()
+			s.stats.dropped[dropOutboxFull].Add(1)
 			tc.warnEvery(&tc.dropWarned, "QoS 0 deliveries dropped: outbox full, the client reads too slowly")
 			return true
 		}
@@ -159,10 +161,22 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 // message of a topic [MQTT-3.3.1-5], [MQTT-3.3.1-10].
 func (s *Server) storeRetained(m *session.Message) {
 	if len(m.Payload) == 0 {
-		s.retain.Delete(m.Topic)
+		s.deleteRetained(m.Topic)
 		return
 	}
-	if _, err := s.retain.Set(m.Topic, m); err != nil {
+	replaced, err := s.retain.Set(m.Topic, m)
+	if err != nil {
 		s.log.Warn().Err(err).Str("topic", m.Topic).Msg("retained message not stored")
+		return
+	}
+	if !replaced {
+		s.stats.retained.Add(1)
+	}
+}
+
+// deleteRetained clears the retained message of a topic.
+func (s *Server) deleteRetained(topic string) {
+	if s.retain.Delete(topic) {
+		s.stats.retained.Add(-1)
 	}
 }

@@ -23,7 +23,7 @@ var ErrServerClosed = errors.New("mqttd: server closed")
 type Server struct {
 	opts    Options
 	log     zerolog.Logger
-	metrics *metrics
+	stats   stats
 	topics  topictrie.Limits
 	subs    *topictrie.Trie[*client, subOpts]
 	retain  *topictrie.Retained[*session.Message]
@@ -61,22 +61,17 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	o := opts.WithDefaults()
-	m, err := newMetrics(o.Registerer)
-	if err != nil {
-		return nil, err
-	}
 	pl, err := newPoller()
 	if err != nil {
 		return nil, err
 	}
 	limits := topictrie.Limits{MaxLevels: o.Limits.MaxTopicLevels}
 	s := &Server{
-		opts:    o,
-		topics:  limits,
-		log:     o.Logger,
-		metrics: m,
-		subs:    topictrie.New[*client, subOpts](topictrie.Options{Limits: limits}),
-		retain:  topictrie.NewRetained[*session.Message](limits),
+		opts:   o,
+		topics: limits,
+		log:    o.Logger,
+		subs:   topictrie.New[*client, subOpts](topictrie.Options{Limits: limits}),
+		retain: topictrie.NewRetained[*session.Message](limits),
 		sessCfg: session.Config{
 			MaxInflight:    o.Limits.MaxInflight,
 			MaxQueued:      o.Limits.MaxQueued,
@@ -90,6 +85,11 @@ func New(opts Options) (*Server, error) {
 		done:    make(chan struct{}),
 	}
 	s.readers = newReaderPool(s.done)
+	if o.Registerer != nil {
+		if err := o.Registerer.Register(newCollector(&s.stats)); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -210,7 +210,7 @@ func (s *Server) startConn(nc net.Conn, listenerName string) {
 	s.conns[c] = struct{}{}
 	s.connWG.Add(1)
 	s.mu.Unlock()
-	s.metrics.connections.Inc()
+	s.stats.connections.Add(1)
 	if !c.startEvent(s.poller) {
 		go c.serve()
 	}
@@ -220,7 +220,7 @@ func (s *Server) untrack(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
-	s.metrics.connections.Dec()
+	s.stats.connections.Add(-1)
 	s.connWG.Done()
 }
 

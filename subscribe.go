@@ -38,7 +38,7 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 		}
 		if !s.opts.Authorizer.CanSubscribe(c.info, sub.Filter) {
 			codes[i] = c.refusal(packets.NotAuthorized)
-			s.metrics.subscribeDenied.Inc()
+			s.stats.subscribeDenied.Add(1)
 			continue
 		}
 		opts := subOpts{
@@ -67,6 +67,9 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 		if err != nil {
 			codes[i] = c.refusal(packets.TopicFilterInvalid)
 			continue
+		}
+		if isNew {
+			s.stats.subscriptions.Add(1)
 		}
 		codes[i] = packets.ReasonCode(opts.qos)
 		// Shared subscriptions get no retained messages (§4.8.2); retain
@@ -121,7 +124,7 @@ func (c *conn) sendRetained(filter string, opts subOpts) {
 	for _, it := range items {
 		m := it.Value
 		if m.Expired(now) {
-			s.retain.Delete(it.Topic)
+			s.deleteRetained(it.Topic)
 			continue
 		}
 		enc.reset(m)
@@ -140,6 +143,9 @@ func (c *conn) handleUnsubscribe(p *packets.Unsubscribe) {
 	}
 	for i, f := range p.Filters {
 		existed := s.subs.Unsubscribe(f, cl)
+		if existed {
+			s.stats.subscriptions.Add(-1)
+		}
 		cl.mu.Lock()
 		cl.sess.Unsubscribe(f)
 		cl.mu.Unlock()

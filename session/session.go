@@ -32,6 +32,9 @@ type Message struct {
 	Origin     string    // client id of the publisher, for No Local
 }
 
+// Size is what a queued m is counted as: its topic and payload bytes.
+func (m *Message) Size() int { return len(m.Topic) + len(m.Payload) }
+
 // Expired reports whether m has passed its expiry time at now.
 func (m *Message) Expired(now time.Time) bool {
 	return !m.Expiry.IsZero() && !now.Before(m.Expiry)
@@ -118,8 +121,9 @@ type limits struct {
 // queues are the outbound messages: those in the window in send order
 // (entries acknowledged out of order are tombstoned) and those waiting.
 type queues struct {
-	inflight ring
-	pending  ring
+	inflight     ring
+	pending      ring
+	pendingBytes int // Message.Size of everything in pending
 }
 
 // Subscription is one topic filter a session holds.
@@ -180,6 +184,7 @@ func (s *Session) Deliver(o Outbound, online, canSend bool, now time.Time) (Outb
 		return o, DropFull
 	}
 	s.queues().pending.push(o)
+	s.q.pendingBytes += o.Msg.Size()
 	return o, Queued
 }
 
@@ -191,7 +196,7 @@ func (s *Session) Next(now time.Time) (o Outbound, ok bool, expired int) {
 		pending := &s.q.pending
 		head := pending.peek()
 		if head.Msg.Expired(now) {
-			pending.pop()
+			s.q.pendingBytes -= pending.pop().Msg.Size()
 			expired++
 			continue
 		}
@@ -199,6 +204,7 @@ func (s *Session) Next(now time.Time) (o Outbound, ok bool, expired int) {
 			return Outbound{}, false, expired
 		}
 		o = pending.pop()
+		s.q.pendingBytes -= o.Msg.Size()
 		if o.QoS > 0 {
 			o = s.enter(o)
 		}
@@ -305,6 +311,15 @@ func (s *Session) Queued() int {
 		return 0
 	}
 	return s.q.pending.len()
+}
+
+// QueuedBytes reports the Message.Size of the messages waiting outside
+// the window.
+func (s *Session) QueuedBytes() int {
+	if s.q == nil {
+		return 0
+	}
+	return s.q.pendingBytes
 }
 
 // ReceiveQoS2 records an inbound QoS 2 packet id. isNew is false for an id

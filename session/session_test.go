@@ -242,3 +242,27 @@ func TestUnackedHeadDoesNotGrowRing(t *testing.T) {
 		t.Errorf("%d in flight, ring of %d slots; want 1 and a small ring", s.Inflight(), len(s.q.inflight.buf))
 	}
 }
+
+// TestQueuedBytes checks the queue's byte count follows what enters and
+// leaves it: queued, sent into the window, and skipped as expired.
+func TestQueuedBytes(t *testing.T) {
+	s := New("c", Config{MaxInflight: 1})
+	a, b, c := msg("a/1", 1), msg("b/22", 1), msg("c/333", 1)
+	a.Payload, b.Payload, c.Payload = []byte("1234"), []byte("12"), nil
+	c.Expiry = t0.Add(time.Second)
+	for _, m := range []*Message{a, b, c} {
+		s.Deliver(Outbound{Msg: m, QoS: 1}, false, false, t0)
+	}
+	if got, want := s.QueuedBytes(), a.Size()+b.Size()+c.Size(); got != want || want != 7+6+5 {
+		t.Fatalf("QueuedBytes = %d, want %d (7+6+5)", got, want)
+	}
+	if _, ok, _ := s.Next(t0); !ok || s.QueuedBytes() != b.Size()+c.Size() {
+		t.Fatalf("after one sent: QueuedBytes = %d, want %d", s.QueuedBytes(), b.Size()+c.Size())
+	}
+	s.Puback(1)
+	s.Next(t0)
+	s.Puback(2)
+	if _, ok, expired := s.Next(t0.Add(time.Second)); ok || expired != 1 || s.QueuedBytes() != 0 {
+		t.Fatalf("after the expired one was skipped: ok %v, expired %d, QueuedBytes %d; want false, 1, 0", ok, expired, s.QueuedBytes())
+	}
+}

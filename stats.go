@@ -1,0 +1,117 @@
+package mqttd
+
+import "sync/atomic"
+
+// stats are the broker's counters and gauges. They are kept in atomics on
+// the paths that change them and read by the Prometheus collector
+// (metrics.go) and Server.Stats, and later by $SYS, so that no two views
+// of the broker can disagree.
+type stats struct {
+	// The counters bumped for every message, each on a cache line of its
+	// own: readers and writers on every core touch them.
+	messagesReceived paddedCounter
+	messagesSent     paddedCounter
+	bytesReceived    paddedCounter
+	bytesSent        paddedCounter
+
+	connections    atomic.Int64 // open network connections
+	sessions       atomic.Int64 // client sessions, online or not
+	sessionsOnline atomic.Int64 // sessions with a connection
+	subscriptions  atomic.Int64
+	retained       atomic.Int64
+	queued         atomic.Int64 // messages waiting in session queues
+	queuedBytes    atomic.Int64 // their topic and payload bytes
+
+	connects        atomic.Uint64
+	connectsRefused atomic.Uint64
+	publishDenied   atomic.Uint64
+	subscribeDenied atomic.Uint64
+	willsPublished  atomic.Uint64
+	panics          atomic.Uint64 // connection handlers that panicked
+	dropped         [numDropReasons]atomic.Uint64
+	disconnects     [numCloseReasons]atomic.Uint64
+}
+
+// paddedCounter keeps a hot counter off the cache lines of the others.
+type paddedCounter struct {
+	atomic.Uint64
+	_ [56]byte
+}
+
+// dropReason says why a delivery was dropped.
+type dropReason uint8
+
+const (
+	dropOutboxFull  dropReason = iota // QoS 0 for a client that reads too slowly
+	dropQueueFull                     // the session queue held limits.max_queued
+	dropOfflineQoS0                   // QoS 0 for an offline client (limits.queue_qos0 off)
+	dropExpired                       // the message expired before delivery
+	numDropReasons
+)
+
+var dropReasonNames = [numDropReasons]string{
+	dropOutboxFull:  "outbox_full",
+	dropQueueFull:   "queue_full",
+	dropOfflineQoS0: "offline_qos0",
+	dropExpired:     "expired",
+}
+
+func (r dropReason) String() string { return dropReasonNames[r] }
+
+// Stats is a snapshot of the broker's counters (totals since New) and
+// gauges (values now).
+type Stats struct {
+	Connections      int64 // open network connections
+	Sessions         int64 // client sessions kept, online or not
+	SessionsOnline   int64 // sessions with a connection
+	Subscriptions    int64 // subscriptions held by sessions
+	Retained         int64 // retained messages
+	Queued           int64 // messages waiting in session queues
+	QueuedBytes      int64 // their topic and payload bytes
+	MessagesReceived uint64
+	MessagesSent     uint64
+	BytesReceived    uint64
+	BytesSent        uint64
+	Connects         uint64 // CONNECTs accepted
+	ConnectsRefused  uint64 // CONNECTs refused with a CONNACK error code
+	PublishDenied    uint64 // PUBLISHes the Authorizer refused
+	SubscribeDenied  uint64 // subscriptions the Authorizer refused
+	WillsPublished   uint64
+	// Dropped counts deliveries dropped, by reason: outbox_full,
+	// queue_full, offline_qos0, expired.
+	Dropped map[string]uint64
+	// Disconnects counts closed connections by CloseReason.String.
+	Disconnects map[string]uint64
+}
+
+// Stats returns a snapshot of the broker's counters and gauges.
+func (s *Server) Stats() Stats {
+	st := &s.stats
+	out := Stats{
+		Connections:      st.connections.Load(),
+		Sessions:         st.sessions.Load(),
+		SessionsOnline:   st.sessionsOnline.Load(),
+		Subscriptions:    st.subscriptions.Load(),
+		Retained:         st.retained.Load(),
+		Queued:           st.queued.Load(),
+		QueuedBytes:      st.queuedBytes.Load(),
+		MessagesReceived: st.messagesReceived.Load(),
+		MessagesSent:     st.messagesSent.Load(),
+		BytesReceived:    st.bytesReceived.Load(),
+		BytesSent:        st.bytesSent.Load(),
+		Connects:         st.connects.Load(),
+		ConnectsRefused:  st.connectsRefused.Load(),
+		PublishDenied:    st.publishDenied.Load(),
+		SubscribeDenied:  st.subscribeDenied.Load(),
+		WillsPublished:   st.willsPublished.Load(),
+		Dropped:          make(map[string]uint64, numDropReasons),
+		Disconnects:      make(map[string]uint64, numCloseReasons),
+	}
+	for r := range numDropReasons {
+		out.Dropped[r.String()] = st.dropped[r].Load()
+	}
+	for r := range numCloseReasons {
+		out.Disconnects[r.String()] = st.disconnects[r].Load()
+	}
+	return out
+}
