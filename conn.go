@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"mqttd/auth"
 	"mqttd/packets"
 	"mqttd/session"
 )
@@ -35,7 +36,7 @@ type conn struct {
 	hup       atomic.Bool    // the poller saw a hang-up or error (events)
 
 	version   packets.Version
-	info      ClientInfo
+	info      auth.ClientInfo
 	cl        *client
 	keepAlive time.Duration
 	will      *session.Message
@@ -53,7 +54,7 @@ func newConn(s *Server, nc net.Conn, listenerName string) *conn {
 		nc:  nc,
 		out: outbox{max: int32(s.opts.Limits.MaxOutboxBytes)},
 	}
-	c.info = ClientInfo{Listener: listenerName, Remote: nc.RemoteAddr()}
+	c.info = auth.ClientInfo{Listener: listenerName, Remote: nc.RemoteAddr()}
 	return c
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"mqttd/auth"
 	"mqttd/packets"
 )
 
@@ -31,6 +32,11 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 	if err := s.opts.Authenticator.Authenticate(c.info, cp.Password); err != nil {
 		c.refuse(authCode(c.version, err))
 		return closing(CloseAuthFailed, fmt.Errorf("authentication failed: %w", err))
+	}
+	if cp.WillFlag && !s.opts.Authorizer.Authorize(c.info, auth.Request{Action: auth.Will,
+		Topic: cp.WillTopic, QoS: cp.WillQoS, Retain: cp.WillRetain}) {
+		c.refuse(authCode(c.version, auth.ErrNotAuthorized))
+		return closing(CloseAuthFailed, fmt.Errorf("will to %q not authorized", cp.WillTopic))
 	}
 	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
 	c.will = willMessage(cp, c.info.ClientID)
@@ -108,7 +114,7 @@ func (c *conn) checkConnect(cp *packets.Connect) (packets.ReasonCode, error) {
 
 // authCode maps an Authenticator's error to the CONNACK code.
 func authCode(v packets.Version, err error) packets.ReasonCode {
-	bad := errors.Is(err, ErrBadCredentials)
+	bad := errors.Is(err, auth.ErrBadCredentials)
 	switch {
 	case v == packets.V5 && bad:
 		return packets.BadUsernameOrPassword

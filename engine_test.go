@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"mqttd"
+	"mqttd/auth"
 	"mqttd/packets"
 )
 
 // blockingAuthz holds the first SUBSCRIBE (or PUBLISH to topic) of the
 // client "same" until released, so a test can run a takeover meanwhile.
 type blockingAuthz struct {
-	mqttd.AllowAll
 	topic            string
 	once             sync.Once
 	entered, release chan struct{}
@@ -27,15 +27,10 @@ func newBlockingAuthz(topic string) *blockingAuthz {
 
 func (a *blockingAuthz) hold() { a.once.Do(func() { close(a.entered); <-a.release }) }
 
-func (a *blockingAuthz) CanSubscribe(c mqttd.ClientInfo, _ string) bool {
-	if a.topic == "" && c.ClientID == "same" {
-		a.hold()
-	}
-	return true
-}
-
-func (a *blockingAuthz) CanPublish(_ mqttd.ClientInfo, topic string) bool {
-	if a.topic != "" && topic == a.topic {
+func (a *blockingAuthz) Authorize(c auth.ClientInfo, r auth.Request) bool {
+	switch {
+	case r.Action == auth.Subscribe && a.topic == "" && c.ClientID == "same",
+		r.Action == auth.Publish && a.topic != "" && r.Topic == a.topic:
 		a.hold()
 	}
 	return true

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"mqttd/auth"
 	"mqttd/packets"
 	"mqttd/session"
 )
@@ -62,7 +63,7 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 	if err := s.topics.ValidTopicName(p.Topic); err != nil {
 		return c.fail(&packets.Error{Code: packets.TopicNameInvalid, Ref: "[MQTT-4.7.3]", Msg: err.Error()})
 	}
-	allowed := s.opts.Authorizer.CanPublish(c.info, p.Topic)
+	allowed := s.opts.Authorizer.Authorize(c.info, auth.Request{Action: auth.Publish, Topic: p.Topic, QoS: p.QoS, Retain: p.Retain})
 	if !allowed {
 		s.stats.publishDenied.Add(1)
 		c.fields(c.srv.log.Debug()).Str("topic", p.Topic).Msg("publish not authorized")

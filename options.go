@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"mqttd/auth"
 )
 
 // Options configures a Server. The zero value of every field means its
@@ -27,9 +29,10 @@ type Options struct {
 	// none are registered (they are still counted).
 	Registerer prometheus.Registerer `yaml:"-"`
 	// Authenticator decides on each CONNECT; nil allows everyone.
-	Authenticator Authenticator `yaml:"-"`
-	// Authorizer decides on each PUBLISH and SUBSCRIBE; nil allows all.
-	Authorizer Authorizer `yaml:"-"`
+	Authenticator auth.Authenticator `yaml:"-"`
+	// Authorizer decides on each publish, subscription and will; nil
+	// allows all.
+	Authorizer auth.Authorizer `yaml:"-"`
 }
 
 // ListenerConfig names one network listener.
@@ -108,10 +111,10 @@ func (o Options) WithDefaults() Options {
 	setDefault(&l.MaxAwaitingRel, DefaultMaxAwaitingRel)
 	setDefault(&l.MaxTopicLevels, DefaultMaxTopicLevels)
 	if o.Authenticator == nil {
-		o.Authenticator = AllowAll{}
+		o.Authenticator = auth.AllowAll{}
 	}
 	if o.Authorizer == nil {
-		o.Authorizer = AllowAll{}
+		o.Authorizer = auth.AllowAll{}
 	}
 	return o
 }

@@ -1,0 +1,99 @@
+// Package auth defines what mqttd asks before it lets a client in or acts
+// for it: an Authenticator for each CONNECT and an Authorizer for each
+// publish, subscription and will. The broker depends on these interfaces
+// only; the password and ACL files (Mosquitto's formats) implement them
+// here, and programs embedding mqttd can plug in their own.
+//
+// It imports nothing of mqttd's, so implementations need not import the
+// broker.
+package auth
+
+import (
+	"errors"
+	"net"
+)
+
+// ClientInfo describes a client to an Authenticator or Authorizer.
+type ClientInfo struct {
+	ClientID string
+	Username string
+	// Listener is the name of the listener the client connected to.
+	Listener string
+	Remote   net.Addr
+	// ProtocolVersion is the CONNECT protocol level: 3, 4 or 5.
+	ProtocolVersion byte
+}
+
+// Errors an Authenticator returns to refuse a client; any other non-nil
+// error refuses it as not authorized.
+var (
+	ErrBadCredentials = errors.New("auth: bad user name or password")
+	ErrNotAuthorized  = errors.New("auth: not authorized")
+)
+
+// Authenticator decides whether a client may connect. It is called from
+// the connection's reader and may block (on a lookup, say); the client
+// waits meanwhile.
+type Authenticator interface {
+	Authenticate(c ClientInfo, password []byte) error
+}
+
+// Action is what a client asks to do.
+type Action uint8
+
+// Actions an Authorizer is asked about.
+const (
+	// Publish: a PUBLISH from the client.
+	Publish Action = iota + 1
+	// Subscribe: one topic filter of a SUBSCRIBE.
+	Subscribe
+	// Will: the will message of a CONNECT, asked before the client is
+	// accepted; refused, the connection is refused.
+	Will
+)
+
+// String names the action.
+func (a Action) String() string {
+	switch a {
+	case Publish:
+		return "publish"
+	case Subscribe:
+		return "subscribe"
+	case Will:
+		return "will"
+	}
+	return "unknown"
+}
+
+// Request is one question to an Authorizer.
+type Request struct {
+	Action Action
+	// Topic is the topic name of a publish or will, or, for a subscribe,
+	// the topic filter without any $share/{group}/ prefix: a shared
+	// subscription is asked about the topics it would receive.
+	Topic string
+	// Group is the share group of a shared subscription
+	// ($share/{group}/{filter}); empty otherwise.
+	Group string
+	// QoS is the QoS of the message, or the QoS the subscription asks for.
+	QoS byte
+	// Retain says a publish or will is to be retained.
+	Retain bool
+}
+
+// Authorizer decides what a connected client may do. It is called on the
+// client's reader for every request, so it should answer from memory.
+type Authorizer interface {
+	Authorize(c ClientInfo, r Request) bool
+}
+
+// AllowAll authenticates everyone and authorizes everything: the broker's
+// default without configuration, which only listens on the loopback
+// address.
+type AllowAll struct{}
+
+// Authenticate allows every client.
+func (AllowAll) Authenticate(ClientInfo, []byte) error { return nil }
+
+// Authorize allows every request.
+func (AllowAll) Authorize(ClientInfo, Request) bool { return true }
