@@ -116,8 +116,12 @@ func (pl *poller) run(raw syscall.RawConn) {
 	}
 }
 
-// close stops the poller goroutine and releases the epoll descriptor.
+// close stops the poller goroutine and releases the epoll descriptor; a
+// nil poller (Serve never ran) has nothing to close.
 func (pl *poller) close() {
+	if pl == nil {
+		return
+	}
 	pl.file.Close()
 	<-pl.done
 }

@@ -39,6 +39,8 @@ type Server struct {
 	conns     map[*conn]struct{}
 	listeners []*listener
 	serving   bool
+	accepting int        // accept loops running
+	failed    chan error // the last listener failed
 	done      chan struct{}
 
 	closing atomic.Bool
@@ -55,16 +57,13 @@ type listener struct {
 	l    net.Listener
 }
 
-// New returns a Server for opts, or every problem with opts.
+// New returns a Server for opts, or every problem with opts. It starts no
+// goroutine and opens no descriptor: Serve does.
 func New(opts Options) (*Server, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	o := opts.WithDefaults()
-	pl, err := newPoller()
-	if err != nil {
-		return nil, err
-	}
 	limits := topictrie.Limits{MaxLevels: o.Limits.MaxTopicLevels}
 	s := &Server{
 		opts:   o,
@@ -78,11 +77,11 @@ func New(opts Options) (*Server, error) {
 			QueueQoS0:      o.Limits.QueueQoS0,
 			MaxAwaitingRel: o.Limits.MaxAwaitingRel,
 		},
-		poller:  pl,
 		idle:    newIdleWheel(),
 		clients: make(map[string]*client),
 		conns:   make(map[*conn]struct{}),
 		done:    make(chan struct{}),
+		failed:  make(chan error, 1),
 	}
 	s.readers = newReaderPool(s.done)
 	if o.Registerer != nil {
@@ -137,8 +136,10 @@ func (s *Server) Addrs() []net.Addr {
 	return addrs
 }
 
-// Serve accepts connections on every listener until Shutdown, then
-// returns ErrServerClosed.
+// Serve starts the broker's goroutines and accepts connections on every
+// listener until Shutdown, then returns ErrServerClosed. When every
+// listener has failed it returns their last error; the caller should then
+// call Shutdown to close the connections still open.
 func (s *Server) Serve() error {
 	s.mu.Lock()
 	if s.closing.Load() {
@@ -149,32 +150,53 @@ func (s *Server) Serve() error {
 		s.mu.Unlock()
 		return errors.New("mqttd: Serve called twice")
 	}
+	pl, err := newPoller()
+	if err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	s.poller = pl
 	s.serving = true
 	for _, ln := range s.listeners {
 		s.startAccept(ln)
 	}
 	s.mu.Unlock()
-	<-s.done
-	return ErrServerClosed
+	select {
+	case <-s.done:
+		return ErrServerClosed
+	case err := <-s.failed:
+		return err
+	}
 }
 
+// startAccept runs an accept loop for ln. The caller holds s.mu.
 func (s *Server) startAccept(ln *listener) {
 	s.acceptW.Add(1)
+	s.accepting++
 	go func() {
 		defer s.acceptW.Done()
-		s.acceptLoop(ln)
+		err := s.acceptLoop(ln)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.accepting--; s.accepting == 0 && err != nil {
+			select {
+			case s.failed <- fmt.Errorf("mqttd: every listener failed, the last one %s: %w", ln.name, err):
+			default:
+			}
+		}
 	}()
 }
 
 // acceptLoop backs off on temporary errors (out of file descriptors, say)
-// rather than spinning or giving up, as net/http does.
-func (s *Server) acceptLoop(ln *listener) {
+// rather than spinning or giving up, as net/http does. It returns the
+// error that stopped the listener, or nil on Shutdown.
+func (s *Server) acceptLoop(ln *listener) error {
 	var delay time.Duration
 	for {
 		nc, err := ln.l.Accept()
 		if err != nil {
 			if s.closing.Load() {
-				return
+				return nil
 			}
 			if isTimeout(err) || isTemporary(err) {
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
@@ -182,12 +204,12 @@ func (s *Server) acceptLoop(ln *listener) {
 				select {
 				case <-time.After(delay):
 				case <-s.done:
-					return
+					return nil
 				}
 				continue
 			}
 			s.log.Error().Err(err).Str("listener", ln.name).Msg("listener stopped")
-			return
+			return err
 		}
 		delay = 0
 		s.startConn(nc, ln.name)

@@ -1,0 +1,52 @@
+package mqttd_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"mqttd"
+)
+
+// failingListener accepts nothing: its Accept fails at once with a
+// permanent error, as a listener whose socket was closed under it does.
+type failingListener struct{ net.Listener }
+
+var errListenerBroken = errors.New("listener broken")
+
+func (failingListener) Accept() (net.Conn, error) { return nil, errListenerBroken }
+
+// TestServeReturnsWhenEveryListenerFailed checks that Serve returns the
+// listeners' error once the last one has failed, not before, rather than
+// leaving a broker that accepts nothing running silently.
+func TestServeReturnsWhenEveryListenerFailed(t *testing.T) {
+	srv, err := mqttd.New(mqttd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := srv.AddListener("broken", failingListener{l}); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	select {
+	case err := <-served:
+		if !errors.Is(err, errListenerBroken) {
+			t.Errorf("Serve returned %v, want the listener's error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve still running with no listener left")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+}
