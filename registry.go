@@ -30,6 +30,9 @@ type client struct {
 	// queued and queuedBytes are what the server's queue gauges count of
 	// this session (accountQueueLocked).
 	queued, queuedBytes int64
+	// handler is set for an inline subscriber (Server.Subscribe), which
+	// has no session or connection.
+	handler Handler
 }
 
 // attach binds the connection to its session in one step under the

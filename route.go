@@ -87,6 +87,12 @@ func (s *Server) deliverRun(r *router, m *session.Message, run []topictrie.Sub[*
 // client's outbox (dropped and counted when it is full); QoS 1/2 through
 // the session, which sends it within the window or queues it.
 func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, subIDs []uint32, enc *encoded, clock func() time.Time) {
+	if cl.handler != nil {
+		if !m.Expired(clock()) {
+			deliverInline(cl.handler, m, retain)
+		}
+		return
+	}
 	if qos == 0 && len(subIDs) == 0 && s.deliverQoS0(cl, retain, enc) {
 		return
 	}
