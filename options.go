@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"mqttd/auth"
+	"mqttd/session"
 )
 
 // Options configures a Server. The zero value of every field means its
@@ -82,9 +83,9 @@ const (
 	DefaultMaxKeepAlive      = 65535
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultMaxOutboxBytes    = 4 << 20
-	DefaultMaxInflight       = 100
-	DefaultMaxQueued         = 100000
-	DefaultMaxAwaitingRel    = 1000
+	DefaultMaxInflight       = session.DefaultMaxInflight
+	DefaultMaxQueued         = session.DefaultMaxQueued
+	DefaultMaxAwaitingRel    = session.DefaultMaxAwaitingRel
 	DefaultMaxTopicLevels    = 128
 	maxProtocolPacketSize    = 268435455
 	maxOutboxBytes           = 1 << 30

@@ -7,10 +7,11 @@ import (
 	"mqttd/packets"
 )
 
-// Defaults used where Config leaves a field zero.
+// Defaults used where Config leaves a field zero; the broker's defaults
+// (mqttd.DefaultMaxInflight, ...) are these.
 const (
 	DefaultMaxInflight    = 100
-	DefaultMaxQueued      = 1000
+	DefaultMaxQueued      = 100000
 	DefaultMaxAwaitingRel = 1000
 )
 
