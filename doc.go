@@ -37,8 +37,9 @@
 // and written after it is released, by the one goroutine holding the
 // outbox's writing role. A publisher never blocks on a subscriber beyond a
 // bounded stall. Locks are taken in the order registry, session, outbox,
-// never the reverse, and the trie's lock is a leaf. A value kept past its
-// packet is copied out of the frame. No panic reaches the connection
+// never the reverse, and the trie's lock is a leaf. A decoded value never
+// aliases a reader's buffer: each frame's body is a copy the packet owns.
+// No panic reaches the connection
 // loop: a handler that panics closes its connection, counted as
 // internal_error. New starts no goroutine and opens no descriptor.
 package mqttd

@@ -81,12 +81,13 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 	banner(stderr, srv, cfg)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve() }()
+	var serveErr error
 	select {
 	case s := <-stop:
 		log.Info().Str("signal", s.String()).Msg("shutting down")
-	case err := <-served:
-		log.Error().Err(err).Msg("server stopped")
-		return 1
+	case serveErr = <-served:
+		// Every listener failed: the clients still connected are closed.
+		log.Error().Err(serveErr).Msg("server stopped")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
@@ -95,6 +96,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 	}
 	if err := srv.Shutdown(ctx); err != nil {
 		log.Warn().Err(err).Msg("connections still open at the end of the shutdown grace period")
+		return 1
+	}
+	if serveErr != nil {
 		return 1
 	}
 	<-served
