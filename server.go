@@ -120,7 +120,7 @@ func (s *Server) AddListener(name string, l net.Listener) error {
 	ln := &listener{name: name, l: l}
 	s.listeners = append(s.listeners, ln)
 	if s.serving {
-		s.startAccept(ln)
+		s.startAcceptLocked(ln)
 	}
 	return nil
 }
@@ -158,7 +158,7 @@ func (s *Server) Serve() error {
 	s.poller = pl
 	s.serving = true
 	for _, ln := range s.listeners {
-		s.startAccept(ln)
+		s.startAcceptLocked(ln)
 	}
 	s.mu.Unlock()
 	select {
@@ -169,8 +169,8 @@ func (s *Server) Serve() error {
 	}
 }
 
-// startAccept runs an accept loop for ln. The caller holds s.mu.
-func (s *Server) startAccept(ln *listener) {
+// startAcceptLocked runs an accept loop for ln. The caller holds s.mu.
+func (s *Server) startAcceptLocked(ln *listener) {
 	s.acceptW.Add(1)
 	s.accepting++
 	go func() {
