@@ -18,9 +18,10 @@ import (
 
 // conn is one network connection. One reader at a time handles its input:
 // for a plain socket, a goroutine the poller starts when bytes arrive and
-// that ends when they are handled (event.go); for any other net.Conn (TLS,
-// WebSocket), a goroutine of its own blocked in Read (serve). The outbox
-// makes sure exactly one goroutine writes at a time.
+// that ends when they are handled (reader_linux.go); for any other
+// net.Conn (TLS, WebSocket), a goroutine of its own blocked in Read
+// (serve, reader.go). The outbox makes sure exactly one goroutine writes
+// at a time.
 type conn struct {
 	srv *Server
 	nc  net.Conn
@@ -28,7 +29,7 @@ type conn struct {
 
 	bl        *blockingState // serve's, when not served by events
 	ev        *eventConn     // the poller's, when served by events
-	rstate    atomic.Int32   // readerIdle, readerRunning, ... (event.go)
+	rstate    atomic.Int32   // readerIdle, readerRunning, ... (reader_linux.go)
 	lastRead  atomic.Int64   // unix nanos of the last bytes read (events)
 	idleLimit atomic.Int64   // nanos without input before closing (events)
 	filedTick atomic.Int64   // the idle wheel's tick this connection is filed under

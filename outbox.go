@@ -136,8 +136,8 @@ func (c *conn) sendNow(p packets.Packet) {
 	c.flushDeferred()
 }
 
-// flushDeferred writes the frames the reader queued without a wake, on
-// the reader's own goroutine, unless a writer is already running.
+// flushDeferred writes the deferred frames (the reader's own answers) on
+// the reader's goroutine, unless a writer is already running.
 func (c *conn) flushDeferred() {
 	o := &c.out
 	o.mu.Lock()
