@@ -28,8 +28,10 @@ type client struct {
 	// put it back into the trie.
 	dropped bool
 	// queued and queuedBytes are what the server's queue gauges count of
-	// this session (accountQueueLocked).
-	queued, queuedBytes int64
+	// this session (accountQueueLocked). The count is an int32, beside the
+	// bools, so that a client stays in a 64-byte allocation.
+	queued      int32
+	queuedBytes int64
 	// handler is set for an inline subscriber (Server.Subscribe), which
 	// has no session or connection.
 	handler Handler
@@ -119,7 +121,7 @@ func (s *Server) dropSessionLocked(cl *client) {
 	cl.dropped = true
 	var filters []string
 	cl.sess.Subscriptions(func(sub session.Subscription) { filters = append(filters, sub.Filter) })
-	s.stats.queued.Add(-cl.queued)
+	s.stats.queued.Add(-int64(cl.queued))
 	s.stats.queuedBytes.Add(-cl.queuedBytes)
 	cl.queued, cl.queuedBytes = 0, 0
 	cl.mu.Unlock()
@@ -134,8 +136,8 @@ func (s *Server) dropSessionLocked(cl *client) {
 // accountQueueLocked brings the queue gauges in line with the session's
 // queue after it changed. The caller holds cl.mu.
 func (s *Server) accountQueueLocked(cl *client) {
-	n, b := int64(cl.sess.Queued()), int64(cl.sess.QueuedBytes())
-	s.stats.queued.Add(n - cl.queued)
+	n, b := int32(cl.sess.Queued()), int64(cl.sess.QueuedBytes())
+	s.stats.queued.Add(int64(n - cl.queued))
 	s.stats.queuedBytes.Add(b - cl.queuedBytes)
 	cl.queued, cl.queuedBytes = n, b
 }
