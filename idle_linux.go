@@ -13,12 +13,24 @@ import (
 // each) with a timing wheel: a connection is filed under the tick its
 // deadline falls in and looked at again only then, so traffic costs
 // nothing but the atomic store of conn.lastRead.
+//
+// The wheel reads the time from its clock, now, and is swept by advance:
+// its goroutine, once started, calls advance at every tick of a ticker,
+// and a test calls it with the time it chooses.
 type idleWheel struct {
 	mu    sync.Mutex
 	slots [idleSlots][]idleEntry
 	spare []idleEntry
-	stop  chan struct{}
-	done  chan struct{}
+
+	now    func() int64 // the clock, in unix nanos
+	expire func(*conn)  // closes a connection past its deadline: conn.idleTimeout
+	swept  int64        // the last tick swept; only advance's caller touches it
+
+	// started and stopped are guarded by mu; stop is closed by close and
+	// done by the goroutine when it returns.
+	started, stopped bool
+	stop             chan struct{}
+	done             chan struct{}
 }
 
 // idleEntry files a connection for one tick; an entry whose tick is no
@@ -35,10 +47,40 @@ const (
 
 func tickOf(unixNano int64) int64 { return unixNano / int64(idleTick) }
 
+// wallClock is the wheel's clock outside tests.
+func wallClock() int64 { return time.Now().UnixNano() }
+
+// newIdleWheel returns the server's wheel, on the wall clock. It starts
+// no goroutine: Serve calls start.
 func newIdleWheel() *idleWheel {
-	w := &idleWheel{stop: make(chan struct{}), done: make(chan struct{})}
-	go w.run()
-	return w
+	return makeIdleWheel(wallClock)
+}
+
+// makeIdleWheel returns a wheel reading the time from now that starts no
+// goroutine until start: until then only advance sweeps it.
+func makeIdleWheel(now func() int64) *idleWheel {
+	return &idleWheel{
+		now:    now,
+		expire: (*conn).idleTimeout,
+		swept:  tickOf(now()),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+}
+
+// start launches the goroutine that sweeps the wheel every tick, counting
+// from now. It does nothing when the wheel already runs or was closed.
+func (w *idleWheel) start() {
+	w.mu.Lock()
+	launch := !w.started && !w.stopped
+	if launch {
+		w.started = true
+		w.swept = tickOf(w.now())
+	}
+	w.mu.Unlock()
+	if launch {
+		go w.run()
+	}
 }
 
 // watch files c for its current deadline: lastRead plus its idle limit.
@@ -60,17 +102,23 @@ func (w *idleWheel) run() {
 	defer close(w.done)
 	t := time.NewTicker(idleTick)
 	defer t.Stop()
-	swept := tickOf(time.Now().UnixNano())
 	for {
 		select {
 		case <-w.stop:
 			return
-		case now := <-t.C:
-			for tick := tickOf(now.UnixNano()); swept < tick; {
-				swept++
-				w.sweep(swept, now.UnixNano())
-			}
+		case <-t.C:
+			w.advance(w.now())
 		}
+	}
+}
+
+// advance sweeps, in order, every tick up to now's that was not swept
+// yet. One caller at a time: the wheel's goroutine, or a test driving a
+// wheel that was not started.
+func (w *idleWheel) advance(now int64) {
+	for tick := tickOf(now); w.swept < tick; {
+		w.swept++
+		w.sweep(w.swept, now)
 	}
 }
 
@@ -99,7 +147,7 @@ func (w *idleWheel) sweep(tick, now int64) {
 			c.srv.writers.Add(1)
 			go func() {
 				defer c.srv.writers.Done()
-				c.idleTimeout()
+				w.expire(c)
 			}()
 		default:
 			w.watch(c)
@@ -111,7 +159,18 @@ func (w *idleWheel) sweep(tick, now int64) {
 	w.mu.Unlock()
 }
 
+// close stops the wheel's goroutine, if it was started, and waits for it
+// to return; a closed wheel is never started again.
 func (w *idleWheel) close() {
+	w.mu.Lock()
+	started, stopped := w.started, w.stopped
+	w.stopped = true
+	w.mu.Unlock()
+	if stopped {
+		return
+	}
 	close(w.stop)
-	<-w.done
+	if started {
+		<-w.done
+	}
 }

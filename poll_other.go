@@ -22,6 +22,8 @@ func newReaderPool(<-chan struct{}) *readerPool { return nil }
 
 func newIdleWheel() *idleWheel { return nil }
 
+func (*idleWheel) start() {}
+
 func (*idleWheel) close() {}
 
 func (c *conn) startEvent(*poller) bool { return false }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -48,5 +49,20 @@ func TestServeReturnsWhenEveryListenerFailed(t *testing.T) {
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Errorf("Shutdown: %v", err)
+	}
+}
+
+// TestNewStartsNothing checks that New starts no goroutine, so a Server
+// that is configured but never served costs nothing and needs no
+// Shutdown.
+func TestNewStartsNothing(t *testing.T) {
+	before := runtime.NumGoroutine()
+	for range 10 {
+		if _, err := mqttd.New(mqttd.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := runtime.NumGoroutine(); after > before {
+		t.Errorf("10 calls of New left %d goroutines running", after-before)
 	}
 }

@@ -156,6 +156,7 @@ func (s *Server) Serve() error {
 		return err
 	}
 	s.poller = pl
+	s.idle.start()
 	s.serving = true
 	for _, ln := range s.listeners {
 		s.startAcceptLocked(ln)

@@ -1,0 +1,508 @@
+//go:build linux
+
+package mqttd
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"mqttd/packets"
+	"mqttd/session"
+)
+
+// Unit tests of the poller's reader state machine (reader_linux.go):
+// rstate, wakeReader, the reader pool, readEvents and finishEvent. State
+// transitions are forced by direct calls on a conn built on a real
+// loopback socket, with the reader pool replaced by a channel where the
+// test sees every reader wakeReader starts. A conn that closes its socket
+// needs a serving Server (Serve opens the poller it unregisters from),
+// though the test's conn is not registered with it.
+
+// startTestServer runs a Server on 127.0.0.1:0 until the test ends and
+// returns it, serving (its poller open), with its address; before, if not
+// nil, is called between New and Serve.
+func startTestServer(t *testing.T, opts Options, before func(*Server)) (*Server, string) {
+	t.Helper()
+	s, err := New(opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if before != nil {
+		before(s)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddListener("test", l); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve() }()
+	waitUntil(t, "Serve to start", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.serving
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-served; !errors.Is(err, ErrServerClosed) {
+			t.Errorf("Serve returned %v", err)
+		}
+	})
+	return s, l.Addr().String()
+}
+
+// onlyConn waits for s to hold exactly one connection and returns it.
+func onlyConn(t *testing.T, s *Server) *conn {
+	t.Helper()
+	var c *conn
+	waitUntil(t, "the server to accept the connection", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for k := range s.conns {
+			c = k
+		}
+		return len(s.conns) == 1
+	})
+	return c
+}
+
+// writePacket writes p to nc in version v.
+func writePacket(t *testing.T, nc net.Conn, p packets.Packet, v packets.Version) {
+	t.Helper()
+	b, err := p.Append(nil, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Write(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readPacket reads the next packet from br, nc's reader, failing the test
+// if none comes within 10 s.
+func readPacket(t *testing.T, nc net.Conn, br *bufio.Reader, v packets.Version) packets.Packet {
+	t.Helper()
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	p, err := packets.ReadPacket(br, v, 0)
+	if err != nil {
+		t.Fatalf("read packet: %v", err)
+	}
+	return p
+}
+
+// tcpPair returns the two ends of a loopback TCP connection, closed when
+// the test ends.
+func tcpPair(t *testing.T) (server, client net.Conn) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	client, err = net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err = l.Accept()
+	if err != nil {
+		client.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		server.Close()
+		client.Close()
+	})
+	return server, client
+}
+
+// eventConnFor returns the event state startEvent would give a connection
+// on nc, without registering it with a poller: the test wakes its reader.
+func eventConnFor(t *testing.T, nc net.Conn) *eventConn {
+	t.Helper()
+	raw, err := nc.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &eventConn{raw: raw, fd: -1}
+	raw.Control(func(fd uintptr) { ev.fd = int(fd) })
+	return ev
+}
+
+// queued returns the bytes waiting in the socket's receive queue.
+func queued(ev *eventConn) int {
+	n := -1
+	ev.raw.Control(func(fd uintptr) {
+		if v, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ); err == nil {
+			n = v
+		}
+	})
+	return n
+}
+
+// awaitQueued polls until at least n bytes wait in the socket's receive
+// queue, for at most 10 s. It reports instead of failing the test, for
+// callers that must not stop the goroutine they run on.
+func awaitQueued(ev *eventConn, n int) error {
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for queued(ev) < n {
+		select {
+		case <-deadline:
+			return errors.New("timed out waiting for the bytes to reach the socket")
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// testReaderPool replaces s's reader pool with one whose channel has room
+// for n: a reader wakeReader starts is handed to the channel, where the
+// test sees it, and no goroutine runs it.
+func testReaderPool(s *Server, n int) chan *conn {
+	ch := make(chan *conn, n)
+	s.readers = &readerPool{ch: ch, done: s.done}
+	return ch
+}
+
+// trackConn registers c with s as startConn does, so that its cleanup's
+// untrack balances; the test ending finishes c if the test did not.
+func trackConn(t *testing.T, s *Server, c *conn) {
+	t.Helper()
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.connWG.Add(1)
+	s.mu.Unlock()
+	s.stats.connections.Add(1)
+	t.Cleanup(func() { c.finishEvent(errShutdown) })
+}
+
+// TestReaderWakeStartsOneReader checks that wakeReader, called at once by
+// many goroutines (the poller, closes from elsewhere), starts exactly one
+// reader for an idle connection and records the other wakes as
+// readerAgain for it: two readers of one connection would race on its
+// partial frame, its session's inbound state and its cleanup. It is
+// repeated from idle many times, each time with the wakes released
+// together, so that they contend for the idle-to-running transition.
+func TestReaderWakeStartsOneReader(t *testing.T) {
+	s := newTestServer(t, Options{})
+	started := testReaderPool(s, 64)
+	c := &conn{srv: s}
+	const rounds, wakers = 2000, 8
+	for round := range rounds {
+		c.rstate.Store(readerIdle) // the last reader finished
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for range wakers {
+			wg.Go(func() {
+				<-start
+				c.wakeReader()
+			})
+		}
+		close(start)
+		wg.Wait()
+		if n := len(started); n != 1 {
+			t.Fatalf("round %d: %d concurrent wakes started %d readers, want 1", round, wakers, n)
+		}
+		<-started
+		if got := c.rstate.Load(); got != readerAgain {
+			t.Fatalf("round %d: rstate = %d, want readerAgain (%d): the running reader must read again", round, got, readerAgain)
+		}
+	}
+}
+
+// TestReaderDoneNeverRestarts checks that a finished connection
+// (readerDone) starts no reader however often it is woken: its cleanup
+// has run and its descriptor may already belong to another connection.
+func TestReaderDoneNeverRestarts(t *testing.T) {
+	s := newTestServer(t, Options{})
+	started := testReaderPool(s, 1024) // room for every wake: none may start a real reader
+	c := &conn{srv: s}
+	c.rstate.Store(readerDone)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				c.wakeReader()
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(started); n != 0 {
+		t.Errorf("a finished connection started %d readers", n)
+	}
+	if got := c.rstate.Load(); got != readerDone {
+		t.Errorf("rstate = %d, want readerDone (%d)", got, readerDone)
+	}
+}
+
+// hookConn runs hook once, after the first Write to the connection.
+type hookConn struct {
+	net.Conn
+	once sync.Once
+	hook func()
+}
+
+func (h *hookConn) Write(b []byte) (int, error) {
+	n, err := h.Conn.Write(b)
+	h.once.Do(h.hook)
+	return n, err
+}
+
+// TestReaderWakeWhileRunningReadsAgain checks that no wakeup is lost: bytes
+// that arrive while the reader runs, after its last read, raise a wake
+// (the edge-triggered poller reports them once) that must make the reader
+// read again before it goes idle; otherwise they would sit unread until
+// the client sends more. The reader handles a CONNECT; while it writes the
+// CONNACK the client sends a PINGREQ and the poller's wake is delivered.
+func TestReaderWakeWhileRunningReadsAgain(t *testing.T) {
+	var started chan *conn
+	s, _ := startTestServer(t, Options{}, func(s *Server) { started = testReaderPool(s, 8) })
+	srvEnd, cliEnd := tcpPair(t)
+	h := &hookConn{Conn: srvEnd}
+	c := newConn(s, h, "test")
+	c.ev = eventConnFor(t, srvEnd)
+	trackConn(t, s, c)
+
+	writePacket(t, cliEnd, &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311,
+		CleanStart: true, ClientID: "again"}, packets.V311)
+	if err := awaitQueued(c.ev, 1); err != nil {
+		t.Fatal(err)
+	}
+	var hookErr error
+	woken := false
+	h.hook = func() { // on the reader, after the CONNACK was written
+		if _, hookErr = cliEnd.Write([]byte{0xC0, 0}); hookErr != nil { // PINGREQ
+			return
+		}
+		if hookErr = awaitQueued(c.ev, 2); hookErr != nil {
+			return
+		}
+		c.wakeReader() // what the poller does for the new bytes
+		woken = true
+	}
+	c.rstate.Store(readerRunning) // as wakeReader does before handing c to a reader
+	c.readEvents()
+	if hookErr != nil || !woken {
+		t.Fatalf("the PINGREQ was not sent while the reader ran: %v", hookErr)
+	}
+	if n := queued(c.ev); n != 0 {
+		t.Errorf("the reader went idle with %d bytes unread: the wake while it ran was lost", n)
+	}
+	if got := c.rstate.Load(); got != readerIdle {
+		t.Errorf("rstate = %d after the reader returned, want readerIdle (%d)", got, readerIdle)
+	}
+	if n := len(started); n != 0 {
+		t.Errorf("a wake while the reader ran started %d more readers", n)
+	}
+	if got := readFull(t, cliEnd, 6); string(got) != "\x20\x02\x00\x00\xd0\x00" {
+		t.Errorf("client got % x, want CONNACK then PINGRESP", got)
+	}
+}
+
+// TestReaderFinishEventOnce checks that finishEvent ends a connection
+// once, even when called repeatedly and concurrently: the socket is
+// closed, one close reason is counted, the cleanup (will, untrack) runs
+// once, and the connection is left readerDone with no new reader started
+// by the close's own wake.
+func TestReaderFinishEventOnce(t *testing.T) {
+	var started chan *conn
+	s, _ := startTestServer(t, Options{}, func(s *Server) { started = testReaderPool(s, 8) })
+	srvEnd, cliEnd := tcpPair(t)
+	c := newConn(s, srvEnd, "test")
+	c.ev = eventConnFor(t, srvEnd)
+	c.will = &session.Message{Topic: "will/finish", Payload: []byte("gone")}
+	trackConn(t, s, c)
+	c.rstate.Store(readerRunning) // finishEvent runs on the reader
+	reasons := []error{errClosedByPeer, errKeepAlive, errTakenOver, errShutdown}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			<-start
+			c.finishEvent(reasons[i%len(reasons)])
+		})
+	}
+	close(start)
+	wg.Wait()
+	st := s.Stats()
+	if st.WillsPublished != 1 {
+		t.Errorf("will published %d times, want once", st.WillsPublished)
+	}
+	if st.Connections != 0 {
+		t.Errorf("Connections = %d, want 0: untracked %d times", st.Connections, 1-st.Connections)
+	}
+	total := uint64(0)
+	for _, n := range st.Disconnects {
+		total += n
+	}
+	if total != 1 {
+		t.Errorf("%d close reasons counted, want 1: %v", total, st.Disconnects)
+	}
+	if got := c.rstate.Load(); got != readerDone {
+		t.Errorf("rstate = %d, want readerDone (%d)", got, readerDone)
+	}
+	if n := len(started); n != 0 {
+		t.Errorf("finishing the connection started %d readers", n)
+	}
+	if got := readToEOF(t, cliEnd); len(got) != 0 {
+		t.Errorf("client got % x, want the connection closed", got)
+	}
+}
+
+// TestReaderPoolHandsToParkedReader checks that a reader parked in the
+// pool is given the next connection to read instead of a new goroutine
+// being started, which would grow its stack through the handlers again.
+func TestReaderPoolHandsToParkedReader(t *testing.T) {
+	srvEnd, _ := tcpPair(t)
+	ev := eventConnFor(t, srvEnd) // harmless to read if run starts a goroutine after all
+	synctest.Test(t, func(t *testing.T) {
+		done := make(chan struct{})
+		defer closeOnce(done)
+		p := newReaderPool(done)
+		got := make(chan *conn, 2)
+		go func() { got <- p.next() }()
+		synctest.Wait() // parked in next
+		if n := p.parked.Load(); n != 1 {
+			t.Errorf("%d readers parked, want 1", n)
+		}
+		c := &conn{ev: ev}
+		c.rstate.Store(readerRunning)
+		p.run(c)
+		synctest.Wait()
+		select {
+		case g := <-got:
+			if g != c {
+				t.Errorf("the parked reader got %p, want %p", g, c)
+			}
+		default:
+			t.Error("run started a goroutine instead of handing the connection to the parked reader")
+		}
+		closeOnce(done)
+		synctest.Wait()
+		if n := p.parked.Load(); n != 0 {
+			t.Errorf("%d readers still parked after the server closed", n)
+		}
+	})
+}
+
+// TestReaderPoolParkLimit checks that at most maxParkedReaders goroutines
+// stay parked between wakeups (each holds a grown stack): a reader done
+// with its connection when that many are parked ends instead, and the
+// parked ones end when the server closes.
+func TestReaderPoolParkLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		done := make(chan struct{})
+		defer closeOnce(done)
+		p := newReaderPool(done)
+		results := make(chan *conn, maxParkedReaders)
+		var wg sync.WaitGroup
+		for range maxParkedReaders {
+			wg.Go(func() { results <- p.next() })
+		}
+		synctest.Wait()
+		if n := p.parked.Load(); n != maxParkedReaders {
+			t.Fatalf("%d readers parked, want %d", n, maxParkedReaders)
+		}
+		if c := p.next(); c != nil { // would block forever (a deadlock here) if it parked
+			t.Errorf("next with %d parked returned %p, want nil", maxParkedReaders, c)
+		}
+		if n := p.parked.Load(); n != maxParkedReaders {
+			t.Errorf("%d readers parked after one was turned away, want %d", n, maxParkedReaders)
+		}
+		closeOnce(done)
+		wg.Wait()
+		close(results)
+		for c := range results {
+			if c != nil {
+				t.Errorf("a parked reader got %p after the server closed", c)
+			}
+		}
+		if n := p.parked.Load(); n != 0 {
+			t.Errorf("%d readers still parked", n)
+		}
+	})
+}
+
+// TestReaderConcurrentWakes runs a serving Server's reader while other
+// goroutines keep waking it and the client sends 500 PINGREQs a byte at a
+// time, so that frames are split across reads and wakes come both while a
+// reader runs and while none does. Every PINGREQ must be answered (a
+// lost wakeup leaves the last bytes unread), and the connection must end
+// up idle and alive; under -race, two readers of the connection at once
+// would be reported (they share its partial frame).
+func TestReaderConcurrentWakes(t *testing.T) {
+	s, addr := startTestServer(t, Options{}, nil)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	br := bufio.NewReader(nc)
+	writePacket(t, nc, &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311,
+		CleanStart: true, ClientID: "wakes"}, packets.V311)
+	if p := readPacket(t, nc, br, packets.V311); p.Type() != packets.TypeConnack {
+		t.Fatalf("got %v, want CONNACK", p.Type())
+	}
+	c := onlyConn(t, s)
+
+	stop := make(chan struct{})
+	var wakers sync.WaitGroup
+	for range 4 {
+		wakers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					c.wakeReader()
+				}
+			}
+		})
+	}
+	const pings = 500
+	sent := make(chan error, 1)
+	go func() {
+		for range pings {
+			for _, b := range []byte{0xC0, 0x00} {
+				if _, err := nc.Write([]byte{b}); err != nil {
+					sent <- err
+					return
+				}
+			}
+		}
+		sent <- nil
+	}()
+	for i := range pings {
+		if p := readPacket(t, nc, br, packets.V311); p.Type() != packets.TypePingresp {
+			close(stop)
+			wakers.Wait()
+			t.Fatalf("answer %d: got %v, want PINGRESP", i, p.Type())
+		}
+	}
+	close(stop)
+	wakers.Wait()
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the reader to go idle", func() bool { return c.rstate.Load() == readerIdle })
+	writePacket(t, nc, &packets.Pingreq{}, packets.V311)
+	if p := readPacket(t, nc, br, packets.V311); p.Type() != packets.TypePingresp {
+		t.Fatalf("got %v, want PINGRESP", p.Type())
+	}
+}
