@@ -36,7 +36,10 @@ type conn struct {
 	connected atomic.Bool    // CONNECT accepted
 	hup       atomic.Bool    // the poller saw a hang-up or error (events)
 
-	version   packets.Version
+	version packets.Version
+	// maxOut is the 5.0 client's Maximum Packet Size: a PUBLISH larger
+	// than it is not sent [MQTT-3.1.2-24]. 0 means no limit.
+	maxOut    uint32
 	info      auth.ClientInfo
 	cl        *client
 	keepAlive time.Duration

@@ -39,6 +39,9 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 		return closing(CloseAuthFailed, fmt.Errorf("will to %q not authorized", cp.WillTopic))
 	}
 	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
+	if cp.Properties.Has(packets.PropMaximumPacketSize) {
+		c.maxOut = cp.Properties.MaximumPacketSize
+	}
 	c.will = willMessage(cp, c.info.ClientID)
 	c.noExpiry = cp.Properties.SessionExpiry == 0
 	s.attach(c, cp)

@@ -123,22 +123,41 @@ func forwardProperties(m *session.Message, subIDs []uint32) packets.Properties {
 // writeOutboundLocked encodes one session entry (a PUBLISH, or a PUBREL
 // for a released QoS 2 message) into the outbox; with wake a writer is
 // started, otherwise the reader's flush writes it. The caller holds the
-// client's lock, so entries reach the wire in session order.
-func (c *conn) writeOutboundLocked(o session.Outbound, wake bool) {
+// client's lock, so entries reach the wire in session order. A PUBLISH
+// larger than the client's Maximum Packet Size is not sent and the result
+// is false: the caller completes it in the session [MQTT-3.1.2-25].
+func (c *conn) writeOutboundLocked(o session.Outbound, wake bool) (sent bool) {
 	mode := deferred
 	if wake {
 		mode = woken
 	}
+	sent = true
 	c.enqueue(mode, func(b []byte) []byte {
 		if o.Released {
 			b, _ = (&packets.Pubrel{PacketID: o.PacketID}).Append(b, c.version)
 			return b
 		}
+		start := len(b)
 		b, err := appendPublish(b, c.version, o)
 		if err != nil {
 			c.fields(c.srv.log.Error()).Err(err).Msg("cannot encode PUBLISH")
 		}
+		if c.tooLarge(len(b) - start) {
+			sent = false
+			return b[:start]
+		}
 		c.srv.stats.messagesSent.Add(1)
 		return b
 	})
+	return sent
+}
+
+// tooLarge reports whether a packet of size bytes exceeds the client's
+// Maximum Packet Size, counting the drop when it does.
+func (c *conn) tooLarge(size int) bool {
+	if c.maxOut == 0 || size <= int(c.maxOut) {
+		return false
+	}
+	c.srv.stats.dropped[dropTooLarge].Add(1)
+	return true
 }

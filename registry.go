@@ -77,7 +77,15 @@ func (s *Server) attach(c *conn, cp *packets.Connect) {
 	c.send(&packets.Connack{SessionPresent: present, Properties: s.connackProperties(c, cp)})
 	cl.conn, cl.clean = c, !persistent
 	cl.sess.SetReceiveMaximum(int(cp.Properties.ReceiveMaximum))
-	cl.sess.Resume(func(o session.Outbound) { c.writeOutboundLocked(o, false) })
+	var unsent []uint16
+	cl.sess.Resume(func(o session.Outbound) {
+		if !c.writeOutboundLocked(o, false) {
+			unsent = append(unsent, o.PacketID)
+		}
+	})
+	for _, id := range unsent {
+		cl.sess.Discard(id)
+	}
 	cl.mu.Unlock()
 	s.mu.Unlock()
 	if oldConn != nil {
@@ -170,6 +178,8 @@ func (c *conn) pump() {
 		}
 		// Frames for this connection wait for its own flush; another
 		// connection's writer is woken.
-		target.writeOutboundLocked(o, target != c)
+		if !target.writeOutboundLocked(o, target != c) && o.QoS > 0 {
+			cl.sess.Discard(o.PacketID)
+		}
 	}
 }

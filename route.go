@@ -104,7 +104,9 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 		online, online && tc.out.room(), clock())
 	switch r {
 	case session.Send:
-		tc.writeOutboundLocked(o, true)
+		if !tc.writeOutboundLocked(o, true) && o.QoS > 0 {
+			cl.sess.Discard(o.PacketID)
+		}
 	case session.Queued:
 		s.accountQueueLocked(cl)
 	case session.DropFull:
@@ -141,6 +143,10 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 		if tc == nil || cl.sess.Queued() > 0 {
 			cl.mu.Unlock()
 			return false
+		}
+		if tc.maxOut != 0 && tc.tooLarge(len(enc.frame(tc.version, retain))) {
+			cl.mu.Unlock()
+			return true // as if sent [MQTT-3.1.2-25]
 		}
 		if tc.enqueue(bounded, func(b []byte) []byte { return append(b, enc.frame(tc.version, retain)...) }) {
 			cl.mu.Unlock()

@@ -46,6 +46,7 @@ const (
 	dropQueueFull                     // the session queue held limits.max_queued
 	dropOfflineQoS0                   // QoS 0 for an offline client (limits.queue_qos0 off)
 	dropExpired                       // the message expired before delivery
+	dropTooLarge                      // larger than the 5.0 client's Maximum Packet Size
 	numDropReasons
 )
 
@@ -54,6 +55,7 @@ var dropReasonNames = [numDropReasons]string{
 	dropQueueFull:   "queue_full",
 	dropOfflineQoS0: "offline_qos0",
 	dropExpired:     "expired",
+	dropTooLarge:    "too_large",
 }
 
 func (r dropReason) String() string { return dropReasonNames[r] }
@@ -78,7 +80,7 @@ type Stats struct {
 	SubscribeDenied  uint64 // subscriptions the Authorizer refused
 	WillsPublished   uint64
 	// Dropped counts deliveries dropped, by reason: outbox_full,
-	// queue_full, offline_qos0, expired.
+	// queue_full, offline_qos0, expired, too_large.
 	Dropped map[string]uint64
 	// Disconnects counts closed connections by CloseReason.String.
 	Disconnects map[string]uint64

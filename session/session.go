@@ -288,6 +288,18 @@ func (s *Session) complete(i int) {
 	s.live--
 }
 
+// Discard completes a message in flight that will never be sent, as if
+// it had been acknowledged: a 5.0 client's Maximum Packet Size forbids it
+// [MQTT-3.1.2-25]. It reports false for an id not in flight.
+func (s *Session) Discard(id uint16) bool {
+	i := s.find(id)
+	if i < 0 {
+		return false
+	}
+	s.complete(i)
+	return true
+}
+
 // Resume prepares the window for a new connection: every entry will be
 // resent, PUBLISH with DUP set and released ones as PUBREL. fn is called
 // for each in send order; the caller encodes and writes them.

@@ -266,3 +266,20 @@ func TestQueuedBytes(t *testing.T) {
 		t.Fatalf("after the expired one was skipped: ok %v, expired %d, QueuedBytes %d; want false, 1, 0", ok, expired, s.QueuedBytes())
 	}
 }
+
+// TestDiscard checks that a message in flight that may not be sent is
+// completed as if acknowledged: the window it held is free again.
+func TestDiscard(t *testing.T) {
+	s := New("c", Config{MaxInflight: 1})
+	o := deliver(t, s, "a", 2, true, Send)
+	deliver(t, s, "b", 1, true, Queued)
+	if !s.Discard(o.PacketID) || s.Inflight() != 0 {
+		t.Fatalf("Discard(%d): in flight %d, want 0", o.PacketID, s.Inflight())
+	}
+	if s.Discard(o.PacketID) {
+		t.Error("a second Discard of the same id reported true")
+	}
+	if next, ok, _ := s.Next(t0); !ok || next.Msg.Topic != "b" {
+		t.Errorf("Next after Discard = %+v, %v; want b", next, ok)
+	}
+}
