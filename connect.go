@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"mqttd/auth"
@@ -24,7 +25,9 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 	cp := p.(*packets.Connect)
 	c.version = cp.ProtocolVersion
 	c.info.ProtocolVersion = byte(cp.ProtocolVersion)
-	c.info.Username = cp.Username
+	// Kept for the connection's life: copied, so that they do not pin
+	// the CONNECT frame (a large password or will, say).
+	c.info.Username = strings.Clone(cp.Username)
 	if code, err := c.checkConnect(cp); err != nil {
 		c.refuse(code)
 		return closing(CloseConnectRefused, err)
@@ -95,7 +98,7 @@ func (c *conn) checkConnect(cp *packets.Connect) (packets.ReasonCode, error) {
 		}
 		c.info.ClientID = assignClientID()
 	} else {
-		c.info.ClientID = cp.ClientID
+		c.info.ClientID = strings.Clone(cp.ClientID)
 	}
 	if len(cp.ClientID) > lim.MaxClientIDLength {
 		code := packets.ConnRefusedIdentifier

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -61,10 +60,8 @@ func (s *Server) Publish(topic string, payload []byte, qos byte, retain bool, pr
 	}
 	var p packets.Properties
 	if props != nil {
-		p = *props
+		p = props.Clone()
 		p.Present &^= 1<<packets.PropTopicAlias | 1<<packets.PropSubscriptionID
-		p.CorrelationData = bytes.Clone(p.CorrelationData)
-		p.User = slices.Clone(p.User)
 		p.SubscriptionIDs = nil
 	}
 	s.publish(newMessage(strings.Clone(topic), bytes.Clone(payload), qos, retain, &p, inlineOrigin))

@@ -1,6 +1,8 @@
 package mqttd
 
 import (
+	"bytes"
+	"strings"
 	"time"
 
 	"mqttd/packets"
@@ -10,12 +12,14 @@ import (
 // Messages are built here, from a PUBLISH or a will, and encoded here for
 // each subscriber.
 
-// willMessage is the will of a CONNECT, published as client id.
+// willMessage is the will of a CONNECT, published as client id. It is
+// kept for the connection's life, so it is copied out of the frame.
 func willMessage(cp *packets.Connect, id string) *session.Message {
 	if !cp.WillFlag {
 		return nil
 	}
-	return newMessage(cp.WillTopic, cp.WillPayload, cp.WillQoS, cp.WillRetain, &cp.WillProperties, id)
+	props := cp.WillProperties.Clone()
+	return newMessage(strings.Clone(cp.WillTopic), bytes.Clone(cp.WillPayload), cp.WillQoS, cp.WillRetain, &props, id)
 }
 
 // message turns a received PUBLISH into a routed message. It keeps the

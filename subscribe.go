@@ -1,6 +1,7 @@
 package mqttd
 
 import (
+	"strings"
 	"time"
 
 	"mqttd/auth"
@@ -61,9 +62,12 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 			codes[i] = c.refusal(packets.UnspecifiedError)
 			continue
 		}
-		isNew, err := s.subs.Subscribe(sub.Filter, cl, opts)
+		// Kept for the session's life: copied, so that it does not pin
+		// the SUBSCRIBE frame (a short filter among large properties).
+		filter := strings.Clone(sub.Filter)
+		isNew, err := s.subs.Subscribe(filter, cl, opts)
 		if err == nil {
-			cl.sess.Subscribe(session.Subscription{Filter: sub.Filter, Options: sub.Options, ID: subID})
+			cl.sess.Subscribe(session.Subscription{Filter: filter, Options: sub.Options, ID: subID})
 		}
 		cl.mu.Unlock()
 		if err != nil {

@@ -1,5 +1,11 @@
 package packets
 
+import (
+	"bytes"
+	"slices"
+	"strings"
+)
+
 // PropID is an MQTT 5.0 property identifier (§2.2.2.2).
 type PropID byte
 
@@ -74,3 +80,27 @@ func (p *Properties) Has(id PropID) bool { return p.Present&(1<<id) != 0 }
 
 // Set marks property id as present; the caller sets the value field.
 func (p *Properties) Set(id PropID) { p.Present |= 1 << id }
+
+// Clone returns a copy of p that shares no memory with it: a decoded
+// packet's strings and slices alias its frame, and a value kept past the
+// packet must not pin the whole frame.
+func (p *Properties) Clone() Properties {
+	c := *p
+	c.ContentType = strings.Clone(p.ContentType)
+	c.ResponseTopic = strings.Clone(p.ResponseTopic)
+	c.CorrelationData = bytes.Clone(p.CorrelationData)
+	c.SubscriptionIDs = slices.Clone(p.SubscriptionIDs)
+	c.AssignedClientID = strings.Clone(p.AssignedClientID)
+	c.AuthMethod = strings.Clone(p.AuthMethod)
+	c.AuthData = bytes.Clone(p.AuthData)
+	c.ResponseInfo = strings.Clone(p.ResponseInfo)
+	c.ServerReference = strings.Clone(p.ServerReference)
+	c.ReasonString = strings.Clone(p.ReasonString)
+	if p.User != nil {
+		c.User = make([]UserProperty, len(p.User))
+		for i, u := range p.User {
+			c.User[i] = UserProperty{Key: strings.Clone(u.Key), Value: strings.Clone(u.Value)}
+		}
+	}
+	return c
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"reflect"
 	"testing"
+	"unsafe"
 
 	"mqttd/packets"
 )
@@ -195,5 +196,26 @@ func TestUnknownPresentBitsAreNotEncoded(t *testing.T) {
 	want := []byte{0x07, 0x26, 0x00, 0x01, 'k', 0x00, 0x01, 'v'}
 	if !bytes.Equal(got, want) || p.Size() != len(want) {
 		t.Fatalf("got % X (Size %d), want % X", got, p.Size(), want)
+	}
+}
+
+// TestPropertiesClone checks a clone shares no memory with the decoded
+// properties, whose strings and slices alias the frame.
+func TestPropertiesClone(t *testing.T) {
+	frame := []byte("content/typeresponse/topiccorrkeyvalue")
+	s := string(frame) // one backing array for every field, as a frame is
+	p := packets.Properties{ContentType: s[:12], ResponseTopic: s[12:26], CorrelationData: frame[26:30],
+		User: []packets.UserProperty{{Key: s[30:33], Value: s[33:]}}, SubscriptionIDs: []uint32{7}}
+	c := p.Clone()
+	if c.ContentType != p.ContentType || c.ResponseTopic != p.ResponseTopic || string(c.CorrelationData) != "corr" ||
+		c.User[0] != p.User[0] || c.SubscriptionIDs[0] != 7 {
+		t.Fatalf("clone %+v differs from %+v", c, p)
+	}
+	shared := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+	if shared(c.ContentType, p.ContentType) || shared(c.ResponseTopic, p.ResponseTopic) ||
+		&c.CorrelationData[0] == &p.CorrelationData[0] || &c.User[0] == &p.User[0] ||
+		shared(c.User[0].Key, p.User[0].Key) || shared(c.User[0].Value, p.User[0].Value) ||
+		&c.SubscriptionIDs[0] == &p.SubscriptionIDs[0] {
+		t.Error("the clone shares memory with the original")
 	}
 }

@@ -68,6 +68,9 @@ func (r *Retained[T]) Set(topic string, v T) (bool, error) {
 		level := topic[off:end]
 		c := n.children.get(level)
 		if c == nil {
+			// A node outlives the message that made it: it keeps its own
+			// copy of the level, not a slice of that message's topic.
+			level = strings.Clone(level)
 			c = &rnode[T]{parent: n, level: level}
 			n.children.put(level, c)
 		}

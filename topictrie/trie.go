@@ -248,7 +248,10 @@ func (n *node[K, V]) descend(filter string) *node[K, V] {
 		level := filter[off:end]
 		c := n.child(level)
 		if c == nil {
-			c = &node[K, V]{parent: n, filter: filter[:end]}
+			// The trie keeps its own copy of the key: the caller's string
+			// may be a slice of a much larger buffer.
+			c = &node[K, V]{parent: n, filter: strings.Clone(filter[:end])}
+			level = c.filter[off:]
 			switch level {
 			case "+":
 				n.plus = c
@@ -303,7 +306,7 @@ func (n *node[K, V]) group(name string) *group[K, V] {
 	if i := n.findGroup(name); i >= 0 {
 		return n.groups[i]
 	}
-	g := &group[K, V]{name: name}
+	g := &group[K, V]{name: strings.Clone(name)} // its own copy, as node keys
 	n.groups = append(n.groups, g)
 	return g
 }
