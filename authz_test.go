@@ -87,3 +87,44 @@ func TestAuthorizerRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestSysIsReadOnly checks that clients cannot publish, retain or leave a
+// will under $SYS, which is the broker's: 5.0 gets 0x87, 3.1.1 an
+// acknowledgement and nothing published; a $SYS will refuses the CONNECT.
+// The broker itself still publishes there through the inline API.
+func TestSysIsReadOnly(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{})
+	watch := watchTopic(t, addr, "$SYS/#")
+	for _, v := range []packets.Version{packets.V311, packets.V5} {
+		rc := connectAs(t, addr, v, &packets.Connect{ClientID: "sys-" + versionName(v), CleanStart: true})
+		rc.send(&packets.Publish{Topic: "$SYS/broker/uptime", QoS: 1, PacketID: 1, Retain: true, Payload: []byte("forged")})
+		want := packets.Success
+		if v == packets.V5 {
+			want = packets.NotAuthorized
+		}
+		if ack, ok := rc.read().(*packets.Puback); !ok || ack.ReasonCode != want {
+			t.Errorf("%s: PUBACK %+v, want reason %#x", versionName(v), ack, byte(want))
+		}
+		rc.send(&packets.Publish{Topic: "$SYS", Payload: []byte("forged")})
+		rc.ping()
+
+		cp := &packets.Connect{ClientID: "sys-will", CleanStart: true}
+		setWill(cp, "$SYS/broker/will")
+		_, ack := connectReply(t, addr, v, cp)
+		refused := packets.ConnRefusedNotAuthorized
+		if v == packets.V5 {
+			refused = packets.NotAuthorized
+		}
+		if ack.ReasonCode != refused {
+			t.Errorf("%s: CONNACK %#x for a $SYS will, want %#x", versionName(v), byte(ack.ReasonCode), byte(refused))
+		}
+	}
+	expectNothing(watch)
+	if srv.Stats().Retained != 0 {
+		t.Errorf("%d retained messages: a client retained under $SYS", srv.Stats().Retained)
+	}
+	if err := srv.Publish("$SYS/broker/version", []byte("mqttd"), 0, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	expectPublish(watch, "$SYS/broker/version")
+}

@@ -36,8 +36,8 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 		c.refuse(authCode(c.version, err))
 		return closing(CloseAuthFailed, fmt.Errorf("authentication failed: %w", err))
 	}
-	if cp.WillFlag && !s.opts.Authorizer.Authorize(c.info, auth.Request{Action: auth.Will,
-		Topic: cp.WillTopic, QoS: cp.WillQoS, Retain: cp.WillRetain}) {
+	if cp.WillFlag && (isSys(cp.WillTopic) || !s.opts.Authorizer.Authorize(c.info, auth.Request{Action: auth.Will,
+		Topic: cp.WillTopic, QoS: cp.WillQoS, Retain: cp.WillRetain})) {
 		c.refuse(authCode(c.version, auth.ErrNotAuthorized))
 		return closing(CloseAuthFailed, fmt.Errorf("will to %q not authorized", cp.WillTopic))
 	}

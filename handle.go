@@ -3,6 +3,7 @@ package mqttd
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"mqttd/auth"
 	"mqttd/packets"
@@ -63,7 +64,8 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 	if err := s.topics.ValidTopicName(p.Topic); err != nil {
 		return c.fail(&packets.Error{Code: packets.TopicNameInvalid, Ref: "[MQTT-4.7.3]", Msg: err.Error()})
 	}
-	allowed := s.opts.Authorizer.Authorize(c.info, auth.Request{Action: auth.Publish, Topic: p.Topic, QoS: p.QoS, Retain: p.Retain})
+	allowed := !isSys(p.Topic) &&
+		s.opts.Authorizer.Authorize(c.info, auth.Request{Action: auth.Publish, Topic: p.Topic, QoS: p.QoS, Retain: p.Retain})
 	if !allowed {
 		s.stats.publishDenied.Add(1)
 		c.fields(c.srv.log.Debug()).Str("topic", p.Topic).Msg("publish not authorized")
@@ -82,6 +84,13 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 		return c.publishQoS2(p, allowed)
 	}
 	return nil
+}
+
+// isSys reports a topic under $SYS, which only the broker publishes to
+// (through the inline API): a client may neither publish nor retain
+// there, nor leave a will there.
+func isSys(topic string) bool {
+	return topic == "$SYS" || strings.HasPrefix(topic, "$SYS/")
 }
 
 // deniedCode is the 5.0 reason for an unauthorized publish; 3.1.1 has no

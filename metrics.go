@@ -51,7 +51,7 @@ func newCollector(st *stats) *collector {
 	counter("connects_total", "CONNECTs accepted.", func(s *stats) uint64 { return s.connects.Load() })
 	counter("connects_refused_total", "CONNECTs refused with a CONNACK error code.",
 		func(s *stats) uint64 { return s.connectsRefused.Load() })
-	counter("publish_denied_total", "PUBLISHes the Authorizer refused.", func(s *stats) uint64 { return s.publishDenied.Load() })
+	counter("publish_denied_total", "PUBLISHes refused: by the Authorizer, or to $SYS.", func(s *stats) uint64 { return s.publishDenied.Load() })
 	counter("subscribe_denied_total", "Subscriptions the Authorizer refused.",
 		func(s *stats) uint64 { return s.subscribeDenied.Load() })
 	counter("wills_published_total", "Will messages published.", func(s *stats) uint64 { return s.willsPublished.Load() })

@@ -76,7 +76,7 @@ type Stats struct {
 	BytesSent        uint64
 	Connects         uint64 // CONNECTs accepted
 	ConnectsRefused  uint64 // CONNECTs refused with a CONNACK error code
-	PublishDenied    uint64 // PUBLISHes the Authorizer refused
+	PublishDenied    uint64 // PUBLISHes refused: by the Authorizer, or to $SYS
 	SubscribeDenied  uint64 // subscriptions the Authorizer refused
 	WillsPublished   uint64
 	// Dropped counts deliveries dropped, by reason: outbox_full,
