@@ -62,9 +62,10 @@ func (s *Server) attach(c *conn, cp *packets.Connect) {
 		}
 	}
 	cl, present := old, old != nil
+	var dropped []string
 	if clean || old == nil || old.clean {
 		if old != nil {
-			s.dropSessionLocked(old)
+			dropped = s.dropSessionLocked(old)
 		}
 		cl = &client{id: id, sess: session.New(id, s.sessCfg)}
 		s.clients[id] = cl
@@ -88,6 +89,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect) {
 	}
 	cl.mu.Unlock()
 	s.mu.Unlock()
+	s.unsubscribeAll(old, dropped)
 	if oldConn != nil {
 		// On its own goroutine: telling a 5.0 client may wait for its
 		// outbox to drain, and the new client's CONNACK must not wait.
@@ -106,7 +108,6 @@ func (s *Server) attach(c *conn, cp *packets.Connect) {
 func (s *Server) detach(c *conn) {
 	cl := c.cl
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	cl.mu.Lock()
 	owner := cl.conn == c
 	if owner {
@@ -115,25 +116,36 @@ func (s *Server) detach(c *conn) {
 	}
 	clean := cl.clean
 	cl.mu.Unlock()
+	var dropped []string
 	if owner && clean && s.clients[cl.id] == cl {
 		delete(s.clients, cl.id)
-		s.dropSessionLocked(cl)
+		dropped = s.dropSessionLocked(cl)
 	}
+	s.mu.Unlock()
+	s.unsubscribeAll(cl, dropped)
 }
 
-// dropSessionLocked ends a session that left the registry: its
-// subscriptions leave the trie and its queue leaves the gauges. The
-// caller holds the registry lock.
-func (s *Server) dropSessionLocked(cl *client) {
+// dropSessionLocked ends a session that left the registry: it is marked
+// dropped, so nothing is delivered to it or subscribed for it any more,
+// and its queue leaves the gauges. It returns the filters the caller
+// removes from the trie with unsubscribeAll once it has released the
+// registry lock: a client with 40,000 subscriptions must not hold up
+// every CONNECT meanwhile. The caller holds the registry lock.
+func (s *Server) dropSessionLocked(cl *client) []string {
 	cl.mu.Lock()
+	defer cl.mu.Unlock()
 	cl.dropped = true
 	var filters []string
 	cl.sess.Subscriptions(func(sub session.Subscription) { filters = append(filters, sub.Filter) })
 	s.stats.queued.Add(-int64(cl.queued))
 	s.stats.queuedBytes.Add(-cl.queuedBytes)
 	cl.queued, cl.queuedBytes = 0, 0
-	cl.mu.Unlock()
 	s.stats.sessions.Add(-1)
+	return filters
+}
+
+// unsubscribeAll removes a dropped session's filters from the trie.
+func (s *Server) unsubscribeAll(cl *client, filters []string) {
 	for _, f := range filters {
 		if s.subs.Unsubscribe(f, cl) {
 			s.stats.subscriptions.Add(-1)

@@ -98,6 +98,9 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	if cl.dropped {
+		return // its subscriptions are on their way out of the trie
+	}
 	tc := cl.conn
 	online := tc != nil
 	o, r := cl.sess.Deliver(session.Outbound{Msg: m, QoS: qos, Retain: retain, SubIDs: subIDs},

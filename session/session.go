@@ -111,7 +111,15 @@ type Session struct {
 	q           *queues
 	awaitingRel map[uint16]struct{}
 	subs        []Subscription
+	// subIndex finds a filter's place in subs once there are more than
+	// subIndexMin: a client with thousands of subscriptions must not make
+	// each SUBSCRIBE scan them all.
+	subIndex map[string]int
 }
+
+// subIndexMin is the count of subscriptions past which they are indexed;
+// below it a scan is cheaper than a map, and costs an idle client nothing.
+const subIndexMin = 8
 
 // limits is Config with defaults applied, in the width the session needs.
 type limits struct {
@@ -367,28 +375,55 @@ func (s *Session) AwaitingRel() int { return len(s.awaitingRel) }
 // Subscribe records a subscription; it reports whether the filter was
 // already held (the new options replace the old).
 func (s *Session) Subscribe(sub Subscription) (existed bool) {
-	for i := range s.subs {
-		if s.subs[i].Filter == sub.Filter {
-			s.subs[i] = sub
-			return true
-		}
+	if i := s.findSub(sub.Filter); i >= 0 {
+		s.subs[i] = sub
+		return true
 	}
 	s.subs = append(s.subs, sub)
+	if s.subIndex != nil {
+		s.subIndex[sub.Filter] = len(s.subs) - 1
+	} else if len(s.subs) > subIndexMin {
+		s.subIndex = make(map[string]int, len(s.subs))
+		for i, sub := range s.subs {
+			s.subIndex[sub.Filter] = i
+		}
+	}
 	return false
 }
 
 // Unsubscribe drops a subscription; it reports whether it existed.
 func (s *Session) Unsubscribe(filter string) bool {
-	for i := range s.subs {
-		if s.subs[i].Filter == filter {
-			last := len(s.subs) - 1
-			s.subs[i] = s.subs[last]
-			s.subs[last] = Subscription{}
-			s.subs = s.subs[:last]
-			return true
+	i := s.findSub(filter)
+	if i < 0 {
+		return false
+	}
+	last := len(s.subs) - 1
+	s.subs[i] = s.subs[last]
+	s.subs[last] = Subscription{}
+	s.subs = s.subs[:last]
+	if s.subIndex != nil {
+		delete(s.subIndex, filter)
+		if i < last {
+			s.subIndex[s.subs[i].Filter] = i
 		}
 	}
-	return false
+	return true
+}
+
+// findSub returns the place of filter in subs, or -1.
+func (s *Session) findSub(filter string) int {
+	if s.subIndex != nil {
+		if i, ok := s.subIndex[filter]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := range s.subs {
+		if s.subs[i].Filter == filter {
+			return i
+		}
+	}
+	return -1
 }
 
 // Subscriptions calls fn for every subscription held.

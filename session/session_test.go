@@ -1,8 +1,11 @@
 package session
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	"mqttd/packets"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -281,5 +284,53 @@ func TestDiscard(t *testing.T) {
 	}
 	if next, ok, _ := s.Next(t0); !ok || next.Msg.Topic != "b" {
 		t.Errorf("Next after Discard = %+v, %v; want b", next, ok)
+	}
+}
+
+// TestSubscriptionIndex checks subscribe, replace and unsubscribe on both
+// sides of subIndexMin, against a map kept alongside.
+func TestSubscriptionIndex(t *testing.T) {
+	s := New("c", Config{})
+	want := map[string]byte{}
+	check := func(step string) {
+		t.Helper()
+		got := map[string]byte{}
+		s.Subscriptions(func(sub Subscription) { got[sub.Filter] = sub.Options.QoS })
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d subscriptions, want %d", step, len(got), len(want))
+		}
+		for f, q := range want {
+			if g, ok := got[f]; !ok || g != q {
+				t.Fatalf("%s: %s has QoS %d (held %v), want %d", step, f, g, ok, q)
+			}
+		}
+	}
+	for i := range 3 * subIndexMin {
+		f := fmt.Sprintf("t/%d", i)
+		if s.Subscribe(Subscription{Filter: f, Options: packets.SubOptions{QoS: 1}}) {
+			t.Fatalf("new filter %s reported as existing", f)
+		}
+		want[f] = 1
+	}
+	check("after subscribing")
+	if !s.Subscribe(Subscription{Filter: "t/3", Options: packets.SubOptions{QoS: 2}}) {
+		t.Fatal("t/3 again not reported as existing")
+	}
+	want["t/3"] = 2
+	for i := 0; i < 3*subIndexMin; i += 2 {
+		f := fmt.Sprintf("t/%d", i)
+		if !s.Unsubscribe(f) || s.Unsubscribe(f) {
+			t.Fatalf("Unsubscribe(%s) twice: want true then false", f)
+		}
+		delete(want, f)
+	}
+	check("after unsubscribing every other one")
+	for f := range want {
+		s.Unsubscribe(f)
+	}
+	want = map[string]byte{}
+	check("after unsubscribing all")
+	if s.Subscribe(Subscription{Filter: "t/1"}) {
+		t.Error("t/1 reported as existing after everything was unsubscribed")
 	}
 }
