@@ -157,18 +157,12 @@ func (c *conn) cleanup() {
 	}
 }
 
-// warnInterval rate-limits repeated warnings about one connection.
-const warnInterval = 10 * time.Second
-
 // warnEvery logs msg at warn level unless it was logged for this
 // connection within warnInterval; last holds the time it was.
 func (c *conn) warnEvery(last *atomic.Int64, msg string) {
-	now := time.Now().UnixNano()
-	prev := last.Load()
-	if now-prev < int64(warnInterval) || !last.CompareAndSwap(prev, now) {
-		return
+	if !rateLimited(last) {
+		c.fields(c.srv.log.Warn()).Msg(msg)
 	}
-	c.fields(c.srv.log.Warn()).Msg(msg)
 }
 
 // isTimeout reports a deadline that passed on a read, write or accept.

@@ -13,8 +13,8 @@ type collector struct {
 	descs []*prometheus.Desc
 	// gauges and counters read one value each; they line up with the
 	// first descs.
-	values               []statValue
-	dropped, disconnects *prometheus.Desc
+	values                         []statValue
+	dropped, disconnects, rejected *prometheus.Desc
 }
 
 // statValue is one metric read from stats.
@@ -59,6 +59,8 @@ func newCollector(st *stats) *collector {
 		func(s *stats) uint64 { return s.panics.Load() })
 	c.dropped = prometheus.NewDesc("mqttd_messages_dropped_total", "Deliveries dropped, by reason.", []string{"reason"}, nil)
 	c.disconnects = prometheus.NewDesc("mqttd_disconnects_total", "Connections closed, by reason.", []string{"reason"}, nil)
+	c.rejected = prometheus.NewDesc("mqttd_connections_rejected_total",
+		"Connections closed at accept, by the limit that refused them.", []string{"reason"}, nil)
 	return c
 }
 
@@ -69,6 +71,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- c.dropped
 	ch <- c.disconnects
+	ch <- c.rejected
 }
 
 // Collect implements prometheus.Collector.
@@ -81,5 +84,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for r := range numCloseReasons {
 		ch <- prometheus.MustNewConstMetric(c.disconnects, prometheus.CounterValue, float64(c.st.disconnects[r].Load()), r.String())
+	}
+	for r := range numRejectReasons {
+		ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(c.st.rejected[r].Load()), r.String())
 	}
 }

@@ -72,6 +72,13 @@ type Limits struct {
 	MaxAwaitingRel int `yaml:"max_awaiting_rel"`
 	// MaxTopicLevels caps the levels of a topic name or filter.
 	MaxTopicLevels int `yaml:"max_topic_levels"`
+	// MaxConnections bounds the open connections; past it a new one is
+	// closed at accept, before anything is read from it.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerAddress bounds the open connections from one source
+	// IP address, so one device cannot take them all. Connections from
+	// loopback addresses are not limited per address.
+	MaxConnectionsPerAddress int `yaml:"max_connections_per_address"`
 }
 
 // Default values of Options.
@@ -87,8 +94,12 @@ const (
 	DefaultMaxQueued         = session.DefaultMaxQueued
 	DefaultMaxAwaitingRel    = session.DefaultMaxAwaitingRel
 	DefaultMaxTopicLevels    = 128
-	maxProtocolPacketSize    = 268435455
-	maxOutboxBytes           = 1 << 30
+	// DefaultMaxConnections keeps the descriptors and memory idle clients
+	// can take to about 50,000 x 3 KB, 150 MB.
+	DefaultMaxConnections           = 50000
+	DefaultMaxConnectionsPerAddress = 1000
+	maxProtocolPacketSize           = 268435455
+	maxOutboxBytes                  = 1 << 30
 )
 
 // WithDefaults returns a copy of o with every zero field set to its default;
@@ -111,6 +122,8 @@ func (o Options) WithDefaults() Options {
 	setDefault(&l.MaxQueued, DefaultMaxQueued)
 	setDefault(&l.MaxAwaitingRel, DefaultMaxAwaitingRel)
 	setDefault(&l.MaxTopicLevels, DefaultMaxTopicLevels)
+	setDefault(&l.MaxConnections, DefaultMaxConnections)
+	setDefault(&l.MaxConnectionsPerAddress, DefaultMaxConnectionsPerAddress)
 	if o.Authenticator == nil {
 		o.Authenticator = auth.AllowAll{}
 	}
@@ -150,6 +163,8 @@ func (o Options) Validate() error {
 		{"limits.max_queued", l.MaxQueued},
 		{"limits.max_awaiting_rel", l.MaxAwaitingRel},
 		{"limits.max_topic_levels", l.MaxTopicLevels},
+		{"limits.max_connections", l.MaxConnections},
+		{"limits.max_connections_per_address", l.MaxConnectionsPerAddress},
 	} {
 		if f.v < 0 {
 			bad(f.key, "must not be negative, got %d", f.v)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,7 +24,6 @@ var ErrServerClosed = errors.New("mqttd: server closed")
 type Server struct {
 	opts    Options
 	log     zerolog.Logger
-	stats   stats
 	topics  topictrie.Limits
 	subs    *topictrie.Trie[*client, subOpts]
 	retain  *topictrie.Retained[*session.Message]
@@ -37,6 +37,7 @@ type Server struct {
 	mu        sync.Mutex
 	clients   map[string]*client
 	conns     map[*conn]struct{}
+	perAddr   map[netip.Addr]int // open connections by source address (admit.go)
 	listeners []*listener
 	serving   bool
 	accepting int        // accept loops running
@@ -50,6 +51,9 @@ type Server struct {
 	// their readers: writer goroutines, and those that close a connection
 	// after telling a 5.0 client why (takeover, idle timeout, shutdown).
 	writers sync.WaitGroup
+
+	stats        stats
+	rejectWarned atomic.Int64 // unix nanos of the last rejected-connection warning
 }
 
 type listener struct {
@@ -80,6 +84,7 @@ func New(opts Options) (*Server, error) {
 		idle:    newIdleWheel(),
 		clients: make(map[string]*client),
 		conns:   make(map[*conn]struct{}),
+		perAddr: make(map[netip.Addr]int),
 		done:    make(chan struct{}),
 		failed:  make(chan error, 1),
 	}
@@ -224,10 +229,16 @@ func isTemporary(err error) bool {
 
 func (s *Server) startConn(nc net.Conn, listenerName string) {
 	c := newConn(s, nc, listenerName)
+	src := sourceAddr(c.info.Remote)
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()
 		nc.Close()
+		return
+	}
+	if r, ok := s.admitLocked(src); !ok {
+		s.mu.Unlock()
+		s.reject(nc, r, listenerName)
 		return
 	}
 	s.conns[c] = struct{}{}
@@ -242,6 +253,7 @@ func (s *Server) startConn(nc net.Conn, listenerName string) {
 func (s *Server) untrack(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
+	s.releaseLocked(sourceAddr(c.info.Remote))
 	s.mu.Unlock()
 	s.stats.connections.Add(-1)
 	s.connWG.Done()

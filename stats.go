@@ -29,6 +29,7 @@ type stats struct {
 	willsPublished  atomic.Uint64
 	panics          atomic.Uint64 // connection handlers that panicked
 	dropped         [numDropReasons]atomic.Uint64
+	rejected        [numRejectReasons]atomic.Uint64
 	disconnects     [numCloseReasons]atomic.Uint64
 }
 
@@ -84,6 +85,9 @@ type Stats struct {
 	Dropped map[string]uint64
 	// Disconnects counts closed connections by CloseReason.String.
 	Disconnects map[string]uint64
+	// Rejected counts connections closed at accept, by the limit that
+	// refused them: max_connections, max_connections_per_address.
+	Rejected map[string]uint64
 }
 
 // Stats returns a snapshot of the broker's counters and gauges.
@@ -108,6 +112,10 @@ func (s *Server) Stats() Stats {
 		WillsPublished:   st.willsPublished.Load(),
 		Dropped:          make(map[string]uint64, numDropReasons),
 		Disconnects:      make(map[string]uint64, numCloseReasons),
+		Rejected:         make(map[string]uint64, numRejectReasons),
+	}
+	for r := range numRejectReasons {
+		out.Rejected[r.String()] = st.rejected[r].Load()
 	}
 	for r := range numDropReasons {
 		out.Dropped[r.String()] = st.dropped[r].Load()

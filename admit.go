@@ -1,0 +1,101 @@
+package mqttd
+
+import (
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"time"
+)
+
+// Admission: a connection is accepted only while the broker holds fewer
+// than limits.max_connections, and fewer than
+// limits.max_connections_per_address from its source address, so that
+// neither a flood of clients nor one hostile device can take every
+// descriptor. A refused connection is closed at once, before anything is
+// read from it: that costs the least under attack.
+
+// rejectReason says why a connection was refused at accept.
+type rejectReason uint8
+
+const (
+	rejectMaxConnections rejectReason = iota // limits.max_connections reached
+	rejectMaxPerAddress                      // limits.max_connections_per_address reached
+	numRejectReasons
+)
+
+var rejectReasonNames = [numRejectReasons]string{
+	rejectMaxConnections: "max_connections",
+	rejectMaxPerAddress:  "max_connections_per_address",
+}
+
+func (r rejectReason) String() string { return rejectReasonNames[r] }
+
+// sourceAddr is the address a connection is counted under; the zero Addr
+// for addresses that are not IP (a pipe, a unix socket) and for
+// loopback, which the per-address limit leaves alone: a program on the
+// broker's own machine is trusted as far as its operator (the global
+// limit still counts it).
+func sourceAddr(a net.Addr) netip.Addr {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return netip.Addr{}
+	}
+	ip, ok := netip.AddrFromSlice(ta.IP)
+	if !ok || ip.Unmap().IsLoopback() {
+		return netip.Addr{}
+	}
+	return ip.Unmap()
+}
+
+// admitLocked counts a new connection from src, or says why it is
+// refused. The caller holds s.mu.
+func (s *Server) admitLocked(src netip.Addr) (rejectReason, bool) {
+	lim := s.opts.Limits
+	if len(s.conns) >= lim.MaxConnections {
+		return rejectMaxConnections, false
+	}
+	if src.IsValid() {
+		if s.perAddr[src] >= lim.MaxConnectionsPerAddress {
+			return rejectMaxPerAddress, false
+		}
+		s.perAddr[src]++
+	}
+	return 0, true
+}
+
+// releaseLocked uncounts a connection from src. The caller holds s.mu.
+func (s *Server) releaseLocked(src netip.Addr) {
+	if !src.IsValid() {
+		return
+	}
+	if n := s.perAddr[src]; n > 1 {
+		s.perAddr[src] = n - 1
+	} else {
+		delete(s.perAddr, src)
+	}
+}
+
+// reject closes a connection refused at accept, counting it and saying
+// so at most once every warnInterval.
+func (s *Server) reject(nc net.Conn, r rejectReason, listener string) {
+	nc.Close()
+	s.stats.rejected[r].Add(1)
+	if rateLimited(&s.rejectWarned) {
+		return
+	}
+	s.log.Warn().Stringer("reason", r).Str("remote", nc.RemoteAddr().String()).Str("listener", listener).
+		Int("max_connections", s.opts.Limits.MaxConnections).
+		Int("max_connections_per_address", s.opts.Limits.MaxConnectionsPerAddress).
+		Msg("connection refused: limit reached (logged at most every 10 s; mqttd_connections_rejected_total counts them all)")
+}
+
+// warnInterval rate-limits repeated warnings.
+const warnInterval = 10 * time.Second
+
+// rateLimited reports whether a warning was logged within warnInterval;
+// when not, it records that the caller logs one now. last holds the time.
+func rateLimited(last *atomic.Int64) bool {
+	now := time.Now().UnixNano()
+	prev := last.Load()
+	return now-prev < int64(warnInterval) || !last.CompareAndSwap(prev, now)
+}

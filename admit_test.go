@@ -1,0 +1,98 @@
+package mqttd_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"mqttd"
+	"mqttd/packets"
+)
+
+// fromListener reports every accepted connection as coming from the
+// address its from field holds at accept time, as if clients connected
+// from other machines, so the per-address limit can be tested over
+// loopback. Connections keep working, read by goroutines.
+type fromListener struct {
+	net.Listener
+	from chan net.Addr
+}
+
+type fromConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (c fromConn) RemoteAddr() net.Addr { return c.remote }
+
+func (l fromListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return fromConn{c, <-l.from}, nil
+}
+
+// TestConnectionLimits checks the admission limits at their boundary: the
+// connection at the limit is served, the one over it is closed before
+// anything is read and counted under its reason, and closing one makes
+// room again. Loopback addresses are not limited per address.
+func TestConnectionLimits(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	srv, err := mqttd.New(mqttd.Options{Registerer: reg,
+		Limits: mqttd.Limits{MaxConnections: 4, MaxConnectionsPerAddress: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := make(chan net.Addr, 1)
+	if err := srv.AddListener("test", fromListener{l, from}); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		<-served
+	})
+	addr := l.Addr().String()
+	deviceA := &net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 40000}
+	deviceB := &net.TCPAddr{IP: net.ParseIP("2001:db8::1"), Port: 40000}
+	local := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 40000}
+	dial := func(src net.Addr, id string, admitted bool) *rawConn {
+		t.Helper()
+		from <- src
+		if admitted {
+			return connectRaw(t, addr, &packets.Connect{ClientID: id, CleanStart: true})
+		}
+		rc := dialRaw(t, addr)
+		rc.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, ClientID: id, CleanStart: true})
+		rc.expectClosed()
+		return nil
+	}
+	a1 := dial(deviceA, "a1", true)
+	dial(deviceA, "a2", true)
+	dial(deviceA, "a3", false) // a third from one address
+	if got := srv.Stats().Rejected["max_connections_per_address"]; got != 1 {
+		t.Errorf("max_connections_per_address rejections: %d, want 1", got)
+	}
+	dial(local, "l1", true)
+	dial(deviceB, "b1", true) // the fourth connection: at the global limit
+	dial(local, "l2", false)  // over it, whatever its address
+	if got := metricValue(t, reg, "mqttd_connections_rejected_total"); got != 2 {
+		t.Errorf("mqttd_connections_rejected_total: %v, want 2", got)
+	}
+	a1.nc.Close()
+	waitFor(t, "a1's connection to close", func() bool { return srv.Stats().Connections == 3 })
+	dial(deviceA, "a4", true) // room again, globally and for device A
+}
