@@ -64,26 +64,41 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 	if err := s.topics.ValidTopicName(p.Topic); err != nil {
 		return c.fail(&packets.Error{Code: packets.TopicNameInvalid, Ref: "[MQTT-4.7.3]", Msg: err.Error()})
 	}
-	allowed := !isSys(p.Topic) &&
-		s.opts.Authorizer.Authorize(c.info, auth.Request{Action: auth.Publish, Topic: p.Topic, QoS: p.QoS, Retain: p.Retain})
-	if !allowed {
+	code := packets.Success
+	if isSys(p.Topic) ||
+		!s.opts.Authorizer.Authorize(c.info, auth.Request{Action: auth.Publish, Topic: p.Topic, QoS: p.QoS, Retain: p.Retain}) {
+		code = packets.NotAuthorized
 		s.stats.publishDenied.Add(1)
 		c.fields(c.srv.log.Debug()).Str("topic", p.Topic).Msg("publish not authorized")
 	}
 	switch p.QoS {
 	case 0:
-		if allowed {
+		if code == packets.Success {
 			c.srv.publish(c.message(p))
 		}
 	case 1:
-		if allowed {
-			c.srv.publish(c.message(p))
+		if code == packets.Success {
+			code = c.route(p)
 		}
-		c.send(&packets.Puback{PacketID: p.PacketID, ReasonCode: deniedCode(c.version, allowed)})
+		c.send(&packets.Puback{PacketID: p.PacketID, ReasonCode: c.ackCode(code)})
 	case 2:
-		return c.publishQoS2(p, allowed)
+		return c.publishQoS2(p, code)
 	}
 	return nil
+}
+
+// route publishes an acknowledged (QoS 1/2) PUBLISH. A 5.0 client can be
+// told that its retained message does not fit the retained store: the
+// message is then refused with 0x97 and not routed. Otherwise (3.1.1, or
+// QoS 0) a retained message that does not fit is routed but not kept.
+func (c *conn) route(p *packets.Publish) packets.ReasonCode {
+	m := c.message(p)
+	if c.version == packets.V5 && m.Retain && len(m.Payload) > 0 && !c.srv.retainRoom(m) {
+		c.srv.refuseRetained(m)
+		return packets.QuotaExceeded
+	}
+	c.srv.publish(m)
+	return packets.Success
 }
 
 // isSys reports a topic under $SYS, which only the broker publishes to
@@ -93,18 +108,18 @@ func isSys(topic string) bool {
 	return topic == "$SYS" || strings.HasPrefix(topic, "$SYS/")
 }
 
-// deniedCode is the 5.0 reason for an unauthorized publish; 3.1.1 has no
-// way to say it, so the message is acknowledged and dropped.
-func deniedCode(v packets.Version, allowed bool) packets.ReasonCode {
-	if allowed || v != packets.V5 {
+// ackCode is the reason code a PUBACK or PUBREC carries: 3.1.1 has no way
+// to say a PUBLISH was refused, so there it is acknowledged and dropped.
+func (c *conn) ackCode(code packets.ReasonCode) packets.ReasonCode {
+	if c.version != packets.V5 {
 		return packets.Success
 	}
-	return packets.NotAuthorized
+	return code
 }
 
 // publishQoS2 routes a QoS 2 message once: a repeated packet id before
 // PUBREL is answered with PUBREC again but not routed (§4.3.3).
-func (c *conn) publishQoS2(p *packets.Publish, allowed bool) error {
+func (c *conn) publishQoS2(p *packets.Publish, code packets.ReasonCode) error {
 	cl := c.cl
 	cl.mu.Lock()
 	isNew, err := cl.sess.ReceiveQoS2(p.PacketID)
@@ -113,10 +128,10 @@ func (c *conn) publishQoS2(p *packets.Publish, allowed bool) error {
 		return c.fail(&packets.Error{Code: packets.ReceiveMaximumExceeded, Ref: "§3.3.4",
 			Msg: fmt.Sprintf("more than %d QoS 2 messages awaiting PUBREL", c.srv.opts.Limits.MaxAwaitingRel)})
 	}
-	if isNew && allowed {
-		c.srv.publish(c.message(p))
+	if isNew && code == packets.Success {
+		code = c.route(p)
 	}
-	c.send(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: deniedCode(c.version, allowed)})
+	c.send(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: c.ackCode(code)})
 	return nil
 }
 

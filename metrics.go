@@ -40,8 +40,10 @@ func newCollector(st *stats) *collector {
 	gauge("sessions_online", "Client sessions with a connection.", func(s *stats) int64 { return s.sessionsOnline.Load() })
 	gauge("subscriptions", "Subscriptions held by sessions.", func(s *stats) int64 { return s.subscriptions.Load() })
 	gauge("retained_messages", "Retained messages.", func(s *stats) int64 { return s.retained.Load() })
+	gauge("retained_bytes", "Topic, payload and properties bytes of the retained messages.",
+		func(s *stats) int64 { return s.retainedBytes.Load() })
 	gauge("queued_messages", "Messages waiting in session queues.", func(s *stats) int64 { return s.queued.Load() })
-	gauge("queued_bytes", "Topic and payload bytes of the messages waiting in session queues.",
+	gauge("queued_bytes", "Topic, payload and properties bytes of the messages waiting in session queues.",
 		func(s *stats) int64 { return s.queuedBytes.Load() })
 	counter("messages_received_total", "PUBLISH packets routed (wills included).",
 		func(s *stats) uint64 { return s.messagesReceived.Load() })
@@ -55,6 +57,8 @@ func newCollector(st *stats) *collector {
 	counter("subscribe_denied_total", "Subscriptions the Authorizer refused.",
 		func(s *stats) uint64 { return s.subscribeDenied.Load() })
 	counter("wills_published_total", "Will messages published.", func(s *stats) uint64 { return s.willsPublished.Load() })
+	counter("retained_refused_total", "Retained messages not kept: the retained store was full.",
+		func(s *stats) uint64 { return s.retainedRefused.Load() })
 	counter("connection_panics_total", "Connection handlers that panicked (a bug).",
 		func(s *stats) uint64 { return s.panics.Load() })
 	c.dropped = prometheus.NewDesc("mqttd_messages_dropped_total", "Deliveries dropped, by reason.", []string{"reason"}, nil)

@@ -79,6 +79,13 @@ type Limits struct {
 	// IP address, so one device cannot take them all. Connections from
 	// loopback addresses are not limited per address.
 	MaxConnectionsPerAddress int `yaml:"max_connections_per_address"`
+	// MaxRetained bounds the retained messages; past it a new retained
+	// topic is refused (5.0 QoS 1/2: 0x97, not published) or, where the
+	// client cannot be told, published but not retained.
+	MaxRetained int `yaml:"max_retained"`
+	// MaxRetainedBytes bounds the topic, payload and properties bytes of
+	// the retained messages, likewise.
+	MaxRetainedBytes int64 `yaml:"max_retained_bytes"`
 }
 
 // Default values of Options.
@@ -98,6 +105,8 @@ const (
 	// can take to about 50,000 x 3 KB, 150 MB.
 	DefaultMaxConnections           = 50000
 	DefaultMaxConnectionsPerAddress = 1000
+	DefaultMaxRetained              = 100000
+	DefaultMaxRetainedBytes         = 64 << 20
 	maxProtocolPacketSize           = 268435455
 	maxOutboxBytes                  = 1 << 30
 )
@@ -124,6 +133,8 @@ func (o Options) WithDefaults() Options {
 	setDefault(&l.MaxTopicLevels, DefaultMaxTopicLevels)
 	setDefault(&l.MaxConnections, DefaultMaxConnections)
 	setDefault(&l.MaxConnectionsPerAddress, DefaultMaxConnectionsPerAddress)
+	setDefault(&l.MaxRetained, DefaultMaxRetained)
+	setDefault(&l.MaxRetainedBytes, DefaultMaxRetainedBytes)
 	if o.Authenticator == nil {
 		o.Authenticator = auth.AllowAll{}
 	}
@@ -133,7 +144,7 @@ func (o Options) WithDefaults() Options {
 	return o
 }
 
-func setDefault[T int | time.Duration](v *T, def T) {
+func setDefault[T int | int64 | time.Duration](v *T, def T) {
 	if *v == 0 {
 		*v = def
 	}
@@ -165,6 +176,7 @@ func (o Options) Validate() error {
 		{"limits.max_topic_levels", l.MaxTopicLevels},
 		{"limits.max_connections", l.MaxConnections},
 		{"limits.max_connections_per_address", l.MaxConnectionsPerAddress},
+		{"limits.max_retained", l.MaxRetained},
 	} {
 		if f.v < 0 {
 			bad(f.key, "must not be negative, got %d", f.v)
@@ -181,6 +193,9 @@ func (o Options) Validate() error {
 	}
 	if l.MaxInflight < 0 || l.MaxInflight > 65535 {
 		bad("limits.max_inflight", "must be between 0 and 65535, got %d", l.MaxInflight)
+	}
+	if l.MaxRetainedBytes < 0 {
+		bad("limits.max_retained_bytes", "must not be negative, got %d", l.MaxRetainedBytes)
 	}
 	if l.ConnectTimeout < 0 {
 		bad("limits.connect_timeout", "must not be negative, got %s", l.ConnectTimeout)

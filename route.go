@@ -173,25 +173,59 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 }
 
 // storeRetained sets or, for an empty payload, clears the retained
-// message of a topic [MQTT-3.3.1-5], [MQTT-3.3.1-10].
+// message of a topic [MQTT-3.3.1-5], [MQTT-3.3.1-10]. A message that does
+// not fit limits.max_retained or limits.max_retained_bytes is not kept.
 func (s *Server) storeRetained(m *session.Message) {
 	if len(m.Payload) == 0 {
 		s.deleteRetained(m.Topic)
 		return
 	}
-	replaced, err := s.retain.Set(m.Topic, m)
+	if !s.retainRoom(m) {
+		s.refuseRetained(m)
+		return
+	}
+	old, replaced, err := s.retain.Swap(m.Topic, m)
 	if err != nil {
 		s.log.Warn().Err(err).Str("topic", m.Topic).Msg("retained message not stored")
 		return
 	}
-	if !replaced {
+	size := int64(m.Size())
+	if replaced {
+		size -= int64(old.Size())
+	} else {
 		s.stats.retained.Add(1)
+	}
+	s.stats.retainedBytes.Add(size)
+}
+
+// retainRoom reports whether m fits the retained store, in place of the
+// message it would replace. Concurrent publishers may each see room for
+// their own message, so the limits can be passed by at most one message
+// per publishing connection.
+func (s *Server) retainRoom(m *session.Message) bool {
+	count, bytes := s.stats.retained.Load(), s.stats.retainedBytes.Load()+int64(m.Size())
+	if old, ok := s.retain.Get(m.Topic); ok {
+		bytes -= int64(old.Size())
+	} else {
+		count++
+	}
+	return count <= int64(s.opts.Limits.MaxRetained) && bytes <= s.opts.Limits.MaxRetainedBytes
+}
+
+// refuseRetained counts a retained message the store had no room for.
+func (s *Server) refuseRetained(m *session.Message) {
+	s.stats.retainedRefused.Add(1)
+	if !rateLimited(&s.retainWarned) {
+		s.log.Warn().Str("topic", m.Topic).Int("size", m.Size()).
+			Int("max_retained", s.opts.Limits.MaxRetained).Int64("max_retained_bytes", s.opts.Limits.MaxRetainedBytes).
+			Msg("retained message not kept: the retained store is full (logged at most every 10 s; mqttd_retained_refused_total counts them all)")
 	}
 }
 
 // deleteRetained clears the retained message of a topic.
 func (s *Server) deleteRetained(topic string) {
-	if s.retain.Delete(topic) {
+	if old, ok := s.retain.Remove(topic); ok {
 		s.stats.retained.Add(-1)
+		s.stats.retainedBytes.Add(-int64(old.Size()))
 	}
 }

@@ -54,6 +54,7 @@ type Server struct {
 
 	stats        stats
 	rejectWarned atomic.Int64 // unix nanos of the last rejected-connection warning
+	retainWarned atomic.Int64 // unix nanos of the last retained-store-full warning
 }
 
 type listener struct {

@@ -19,14 +19,16 @@ type stats struct {
 	sessionsOnline atomic.Int64 // sessions with a connection
 	subscriptions  atomic.Int64
 	retained       atomic.Int64
+	retainedBytes  atomic.Int64 // Message.Size of the retained messages
 	queued         atomic.Int64 // messages waiting in session queues
-	queuedBytes    atomic.Int64 // their topic and payload bytes
+	queuedBytes    atomic.Int64 // their Message.Size
 
 	connects        atomic.Uint64
 	connectsRefused atomic.Uint64
 	publishDenied   atomic.Uint64
 	subscribeDenied atomic.Uint64
 	willsPublished  atomic.Uint64
+	retainedRefused atomic.Uint64 // retained messages the store had no room for
 	panics          atomic.Uint64 // connection handlers that panicked
 	dropped         [numDropReasons]atomic.Uint64
 	rejected        [numRejectReasons]atomic.Uint64
@@ -69,8 +71,9 @@ type Stats struct {
 	SessionsOnline   int64 // sessions with a connection
 	Subscriptions    int64 // subscriptions held by sessions
 	Retained         int64 // retained messages
+	RetainedBytes    int64 // their topic, payload and properties bytes
 	Queued           int64 // messages waiting in session queues
-	QueuedBytes      int64 // their topic and payload bytes
+	QueuedBytes      int64 // their topic, payload and properties bytes
 	MessagesReceived uint64
 	MessagesSent     uint64
 	BytesReceived    uint64
@@ -80,6 +83,7 @@ type Stats struct {
 	PublishDenied    uint64 // PUBLISHes refused: by the Authorizer, or to $SYS
 	SubscribeDenied  uint64 // subscriptions the Authorizer refused
 	WillsPublished   uint64
+	RetainedRefused  uint64 // retained messages the store had no room for
 	// Dropped counts deliveries dropped, by reason: outbox_full,
 	// queue_full, offline_qos0, expired, too_large.
 	Dropped map[string]uint64
@@ -99,6 +103,7 @@ func (s *Server) Stats() Stats {
 		SessionsOnline:   st.sessionsOnline.Load(),
 		Subscriptions:    st.subscriptions.Load(),
 		Retained:         st.retained.Load(),
+		RetainedBytes:    st.retainedBytes.Load(),
 		Queued:           st.queued.Load(),
 		QueuedBytes:      st.queuedBytes.Load(),
 		MessagesReceived: st.messagesReceived.Load(),
@@ -110,6 +115,7 @@ func (s *Server) Stats() Stats {
 		PublishDenied:    st.publishDenied.Load(),
 		SubscribeDenied:  st.subscribeDenied.Load(),
 		WillsPublished:   st.willsPublished.Load(),
+		RetainedRefused:  st.retainedRefused.Load(),
 		Dropped:          make(map[string]uint64, numDropReasons),
 		Disconnects:      make(map[string]uint64, numCloseReasons),
 		Rejected:         make(map[string]uint64, numRejectReasons),

@@ -33,8 +33,15 @@ type Message struct {
 	Origin     string    // client id of the publisher, for No Local
 }
 
-// Size is what a queued m is counted as: its topic and payload bytes.
-func (m *Message) Size() int { return len(m.Topic) + len(m.Payload) }
+// Size is what m is counted as, queued or retained: its topic, payload
+// and properties bytes.
+func (m *Message) Size() int {
+	n := len(m.Topic) + len(m.Payload)
+	if m.Properties != nil {
+		n += m.Properties.Size()
+	}
+	return n
+}
 
 // Expired reports whether m has passed its expiry time at now.
 func (m *Message) Expired(now time.Time) bool {

@@ -52,8 +52,14 @@ func (r *Retained[T]) Len() int {
 // name it refuses. The broker deletes instead of storing an empty payload
 // [MQTT-3.3.1-10].
 func (r *Retained[T]) Set(topic string, v T) (bool, error) {
+	_, replaced, err := r.Swap(topic, v)
+	return replaced, err
+}
+
+// Swap is Set, also returning the value it replaced.
+func (r *Retained[T]) Swap(topic string, v T) (old T, replaced bool, err error) {
 	if err := r.limits.ValidTopicName(topic); err != nil {
-		return false, err
+		return old, false, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -80,31 +86,39 @@ func (r *Retained[T]) Set(topic string, v T) (bool, error) {
 		}
 		off = end + 1
 	}
-	replaced := n.topic != ""
+	replaced = n.topic != ""
 	if !replaced {
 		r.count++
 	}
+	old = n.value
 	n.topic, n.value = topic, v
-	return replaced, nil
+	return old, replaced, nil
 }
 
 // Delete removes the value stored under topic and reports whether there was
 // one.
 func (r *Retained[T]) Delete(topic string) bool {
+	_, ok := r.Remove(topic)
+	return ok
+}
+
+// Remove is Delete, also returning the value removed.
+func (r *Retained[T]) Remove(topic string) (old T, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := r.root.lookup(topic)
 	if n == nil || n.topic == "" {
-		return false
+		return old, false
 	}
 	var zero T
+	old = n.value
 	n.topic, n.value = "", zero
 	r.count--
 	for n.parent != nil && n.topic == "" && n.children.len() == 0 {
 		n.parent.children.remove(n.level)
 		n = n.parent
 	}
-	return true
+	return old, true
 }
 
 // Get returns the value stored under topic.
