@@ -66,6 +66,13 @@ type Limits struct {
 	MaxInflight int `yaml:"max_inflight"`
 	// MaxQueued bounds the messages queued per client beyond the window.
 	MaxQueued int `yaml:"max_queued"`
+	// MaxQueuedBytes bounds the topic, payload and properties bytes queued
+	// per client; past it, or past MaxQueued, a message for the client is
+	// dropped and counted.
+	MaxQueuedBytes int64 `yaml:"max_queued_bytes"`
+	// MaxQueuedBytesTotal bounds the bytes queued for all clients together,
+	// likewise.
+	MaxQueuedBytesTotal int64 `yaml:"max_queued_bytes_total"`
 	// QueueQoS0 keeps QoS 0 messages for offline persistent sessions.
 	QueueQoS0 bool `yaml:"queue_qos0"`
 	// MaxAwaitingRel bounds inbound QoS 2 messages awaiting PUBREL per client.
@@ -99,8 +106,11 @@ const (
 	DefaultMaxOutboxBytes    = 4 << 20
 	DefaultMaxInflight       = session.DefaultMaxInflight
 	DefaultMaxQueued         = session.DefaultMaxQueued
-	DefaultMaxAwaitingRel    = session.DefaultMaxAwaitingRel
-	DefaultMaxTopicLevels    = 128
+	DefaultMaxQueuedBytes    = session.DefaultMaxQueuedBytes
+	// DefaultMaxQueuedBytesTotal lets 16 sessions fill their queues.
+	DefaultMaxQueuedBytesTotal = 256 << 20
+	DefaultMaxAwaitingRel      = session.DefaultMaxAwaitingRel
+	DefaultMaxTopicLevels      = 128
 	// DefaultMaxConnections keeps the descriptors and memory idle clients
 	// can take to about 50,000 x 3 KB, 150 MB.
 	DefaultMaxConnections           = 50000
@@ -129,6 +139,8 @@ func (o Options) WithDefaults() Options {
 	setDefault(&l.MaxOutboxBytes, DefaultMaxOutboxBytes)
 	setDefault(&l.MaxInflight, DefaultMaxInflight)
 	setDefault(&l.MaxQueued, DefaultMaxQueued)
+	setDefault(&l.MaxQueuedBytes, DefaultMaxQueuedBytes)
+	setDefault(&l.MaxQueuedBytesTotal, DefaultMaxQueuedBytesTotal)
 	setDefault(&l.MaxAwaitingRel, DefaultMaxAwaitingRel)
 	setDefault(&l.MaxTopicLevels, DefaultMaxTopicLevels)
 	setDefault(&l.MaxConnections, DefaultMaxConnections)
@@ -194,8 +206,17 @@ func (o Options) Validate() error {
 	if l.MaxInflight < 0 || l.MaxInflight > 65535 {
 		bad("limits.max_inflight", "must be between 0 and 65535, got %d", l.MaxInflight)
 	}
-	if l.MaxRetainedBytes < 0 {
-		bad("limits.max_retained_bytes", "must not be negative, got %d", l.MaxRetainedBytes)
+	for _, f := range []struct {
+		key string
+		v   int64
+	}{
+		{"limits.max_retained_bytes", l.MaxRetainedBytes},
+		{"limits.max_queued_bytes", l.MaxQueuedBytes},
+		{"limits.max_queued_bytes_total", l.MaxQueuedBytesTotal},
+	} {
+		if f.v < 0 {
+			bad(f.key, "must not be negative, got %d", f.v)
+		}
 	}
 	if l.ConnectTimeout < 0 {
 		bad("limits.connect_timeout", "must not be negative, got %s", l.ConnectTimeout)

@@ -104,7 +104,8 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 	tc := cl.conn
 	online := tc != nil
 	o, r := cl.sess.Deliver(session.Outbound{Msg: m, QoS: qos, Retain: retain, SubIDs: subIDs},
-		online, online && tc.out.room(), clock())
+		session.Target{Online: online, CanSend: online && tc.out.room(),
+			Full: s.stats.queuedBytes.Load() >= s.opts.Limits.MaxQueuedBytesTotal}, clock())
 	switch r {
 	case session.Send:
 		if !tc.writeOutboundLocked(o, true) && o.QoS > 0 {
@@ -114,7 +115,12 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 		s.accountQueueLocked(cl)
 	case session.DropFull:
 		s.stats.dropped[dropQueueFull].Add(1)
-		s.log.Warn().Str("client_id", cl.id).Str("topic", m.Topic).Msg("message dropped: session queue full")
+		if !rateLimited(&s.queueWarned) {
+			s.log.Warn().Str("client_id", cl.id).Str("topic", m.Topic).Int("queued", cl.sess.Queued()).
+				Int("queued_bytes", cl.sess.QueuedBytes()).Int64("all_queued_bytes", s.stats.queuedBytes.Load()).
+				Msg("message dropped: the session queue is full (limits.max_queued, limits.max_queued_bytes) or all queues are " +
+					"(limits.max_queued_bytes_total); logged at most every 10 s, mqttd_messages_dropped_total{reason=queue_full} counts them all")
+		}
 	case session.DropQoS0:
 		s.stats.dropped[dropOfflineQoS0].Add(1)
 	case session.DropExpiry:

@@ -55,6 +55,7 @@ type Server struct {
 	stats        stats
 	rejectWarned atomic.Int64 // unix nanos of the last rejected-connection warning
 	retainWarned atomic.Int64 // unix nanos of the last retained-store-full warning
+	queueWarned  atomic.Int64 // unix nanos of the last queue-full warning
 }
 
 type listener struct {
@@ -79,6 +80,7 @@ func New(opts Options) (*Server, error) {
 		sessCfg: session.Config{
 			MaxInflight:    o.Limits.MaxInflight,
 			MaxQueued:      o.Limits.MaxQueued,
+			MaxQueuedBytes: o.Limits.MaxQueuedBytes,
 			QueueQoS0:      o.Limits.QueueQoS0,
 			MaxAwaitingRel: o.Limits.MaxAwaitingRel,
 		},

@@ -12,6 +12,7 @@ import (
 const (
 	DefaultMaxInflight    = 100
 	DefaultMaxQueued      = 100000
+	DefaultMaxQueuedBytes = 16 << 20
 	DefaultMaxAwaitingRel = 1000
 )
 
@@ -67,6 +68,8 @@ type Config struct {
 	// MaxQueued bounds the messages waiting for the window (or for the
 	// client to come back).
 	MaxQueued int
+	// MaxQueuedBytes bounds their Message.Size, together.
+	MaxQueuedBytes int64
 	// QueueQoS0 keeps QoS 0 messages for an offline client, as
 	// Mosquitto's queue_qos0_messages does.
 	QueueQoS0 bool
@@ -83,6 +86,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxQueued <= 0 {
 		c.MaxQueued = DefaultMaxQueued
+	}
+	if c.MaxQueuedBytes <= 0 {
+		c.MaxQueuedBytes = DefaultMaxQueuedBytes
 	}
 	if c.MaxAwaitingRel <= 0 {
 		c.MaxAwaitingRel = DefaultMaxAwaitingRel
@@ -132,6 +138,7 @@ const subIndexMin = 8
 type limits struct {
 	maxInflight, maxQueued, maxAwaitingRel int32
 	queueQoS0                              bool
+	maxQueuedBytes                         int64
 }
 
 // queues are the outbound messages: those in the window in send order
@@ -157,6 +164,7 @@ func New(id string, cfg Config) *Session {
 		maxQueued:      int32(min(cfg.MaxQueued, 1<<31-1)),
 		maxAwaitingRel: int32(min(cfg.MaxAwaitingRel, 1<<31-1)),
 		queueQoS0:      cfg.QueueQoS0,
+		maxQueuedBytes: cfg.MaxQueuedBytes,
 	}
 	return &Session{ID: id, lim: lim, window: lim.maxInflight}
 }
@@ -178,29 +186,40 @@ func (s *Session) SetReceiveMaximum(n int) {
 	}
 }
 
-// Deliver offers o for delivery. canSend says whether the client is online
-// and its connection can take another packet now; when it can and the
+// Target is what a client can take when a message is offered to it.
+type Target struct {
+	Online  bool // the client is connected
+	CanSend bool // its connection can take another packet now
+	// Full says the broker's queues, all sessions together, hold their
+	// maximum: the message may be sent but not queued.
+	Full bool
+}
+
+// Deliver offers o for delivery. When the client can take it now and the
 // window has room, o gets a packet id, enters the window and Deliver
-// returns Send with the entry to encode. Otherwise o is queued or dropped.
-// QoS 0 messages never enter the window.
-func (s *Session) Deliver(o Outbound, online, canSend bool, now time.Time) (Outbound, Result) {
+// returns Send with the entry to encode. Otherwise o is queued, or
+// dropped: expired, QoS 0 for an offline client, or no room in the queue
+// (limits.max_queued messages or limits.max_queued_bytes for the
+// session, or to.Full). QoS 0 messages never enter the window.
+func (s *Session) Deliver(o Outbound, to Target, now time.Time) (Outbound, Result) {
 	if o.Msg.Expired(now) {
 		return o, DropExpiry
 	}
-	if o.QoS == 0 && !online && !s.lim.queueQoS0 {
+	if o.QoS == 0 && !to.Online && !s.lim.queueQoS0 {
 		return o, DropQoS0
 	}
-	if canSend && s.Queued() == 0 && (o.QoS == 0 || s.live < s.window) {
+	if to.CanSend && s.Queued() == 0 && (o.QoS == 0 || s.live < s.window) {
 		if o.QoS > 0 {
 			o = s.enter(o)
 		}
 		return o, Send
 	}
-	if s.Queued() >= int(s.lim.maxQueued) {
+	size := o.Msg.Size()
+	if to.Full || s.Queued() >= int(s.lim.maxQueued) || int64(s.QueuedBytes()+size) > s.lim.maxQueuedBytes {
 		return o, DropFull
 	}
 	s.queues().pending.push(o)
-	s.q.pendingBytes += o.Msg.Size()
+	s.q.pendingBytes += size
 	return o, Queued
 }
 

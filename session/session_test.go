@@ -16,7 +16,7 @@ func msg(topic string, qos byte) *Message {
 
 func deliver(t *testing.T, s *Session, topic string, qos byte, canSend bool, want Result) Outbound {
 	t.Helper()
-	o, r := s.Deliver(Outbound{Msg: msg(topic, qos), QoS: qos}, true, canSend, t0)
+	o, r := s.Deliver(Outbound{Msg: msg(topic, qos), QoS: qos}, Target{Online: true, CanSend: canSend}, t0)
 	if r != want {
 		t.Fatalf("Deliver(%s, qos %d) = %v, want %v", topic, qos, r, want)
 	}
@@ -127,14 +127,14 @@ func TestResumeSetsDupAndPubrel(t *testing.T) {
 func TestOfflineQueueing(t *testing.T) {
 	s := New("c", Config{MaxQueued: 10})
 	m := msg("x", 0)
-	if _, r := s.Deliver(Outbound{Msg: m}, false, false, t0); r != DropQoS0 {
+	if _, r := s.Deliver(Outbound{Msg: m}, Target{}, t0); r != DropQoS0 {
 		t.Fatalf("offline QoS 0 = %v, want DropQoS0", r)
 	}
 	q := New("c", Config{QueueQoS0: true})
-	if _, r := q.Deliver(Outbound{Msg: m}, false, false, t0); r != Queued {
+	if _, r := q.Deliver(Outbound{Msg: m}, Target{}, t0); r != Queued {
 		t.Fatalf("offline QoS 0 with QueueQoS0 = %v, want Queued", r)
 	}
-	if _, r := s.Deliver(Outbound{Msg: msg("y", 1), QoS: 1}, false, false, t0); r != Queued {
+	if _, r := s.Deliver(Outbound{Msg: msg("y", 1), QoS: 1}, Target{}, t0); r != Queued {
 		t.Fatalf("offline QoS 1 = %v, want Queued", r)
 	}
 }
@@ -144,10 +144,10 @@ func TestExpiry(t *testing.T) {
 	deliver(t, s, "a", 1, true, Send)
 	m := msg("b", 1)
 	m.Expiry = t0.Add(time.Second)
-	if _, r := s.Deliver(Outbound{Msg: m, QoS: 1}, true, true, t0); r != Queued {
+	if _, r := s.Deliver(Outbound{Msg: m, QoS: 1}, Target{Online: true, CanSend: true}, t0); r != Queued {
 		t.Fatalf("Deliver = %v, want Queued", r)
 	}
-	if _, r := s.Deliver(Outbound{Msg: m, QoS: 1}, true, true, t0.Add(time.Second)); r != DropExpiry {
+	if _, r := s.Deliver(Outbound{Msg: m, QoS: 1}, Target{Online: true, CanSend: true}, t0.Add(time.Second)); r != DropExpiry {
 		t.Fatalf("Deliver of an expired message = %v, want DropExpiry", r)
 	}
 	s.Puback(1)
@@ -232,11 +232,11 @@ func TestRingGrowsAcrossWrap(t *testing.T) {
 func TestUnackedHeadDoesNotGrowRing(t *testing.T) {
 	s := New("c", Config{MaxInflight: 10})
 	m := msg("t", 1)
-	if _, r := s.Deliver(Outbound{Msg: m, QoS: 1}, true, true, t0); r != Send {
+	if _, r := s.Deliver(Outbound{Msg: m, QoS: 1}, Target{Online: true, CanSend: true}, t0); r != Send {
 		t.Fatal("first message not sent")
 	}
 	for range 100000 {
-		o, _ := s.Deliver(Outbound{Msg: m, QoS: 1}, true, true, t0)
+		o, _ := s.Deliver(Outbound{Msg: m, QoS: 1}, Target{Online: true, CanSend: true}, t0)
 		if !s.Puback(o.PacketID) {
 			t.Fatal("PUBACK refused")
 		}
@@ -254,7 +254,7 @@ func TestQueuedBytes(t *testing.T) {
 	a.Payload, b.Payload, c.Payload = []byte("1234"), []byte("12"), nil
 	c.Expiry = t0.Add(time.Second)
 	for _, m := range []*Message{a, b, c} {
-		s.Deliver(Outbound{Msg: m, QoS: 1}, false, false, t0)
+		s.Deliver(Outbound{Msg: m, QoS: 1}, Target{}, t0)
 	}
 	if got, want := s.QueuedBytes(), a.Size()+b.Size()+c.Size(); got != want || want != 7+6+5 {
 		t.Fatalf("QueuedBytes = %d, want %d (7+6+5)", got, want)
@@ -332,5 +332,29 @@ func TestSubscriptionIndex(t *testing.T) {
 	check("after unsubscribing all")
 	if s.Subscribe(Subscription{Filter: "t/1"}) {
 		t.Error("t/1 reported as existing after everything was unsubscribed")
+	}
+}
+
+// TestQueueBounds checks the queue refuses a message past its byte limit
+// or when the broker says its queues are full, while a message that can
+// be sent now is still sent.
+func TestQueueBounds(t *testing.T) {
+	s := New("c", Config{MaxQueuedBytes: 12})
+	m := msg("abcd", 1) // Size 8: topic and payload; "ab" makes 12
+	if _, r := s.Deliver(Outbound{Msg: m, QoS: 1}, Target{}, t0); r != Queued {
+		t.Fatalf("first message: %v, want Queued", r)
+	}
+	if _, r := s.Deliver(Outbound{Msg: msg("ab", 1), QoS: 1}, Target{}, t0); r != Queued {
+		t.Fatalf("a message reaching the byte limit exactly: %v, want Queued", r)
+	}
+	if _, r := s.Deliver(Outbound{Msg: msg("a", 1), QoS: 1}, Target{}, t0); r != DropFull {
+		t.Fatalf("a message past the byte limit: %v, want DropFull", r)
+	}
+	f := New("f", Config{})
+	if _, r := f.Deliver(Outbound{Msg: m, QoS: 1}, Target{Full: true}, t0); r != DropFull {
+		t.Fatalf("queueing with the broker's queues full: %v, want DropFull", r)
+	}
+	if _, r := f.Deliver(Outbound{Msg: m, QoS: 1}, Target{Online: true, CanSend: true, Full: true}, t0); r != Send {
+		t.Fatalf("sending with the broker's queues full: %v, want Send", r)
 	}
 }

@@ -1,0 +1,78 @@
+package mqttd_test
+
+import (
+	"bytes"
+	"testing"
+
+	"mqttd"
+	"mqttd/packets"
+)
+
+// offlineSubscriber leaves a persistent session subscribed to filter at
+// QoS 1 and disconnects, so what is published to it is queued.
+func offlineSubscriber(t *testing.T, addr, id, filter string) {
+	t.Helper()
+	rc := connectRawSession(t, addr, id, false, false)
+	subscribe(rc, packets.Subscription{Filter: filter, Options: packets.SubOptions{QoS: 1}})
+	rc.send(&packets.Disconnect{})
+	rc.expectClosed()
+}
+
+// TestQueueByteLimits checks the queued bytes are bounded per session
+// (limits.max_queued_bytes) and for all sessions together
+// (limits.max_queued_bytes_total), not only counted in messages: past
+// either, messages for an offline session are dropped and counted, and
+// what was queued is delivered when the client comes back.
+func TestQueueByteLimits(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxQueuedBytes: 1000, MaxQueuedBytesTotal: 1500}})
+	offlineSubscriber(t, addr, "a", "a")
+	offlineSubscriber(t, addr, "b", "b")
+	pub := connectRawSession(t, addr, "pub", true, false)
+	payload := bytes.Repeat([]byte("x"), 199) // 200 bytes with the topic
+	for _, topic := range []string{"a", "b"} {
+		for i := range 8 {
+			pub.send(&packets.Publish{Topic: topic, QoS: 1, PacketID: uint16(i + 1), Payload: payload})
+			pub.read()
+		}
+	}
+	// a takes 5 x 200 = 1,000 bytes, its own limit; b takes messages
+	// while fewer than 1,500 bytes are queued in all, so the last one
+	// passes the total by less than a message.
+	if st := srv.Stats(); st.Queued != 8 || st.QueuedBytes != 1600 || st.Dropped["queue_full"] != 8 {
+		t.Errorf("%d messages, %d bytes queued, %d dropped; want 8, 1600, 8", st.Queued, st.QueuedBytes, st.Dropped["queue_full"])
+	}
+	back := connectRawSession(t, addr, "a", false, true)
+	for i := range 5 {
+		p := expectPublish(back, "a")
+		back.send(&packets.Puback{PacketID: p.PacketID})
+		if len(p.Payload) != len(payload) {
+			t.Fatalf("message %d: %d bytes", i, len(p.Payload))
+		}
+	}
+	expectNothing(back)
+}
+
+// TestOfflineFloodBounded runs the attack the byte limit is for, at the
+// default settings: 40 QoS 1 messages of 1 MiB for one offline session
+// grow the broker's heap by about limits.max_queued_bytes (16 MiB), not
+// by 40 MiB, and an ordinary client is served throughout.
+func TestOfflineFloodBounded(t *testing.T) {
+	_, addr := startServer(t, mqttd.Options{})
+	offlineSubscriber(t, addr, "victim", "flood")
+	before := heapInUse()
+	pub := connectRawSession(t, addr, "flooder", true, false)
+	payload := bytes.Repeat([]byte("x"), 1<<20-64)
+	for i := range 40 {
+		pub.send(&packets.Publish{Topic: "flood", QoS: 1, PacketID: uint16(i + 1), Payload: payload})
+		pub.read()
+	}
+	growth := int64(heapInUse()) - int64(before)
+	t.Logf("heap growth: %d bytes", growth)
+	if limit := int64(mqttd.DefaultMaxQueuedBytes + 4<<20); growth > limit {
+		t.Errorf("heap grew by %d bytes, over %d", growth, limit)
+	}
+	other := connectRawSession(t, addr, "ordinary", true, false)
+	subscribe(other, packets.Subscription{Filter: "ok"})
+	other.send(&packets.Publish{Topic: "ok", Payload: []byte("still served")})
+	expectPublish(other, "ok")
+}
