@@ -44,7 +44,10 @@ type conn struct {
 	cl        *client
 	keepAlive time.Duration
 	will      *session.Message
-	noExpiry  bool // 5.0 CONNECT had Session Expiry Interval 0
+	// expiry is the session expiry interval in seconds, as CONNECT (or a
+	// 5.0 DISCONNECT) set it and the limits capped it: 0 for a clean
+	// session.
+	expiry uint32
 
 	graceful  bool // DISCONNECT received: the will is discarded
 	closeOnce sync.Once

@@ -46,7 +46,7 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 		c.maxOut = cp.Properties.MaximumPacketSize
 	}
 	c.will = willMessage(cp, c.info.ClientID)
-	c.noExpiry = cp.Properties.SessionExpiry == 0
+	c.expiry = s.sessionExpiry(c.version, cp)
 	s.attach(c, cp)
 	c.connected.Store(true)
 	c.startKeepAlive()
@@ -118,6 +118,21 @@ func (c *conn) checkConnect(cp *packets.Connect) (packets.ReasonCode, error) {
 	return 0, nil
 }
 
+// sessionExpiry is the expiry interval, in seconds, of the session a
+// CONNECT asks for: a 5.0 client's Session Expiry Interval capped by
+// limits.max_session_expiry; for 3.1/3.1.1, limits.persistent_session_expiry
+// for clean session 0; 0 for a clean session.
+func (s *Server) sessionExpiry(v packets.Version, cp *packets.Connect) uint32 {
+	lim := s.opts.Limits
+	if v == packets.V5 {
+		return min(cp.Properties.SessionExpiry, uint32(lim.MaxSessionExpiry/time.Second))
+	}
+	if cp.CleanStart {
+		return 0
+	}
+	return uint32(lim.PersistentSessionExpiry / time.Second)
+}
+
 // authCode maps an Authenticator's error to the CONNACK code.
 func authCode(v packets.Version, err error) packets.ReasonCode {
 	bad := errors.Is(err, auth.ErrBadCredentials)
@@ -157,6 +172,11 @@ func (s *Server) connackProperties(c *conn, cp *packets.Connect) packets.Propert
 	if n := s.opts.Limits.MaxAwaitingRel; n < 65535 {
 		p.ReceiveMaximum = uint16(n)
 		p.Set(packets.PropReceiveMaximum)
+	}
+	if cp.Properties.SessionExpiry > c.expiry {
+		// Capped by limits.max_session_expiry: the client is told (§3.2.2.3.2).
+		p.SessionExpiry = c.expiry
+		p.Set(packets.PropSessionExpiry)
 	}
 	if int(cp.KeepAlive) > s.opts.Limits.MaxKeepAlive || (cp.KeepAlive == 0 && s.opts.Limits.MaxKeepAlive < DefaultMaxKeepAlive) {
 		p.ServerKeepAlive = uint16(s.opts.Limits.MaxKeepAlive)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"mqttd/auth"
 	"mqttd/packets"
@@ -178,10 +179,18 @@ func (c *conn) ack(apply func(*session.Session) bool) {
 // handleDisconnect ends the connection normally: the will is discarded
 // [MQTT-3.1.2-10], except for 5.0 reason 0x04 [MQTT-3.14.4-3].
 func (c *conn) handleDisconnect(p *packets.Disconnect) error {
-	if c.noExpiry && p.Properties.SessionExpiry != 0 {
-		// A session that was to end with the connection cannot be kept
-		// by DISCONNECT (§3.14.2.2.2); the close is then abnormal.
-		return c.protocolError("§3.14.2.2.2", "DISCONNECT sets a Session Expiry Interval after CONNECT had none")
+	if p.Properties.Has(packets.PropSessionExpiry) {
+		if c.expiry == 0 && p.Properties.SessionExpiry != 0 {
+			// A session that was to end with the connection cannot be kept
+			// by DISCONNECT (§3.14.2.2.2); the close is then abnormal.
+			return c.protocolError("§3.14.2.2.2", "DISCONNECT sets a Session Expiry Interval after CONNECT had none")
+		}
+		c.expiry = min(p.Properties.SessionExpiry, uint32(c.srv.opts.Limits.MaxSessionExpiry/time.Second))
+		if c.expiry == 0 {
+			c.cl.mu.Lock()
+			c.cl.clean = true // the session ends with this connection
+			c.cl.mu.Unlock()
+		}
 	}
 	c.graceful = p.ReasonCode != packets.DisconnectWithWill
 	return errDisconnect

@@ -86,6 +86,14 @@ type Limits struct {
 	// IP address, so one device cannot take them all. Connections from
 	// loopback addresses are not limited per address.
 	MaxConnectionsPerAddress int `yaml:"max_connections_per_address"`
+	// MaxSessionExpiry caps the Session Expiry Interval a 5.0 client may
+	// ask for (a client asking for more is told the cap in CONNACK); an
+	// offline session is dropped, with its queue and subscriptions, when
+	// its interval has passed.
+	MaxSessionExpiry time.Duration `yaml:"max_session_expiry"`
+	// PersistentSessionExpiry is how long a 3.1/3.1.1 session with clean
+	// session 0 is kept offline (Mosquitto's persistent_client_expiration).
+	PersistentSessionExpiry time.Duration `yaml:"persistent_session_expiry"`
 	// MaxRetained bounds the retained messages; past it a new retained
 	// topic is refused (5.0 QoS 1/2: 0x97, not published) or, where the
 	// client cannot be told, published but not retained.
@@ -116,6 +124,9 @@ const (
 	DefaultMaxConnections           = 50000
 	DefaultMaxConnectionsPerAddress = 1000
 	DefaultMaxRetained              = 100000
+	DefaultMaxSessionExpiry         = 24 * time.Hour
+	DefaultPersistentSessionExpiry  = 24 * time.Hour
+	maxSessionExpiry                = 0xFFFFFFFE * time.Second // 0xFFFFFFFF means "never" in 5.0
 	DefaultMaxRetainedBytes         = 64 << 20
 	maxProtocolPacketSize           = 268435455
 	maxOutboxBytes                  = 1 << 30
@@ -146,6 +157,8 @@ func (o Options) WithDefaults() Options {
 	setDefault(&l.MaxConnections, DefaultMaxConnections)
 	setDefault(&l.MaxConnectionsPerAddress, DefaultMaxConnectionsPerAddress)
 	setDefault(&l.MaxRetained, DefaultMaxRetained)
+	setDefault(&l.MaxSessionExpiry, DefaultMaxSessionExpiry)
+	setDefault(&l.PersistentSessionExpiry, DefaultPersistentSessionExpiry)
 	setDefault(&l.MaxRetainedBytes, DefaultMaxRetainedBytes)
 	if o.Authenticator == nil {
 		o.Authenticator = auth.AllowAll{}
@@ -216,6 +229,17 @@ func (o Options) Validate() error {
 	} {
 		if f.v < 0 {
 			bad(f.key, "must not be negative, got %d", f.v)
+		}
+	}
+	for _, f := range []struct {
+		key string
+		v   time.Duration
+	}{
+		{"limits.max_session_expiry", l.MaxSessionExpiry},
+		{"limits.persistent_session_expiry", l.PersistentSessionExpiry},
+	} {
+		if f.v < 0 || f.v > maxSessionExpiry {
+			bad(f.key, "must be between 0 and %s, got %s", maxSessionExpiry, f.v)
 		}
 	}
 	if l.ConnectTimeout < 0 {

@@ -45,10 +45,7 @@ type client struct {
 func (s *Server) attach(c *conn, cp *packets.Connect) {
 	id := c.info.ClientID
 	clean := cp.CleanStart
-	persistent := !clean
-	if c.version == packets.V5 {
-		persistent = cp.Properties.SessionExpiry > 0
-	}
+	persistent := c.expiry > 0
 	s.mu.Lock()
 	old := s.clients[id]
 	var oldConn *conn
@@ -74,6 +71,10 @@ func (s *Server) attach(c *conn, cp *packets.Connect) {
 	}
 	s.stats.sessionsOnline.Add(1)
 	cl.mu.Lock()
+	if at := cl.sess.ExpireAt(); at != 0 {
+		s.expiry.cancel(cl, at) // back in time
+		cl.sess.SetExpireAt(0)
+	}
 	c.cl = cl
 	c.send(&packets.Connack{SessionPresent: present, Properties: s.connackProperties(c, cp)})
 	cl.conn, cl.clean = c, !persistent
@@ -115,6 +116,11 @@ func (s *Server) detach(c *conn) {
 		s.stats.sessionsOnline.Add(-1)
 	}
 	clean := cl.clean
+	if owner && !clean && s.clients[cl.id] == cl {
+		at := time.Now().Add(time.Duration(c.expiry) * time.Second).UnixNano()
+		cl.sess.SetExpireAt(at)
+		s.expiry.schedule(cl, at)
+	}
 	cl.mu.Unlock()
 	var dropped []string
 	if owner && clean && s.clients[cl.id] == cl {

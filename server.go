@@ -30,6 +30,7 @@ type Server struct {
 	sessCfg session.Config
 	poller  *poller // nil where connections are read by goroutines
 	idle    *idleWheel
+	expiry  *expiryWheel
 	readers *readerPool
 
 	// mu is the registry lock: clients, conns and listeners. Lock order:
@@ -85,6 +86,7 @@ func New(opts Options) (*Server, error) {
 			MaxAwaitingRel: o.Limits.MaxAwaitingRel,
 		},
 		idle:    newIdleWheel(),
+		expiry:  newExpiryWheel(),
 		clients: make(map[string]*client),
 		conns:   make(map[*conn]struct{}),
 		perAddr: make(map[netip.Addr]int),
@@ -165,6 +167,7 @@ func (s *Server) Serve() error {
 	}
 	s.poller = pl
 	s.idle.start()
+	s.expiry.start(s)
 	s.serving = true
 	for _, ln := range s.listeners {
 		s.startAcceptLocked(ln)
@@ -297,6 +300,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// any more; the idle wheel starts none once it has stopped.
 		s.idle.close()
 		s.poller.close()
+		s.expiry.close()
 		s.writers.Wait()
 		close(finished)
 	}()

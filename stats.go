@@ -29,6 +29,7 @@ type stats struct {
 	subscribeDenied atomic.Uint64
 	willsPublished  atomic.Uint64
 	retainedRefused atomic.Uint64 // retained messages the store had no room for
+	sessionsExpired atomic.Uint64
 	panics          atomic.Uint64 // connection handlers that panicked
 	dropped         [numDropReasons]atomic.Uint64
 	rejected        [numRejectReasons]atomic.Uint64
@@ -84,6 +85,7 @@ type Stats struct {
 	SubscribeDenied  uint64 // subscriptions the Authorizer refused
 	WillsPublished   uint64
 	RetainedRefused  uint64 // retained messages the store had no room for
+	SessionsExpired  uint64 // sessions dropped after their expiry interval offline
 	// Dropped counts deliveries dropped, by reason: outbox_full,
 	// queue_full, offline_qos0, expired, too_large.
 	Dropped map[string]uint64
@@ -116,6 +118,7 @@ func (s *Server) Stats() Stats {
 		SubscribeDenied:  st.subscribeDenied.Load(),
 		WillsPublished:   st.willsPublished.Load(),
 		RetainedRefused:  st.retainedRefused.Load(),
+		SessionsExpired:  st.sessionsExpired.Load(),
 		Dropped:          make(map[string]uint64, numDropReasons),
 		Disconnects:      make(map[string]uint64, numCloseReasons),
 		Rejected:         make(map[string]uint64, numRejectReasons),

@@ -128,6 +128,7 @@ type Session struct {
 	// subIndexMin: a client with thousands of subscriptions must not make
 	// each SUBSCRIBE scan them all.
 	subIndex map[string]int
+	expireAt int64 // unix nanos the session expires at while offline; 0: online, or never
 }
 
 // subIndexMin is the count of subscriptions past which they are indexed;
@@ -348,6 +349,13 @@ func (s *Session) Resume(fn func(o Outbound)) {
 		fn(*e)
 	})
 }
+
+// SetExpireAt records when the session expires, in unix nanos; 0 means it
+// does not (its client is online).
+func (s *Session) SetExpireAt(at int64) { s.expireAt = at }
+
+// ExpireAt reports when the session expires, as SetExpireAt recorded it.
+func (s *Session) ExpireAt() int64 { return s.expireAt }
 
 // Inflight reports how many QoS 1/2 messages are in the window.
 func (s *Session) Inflight() int { return int(s.live) }

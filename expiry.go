@@ -1,0 +1,171 @@
+package mqttd
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+)
+
+// Session expiry: a session kept after its connection ends (3.1.1 clean
+// session 0, 5.0 Session Expiry Interval above 0) is dropped, with its
+// queue and subscriptions, once it has been offline for its expiry
+// interval. Offline sessions are filed by the tick their deadline falls
+// in; a goroutine sleeps until the earliest tick, so nothing runs while no
+// session is offline or none is due. A session that comes back is taken
+// out of its tick at once, so a client that reconnects often leaves
+// nothing behind.
+
+// expiryTick is the resolution of session expiry: a session expires within
+// a tick after its deadline.
+const expiryTick = 100 * time.Millisecond
+
+// expiryWheel holds the offline sessions by the tick they expire at. Its
+// lock is a leaf: nothing else is locked while it is held.
+type expiryWheel struct {
+	mu    sync.Mutex
+	slots map[int64][]*client // tick -> sessions expiring then
+	ticks tickHeap            // the ticks in slots, earliest first (some may be emptied)
+	wake  chan struct{}       // an earlier tick was filed
+	stop  chan struct{}
+	done  chan struct{}
+	run   bool // the goroutine was started
+}
+
+func newExpiryWheel() *expiryWheel {
+	return &expiryWheel{slots: make(map[int64][]*client), wake: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+func expiryTickOf(unixNano int64) int64 { return unixNano/int64(expiryTick) + 1 } // never early
+
+// schedule files cl to expire at the unix nano time at.
+func (w *expiryWheel) schedule(cl *client, at int64) {
+	tick := expiryTickOf(at)
+	w.mu.Lock()
+	slot, ok := w.slots[tick]
+	w.slots[tick] = append(slot, cl)
+	earliest := false
+	if !ok {
+		heap.Push(&w.ticks, tick)
+		earliest = w.ticks[0] == tick
+	}
+	w.mu.Unlock()
+	if earliest {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// cancel takes cl out of the tick it was filed under for at.
+func (w *expiryWheel) cancel(cl *client, at int64) {
+	tick := expiryTickOf(at)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	slot := w.slots[tick]
+	for i, c := range slot {
+		if c == cl {
+			last := len(slot) - 1
+			slot[i], slot[last] = slot[last], nil
+			slot = slot[:last]
+			break
+		}
+	}
+	if len(slot) == 0 {
+		delete(w.slots, tick) // its heap entry is skipped when it comes up
+	} else {
+		w.slots[tick] = slot
+	}
+}
+
+// due takes out the sessions filed at ticks up to now and returns them,
+// with how long to wait for the next tick (0: none is filed).
+func (w *expiryWheel) due(now int64) (expired []*client, wait time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	nowTick := now / int64(expiryTick)
+	for len(w.ticks) > 0 && w.ticks[0] <= nowTick {
+		tick := heap.Pop(&w.ticks).(int64)
+		expired = append(expired, w.slots[tick]...)
+		delete(w.slots, tick)
+	}
+	if len(w.ticks) > 0 {
+		wait = time.Duration(w.ticks[0]*int64(expiryTick) - now)
+	}
+	return expired, wait
+}
+
+// start runs the goroutine that expires sessions through s.
+func (w *expiryWheel) start(s *Server) {
+	w.run = true
+	go func() {
+		defer close(w.done)
+		t := time.NewTimer(time.Hour)
+		defer t.Stop()
+		for {
+			expired, wait := w.due(time.Now().UnixNano())
+			for _, cl := range expired {
+				s.expireSession(cl)
+			}
+			if wait <= 0 {
+				wait = time.Hour // nothing filed: sleep until woken
+			}
+			t.Reset(wait)
+			select {
+			case <-t.C:
+			case <-w.wake:
+			case <-w.stop:
+				return
+			}
+		}
+	}()
+}
+
+// close stops the goroutine, if it was started.
+func (w *expiryWheel) close() {
+	if !w.run {
+		return
+	}
+	close(w.stop)
+	<-w.done
+}
+
+// tickHeap is a min-heap of ticks.
+type tickHeap []int64
+
+func (h tickHeap) Len() int           { return len(h) }
+func (h tickHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h tickHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *tickHeap) Push(x any)        { *h = append(*h, x.(int64)) }
+func (h *tickHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// expireSession drops cl's session if it is still offline and past its
+// deadline: it may have come back, or been replaced, since it was filed.
+func (s *Server) expireSession(cl *client) {
+	now := time.Now().UnixNano()
+	s.mu.Lock()
+	if s.clients[cl.id] != cl {
+		s.mu.Unlock()
+		return
+	}
+	cl.mu.Lock()
+	at := cl.sess.ExpireAt()
+	expired := cl.conn == nil && at != 0 && expiryTickOf(at) <= now/int64(expiryTick)
+	cl.mu.Unlock()
+	if !expired {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.clients, cl.id)
+	dropped := s.dropSessionLocked(cl)
+	s.mu.Unlock()
+	s.unsubscribeAll(cl, dropped)
+	s.stats.sessionsExpired.Add(1)
+	s.log.Debug().Str("client_id", cl.id).Msg("session expired")
+}
