@@ -57,6 +57,8 @@ func newCollector(st *stats) *collector {
 	counter("subscribe_denied_total", "Subscriptions the Authorizer refused.",
 		func(s *stats) uint64 { return s.subscribeDenied.Load() })
 	counter("wills_published_total", "Will messages published.", func(s *stats) uint64 { return s.willsPublished.Load() })
+	counter("subscriptions_refused_total", "Subscriptions refused: the client held limits.max_subscriptions_per_client.",
+		func(s *stats) uint64 { return s.subscriptionsRefused.Load() })
 	counter("sessions_expired_total", "Sessions dropped after their expiry interval offline.",
 		func(s *stats) uint64 { return s.sessionsExpired.Load() })
 	counter("retained_refused_total", "Retained messages not kept: the retained store was full.",

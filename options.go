@@ -86,6 +86,9 @@ type Limits struct {
 	// IP address, so one device cannot take them all. Connections from
 	// loopback addresses are not limited per address.
 	MaxConnectionsPerAddress int `yaml:"max_connections_per_address"`
+	// MaxSubscriptionsPerClient bounds the subscriptions one session
+	// holds; past it a new filter is refused (SUBACK 0x97, 3.1.1 0x80).
+	MaxSubscriptionsPerClient int `yaml:"max_subscriptions_per_client"`
 	// MaxSessionExpiry caps the Session Expiry Interval a 5.0 client may
 	// ask for (a client asking for more is told the cap in CONNACK); an
 	// offline session is dropped, with its queue and subscriptions, when
@@ -121,15 +124,16 @@ const (
 	DefaultMaxTopicLevels      = 128
 	// DefaultMaxConnections keeps the descriptors and memory idle clients
 	// can take to about 50,000 x 3 KB, 150 MB.
-	DefaultMaxConnections           = 50000
-	DefaultMaxConnectionsPerAddress = 1000
-	DefaultMaxRetained              = 100000
-	DefaultMaxSessionExpiry         = 24 * time.Hour
-	DefaultPersistentSessionExpiry  = 24 * time.Hour
-	maxSessionExpiry                = 0xFFFFFFFE * time.Second // 0xFFFFFFFF means "never" in 5.0
-	DefaultMaxRetainedBytes         = 64 << 20
-	maxProtocolPacketSize           = 268435455
-	maxOutboxBytes                  = 1 << 30
+	DefaultMaxConnections            = 50000
+	DefaultMaxConnectionsPerAddress  = 1000
+	DefaultMaxRetained               = 100000
+	DefaultMaxSubscriptionsPerClient = 10000
+	DefaultMaxSessionExpiry          = 24 * time.Hour
+	DefaultPersistentSessionExpiry   = 24 * time.Hour
+	maxSessionExpiry                 = 0xFFFFFFFE * time.Second // 0xFFFFFFFF means "never" in 5.0
+	DefaultMaxRetainedBytes          = 64 << 20
+	maxProtocolPacketSize            = 268435455
+	maxOutboxBytes                   = 1 << 30
 )
 
 // WithDefaults returns a copy of o with every zero field set to its default;
@@ -157,6 +161,7 @@ func (o Options) WithDefaults() Options {
 	setDefault(&l.MaxConnections, DefaultMaxConnections)
 	setDefault(&l.MaxConnectionsPerAddress, DefaultMaxConnectionsPerAddress)
 	setDefault(&l.MaxRetained, DefaultMaxRetained)
+	setDefault(&l.MaxSubscriptionsPerClient, DefaultMaxSubscriptionsPerClient)
 	setDefault(&l.MaxSessionExpiry, DefaultMaxSessionExpiry)
 	setDefault(&l.PersistentSessionExpiry, DefaultPersistentSessionExpiry)
 	setDefault(&l.MaxRetainedBytes, DefaultMaxRetainedBytes)
@@ -202,6 +207,7 @@ func (o Options) Validate() error {
 		{"limits.max_connections", l.MaxConnections},
 		{"limits.max_connections_per_address", l.MaxConnectionsPerAddress},
 		{"limits.max_retained", l.MaxRetained},
+		{"limits.max_subscriptions_per_client", l.MaxSubscriptionsPerClient},
 	} {
 		if f.v < 0 {
 			bad(f.key, "must not be negative, got %d", f.v)

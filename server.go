@@ -57,6 +57,7 @@ type Server struct {
 	rejectWarned atomic.Int64 // unix nanos of the last rejected-connection warning
 	retainWarned atomic.Int64 // unix nanos of the last retained-store-full warning
 	queueWarned  atomic.Int64 // unix nanos of the last queue-full warning
+	subsWarned   atomic.Int64 // unix nanos of the last subscription-limit warning
 }
 
 type listener struct {

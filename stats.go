@@ -30,10 +30,12 @@ type stats struct {
 	willsPublished  atomic.Uint64
 	retainedRefused atomic.Uint64 // retained messages the store had no room for
 	sessionsExpired atomic.Uint64
-	panics          atomic.Uint64 // connection handlers that panicked
-	dropped         [numDropReasons]atomic.Uint64
-	rejected        [numRejectReasons]atomic.Uint64
-	disconnects     [numCloseReasons]atomic.Uint64
+	// subscriptions refused by limits.max_subscriptions_per_client
+	subscriptionsRefused atomic.Uint64
+	panics               atomic.Uint64 // connection handlers that panicked
+	dropped              [numDropReasons]atomic.Uint64
+	rejected             [numRejectReasons]atomic.Uint64
+	disconnects          [numCloseReasons]atomic.Uint64
 }
 
 // paddedCounter keeps a hot counter off the cache lines of the others.
@@ -86,6 +88,9 @@ type Stats struct {
 	WillsPublished   uint64
 	RetainedRefused  uint64 // retained messages the store had no room for
 	SessionsExpired  uint64 // sessions dropped after their expiry interval offline
+	// SubscriptionsRefused counts subscriptions refused by
+	// limits.max_subscriptions_per_client.
+	SubscriptionsRefused uint64
 	// Dropped counts deliveries dropped, by reason: outbox_full,
 	// queue_full, offline_qos0, expired, too_large.
 	Dropped map[string]uint64
@@ -100,28 +105,29 @@ type Stats struct {
 func (s *Server) Stats() Stats {
 	st := &s.stats
 	out := Stats{
-		Connections:      st.connections.Load(),
-		Sessions:         st.sessions.Load(),
-		SessionsOnline:   st.sessionsOnline.Load(),
-		Subscriptions:    st.subscriptions.Load(),
-		Retained:         st.retained.Load(),
-		RetainedBytes:    st.retainedBytes.Load(),
-		Queued:           st.queued.Load(),
-		QueuedBytes:      st.queuedBytes.Load(),
-		MessagesReceived: st.messagesReceived.Load(),
-		MessagesSent:     st.messagesSent.Load(),
-		BytesReceived:    st.bytesReceived.Load(),
-		BytesSent:        st.bytesSent.Load(),
-		Connects:         st.connects.Load(),
-		ConnectsRefused:  st.connectsRefused.Load(),
-		PublishDenied:    st.publishDenied.Load(),
-		SubscribeDenied:  st.subscribeDenied.Load(),
-		WillsPublished:   st.willsPublished.Load(),
-		RetainedRefused:  st.retainedRefused.Load(),
-		SessionsExpired:  st.sessionsExpired.Load(),
-		Dropped:          make(map[string]uint64, numDropReasons),
-		Disconnects:      make(map[string]uint64, numCloseReasons),
-		Rejected:         make(map[string]uint64, numRejectReasons),
+		Connections:          st.connections.Load(),
+		Sessions:             st.sessions.Load(),
+		SessionsOnline:       st.sessionsOnline.Load(),
+		Subscriptions:        st.subscriptions.Load(),
+		Retained:             st.retained.Load(),
+		RetainedBytes:        st.retainedBytes.Load(),
+		Queued:               st.queued.Load(),
+		QueuedBytes:          st.queuedBytes.Load(),
+		MessagesReceived:     st.messagesReceived.Load(),
+		MessagesSent:         st.messagesSent.Load(),
+		BytesReceived:        st.bytesReceived.Load(),
+		BytesSent:            st.bytesSent.Load(),
+		Connects:             st.connects.Load(),
+		ConnectsRefused:      st.connectsRefused.Load(),
+		PublishDenied:        st.publishDenied.Load(),
+		SubscribeDenied:      st.subscribeDenied.Load(),
+		WillsPublished:       st.willsPublished.Load(),
+		RetainedRefused:      st.retainedRefused.Load(),
+		SessionsExpired:      st.sessionsExpired.Load(),
+		SubscriptionsRefused: st.subscriptionsRefused.Load(),
+		Dropped:              make(map[string]uint64, numDropReasons),
+		Disconnects:          make(map[string]uint64, numCloseReasons),
+		Rejected:             make(map[string]uint64, numRejectReasons),
 	}
 	for r := range numRejectReasons {
 		out.Rejected[r.String()] = st.rejected[r].Load()

@@ -31,6 +31,14 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 		opts   subOpts
 	}
 	var sendRetained []retainedReq
+	// A filter listed again in the same SUBSCRIBE replaces the earlier
+	// one [MQTT-3.8.4-3]: its retained messages are sent once, not once
+	// per listing (500 x "#" against 20,000 retained messages was 10
+	// million sends).
+	var retainedAt map[string]int
+	if len(p.Subscriptions) > 1 {
+		retainedAt = make(map[string]int)
+	}
 	for i, sub := range p.Subscriptions {
 		f, err := s.topics.ParseFilter(sub.Filter)
 		if err != nil {
@@ -62,6 +70,16 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 			codes[i] = c.refusal(packets.UnspecifiedError)
 			continue
 		}
+		if max := s.opts.Limits.MaxSubscriptionsPerClient; cl.sess.SubscriptionCount() >= max && !cl.sess.Subscribed(sub.Filter) {
+			cl.mu.Unlock()
+			codes[i] = c.refusal(packets.QuotaExceeded)
+			s.stats.subscriptionsRefused.Add(1)
+			if !rateLimited(&s.subsWarned) {
+				c.fields(s.log.Warn()).Int("max_subscriptions_per_client", max).
+					Msg("subscription refused: the client holds its maximum (logged at most every 10 s; mqttd_subscriptions_refused_total counts them all)")
+			}
+			continue
+		}
 		// Kept for the session's life: copied, so that it does not pin
 		// the SUBSCRIBE frame (a short filter among large properties).
 		filter := strings.Clone(sub.Filter)
@@ -81,7 +99,14 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 		// Shared subscriptions get no retained messages (§4.8.2); retain
 		// handling 1 sends them only for a new subscription, 2 never.
 		if f.Group == "" && (opts.retainHandling == 0 || opts.retainHandling == 1 && isNew) {
-			sendRetained = append(sendRetained, retainedReq{f, opts})
+			if j, again := retainedAt[sub.Filter]; again {
+				sendRetained[j] = retainedReq{f, opts}
+			} else {
+				if retainedAt != nil {
+					retainedAt[sub.Filter] = len(sendRetained)
+				}
+				sendRetained = append(sendRetained, retainedReq{f, opts})
+			}
 		}
 	}
 	c.send(&packets.Suback{PacketID: p.PacketID, ReasonCodes: codes})

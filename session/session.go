@@ -460,6 +460,12 @@ func (s *Session) findSub(filter string) int {
 	return -1
 }
 
+// Subscribed reports whether the session holds filter.
+func (s *Session) Subscribed(filter string) bool { return s.findSub(filter) >= 0 }
+
+// SubscriptionCount reports how many subscriptions the session holds.
+func (s *Session) SubscriptionCount() int { return len(s.subs) }
+
 // Subscriptions calls fn for every subscription held.
 func (s *Session) Subscriptions(fn func(Subscription)) {
 	for _, sub := range s.subs {

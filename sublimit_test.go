@@ -1,0 +1,68 @@
+package mqttd_test
+
+import (
+	"fmt"
+	"testing"
+
+	"mqttd"
+	"mqttd/packets"
+)
+
+// TestSubscriptionLimit checks limits.max_subscriptions_per_client at its
+// edge: the subscription reaching it is granted, a new one past it is
+// refused (5.0 0x97, 3.1.1 0x80) and counted, while replacing a held
+// filter still works and unsubscribing makes room.
+func TestSubscriptionLimit(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxSubscriptionsPerClient: 2}})
+	for _, v := range []packets.Version{packets.V311, packets.V5} {
+		rc := connectAs(t, addr, v, &packets.Connect{ClientID: "subs-" + versionName(v), CleanStart: true})
+		sub := func(filter string) packets.ReasonCode {
+			t.Helper()
+			return subscribe(rc, packets.Subscription{Filter: filter, Options: packets.SubOptions{QoS: 1}})[0]
+		}
+		refused := packets.SubackFailure
+		if v == packets.V5 {
+			refused = packets.QuotaExceeded
+		}
+		if a, b := sub("a"), sub("b"); a != 1 || b != 1 {
+			t.Fatalf("%s: the first two: %#x %#x, want granted", versionName(v), byte(a), byte(b))
+		}
+		if c := sub("c"); c != refused {
+			t.Errorf("%s: a third: %#x, want %#x", versionName(v), byte(c), byte(refused))
+		}
+		if a := sub("a"); a != 1 {
+			t.Errorf("%s: replacing a at the limit: %#x, want granted", versionName(v), byte(a))
+		}
+		rc.send(&packets.Unsubscribe{PacketID: 2, Filters: []string{"b"}})
+		rc.read()
+		if c := sub("c"); c != 1 {
+			t.Errorf("%s: after an unsubscribe: %#x, want granted", versionName(v), byte(c))
+		}
+	}
+	if n := srv.Stats().SubscriptionsRefused; n != 2 {
+		t.Errorf("SubscriptionsRefused = %d, want 2", n)
+	}
+}
+
+// TestRepeatedFilterSendsRetainedOnce checks that a filter listed many
+// times in one SUBSCRIBE gets one SUBACK code per listing but its
+// retained messages once: each listing replaces the one before it.
+func TestRepeatedFilterSendsRetainedOnce(t *testing.T) {
+	_, addr := startServer(t, mqttd.Options{})
+	pub := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "pub", CleanStart: true})
+	for i := range 3 {
+		pub.send(&packets.Publish{Topic: fmt.Sprintf("r/%d", i), Retain: true, Payload: []byte("x")})
+	}
+	pub.ping()
+	rc := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "greedy", CleanStart: true})
+	subs := make([]packets.Subscription, 50)
+	for i := range subs {
+		subs[i] = packets.Subscription{Filter: "#"}
+	}
+	if codes := subscribe(rc, subs...); len(codes) != 50 {
+		t.Fatalf("%d SUBACK codes for 50 filters", len(codes))
+	}
+	if got := rc.ping(); len(got) != 3 {
+		t.Errorf("%d retained messages sent, want 3", len(got))
+	}
+}
