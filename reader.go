@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"net"
 	"time"
 
 	"mqttd/packets"
@@ -133,9 +134,28 @@ func (c *conn) refreshDeadline() {
 // startKeepAlive moves the connection from the connect timeout to its
 // keepalive once CONNECT is accepted; 0 means none.
 func (c *conn) startKeepAlive() {
+	if c.keepAlive == 0 {
+		c.probeDeadPeer()
+	}
 	if c.ev != nil {
 		c.watchIdle(c.keepAlive * 3 / 2) // [MQTT-3.1.2-24]
 		return
 	}
 	c.nc.SetReadDeadline(time.Time{})
+}
+
+// deadPeerProbe is the TCP keepalive of a client that asked for no MQTT
+// keepalive: a device that lost power without closing its connection is
+// found out after Idle plus Count probes Interval apart (7 minutes), and
+// its session released, where nothing else would ever notice. Clients
+// with a keepalive need none: the broker closes them after 1.5 x theirs.
+var deadPeerProbe = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Minute, Interval: 30 * time.Second, Count: 4}
+
+// probeDeadPeer turns on deadPeerProbe where the connection is TCP.
+func (c *conn) probeDeadPeer() {
+	if tc, ok := c.nc.(interface {
+		SetKeepAliveConfig(net.KeepAliveConfig) error
+	}); ok {
+		tc.SetKeepAliveConfig(deadPeerProbe)
+	}
 }
