@@ -2,6 +2,8 @@ package mqttd
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"mqttd/session"
 )
 
 // collector exports the broker's stats to Prometheus. It reads the same
@@ -23,7 +25,7 @@ type statValue struct {
 	read func(*stats) float64
 }
 
-func newCollector(st *stats) *collector {
+func newCollector(st *stats, queue *session.QueueBudget) *collector {
 	c := &collector{st: st}
 	add := func(name, help string, kind prometheus.ValueType, read func(*stats) float64) {
 		c.descs = append(c.descs, prometheus.NewDesc("mqttd_"+name, help, nil, nil))
@@ -43,8 +45,8 @@ func newCollector(st *stats) *collector {
 	gauge("retained_bytes", "Topic, payload and properties bytes of the retained messages.",
 		func(s *stats) int64 { return s.retainedBytes.Load() })
 	gauge("queued_messages", "Messages waiting in session queues.", func(s *stats) int64 { return s.queued.Load() })
-	gauge("queued_bytes", "Topic, payload and properties bytes of the messages waiting in session queues.",
-		func(s *stats) int64 { return s.queuedBytes.Load() })
+	gauge("queued_bytes", "Topic, payload and properties bytes of the messages waiting in session queues, each counted once.",
+		func(*stats) int64 { return queue.Bytes() })
 	counter("messages_received_total", "PUBLISH packets routed (wills included).",
 		func(s *stats) uint64 { return s.messagesReceived.Load() })
 	counter("messages_sent_total", "PUBLISH packets queued for clients.", func(s *stats) uint64 { return s.messagesSent.Load() })

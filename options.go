@@ -71,7 +71,8 @@ type Limits struct {
 	// dropped and counted.
 	MaxQueuedBytes int64 `yaml:"max_queued_bytes"`
 	// MaxQueuedBytesTotal bounds the bytes queued for all clients together,
-	// likewise.
+	// likewise. A message queued for many clients is shared and counts
+	// once.
 	MaxQueuedBytesTotal int64 `yaml:"max_queued_bytes_total"`
 	// QueueQoS0 keeps QoS 0 messages for offline persistent sessions.
 	QueueQoS0 bool `yaml:"queue_qos0"`

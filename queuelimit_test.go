@@ -2,6 +2,7 @@ package mqttd_test
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"mqttd"
@@ -35,11 +36,10 @@ func TestQueueByteLimits(t *testing.T) {
 			pub.read()
 		}
 	}
-	// a takes 5 x 200 = 1,000 bytes, its own limit; b takes messages
-	// while fewer than 1,500 bytes are queued in all, so the last one
-	// passes the total by less than a message.
-	if st := srv.Stats(); st.Queued != 8 || st.QueuedBytes != 1600 || st.Dropped["queue_full"] != 8 {
-		t.Errorf("%d messages, %d bytes queued, %d dropped; want 8, 1600, 8", st.Queued, st.QueuedBytes, st.Dropped["queue_full"])
+	// a takes 5 x 200 = 1,000 bytes, its own limit; b takes what the
+	// total of 1,500 leaves: 2 messages.
+	if st := srv.Stats(); st.Queued != 7 || st.QueuedBytes != 1400 || st.Dropped["queue_full"] != 9 {
+		t.Errorf("%d messages, %d bytes queued, %d dropped; want 7, 1400, 9", st.Queued, st.QueuedBytes, st.Dropped["queue_full"])
 	}
 	back := connectRawSession(t, addr, "a", false, true)
 	for i := range 5 {
@@ -75,4 +75,28 @@ func TestOfflineFloodBounded(t *testing.T) {
 	subscribe(other, packets.Subscription{Filter: "ok"})
 	other.send(&packets.Publish{Topic: "ok", Payload: []byte("still served")})
 	expectPublish(other, "ok")
+}
+
+// TestSharedMessageCountsOnce checks that a message queued for many
+// offline sessions counts once against limits.max_queued_bytes_total: it
+// is shared, so fanning a large message out to many sleeping devices does
+// not exhaust the total.
+func TestSharedMessageCountsOnce(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxQueuedBytesTotal: 1500}})
+	for i := range 10 {
+		offlineSubscriber(t, addr, fmt.Sprintf("device-%d", i), "firmware")
+	}
+	pub := connectRawSession(t, addr, "pub", true, false)
+	pub.send(&packets.Publish{Topic: "firmware", QoS: 1, PacketID: 1, Payload: bytes.Repeat([]byte("f"), 1000)})
+	pub.read()
+	if st := srv.Stats(); st.Queued != 10 || st.QueuedBytes != 1008 || st.Dropped["queue_full"] != 0 {
+		t.Errorf("%d queued, %d bytes, %d dropped; want 10, 1008 (once), 0", st.Queued, st.QueuedBytes, st.Dropped["queue_full"])
+	}
+	back := connectRawSession(t, addr, "device-3", false, true)
+	p := expectPublish(back, "firmware")
+	back.send(&packets.Puback{PacketID: p.PacketID})
+	back.ping()
+	if st := srv.Stats(); st.Queued != 9 || st.QueuedBytes != 1008 {
+		t.Errorf("after one device took it: %d queued, %d bytes; want 9, 1008", st.Queued, st.QueuedBytes)
+	}
 }

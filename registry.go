@@ -27,11 +27,10 @@ type client struct {
 	// clean start): a reader still handling a SUBSCRIBE for it must not
 	// put it back into the trie.
 	dropped bool
-	// queued and queuedBytes are what the server's queue gauges count of
-	// this session (accountQueueLocked). The count is an int32, beside the
-	// bools, so that a client stays in a 64-byte allocation.
-	queued      int32
-	queuedBytes int64
+	// queued is what the server's queue gauge counts of this session
+	// (accountQueueLocked); an int32 beside the bools, so that a client
+	// stays in a 64-byte allocation.
+	queued int32
 	// handler is set for an inline subscriber (Server.Subscribe), which
 	// has no session or connection.
 	handler Handler
@@ -143,9 +142,9 @@ func (s *Server) dropSessionLocked(cl *client) []string {
 	cl.dropped = true
 	var filters []string
 	cl.sess.Subscriptions(func(sub session.Subscription) { filters = append(filters, sub.Filter) })
+	cl.sess.Clear(&s.queueBudget)
 	s.stats.queued.Add(-int64(cl.queued))
-	s.stats.queuedBytes.Add(-cl.queuedBytes)
-	cl.queued, cl.queuedBytes = 0, 0
+	cl.queued = 0
 	s.stats.sessions.Add(-1)
 	return filters
 }
@@ -159,13 +158,13 @@ func (s *Server) unsubscribeAll(cl *client, filters []string) {
 	}
 }
 
-// accountQueueLocked brings the queue gauges in line with the session's
-// queue after it changed. The caller holds cl.mu.
+// accountQueueLocked brings the queued-messages gauge in line with the
+// session's queue after it changed; the bytes are counted by the queue
+// budget itself. The caller holds cl.mu.
 func (s *Server) accountQueueLocked(cl *client) {
-	n, b := int32(cl.sess.Queued()), int64(cl.sess.QueuedBytes())
+	n := int32(cl.sess.Queued())
 	s.stats.queued.Add(int64(n - cl.queued))
-	s.stats.queuedBytes.Add(b - cl.queuedBytes)
-	cl.queued, cl.queuedBytes = n, b
+	cl.queued = n
 }
 
 // pump moves queued messages into the outbox of the client's current
@@ -187,7 +186,7 @@ func (c *conn) pump() {
 	defer c.srv.accountQueueLocked(cl)
 	now := time.Now()
 	for target.out.room() {
-		o, ok, expired := cl.sess.Next(now)
+		o, ok, expired := cl.sess.Next(now, &c.srv.queueBudget)
 		if expired > 0 {
 			c.srv.stats.dropped[dropExpired].Add(uint64(expired))
 		}

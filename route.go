@@ -104,8 +104,7 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 	tc := cl.conn
 	online := tc != nil
 	o, r := cl.sess.Deliver(session.Outbound{Msg: m, QoS: qos, Retain: retain, SubIDs: subIDs},
-		session.Target{Online: online, CanSend: online && tc.out.room(),
-			Full: s.stats.queuedBytes.Load() >= s.opts.Limits.MaxQueuedBytesTotal}, clock())
+		session.Target{Online: online, CanSend: online && tc.out.room(), Budget: &s.queueBudget}, clock())
 	switch r {
 	case session.Send:
 		if !tc.writeOutboundLocked(o, true) && o.QoS > 0 {
@@ -117,7 +116,7 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 		s.stats.dropped[dropQueueFull].Add(1)
 		if !rateLimited(&s.queueWarned) {
 			s.log.Warn().Str("client_id", cl.id).Str("topic", m.Topic).Int("queued", cl.sess.Queued()).
-				Int("queued_bytes", cl.sess.QueuedBytes()).Int64("all_queued_bytes", s.stats.queuedBytes.Load()).
+				Int("queued_bytes", cl.sess.QueuedBytes()).Int64("all_queued_bytes", s.queueBudget.Bytes()).
 				Msg("message dropped: the session queue is full (limits.max_queued, limits.max_queued_bytes) or all queues are " +
 					"(limits.max_queued_bytes_total); logged at most every 10 s, mqttd_messages_dropped_total{reason=queue_full} counts them all")
 		}

@@ -54,10 +54,11 @@ type Server struct {
 	writers sync.WaitGroup
 
 	stats        stats
-	rejectWarned atomic.Int64 // unix nanos of the last rejected-connection warning
-	retainWarned atomic.Int64 // unix nanos of the last retained-store-full warning
-	queueWarned  atomic.Int64 // unix nanos of the last queue-full warning
-	subsWarned   atomic.Int64 // unix nanos of the last subscription-limit warning
+	queueBudget  session.QueueBudget // the bytes of all session queues
+	rejectWarned atomic.Int64        // unix nanos of the last rejected-connection warning
+	retainWarned atomic.Int64        // unix nanos of the last retained-store-full warning
+	queueWarned  atomic.Int64        // unix nanos of the last queue-full warning
+	subsWarned   atomic.Int64        // unix nanos of the last subscription-limit warning
 }
 
 type listener struct {
@@ -94,9 +95,10 @@ func New(opts Options) (*Server, error) {
 		done:    make(chan struct{}),
 		failed:  make(chan error, 1),
 	}
+	s.queueBudget.Max = o.Limits.MaxQueuedBytesTotal
 	s.readers = newReaderPool(s.done)
 	if o.Registerer != nil {
-		if err := o.Registerer.Register(newCollector(&s.stats)); err != nil {
+		if err := o.Registerer.Register(newCollector(&s.stats, &s.queueBudget)); err != nil {
 			return nil, err
 		}
 	}

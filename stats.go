@@ -21,7 +21,6 @@ type stats struct {
 	retained       atomic.Int64
 	retainedBytes  atomic.Int64 // Message.Size of the retained messages
 	queued         atomic.Int64 // messages waiting in session queues
-	queuedBytes    atomic.Int64 // their Message.Size
 
 	connects        atomic.Uint64
 	connectsRefused atomic.Uint64
@@ -69,14 +68,16 @@ func (r dropReason) String() string { return dropReasonNames[r] }
 // Stats is a snapshot of the broker's counters (totals since New) and
 // gauges (values now).
 type Stats struct {
-	Connections      int64 // open network connections
-	Sessions         int64 // client sessions kept, online or not
-	SessionsOnline   int64 // sessions with a connection
-	Subscriptions    int64 // subscriptions held by sessions
-	Retained         int64 // retained messages
-	RetainedBytes    int64 // their topic, payload and properties bytes
-	Queued           int64 // messages waiting in session queues
-	QueuedBytes      int64 // their topic, payload and properties bytes
+	Connections    int64 // open network connections
+	Sessions       int64 // client sessions kept, online or not
+	SessionsOnline int64 // sessions with a connection
+	Subscriptions  int64 // subscriptions held by sessions
+	Retained       int64 // retained messages
+	RetainedBytes  int64 // their topic, payload and properties bytes
+	Queued         int64 // messages waiting in session queues
+	// QueuedBytes is the topic, payload and properties bytes of the
+	// queued messages, each counted once however many queues hold it.
+	QueuedBytes      int64
 	MessagesReceived uint64
 	MessagesSent     uint64
 	BytesReceived    uint64
@@ -112,7 +113,7 @@ func (s *Server) Stats() Stats {
 		Retained:             st.retained.Load(),
 		RetainedBytes:        st.retainedBytes.Load(),
 		Queued:               st.queued.Load(),
-		QueuedBytes:          st.queuedBytes.Load(),
+		QueuedBytes:          s.queueBudget.Bytes(),
 		MessagesReceived:     st.messagesReceived.Load(),
 		MessagesSent:         st.messagesSent.Load(),
 		BytesReceived:        st.bytesReceived.Load(),

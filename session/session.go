@@ -2,6 +2,7 @@ package session
 
 import (
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"mqttd/packets"
@@ -30,8 +31,53 @@ type Message struct {
 	// Properties are the 5.0 properties to forward; nil when there are
 	// none, which spares 3.x messages carrying a few hundred empty bytes.
 	Properties *packets.Properties
-	Expiry     time.Time // zero: never expires
-	Origin     string    // client id of the publisher, for No Local
+	Expiry     time.Time    // zero: never expires
+	Origin     string       // client id of the publisher, for No Local
+	queued     atomic.Int32 // how many session queues hold it (QueueBudget)
+}
+
+// QueueBudget bounds the bytes the queues of all sessions hold together.
+// A message queued by many sessions is shared, so it counts once: from
+// the first queue it enters until the last one lets it go.
+type QueueBudget struct {
+	// Max is the most bytes the queues may hold; 0 means no bound.
+	Max   int64
+	bytes atomic.Int64
+}
+
+// Bytes reports the Message.Size of the messages the queues hold.
+func (b *QueueBudget) Bytes() int64 { return b.bytes.Load() }
+
+// hold counts one more queue holding m, whose Size is size; the first
+// one is refused when the budget has no room for it. A nil budget bounds
+// and counts nothing.
+func (b *QueueBudget) hold(m *Message, size int64) bool {
+	if b == nil {
+		return true
+	}
+	for {
+		n := m.queued.Load()
+		if n > 0 {
+			if m.queued.CompareAndSwap(n, n+1) {
+				return true
+			}
+			continue
+		}
+		if b.Max > 0 && b.bytes.Load()+size > b.Max {
+			return false
+		}
+		if m.queued.CompareAndSwap(0, 1) {
+			b.bytes.Add(size)
+			return true
+		}
+	}
+}
+
+// release counts one queue fewer holding m.
+func (b *QueueBudget) release(m *Message, size int64) {
+	if b != nil && m.queued.Add(-1) == 0 {
+		b.bytes.Add(-size)
+	}
 }
 
 // Size is what m is counted as, queued or retained: its topic, payload
@@ -192,8 +238,9 @@ type Target struct {
 	Online  bool // the client is connected
 	CanSend bool // its connection can take another packet now
 	// Full says the broker's queues, all sessions together, hold their
-	// maximum: the message may be sent but not queued.
-	Full bool
+	// Budget bounds the bytes of all sessions' queues together; Deliver,
+	// Next and Clear must be given the same one.
+	Budget *QueueBudget
 }
 
 // Deliver offers o for delivery. When the client can take it now and the
@@ -201,7 +248,8 @@ type Target struct {
 // returns Send with the entry to encode. Otherwise o is queued, or
 // dropped: expired, QoS 0 for an offline client, or no room in the queue
 // (limits.max_queued messages or limits.max_queued_bytes for the
-// session, or to.Full). QoS 0 messages never enter the window.
+// session, or to.Budget for all of them). QoS 0 messages never enter the
+// window.
 func (s *Session) Deliver(o Outbound, to Target, now time.Time) (Outbound, Result) {
 	if o.Msg.Expired(now) {
 		return o, DropExpiry
@@ -216,7 +264,8 @@ func (s *Session) Deliver(o Outbound, to Target, now time.Time) (Outbound, Resul
 		return o, Send
 	}
 	size := o.Msg.Size()
-	if to.Full || s.Queued() >= int(s.lim.maxQueued) || int64(s.QueuedBytes()+size) > s.lim.maxQueuedBytes {
+	if s.Queued() >= int(s.lim.maxQueued) || int64(s.QueuedBytes()+size) > s.lim.maxQueuedBytes ||
+		!to.Budget.hold(o.Msg, int64(size)) {
 		return o, DropFull
 	}
 	s.queues().pending.push(o)
@@ -226,13 +275,14 @@ func (s *Session) Deliver(o Outbound, to Target, now time.Time) (Outbound, Resul
 
 // Next takes the oldest queued message that may be sent now: a QoS 0
 // message, or a QoS 1/2 message when the window has room (it gets a packet
-// id). Expired messages are skipped and counted in expired.
-func (s *Session) Next(now time.Time) (o Outbound, ok bool, expired int) {
+// id). Expired messages are skipped and counted in expired. b is the
+// budget Deliver was given.
+func (s *Session) Next(now time.Time, b *QueueBudget) (o Outbound, ok bool, expired int) {
 	for s.Queued() > 0 {
 		pending := &s.q.pending
 		head := pending.peek()
 		if head.Msg.Expired(now) {
-			s.q.pendingBytes -= pending.pop().Msg.Size()
+			s.unqueue(pending.pop(), b)
 			expired++
 			continue
 		}
@@ -240,13 +290,28 @@ func (s *Session) Next(now time.Time) (o Outbound, ok bool, expired int) {
 			return Outbound{}, false, expired
 		}
 		o = pending.pop()
-		s.q.pendingBytes -= o.Msg.Size()
+		s.unqueue(o, b)
 		if o.QoS > 0 {
 			o = s.enter(o)
 		}
 		return o, true, expired
 	}
 	return Outbound{}, false, expired
+}
+
+// unqueue accounts for o leaving the queue.
+func (s *Session) unqueue(o Outbound, b *QueueBudget) {
+	size := o.Msg.Size()
+	s.q.pendingBytes -= size
+	b.release(o.Msg, int64(size))
+}
+
+// Clear empties the queue of a session that ends, giving its bytes back
+// to b, the budget Deliver was given.
+func (s *Session) Clear(b *QueueBudget) {
+	for s.Queued() > 0 {
+		s.unqueue(s.q.pending.pop(), b)
+	}
 }
 
 func (s *Session) enter(o Outbound) Outbound {

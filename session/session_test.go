@@ -33,17 +33,17 @@ func TestWindowFillsThenQueues(t *testing.T) {
 	deliver(t, s, "c", 1, true, Queued)
 	deliver(t, s, "d", 0, true, Queued) // behind c: order is kept
 	deliver(t, s, "e", 1, true, DropFull)
-	if _, ok, _ := s.Next(t0); ok {
+	if _, ok, _ := s.Next(t0, nil); ok {
 		t.Fatal("Next with a full window returned a message")
 	}
 	if !s.Puback(a.PacketID) {
 		t.Fatal("Puback of an in-flight QoS 1 id failed")
 	}
-	c, ok, _ := s.Next(t0)
+	c, ok, _ := s.Next(t0, nil)
 	if !ok || c.Msg.Topic != "c" || c.PacketID == 0 {
 		t.Fatalf("Next = %+v, %v; want c with a packet id", c, ok)
 	}
-	d, ok, _ := s.Next(t0)
+	d, ok, _ := s.Next(t0, nil)
 	if !ok || d.Msg.Topic != "d" || d.PacketID != 0 {
 		t.Fatalf("Next = %+v, %v; want QoS 0 d without a packet id", d, ok)
 	}
@@ -151,7 +151,7 @@ func TestExpiry(t *testing.T) {
 		t.Fatalf("Deliver of an expired message = %v, want DropExpiry", r)
 	}
 	s.Puback(1)
-	if _, ok, expired := s.Next(t0.Add(2 * time.Second)); ok || expired != 1 {
+	if _, ok, expired := s.Next(t0.Add(2*time.Second), nil); ok || expired != 1 {
 		t.Fatalf("Next after expiry: ok=%v expired=%d, want false and 1", ok, expired)
 	}
 }
@@ -162,7 +162,7 @@ func TestReceiveMaximum(t *testing.T) {
 	deliver(t, s, "a", 1, true, Send)
 	deliver(t, s, "b", 1, true, Queued)
 	s.SetReceiveMaximum(0)
-	if _, ok, _ := s.Next(t0); !ok {
+	if _, ok, _ := s.Next(t0, nil); !ok {
 		t.Fatal("window not restored by SetReceiveMaximum(0)")
 	}
 }
@@ -259,13 +259,13 @@ func TestQueuedBytes(t *testing.T) {
 	if got, want := s.QueuedBytes(), a.Size()+b.Size()+c.Size(); got != want || want != 7+6+5 {
 		t.Fatalf("QueuedBytes = %d, want %d (7+6+5)", got, want)
 	}
-	if _, ok, _ := s.Next(t0); !ok || s.QueuedBytes() != b.Size()+c.Size() {
+	if _, ok, _ := s.Next(t0, nil); !ok || s.QueuedBytes() != b.Size()+c.Size() {
 		t.Fatalf("after one sent: QueuedBytes = %d, want %d", s.QueuedBytes(), b.Size()+c.Size())
 	}
 	s.Puback(1)
-	s.Next(t0)
+	s.Next(t0, nil)
 	s.Puback(2)
-	if _, ok, expired := s.Next(t0.Add(time.Second)); ok || expired != 1 || s.QueuedBytes() != 0 {
+	if _, ok, expired := s.Next(t0.Add(time.Second), nil); ok || expired != 1 || s.QueuedBytes() != 0 {
 		t.Fatalf("after the expired one was skipped: ok %v, expired %d, QueuedBytes %d; want false, 1, 0", ok, expired, s.QueuedBytes())
 	}
 }
@@ -282,7 +282,7 @@ func TestDiscard(t *testing.T) {
 	if s.Discard(o.PacketID) {
 		t.Error("a second Discard of the same id reported true")
 	}
-	if next, ok, _ := s.Next(t0); !ok || next.Msg.Topic != "b" {
+	if next, ok, _ := s.Next(t0, nil); !ok || next.Msg.Topic != "b" {
 		t.Errorf("Next after Discard = %+v, %v; want b", next, ok)
 	}
 }
@@ -335,9 +335,7 @@ func TestSubscriptionIndex(t *testing.T) {
 	}
 }
 
-// TestQueueBounds checks the queue refuses a message past its byte limit
-// or when the broker says its queues are full, while a message that can
-// be sent now is still sent.
+// TestQueueBounds checks the queue refuses a message past its byte limit.
 func TestQueueBounds(t *testing.T) {
 	s := New("c", Config{MaxQueuedBytes: 12})
 	m := msg("abcd", 1) // Size 8: topic and payload; "ab" makes 12
@@ -350,11 +348,42 @@ func TestQueueBounds(t *testing.T) {
 	if _, r := s.Deliver(Outbound{Msg: msg("a", 1), QoS: 1}, Target{}, t0); r != DropFull {
 		t.Fatalf("a message past the byte limit: %v, want DropFull", r)
 	}
-	f := New("f", Config{})
-	if _, r := f.Deliver(Outbound{Msg: m, QoS: 1}, Target{Full: true}, t0); r != DropFull {
-		t.Fatalf("queueing with the broker's queues full: %v, want DropFull", r)
+}
+
+// TestQueueBudget checks the budget all queues share: a message queued by
+// two sessions counts once, a new message past the budget is refused
+// while one already held is not, a message that can be sent now is sent,
+// and the bytes come back when the last queue lets a message go, by Next,
+// by expiry or by Clear.
+func TestQueueBudget(t *testing.T) {
+	b := &QueueBudget{Max: 20}
+	s1, s2 := New("s1", Config{}), New("s2", Config{})
+	big := msg("0123456789", 1) // Size 20
+	if _, r := s1.Deliver(Outbound{Msg: big, QoS: 1}, Target{Budget: b}, t0); r != Queued || b.Bytes() != 20 {
+		t.Fatalf("first: %v with %d bytes held, want Queued with 20", r, b.Bytes())
 	}
-	if _, r := f.Deliver(Outbound{Msg: m, QoS: 1}, Target{Online: true, CanSend: true, Full: true}, t0); r != Send {
-		t.Fatalf("sending with the broker's queues full: %v, want Send", r)
+	if _, r := s2.Deliver(Outbound{Msg: big, QoS: 1}, Target{Budget: b}, t0); r != Queued || b.Bytes() != 20 {
+		t.Fatalf("the same message for another session: %v with %d bytes held, want Queued, still 20", r, b.Bytes())
+	}
+	small := msg("a", 1)
+	if _, r := s2.Deliver(Outbound{Msg: small, QoS: 1}, Target{Budget: b}, t0); r != DropFull {
+		t.Fatalf("a new message past the budget: %v, want DropFull", r)
+	}
+	if _, r := New("s3", Config{}).Deliver(Outbound{Msg: small, QoS: 1}, Target{Online: true, CanSend: true, Budget: b}, t0); r != Send {
+		t.Fatalf("a message sent at once with the budget spent: %v, want Send", r)
+	}
+	s1.Next(t0, b)
+	if b.Bytes() != 20 {
+		t.Fatalf("%d bytes held after one of two queues let go, want 20", b.Bytes())
+	}
+	s2.Clear(b)
+	if b.Bytes() != 0 || s2.Queued() != 0 {
+		t.Fatalf("after Clear: %d bytes held, %d queued; want 0, 0", b.Bytes(), s2.Queued())
+	}
+	old := msg("x", 1)
+	old.Expiry = t0.Add(time.Second)
+	s1.Deliver(Outbound{Msg: old, QoS: 1}, Target{Budget: b}, t0)
+	if _, ok, expired := s1.Next(t0.Add(time.Second), b); ok || expired != 1 || b.Bytes() != 0 {
+		t.Fatalf("after expiry: ok %v, expired %d, %d bytes held; want false, 1, 0", ok, expired, b.Bytes())
 	}
 }
