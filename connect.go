@@ -47,7 +47,19 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 	}
 	c.will = willMessage(cp, c.info.ClientID)
 	c.expiry = s.sessionExpiry(c.version, cp)
-	s.attach(c, cp)
+	if !s.attach(c, cp) {
+		code := packets.ConnRefusedServerUnavailable
+		if c.version == packets.V5 {
+			code = packets.QuotaExceeded
+		}
+		c.refuse(code)
+		s.stats.sessionsRefused.Add(1)
+		if !rateLimited(&s.sessionsWarned) {
+			c.fields(s.log.Warn()).Int("max_sessions", s.opts.Limits.MaxSessions).
+				Msg("new session refused: the broker holds its maximum (logged at most every 10 s; mqttd_sessions_refused_total counts them all)")
+		}
+		return closing(CloseConnectRefused, errors.New("no room for a new session: limits.max_sessions"))
+	}
 	c.connected.Store(true)
 	c.startKeepAlive()
 	s.stats.connects.Add(1)

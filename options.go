@@ -87,6 +87,9 @@ type Limits struct {
 	// IP address, so one device cannot take them all. Connections from
 	// loopback addresses are not limited per address.
 	MaxConnectionsPerAddress int `yaml:"max_connections_per_address"`
+	// MaxSessions bounds the sessions kept, online or not; a client that
+	// needs a new one past it is refused (CONNACK 0x97, 3.1.1 3).
+	MaxSessions int `yaml:"max_sessions"`
 	// MaxSubscriptionsPerClient bounds the subscriptions one session
 	// holds; past it a new filter is refused (SUBACK 0x97, 3.1.1 0x80).
 	MaxSubscriptionsPerClient int `yaml:"max_subscriptions_per_client"`
@@ -129,6 +132,7 @@ const (
 	DefaultMaxConnectionsPerAddress  = 1000
 	DefaultMaxRetained               = 100000
 	DefaultMaxSubscriptionsPerClient = 10000
+	DefaultMaxSessions               = 100000
 	DefaultMaxSessionExpiry          = 24 * time.Hour
 	DefaultPersistentSessionExpiry   = 24 * time.Hour
 	maxSessionExpiry                 = 0xFFFFFFFE * time.Second // 0xFFFFFFFF means "never" in 5.0
@@ -163,6 +167,7 @@ func (o Options) WithDefaults() Options {
 	setDefault(&l.MaxConnectionsPerAddress, DefaultMaxConnectionsPerAddress)
 	setDefault(&l.MaxRetained, DefaultMaxRetained)
 	setDefault(&l.MaxSubscriptionsPerClient, DefaultMaxSubscriptionsPerClient)
+	setDefault(&l.MaxSessions, DefaultMaxSessions)
 	setDefault(&l.MaxSessionExpiry, DefaultMaxSessionExpiry)
 	setDefault(&l.PersistentSessionExpiry, DefaultPersistentSessionExpiry)
 	setDefault(&l.MaxRetainedBytes, DefaultMaxRetainedBytes)
@@ -209,6 +214,7 @@ func (o Options) Validate() error {
 		{"limits.max_connections_per_address", l.MaxConnectionsPerAddress},
 		{"limits.max_retained", l.MaxRetained},
 		{"limits.max_subscriptions_per_client", l.MaxSubscriptionsPerClient},
+		{"limits.max_sessions", l.MaxSessions},
 	} {
 		if f.v < 0 {
 			bad(f.key, "must not be negative, got %d", f.v)

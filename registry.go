@@ -41,12 +41,18 @@ type client struct {
 // taken over and closed [MQTT-3.1.4-2], and its later cleanup sees it no
 // longer owns the session. The CONNACK is queued before the connection
 // becomes visible to publishers, so it is the first packet on the wire.
-func (s *Server) attach(c *conn, cp *packets.Connect) {
+// It reports false, changing nothing, when a new session is needed and
+// the broker already holds limits.max_sessions.
+func (s *Server) attach(c *conn, cp *packets.Connect) bool {
 	id := c.info.ClientID
 	clean := cp.CleanStart
 	persistent := c.expiry > 0
 	s.mu.Lock()
 	old := s.clients[id]
+	if old == nil && len(s.clients) >= s.opts.Limits.MaxSessions {
+		s.mu.Unlock()
+		return false
+	}
 	var oldConn *conn
 	if old != nil {
 		old.mu.Lock()
@@ -101,6 +107,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect) {
 		}()
 	}
 	c.pump()
+	return true
 }
 
 // detach releases the session when its connection ends, unless another

@@ -29,6 +29,7 @@ type stats struct {
 	willsPublished  atomic.Uint64
 	retainedRefused atomic.Uint64 // retained messages the store had no room for
 	sessionsExpired atomic.Uint64
+	sessionsRefused atomic.Uint64 // new sessions refused by limits.max_sessions
 	// subscriptions refused by limits.max_subscriptions_per_client
 	subscriptionsRefused atomic.Uint64
 	panics               atomic.Uint64 // connection handlers that panicked
@@ -89,6 +90,7 @@ type Stats struct {
 	WillsPublished   uint64
 	RetainedRefused  uint64 // retained messages the store had no room for
 	SessionsExpired  uint64 // sessions dropped after their expiry interval offline
+	SessionsRefused  uint64 // new sessions refused by limits.max_sessions
 	// SubscriptionsRefused counts subscriptions refused by
 	// limits.max_subscriptions_per_client.
 	SubscriptionsRefused uint64
@@ -125,6 +127,7 @@ func (s *Server) Stats() Stats {
 		WillsPublished:       st.willsPublished.Load(),
 		RetainedRefused:      st.retainedRefused.Load(),
 		SessionsExpired:      st.sessionsExpired.Load(),
+		SessionsRefused:      st.sessionsRefused.Load(),
 		SubscriptionsRefused: st.subscriptionsRefused.Load(),
 		Dropped:              make(map[string]uint64, numDropReasons),
 		Disconnects:          make(map[string]uint64, numCloseReasons),

@@ -66,3 +66,33 @@ func TestRepeatedFilterSendsRetainedOnce(t *testing.T) {
 		t.Errorf("%d retained messages sent, want 3", len(got))
 	}
 }
+
+// TestSessionLimit checks limits.max_sessions at its edge: the session
+// reaching it is created, a client needing one more is refused (5.0
+// 0x97, 3.1.1 3) and counted, while a client whose session exists may
+// still connect, and a session that ends makes room.
+func TestSessionLimit(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxSessions: 2}})
+	kept := connectRawSession(t, addr, "kept", false, false)
+	kept.send(&packets.Disconnect{})
+	kept.expectClosed()
+	online := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "online", CleanStart: true})
+	for _, v := range []packets.Version{packets.V311, packets.V5} {
+		_, ack := connectReply(t, addr, v, &packets.Connect{ClientID: "third", CleanStart: true})
+		want := packets.ConnRefusedServerUnavailable
+		if v == packets.V5 {
+			want = packets.QuotaExceeded
+		}
+		if ack.ReasonCode != want {
+			t.Errorf("%s: a third session: CONNACK %#x, want %#x", versionName(v), byte(ack.ReasonCode), byte(want))
+		}
+	}
+	connectRawSession(t, addr, "kept", false, true) // exists: no new session needed
+	online.send(&packets.Disconnect{})
+	online.expectClosed()
+	waitFor(t, "the clean session to end", func() bool { return srv.Stats().Sessions == 1 })
+	connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "third", CleanStart: true})
+	if n := srv.Stats().SessionsRefused; n != 2 {
+		t.Errorf("SessionsRefused = %d, want 2", n)
+	}
+}
