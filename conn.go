@@ -68,11 +68,18 @@ func newConn(s *Server, nc net.Conn, listenerName string) *conn {
 // fields adds the connection's identity to a log event. Events carry it
 // instead of each connection keeping a child logger, which would cost
 // every idle connection a few hundred bytes for lines that are rare.
+//
+// The client id is added once CONNECT is accepted: until then the reader
+// may be setting it while another goroutine (the connect timeout,
+// Shutdown) closes the connection and logs.
 func (c *conn) fields(e *zerolog.Event) *zerolog.Event {
 	if e == nil {
 		return nil
 	}
-	return e.Str("client_id", c.info.ClientID).Str("remote", c.info.Remote.String()).Str("listener", c.info.Listener)
+	if c.connected.Load() {
+		e = e.Str("client_id", c.info.ClientID)
+	}
+	return e.Str("remote", c.info.Remote.String()).Str("listener", c.info.Listener)
 }
 
 // panicked records a handler panic, a bug, and returns the reason to close.
@@ -88,7 +95,10 @@ func (c *conn) panicked(r any) error {
 // for the reader to flush them, go out first.
 func (c *conn) sendDisconnect(code packets.ReasonCode) {
 	if c.version == packets.V5 && c.cl != nil {
-		c.send(&packets.Disconnect{ReasonCode: code})
+		c.enqueue(last, func(b []byte) []byte {
+			b, _ = (&packets.Disconnect{ReasonCode: code}).Append(b, c.version)
+			return b
+		})
 	}
 	c.flushDeferred()
 }
@@ -136,7 +146,7 @@ func (c *conn) sendDisconnectAsync(code packets.ReasonCode) {
 	}
 	deadline := time.Now().Add(inlineWriteTimeout)
 	for c.out.pending() > 0 {
-		room := c.roomSignal()
+		room := c.drainSignal()
 		if room == nil || !waitRoom(room, deadline) {
 			return
 		}
@@ -145,7 +155,16 @@ func (c *conn) sendDisconnectAsync(code packets.ReasonCode) {
 
 // cleanup runs when the reader ends: the session is released (or dropped
 // when it was clean) and the will is published if the close was abnormal.
+//
+// It runs after the readers' own recover, so it recovers its own panics
+// (an inline subscriber's handler receiving the will, say): none may
+// reach the connection loop.
 func (c *conn) cleanup() {
+	defer func() {
+		if r := recover(); r != nil {
+			c.panicked(r)
+		}
+	}()
 	s := c.srv
 	if c.cl != nil {
 		s.detach(c)

@@ -23,16 +23,23 @@ const expiryTick = 100 * time.Millisecond
 // lock is a leaf: nothing else is locked while it is held.
 type expiryWheel struct {
 	mu    sync.Mutex
-	slots map[int64][]*client // tick -> sessions expiring then
-	ticks tickHeap            // the ticks in slots, earliest first (some may be emptied)
-	wake  chan struct{}       // an earlier tick was filed
+	slots map[int64]*expirySlot // by tick
+	ticks slotHeap              // the same slots, earliest first
+	wake  chan struct{}         // an earlier tick was filed
 	stop  chan struct{}
 	done  chan struct{}
 	run   bool // the goroutine was started
 }
 
+// expirySlot is the sessions expiring at one tick.
+type expirySlot struct {
+	tick    int64
+	clients []*client
+	index   int // in expiryWheel.ticks
+}
+
 func newExpiryWheel() *expiryWheel {
-	return &expiryWheel{slots: make(map[int64][]*client), wake: make(chan struct{}, 1),
+	return &expiryWheel{slots: make(map[int64]*expirySlot), wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -42,13 +49,14 @@ func expiryTickOf(unixNano int64) int64 { return unixNano/int64(expiryTick) + 1 
 func (w *expiryWheel) schedule(cl *client, at int64) {
 	tick := expiryTickOf(at)
 	w.mu.Lock()
-	slot, ok := w.slots[tick]
-	w.slots[tick] = append(slot, cl)
-	earliest := false
-	if !ok {
-		heap.Push(&w.ticks, tick)
-		earliest = w.ticks[0] == tick
+	slot := w.slots[tick]
+	if slot == nil {
+		slot = &expirySlot{tick: tick}
+		w.slots[tick] = slot
+		heap.Push(&w.ticks, slot)
 	}
+	slot.clients = append(slot.clients, cl)
+	earliest := w.ticks[0] == slot
 	w.mu.Unlock()
 	if earliest {
 		select {
@@ -58,24 +66,28 @@ func (w *expiryWheel) schedule(cl *client, at int64) {
 	}
 }
 
-// cancel takes cl out of the tick it was filed under for at.
+// cancel takes cl out of the tick it was filed under for at; a slot left
+// empty leaves the wheel, so a client that comes back often leaves
+// nothing behind.
 func (w *expiryWheel) cancel(cl *client, at int64) {
 	tick := expiryTickOf(at)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	slot := w.slots[tick]
-	for i, c := range slot {
+	if slot == nil {
+		return
+	}
+	for i, c := range slot.clients {
 		if c == cl {
-			last := len(slot) - 1
-			slot[i], slot[last] = slot[last], nil
-			slot = slot[:last]
+			last := len(slot.clients) - 1
+			slot.clients[i], slot.clients[last] = slot.clients[last], nil
+			slot.clients = slot.clients[:last]
 			break
 		}
 	}
-	if len(slot) == 0 {
-		delete(w.slots, tick) // its heap entry is skipped when it comes up
-	} else {
-		w.slots[tick] = slot
+	if len(slot.clients) == 0 {
+		heap.Remove(&w.ticks, slot.index)
+		delete(w.slots, tick)
 	}
 }
 
@@ -85,13 +97,13 @@ func (w *expiryWheel) due(now int64) (expired []*client, wait time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	nowTick := now / int64(expiryTick)
-	for len(w.ticks) > 0 && w.ticks[0] <= nowTick {
-		tick := heap.Pop(&w.ticks).(int64)
-		expired = append(expired, w.slots[tick]...)
-		delete(w.slots, tick)
+	for len(w.ticks) > 0 && w.ticks[0].tick <= nowTick {
+		slot := heap.Pop(&w.ticks).(*expirySlot)
+		expired = append(expired, slot.clients...)
+		delete(w.slots, slot.tick)
 	}
 	if len(w.ticks) > 0 {
-		wait = time.Duration(w.ticks[0]*int64(expiryTick) - now)
+		wait = time.Duration(w.ticks[0].tick*int64(expiryTick) - now)
 	}
 	return expired, wait
 }
@@ -131,18 +143,26 @@ func (w *expiryWheel) close() {
 	<-w.done
 }
 
-// tickHeap is a min-heap of ticks.
-type tickHeap []int64
+// slotHeap is a min-heap of slots by tick that keeps each slot's index.
+type slotHeap []*expirySlot
 
-func (h tickHeap) Len() int           { return len(h) }
-func (h tickHeap) Less(i, j int) bool { return h[i] < h[j] }
-func (h tickHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *tickHeap) Push(x any)        { *h = append(*h, x.(int64)) }
-func (h *tickHeap) Pop() any {
+func (h slotHeap) Len() int           { return len(h) }
+func (h slotHeap) Less(i, j int) bool { return h[i].tick < h[j].tick }
+func (h slotHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *slotHeap) Push(x any) {
+	slot := x.(*expirySlot)
+	slot.index = len(*h)
+	*h = append(*h, slot)
+}
+func (h *slotHeap) Pop() any {
 	old := *h
-	x := old[len(old)-1]
+	slot := old[len(old)-1]
+	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	return x
+	return slot
 }
 
 // expireSession drops cl's session if it is still offline and past its

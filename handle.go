@@ -120,7 +120,14 @@ func (c *conn) ackCode(code packets.ReasonCode) packets.ReasonCode {
 
 // publishQoS2 routes a QoS 2 message once: a repeated packet id before
 // PUBREL is answered with PUBREC again but not routed (§4.3.3).
+//
+// A refused message (a PUBREC of 0x80 or above) does not keep its packet
+// id: the client's next PUBLISH with it is a new message [MQTT-4.3.3-9].
 func (c *conn) publishQoS2(p *packets.Publish, code packets.ReasonCode) error {
+	if code != packets.Success {
+		c.send(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: c.ackCode(code)})
+		return nil
+	}
 	cl := c.cl
 	cl.mu.Lock()
 	isNew, err := cl.sess.ReceiveQoS2(p.PacketID)
@@ -129,8 +136,12 @@ func (c *conn) publishQoS2(p *packets.Publish, code packets.ReasonCode) error {
 		return c.fail(&packets.Error{Code: packets.ReceiveMaximumExceeded, Ref: "§3.3.4",
 			Msg: fmt.Sprintf("more than %d QoS 2 messages awaiting PUBREL", c.srv.opts.Limits.MaxAwaitingRel)})
 	}
-	if isNew && code == packets.Success {
-		code = c.route(p)
+	if isNew {
+		if code = c.route(p); code != packets.Success {
+			cl.mu.Lock()
+			cl.sess.Pubrel(p.PacketID)
+			cl.mu.Unlock()
+		}
 	}
 	c.send(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: c.ackCode(code)})
 	return nil
@@ -188,7 +199,9 @@ func (c *conn) handleDisconnect(p *packets.Disconnect) error {
 		c.expiry = min(p.Properties.SessionExpiry, uint32(c.srv.opts.Limits.MaxSessionExpiry/time.Second))
 		if c.expiry == 0 {
 			c.cl.mu.Lock()
-			c.cl.clean = true // the session ends with this connection
+			if c.cl.conn == c { // not if a newer connection took the session over
+				c.cl.clean = true // the session ends with this connection
+			}
 			c.cl.mu.Unlock()
 		}
 	}

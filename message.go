@@ -159,7 +159,7 @@ func (c *conn) writeOutboundLocked(o session.Outbound, wake bool) (sent bool) {
 // tooLarge reports whether a packet of size bytes exceeds the client's
 // Maximum Packet Size, counting the drop when it does.
 func (c *conn) tooLarge(size int) bool {
-	if c.maxOut == 0 || size <= int(c.maxOut) {
+	if c.maxOut == 0 || int64(size) <= int64(c.maxOut) { // int64: on 32-bit builds int(maxOut) may be negative
 		return false
 	}
 	c.srv.stats.dropped[dropTooLarge].Add(1)

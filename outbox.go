@@ -45,6 +45,10 @@ type outbox struct {
 	deferred bool // frames were added without waking a writer
 	closed   bool
 	stuck    bool
+	// sealed is set when the server's DISCONNECT is queued: nothing may
+	// follow it on the wire [MQTT-3.14.4-1], so later enqueues fail as on
+	// a closed outbox while what is pending is still written.
+	sealed bool
 }
 
 // enqueueMode says how enqueue treats the frames it adds.
@@ -65,8 +69,11 @@ const (
 	bounded
 	// inline frames are written by the caller itself when no writer runs,
 	// each write bounded by inlineWriteTimeout: for the DISCONNECT a
-	// closing goroutine sends before it closes the socket.
+	// closing goroutine sends before it closes the socket. They seal the
+	// outbox.
 	inline
+	// last is deferred, and seals the outbox: the reader's DISCONNECT.
+	last
 )
 
 // inlineWriteTimeout bounds how long a goroutine closing a connection
@@ -80,7 +87,7 @@ const inlineWriteTimeout = time.Second
 func (c *conn) enqueue(mode enqueueMode, add func(b []byte) []byte) bool {
 	o := &c.out
 	o.mu.Lock()
-	if o.closed || (mode == bounded && o.pendingLocked() >= int(o.max)) {
+	if o.closed || o.sealed || (mode == bounded && o.pendingLocked() >= int(o.max)) {
 		o.mu.Unlock()
 		return false
 	}
@@ -88,9 +95,10 @@ func (c *conn) enqueue(mode enqueueMode, add func(b []byte) []byte) bool {
 		o.buf = framePool.Get().(*frameBuf)
 	}
 	o.buf.b = add(o.buf.b)
+	o.sealed = mode == inline || mode == last
 	start := false
 	if !o.writing {
-		if mode == deferred {
+		if mode == deferred || mode == last {
 			o.deferred = true
 		} else {
 			c.claimWriterLocked(mode != inline)
@@ -152,14 +160,20 @@ func (c *conn) flushDeferred() {
 }
 
 // roomSignal returns a channel closed when a completed write leaves room,
-// or nil when the client is stuck or closed and nobody should wait. Frames
-// queued without a wake (a reader's own answers) may be what fills the
-// outbox; then nobody would write them while their reader waits, so a
-// writer is started for them.
-func (c *conn) roomSignal() <-chan struct{} {
+// or nil when the client is stuck, sealed or closed and no publisher
+// should wait. Frames queued without a wake (a reader's own answers) may
+// be what fills the outbox; then nobody would write them while their
+// reader waits, so a writer is started for them.
+func (c *conn) roomSignal() <-chan struct{} { return c.writeSignal(false) }
+
+// drainSignal is roomSignal for the goroutine that sealed the outbox with
+// its DISCONNECT and waits for it to be written: nil only when closed.
+func (c *conn) drainSignal() <-chan struct{} { return c.writeSignal(true) }
+
+func (c *conn) writeSignal(draining bool) <-chan struct{} {
 	o := &c.out
 	o.mu.Lock()
-	if o.closed || o.stuck {
+	if o.closed || (!draining && (o.stuck || o.sealed)) {
 		o.mu.Unlock()
 		return nil
 	}
@@ -253,7 +267,7 @@ func (o *outbox) pending() int {
 func (o *outbox) room() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return !o.closed && o.pendingLocked() < int(o.max)
+	return !o.closed && !o.sealed && o.pendingLocked() < int(o.max)
 }
 
 // take hands the writer everything pending. When nothing is, the writer

@@ -473,16 +473,19 @@ func TestOutboxDeferredFlush(t *testing.T) {
 // TestOutboxInline checks inline frames, the DISCONNECT a goroutine sends
 // before it closes the connection: with no writer running the caller
 // writes them itself and returns once they are written; with a writer
-// running they join its next batch and enqueue returns at once; and a
+// running they join its next batch and enqueue returns at once; they seal
+// the outbox, so nothing follows them on the wire [MQTT-3.14.4-1]; and a
 // client that reads nothing holds the caller for inlineWriteTimeout, then
 // is closed as a slow consumer.
 func TestOutboxInline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newTestServer(t, Options{})
-		srvEnd, cliEnd := net.Pipe()
-		defer cliEnd.Close()
-		rec := newWriteRecorder(srvEnd)
-		c := newConn(s, rec, "test")
+		fresh := func() (*conn, net.Conn) {
+			srvEnd, cliEnd := net.Pipe()
+			t.Cleanup(func() { cliEnd.Close() })
+			return newConn(s, newWriteRecorder(srvEnd), "test"), cliEnd
+		}
+		c, cliEnd := fresh()
 		done := make(chan bool, 1)
 		go func() { done <- c.enqueue(inline, appendBytes([]byte("iii"))) }()
 		synctest.Wait()
@@ -497,7 +500,16 @@ func TestOutboxInline(t *testing.T) {
 		if !<-done {
 			t.Error("inline enqueue reported false")
 		}
+		for _, mode := range []enqueueMode{deferred, woken, bounded, inline, last} {
+			if c.enqueue(mode, appendBytes([]byte("after"))) {
+				t.Errorf("mode %d: enqueue accepted after the sealing frames", mode)
+			}
+		}
+		if c.roomSignal() != nil || c.out.room() {
+			t.Error("a sealed outbox offers room to publishers")
+		}
 
+		c, cliEnd = fresh()
 		c.enqueue(woken, appendBytes([]byte("ww")))
 		synctest.Wait() // the writer blocks writing ww
 		if !c.enqueue(inline, appendBytes([]byte("j"))) {
@@ -508,6 +520,7 @@ func TestOutboxInline(t *testing.T) {
 		}
 		s.writers.Wait()
 
+		c, _ = fresh()
 		start := time.Now()
 		c.enqueue(inline, appendBytes([]byte("kk"))) // nobody reads
 		if d := time.Since(start); d != inlineWriteTimeout {

@@ -147,6 +147,10 @@ func (s *Server) dropSessionLocked(cl *client) []string {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	cl.dropped = true
+	if at := cl.sess.ExpireAt(); at != 0 {
+		s.expiry.cancel(cl, at) // nothing may keep the dropped session
+		cl.sess.SetExpireAt(0)
+	}
 	var filters []string
 	cl.sess.Subscriptions(func(sub session.Subscription) { filters = append(filters, sub.Filter) })
 	cl.sess.Clear(&s.queueBudget)

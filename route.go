@@ -4,6 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"mqttd/session"
 	"mqttd/topictrie"
 )
@@ -96,10 +98,20 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 	if qos == 0 && len(subIDs) == 0 && s.deliverQoS0(cl, retain, enc) {
 		return
 	}
+	if full := s.deliverLocked(cl, m, qos, retain, subIDs, clock); full != nil {
+		full.Msg("message dropped: the session queue is full (limits.max_queued, limits.max_queued_bytes) or all queues are " +
+			"(limits.max_queued_bytes_total); logged at most every 10 s, mqttd_messages_dropped_total{reason=queue_full} counts them all")
+	}
+}
+
+// deliverLocked is deliver through the session, under the client's lock,
+// which it takes. When a queue-full warning is due it returns the event
+// to log, for the caller to write once the lock is released.
+func (s *Server) deliverLocked(cl *client, m *session.Message, qos byte, retain bool, subIDs []uint32, clock func() time.Time) (warn *zerolog.Event) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if cl.dropped {
-		return // its subscriptions are on their way out of the trie
+		return nil // its subscriptions are on their way out of the trie
 	}
 	tc := cl.conn
 	online := tc != nil
@@ -115,16 +127,15 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 	case session.DropFull:
 		s.stats.dropped[dropQueueFull].Add(1)
 		if !rateLimited(&s.queueWarned) {
-			s.log.Warn().Str("client_id", cl.id).Str("topic", m.Topic).Int("queued", cl.sess.Queued()).
-				Int("queued_bytes", cl.sess.QueuedBytes()).Int64("all_queued_bytes", s.queueBudget.Bytes()).
-				Msg("message dropped: the session queue is full (limits.max_queued, limits.max_queued_bytes) or all queues are " +
-					"(limits.max_queued_bytes_total); logged at most every 10 s, mqttd_messages_dropped_total{reason=queue_full} counts them all")
+			return s.log.Warn().Str("client_id", cl.id).Str("topic", m.Topic).Int("queued", cl.sess.Queued()).
+				Int("queued_bytes", cl.sess.QueuedBytes()).Int64("all_queued_bytes", s.queueBudget.Bytes())
 		}
 	case session.DropQoS0:
 		s.stats.dropped[dropOfflineQoS0].Add(1)
 	case session.DropExpiry:
 		s.stats.dropped[dropExpired].Add(1)
 	}
+	return nil
 }
 
 // maxStall bounds how long a publisher waits for a subscriber's outbox to
@@ -182,7 +193,7 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 // not fit limits.max_retained or limits.max_retained_bytes is not kept.
 func (s *Server) storeRetained(m *session.Message) {
 	if len(m.Payload) == 0 {
-		s.deleteRetained(m.Topic)
+		s.deleteRetained(m.Topic, nil)
 		return
 	}
 	if !s.retainRoom(m) {
@@ -227,9 +238,14 @@ func (s *Server) refuseRetained(m *session.Message) {
 	}
 }
 
-// deleteRetained clears the retained message of a topic.
-func (s *Server) deleteRetained(topic string) {
-	if old, ok := s.retain.Remove(topic); ok {
+// deleteRetained clears the retained message of a topic; with stale set,
+// only if it is still that message.
+func (s *Server) deleteRetained(topic string, stale *session.Message) {
+	var match func(*session.Message) bool
+	if stale != nil {
+		match = func(m *session.Message) bool { return m == stale }
+	}
+	if old, ok := s.retain.RemoveIf(topic, match); ok {
 		s.stats.retained.Add(-1)
 		s.stats.retainedBytes.Add(-int64(old.Size()))
 	}

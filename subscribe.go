@@ -155,7 +155,7 @@ func (c *conn) sendRetained(filter string, opts subOpts) {
 	for _, it := range items {
 		m := it.Value
 		if m.Expired(now) {
-			s.deleteRetained(it.Topic)
+			s.deleteRetained(it.Topic, m) // not a message stored since the match
 			continue
 		}
 		enc.reset(m)

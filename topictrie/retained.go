@@ -104,10 +104,17 @@ func (r *Retained[T]) Delete(topic string) bool {
 
 // Remove is Delete, also returning the value removed.
 func (r *Retained[T]) Remove(topic string) (old T, ok bool) {
+	return r.RemoveIf(topic, nil)
+}
+
+// RemoveIf is Remove, only when match (if not nil) holds for the value
+// stored: a caller that found a value stale removes that value, not one
+// stored since.
+func (r *Retained[T]) RemoveIf(topic string, match func(T) bool) (old T, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := r.root.lookup(topic)
-	if n == nil || n.topic == "" {
+	if n == nil || n.topic == "" || (match != nil && !match(n.value)) {
 		return old, false
 	}
 	var zero T

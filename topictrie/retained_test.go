@@ -126,3 +126,17 @@ func TestRetainedDeepFilterIsCheap(t *testing.T) {
 		t.Errorf("Match of a deep filter = %+v", got)
 	}
 }
+
+// TestRetainedRemoveIf checks RemoveIf removes only the value it is
+// asked about: one stored since is kept.
+func TestRetainedRemoveIf(t *testing.T) {
+	r := NewRetained[int](Limits{})
+	r.Set("a/b", 1)
+	r.Set("a/b", 2)
+	if _, ok := r.RemoveIf("a/b", func(v int) bool { return v == 1 }); ok {
+		t.Fatal("removed a value stored after the one asked about")
+	}
+	if v, ok := r.RemoveIf("a/b", func(v int) bool { return v == 2 }); !ok || v != 2 || r.Len() != 0 {
+		t.Fatalf("RemoveIf(2) = %d, %v with %d left; want 2, true, 0", v, ok, r.Len())
+	}
+}

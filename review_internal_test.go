@@ -1,0 +1,104 @@
+package mqttd
+
+import (
+	"bytes"
+	"net"
+	"testing"
+	"time"
+
+	"mqttd/packets"
+)
+
+// Regression tests for defects a review of the engine restructuring found.
+
+// servedTestServer is newTestServer serving on 127.0.0.1:0.
+func servedTestServer(t *testing.T, opts Options) (*Server, string) {
+	t.Helper()
+	s := newTestServer(t, opts)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddListener("test", l); err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve()
+	return s, l.Addr().String()
+}
+
+// session311 connects a 3.1.1 client and reads its CONNACK.
+func session311(t *testing.T, addr, id string, clean bool) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	b, _ := (&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, ClientID: id, CleanStart: clean}).Append(nil, packets.V311)
+	nc.Write(b)
+	readFull(t, nc, 4) // CONNACK
+	return nc
+}
+
+// filed reports how many ticks and sessions the expiry wheel holds.
+func (w *expiryWheel) filed() (ticks, sessions int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, slot := range w.slots {
+		sessions += len(slot.clients)
+	}
+	return len(w.ticks), sessions
+}
+
+// TestExpiryWheelKeepsNothingBehind checks a client that comes back often
+// leaves nothing in the expiry wheel but its one offline session, and a
+// session dropped by a clean start leaves nothing at all: the wheel must
+// not keep a dropped session, and its queue, alive until its tick.
+func TestExpiryWheelKeepsNothingBehind(t *testing.T) {
+	s, addr := servedTestServer(t, Options{})
+	offline := func(nc net.Conn) {
+		t.Helper()
+		b, _ := (&packets.Disconnect{}).Append(nil, packets.V311)
+		nc.Write(b)
+		waitUntil(t, "the session offline", func() bool { return s.stats.sessionsOnline.Load() == 0 })
+	}
+	for range 300 {
+		offline(session311(t, addr, "flapper", false))
+	}
+	if ticks, sessions := s.expiry.filed(); ticks != 1 || sessions != 1 {
+		t.Errorf("after 300 reconnects: %d ticks, %d sessions filed; want 1, 1", ticks, sessions)
+	}
+	offline(session311(t, addr, "flapper", true)) // a clean start drops the session
+	if ticks, sessions := s.expiry.filed(); ticks != 0 || sessions != 0 {
+		t.Errorf("after the session was dropped: %d ticks, %d sessions filed; want none", ticks, sessions)
+	}
+}
+
+// TestNothingAfterAsyncDisconnect checks [MQTT-3.14.4-1]: once a closing
+// goroutine (idle timeout, shutdown, takeover) has queued the server's
+// DISCONNECT, deliveries arriving meanwhile are not written after it.
+func TestNothingAfterAsyncDisconnect(t *testing.T) {
+	s := newTestServer(t, Options{})
+	srvEnd, cliEnd := pipePair(t)
+	c := newConn(s, srvEnd, "test")
+	c.version = packets.V5
+	c.connected.Store(true)
+	c.enqueue(woken, appendBytes(fill('a', 8))) // a delivery being written
+	waitTaken(t, c, 8)
+	closed := make(chan struct{})
+	go func() { defer close(closed); c.idleTimeout() }()
+	waitUntil(t, "the DISCONNECT queued", func() bool { return snapshot(c).buffered > 0 })
+	if c.enqueue(bounded, appendBytes(fill('p', 5))) {
+		t.Error("a delivery was queued behind the DISCONNECT")
+	}
+	disc, _ := (&packets.Disconnect{ReasonCode: packets.KeepAliveTimeout}).Append(nil, packets.V5)
+	got := readFull(t, cliEnd, 8+len(disc))
+	<-closed
+	if !bytes.HasSuffix(got, disc) {
+		t.Errorf("wire: % x; want it to end with the DISCONNECT % x", got, disc)
+	}
+	cliEnd.SetReadDeadline(time.Now().Add(time.Second))
+	if n, _ := cliEnd.Read(make([]byte, 1)); n != 0 {
+		t.Error("bytes followed the DISCONNECT")
+	}
+}
