@@ -86,7 +86,11 @@ func TestNothingAfterAsyncDisconnect(t *testing.T) {
 	c.enqueue(woken, appendBytes(fill('a', 8))) // a delivery being written
 	waitTaken(t, c, 8)
 	closed := make(chan struct{})
-	go func() { defer close(closed); c.idleTimeout() }()
+	go func() { // as the idle wheel closes a connection whose keepalive passed
+		defer close(closed)
+		c.sendDisconnectAsync(packets.KeepAliveTimeout)
+		c.closeWith(errKeepAlive)
+	}()
 	waitUntil(t, "the DISCONNECT queued", func() bool { return snapshot(c).buffered > 0 })
 	if c.enqueue(bounded, appendBytes(fill('p', 5))) {
 		t.Error("a delivery was queued behind the DISCONNECT")
