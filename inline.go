@@ -84,6 +84,7 @@ func (s *Server) Subscribe(filter string, h Handler) (unsubscribe func(), err er
 	if err != nil {
 		return nil, fmt.Errorf("mqttd: %w", err)
 	}
+	filter = strings.Clone(filter) // the trie keeps it
 	cl := &client{id: fmt.Sprintf("%s/%d", inlineOrigin, inlineIDs.Add(1)), handler: h}
 	if _, err := s.subs.Subscribe(filter, cl, subOpts{qos: maxQoS}); err != nil {
 		return nil, fmt.Errorf("mqttd: %w", err)

@@ -69,7 +69,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect) bool {
 		if old != nil {
 			dropped = s.dropSessionLocked(old)
 		}
-		cl = &client{id: id, sess: session.New(id, s.sessCfg)}
+		cl = &client{id: id, sess: session.New(id, s.sessLim)}
 		s.clients[id] = cl
 		s.stats.sessions.Add(1)
 		present = false

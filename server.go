@@ -27,8 +27,8 @@ type Server struct {
 	topics  topictrie.Limits
 	subs    *topictrie.Trie[*client, subOpts]
 	retain  *topictrie.Retained[*session.Message]
-	sessCfg session.Config
-	poller  *poller // nil where connections are read by goroutines
+	sessLim *session.Limits // shared by every session
+	poller  *poller         // nil where connections are read by goroutines
 	idle    *idleWheel
 	expiry  *expiryWheel
 	readers *readerPool
@@ -81,13 +81,13 @@ func New(opts Options) (*Server, error) {
 		log:    o.Logger,
 		subs:   topictrie.New[*client, subOpts](topictrie.Options{Limits: limits}),
 		retain: topictrie.NewRetained[*session.Message](limits),
-		sessCfg: session.Config{
+		sessLim: session.Config{
 			MaxInflight:    o.Limits.MaxInflight,
 			MaxQueued:      o.Limits.MaxQueued,
 			MaxQueuedBytes: o.Limits.MaxQueuedBytes,
 			QueueQoS0:      o.Limits.QueueQoS0,
 			MaxAwaitingRel: o.Limits.MaxAwaitingRel,
-		},
+		}.Limits(),
 		idle:    newIdleWheel(),
 		expiry:  newExpiryWheel(),
 		clients: make(map[string]*client),

@@ -15,7 +15,7 @@ func BenchmarkSubscribeMany(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		s := New("c", Config{})
+		s := New("c", Config{}.Limits())
 		for _, f := range filters {
 			s.Subscribe(Subscription{Filter: f})
 		}

@@ -162,7 +162,7 @@ const (
 // subscriptions are a slice (clients typically hold a handful).
 type Session struct {
 	ID     string
-	lim    limits
+	lim    *limits
 	window int32
 	live   int32 // inflight entries not yet acknowledged
 	nextID uint16
@@ -182,10 +182,29 @@ type Session struct {
 const subIndexMin = 8
 
 // limits is Config with defaults applied, in the width the session needs.
+//
+// Sessions made from one Config share it: a session holds a pointer, not
+// a copy, since the broker keeps one session per client, idle or not.
 type limits struct {
 	maxInflight, maxQueued, maxAwaitingRel int32
 	queueQoS0                              bool
 	maxQueuedBytes                         int64
+}
+
+// Limits are a Config with its defaults applied, for New. Make them once
+// and share them between sessions.
+type Limits struct{ l limits }
+
+// Limits applies c's defaults.
+func (c Config) Limits() *Limits {
+	c = c.withDefaults()
+	return &Limits{limits{
+		maxInflight:    int32(c.MaxInflight),
+		maxQueued:      int32(min(c.MaxQueued, 1<<31-1)),
+		maxAwaitingRel: int32(min(c.MaxAwaitingRel, 1<<31-1)),
+		queueQoS0:      c.QueueQoS0,
+		maxQueuedBytes: c.MaxQueuedBytes,
+	}}
 }
 
 // queues are the outbound messages: those in the window in send order
@@ -204,16 +223,8 @@ type Subscription struct {
 }
 
 // New returns an empty session for client id.
-func New(id string, cfg Config) *Session {
-	cfg = cfg.withDefaults()
-	lim := limits{
-		maxInflight:    int32(cfg.MaxInflight),
-		maxQueued:      int32(min(cfg.MaxQueued, 1<<31-1)),
-		maxAwaitingRel: int32(min(cfg.MaxAwaitingRel, 1<<31-1)),
-		queueQoS0:      cfg.QueueQoS0,
-		maxQueuedBytes: cfg.MaxQueuedBytes,
-	}
-	return &Session{ID: id, lim: lim, window: lim.maxInflight}
+func New(id string, lim *Limits) *Session {
+	return &Session{ID: id, lim: &lim.l, window: lim.l.maxInflight}
 }
 
 // queues returns the outbound queues, allocating them on first use.

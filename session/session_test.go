@@ -24,7 +24,7 @@ func deliver(t *testing.T, s *Session, topic string, qos byte, canSend bool, wan
 }
 
 func TestWindowFillsThenQueues(t *testing.T) {
-	s := New("c", Config{MaxInflight: 2, MaxQueued: 2})
+	s := New("c", Config{MaxInflight: 2, MaxQueued: 2}.Limits())
 	a := deliver(t, s, "a", 1, true, Send)
 	b := deliver(t, s, "b", 2, true, Send)
 	if a.PacketID == 0 || b.PacketID == 0 || a.PacketID == b.PacketID {
@@ -53,7 +53,7 @@ func TestWindowFillsThenQueues(t *testing.T) {
 }
 
 func TestAckRules(t *testing.T) {
-	s := New("c", Config{})
+	s := New("c", Config{}.Limits())
 	q1 := deliver(t, s, "q1", 1, true, Send)
 	q2 := deliver(t, s, "q2", 2, true, Send)
 	if s.Puback(q2.PacketID) {
@@ -86,7 +86,7 @@ func TestAckRules(t *testing.T) {
 }
 
 func TestOutOfOrderAcksAndIDReuse(t *testing.T) {
-	s := New("c", Config{MaxInflight: 3})
+	s := New("c", Config{MaxInflight: 3}.Limits())
 	a := deliver(t, s, "a", 1, true, Send)
 	b := deliver(t, s, "b", 1, true, Send)
 	c := deliver(t, s, "c", 1, true, Send)
@@ -107,7 +107,7 @@ func TestOutOfOrderAcksAndIDReuse(t *testing.T) {
 }
 
 func TestResumeSetsDupAndPubrel(t *testing.T) {
-	s := New("c", Config{})
+	s := New("c", Config{}.Limits())
 	a := deliver(t, s, "a", 1, true, Send)
 	b := deliver(t, s, "b", 2, true, Send)
 	s.Pubrec(b.PacketID, false)
@@ -125,12 +125,12 @@ func TestResumeSetsDupAndPubrel(t *testing.T) {
 }
 
 func TestOfflineQueueing(t *testing.T) {
-	s := New("c", Config{MaxQueued: 10})
+	s := New("c", Config{MaxQueued: 10}.Limits())
 	m := msg("x", 0)
 	if _, r := s.Deliver(Outbound{Msg: m}, Target{}, t0); r != DropQoS0 {
 		t.Fatalf("offline QoS 0 = %v, want DropQoS0", r)
 	}
-	q := New("c", Config{QueueQoS0: true})
+	q := New("c", Config{QueueQoS0: true}.Limits())
 	if _, r := q.Deliver(Outbound{Msg: m}, Target{}, t0); r != Queued {
 		t.Fatalf("offline QoS 0 with QueueQoS0 = %v, want Queued", r)
 	}
@@ -140,7 +140,7 @@ func TestOfflineQueueing(t *testing.T) {
 }
 
 func TestExpiry(t *testing.T) {
-	s := New("c", Config{MaxInflight: 1})
+	s := New("c", Config{MaxInflight: 1}.Limits())
 	deliver(t, s, "a", 1, true, Send)
 	m := msg("b", 1)
 	m.Expiry = t0.Add(time.Second)
@@ -157,7 +157,7 @@ func TestExpiry(t *testing.T) {
 }
 
 func TestReceiveMaximum(t *testing.T) {
-	s := New("c", Config{MaxInflight: 10})
+	s := New("c", Config{MaxInflight: 10}.Limits())
 	s.SetReceiveMaximum(1)
 	deliver(t, s, "a", 1, true, Send)
 	deliver(t, s, "b", 1, true, Queued)
@@ -168,7 +168,7 @@ func TestReceiveMaximum(t *testing.T) {
 }
 
 func TestInboundQoS2(t *testing.T) {
-	s := New("c", Config{MaxAwaitingRel: 2})
+	s := New("c", Config{MaxAwaitingRel: 2}.Limits())
 	if isNew, err := s.ReceiveQoS2(7); !isNew || err != nil {
 		t.Fatalf("first receive: %v %v", isNew, err)
 	}
@@ -188,7 +188,7 @@ func TestInboundQoS2(t *testing.T) {
 }
 
 func TestSubscriptions(t *testing.T) {
-	s := New("c", Config{})
+	s := New("c", Config{}.Limits())
 	if s.Subscribe(Subscription{Filter: "a/#"}) {
 		t.Fatal("new filter reported as existing")
 	}
@@ -208,7 +208,7 @@ func TestSubscriptions(t *testing.T) {
 }
 
 func TestRingGrowsAcrossWrap(t *testing.T) {
-	s := New("c", Config{MaxInflight: 1000})
+	s := New("c", Config{MaxInflight: 1000}.Limits())
 	var ids []uint16
 	for i := 0; i < 300; i++ {
 		ids = append(ids, deliver(t, s, "t", 1, true, Send).PacketID)
@@ -230,7 +230,7 @@ func TestRingGrowsAcrossWrap(t *testing.T) {
 // One message never acknowledged while every later one is must not leave
 // a tombstone per message behind it.
 func TestUnackedHeadDoesNotGrowRing(t *testing.T) {
-	s := New("c", Config{MaxInflight: 10})
+	s := New("c", Config{MaxInflight: 10}.Limits())
 	m := msg("t", 1)
 	if _, r := s.Deliver(Outbound{Msg: m, QoS: 1}, Target{Online: true, CanSend: true}, t0); r != Send {
 		t.Fatal("first message not sent")
@@ -249,7 +249,7 @@ func TestUnackedHeadDoesNotGrowRing(t *testing.T) {
 // TestQueuedBytes checks the queue's byte count follows what enters and
 // leaves it: queued, sent into the window, and skipped as expired.
 func TestQueuedBytes(t *testing.T) {
-	s := New("c", Config{MaxInflight: 1})
+	s := New("c", Config{MaxInflight: 1}.Limits())
 	a, b, c := msg("a/1", 1), msg("b/22", 1), msg("c/333", 1)
 	a.Payload, b.Payload, c.Payload = []byte("1234"), []byte("12"), nil
 	c.Expiry = t0.Add(time.Second)
@@ -273,7 +273,7 @@ func TestQueuedBytes(t *testing.T) {
 // TestDiscard checks that a message in flight that may not be sent is
 // completed as if acknowledged: the window it held is free again.
 func TestDiscard(t *testing.T) {
-	s := New("c", Config{MaxInflight: 1})
+	s := New("c", Config{MaxInflight: 1}.Limits())
 	o := deliver(t, s, "a", 2, true, Send)
 	deliver(t, s, "b", 1, true, Queued)
 	if !s.Discard(o.PacketID) || s.Inflight() != 0 {
@@ -290,7 +290,7 @@ func TestDiscard(t *testing.T) {
 // TestSubscriptionIndex checks subscribe, replace and unsubscribe on both
 // sides of subIndexMin, against a map kept alongside.
 func TestSubscriptionIndex(t *testing.T) {
-	s := New("c", Config{})
+	s := New("c", Config{}.Limits())
 	want := map[string]byte{}
 	check := func(step string) {
 		t.Helper()
@@ -337,7 +337,7 @@ func TestSubscriptionIndex(t *testing.T) {
 
 // TestQueueBounds checks the queue refuses a message past its byte limit.
 func TestQueueBounds(t *testing.T) {
-	s := New("c", Config{MaxQueuedBytes: 12})
+	s := New("c", Config{MaxQueuedBytes: 12}.Limits())
 	m := msg("abcd", 1) // Size 8: topic and payload; "ab" makes 12
 	if _, r := s.Deliver(Outbound{Msg: m, QoS: 1}, Target{}, t0); r != Queued {
 		t.Fatalf("first message: %v, want Queued", r)
@@ -357,7 +357,7 @@ func TestQueueBounds(t *testing.T) {
 // by expiry or by Clear.
 func TestQueueBudget(t *testing.T) {
 	b := &QueueBudget{Max: 20}
-	s1, s2 := New("s1", Config{}), New("s2", Config{})
+	s1, s2 := New("s1", Config{}.Limits()), New("s2", Config{}.Limits())
 	big := msg("0123456789", 1) // Size 20
 	if _, r := s1.Deliver(Outbound{Msg: big, QoS: 1}, Target{Budget: b}, t0); r != Queued || b.Bytes() != 20 {
 		t.Fatalf("first: %v with %d bytes held, want Queued with 20", r, b.Bytes())
@@ -369,7 +369,7 @@ func TestQueueBudget(t *testing.T) {
 	if _, r := s2.Deliver(Outbound{Msg: small, QoS: 1}, Target{Budget: b}, t0); r != DropFull {
 		t.Fatalf("a new message past the budget: %v, want DropFull", r)
 	}
-	if _, r := New("s3", Config{}).Deliver(Outbound{Msg: small, QoS: 1}, Target{Online: true, CanSend: true, Budget: b}, t0); r != Send {
+	if _, r := New("s3", Config{}.Limits()).Deliver(Outbound{Msg: small, QoS: 1}, Target{Online: true, CanSend: true, Budget: b}, t0); r != Send {
 		t.Fatalf("a message sent at once with the budget spent: %v, want Send", r)
 	}
 	s1.Next(t0, b)

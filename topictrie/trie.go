@@ -84,7 +84,9 @@ func (t *Trie[K, V]) Len() int {
 // Subscribe subscribes key to filter with value, which replaces the value of
 // an existing subscription of key to the same filter. A filter of the form
 // $share/{group}/{filter} makes key a member of that share group. It reports
-// whether the subscription is new, or an error from ParseFilter.
+// whether the subscription is new, or an error from ParseFilter. The trie
+// keeps slices of filter: pass a string that is not part of a larger
+// buffer, or that buffer is kept alive with it.
 func (t *Trie[K, V]) Subscribe(filter string, key K, value V) (bool, error) {
 	f, err := t.limits.ParseFilter(filter)
 	if err != nil {
@@ -237,6 +239,10 @@ func (t *Trie[K, V]) collect(n *node[K, V], m Message, into []Sub[K, V]) []Sub[K
 }
 
 // descend returns the node for filter, creating the missing levels.
+//
+// The new nodes keep slices of filter: the caller passes a string it owns
+// (the broker copies filters out of their SUBSCRIBE frames), so that the
+// trie and the session share one copy.
 func (n *node[K, V]) descend(filter string) *node[K, V] {
 	for off := 0; ; {
 		end := strings.IndexByte(filter[off:], '/')
@@ -248,10 +254,7 @@ func (n *node[K, V]) descend(filter string) *node[K, V] {
 		level := filter[off:end]
 		c := n.child(level)
 		if c == nil {
-			// The trie keeps its own copy of the key: the caller's string
-			// may be a slice of a much larger buffer.
-			c = &node[K, V]{parent: n, filter: strings.Clone(filter[:end])}
-			level = c.filter[off:]
+			c = &node[K, V]{parent: n, filter: filter[:end]}
 			switch level {
 			case "+":
 				n.plus = c
