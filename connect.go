@@ -41,6 +41,10 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 		c.refuse(authCode(c.version, auth.ErrNotAuthorized))
 		return closing(CloseAuthFailed, fmt.Errorf("will to %q not authorized", cp.WillTopic))
 	}
+	if cp.WillFlag && !c.userPropertiesFit(&cp.WillProperties) {
+		c.refuse(packets.QuotaExceeded) // only 5.0 has user properties
+		return closing(CloseConnectRefused, errors.New("will with too many user properties"))
+	}
 	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
 	if cp.Properties.Has(packets.PropMaximumPacketSize) {
 		c.maxOut = cp.Properties.MaximumPacketSize

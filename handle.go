@@ -71,6 +71,8 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 		code = packets.NotAuthorized
 		s.stats.publishDenied.Add(1)
 		c.fields(c.srv.log.Debug()).Str("topic", p.Topic).Msg("publish not authorized")
+	} else if !c.userPropertiesFit(&p.Properties) {
+		code = packets.QuotaExceeded
 	}
 	switch p.QoS {
 	case 0:
@@ -100,6 +102,23 @@ func (c *conn) route(p *packets.Publish) packets.ReasonCode {
 	}
 	c.srv.publish(m)
 	return packets.Success
+}
+
+// userPropertiesFit reports whether a message's user properties are within
+// limits.max_user_properties, counting and logging a refusal: decoded,
+// each costs far more than its bytes on the wire, and a kept message
+// (retained, queued) keeps them all.
+func (c *conn) userPropertiesFit(p *packets.Properties) bool {
+	max := c.srv.opts.Limits.MaxUserProperties
+	if len(p.User) <= max {
+		return true
+	}
+	c.srv.stats.userPropsRefused.Add(1)
+	if !rateLimited(&c.srv.userPropsWarned) {
+		c.fields(c.srv.log.Warn()).Int("user_properties", len(p.User)).Int("max_user_properties", max).
+			Msg("message refused: too many user properties (logged at most every 10 s; mqttd_user_properties_refused_total counts them all)")
+	}
+	return false
 }
 
 // isSys reports a topic under $SYS, which only the broker publishes to

@@ -61,6 +61,8 @@ func newCollector(st *stats, queue *session.QueueBudget) *collector {
 	counter("wills_published_total", "Will messages published.", func(s *stats) uint64 { return s.willsPublished.Load() })
 	counter("subscriptions_refused_total", "Subscriptions refused: the client held limits.max_subscriptions_per_client.",
 		func(s *stats) uint64 { return s.subscriptionsRefused.Load() })
+	counter("user_properties_refused_total", "Messages refused: more user properties than limits.max_user_properties.",
+		func(s *stats) uint64 { return s.userPropsRefused.Load() })
 	counter("sessions_refused_total", "New sessions refused: the broker held limits.max_sessions.",
 		func(s *stats) uint64 { return s.sessionsRefused.Load() })
 	counter("sessions_expired_total", "Sessions dropped after their expiry interval offline.",

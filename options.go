@@ -87,6 +87,10 @@ type Limits struct {
 	// IP address, so one device cannot take them all. Connections from
 	// loopback addresses are not limited per address.
 	MaxConnectionsPerAddress int `yaml:"max_connections_per_address"`
+	// MaxUserProperties bounds the 5.0 user properties of a message (a
+	// PUBLISH or a will): past it the PUBLISH is refused (PUBACK/PUBREC
+	// 0x97; QoS 0 dropped), the will's CONNECT likewise (CONNACK 0x97).
+	MaxUserProperties int `yaml:"max_user_properties"`
 	// MaxSessions bounds the sessions kept, online or not; a client that
 	// needs a new one past it is refused (CONNACK 0x97, 3.1.1 3).
 	MaxSessions int `yaml:"max_sessions"`
@@ -133,6 +137,7 @@ const (
 	DefaultMaxRetained               = 100000
 	DefaultMaxSubscriptionsPerClient = 10000
 	DefaultMaxSessions               = 100000
+	DefaultMaxUserProperties         = 64
 	DefaultMaxSessionExpiry          = 24 * time.Hour
 	DefaultPersistentSessionExpiry   = 24 * time.Hour
 	maxSessionExpiry                 = 0xFFFFFFFE * time.Second // 0xFFFFFFFF means "never" in 5.0
@@ -168,6 +173,7 @@ func (o Options) WithDefaults() Options {
 	setDefault(&l.MaxRetained, DefaultMaxRetained)
 	setDefault(&l.MaxSubscriptionsPerClient, DefaultMaxSubscriptionsPerClient)
 	setDefault(&l.MaxSessions, DefaultMaxSessions)
+	setDefault(&l.MaxUserProperties, DefaultMaxUserProperties)
 	setDefault(&l.MaxSessionExpiry, DefaultMaxSessionExpiry)
 	setDefault(&l.PersistentSessionExpiry, DefaultPersistentSessionExpiry)
 	setDefault(&l.MaxRetainedBytes, DefaultMaxRetainedBytes)
@@ -215,6 +221,7 @@ func (o Options) Validate() error {
 		{"limits.max_retained", l.MaxRetained},
 		{"limits.max_subscriptions_per_client", l.MaxSubscriptionsPerClient},
 		{"limits.max_sessions", l.MaxSessions},
+		{"limits.max_user_properties", l.MaxUserProperties},
 	} {
 		if f.v < 0 {
 			bad(f.key, "must not be negative, got %d", f.v)

@@ -53,13 +53,14 @@ type Server struct {
 	// after telling a 5.0 client why (takeover, idle timeout, shutdown).
 	writers sync.WaitGroup
 
-	stats          stats
-	queueBudget    session.QueueBudget // the bytes of all session queues
-	rejectWarned   atomic.Int64        // unix nanos of the last rejected-connection warning
-	retainWarned   atomic.Int64        // unix nanos of the last retained-store-full warning
-	queueWarned    atomic.Int64        // unix nanos of the last queue-full warning
-	subsWarned     atomic.Int64        // unix nanos of the last subscription-limit warning
-	sessionsWarned atomic.Int64        // unix nanos of the last session-limit warning
+	stats           stats
+	queueBudget     session.QueueBudget // the bytes of all session queues
+	rejectWarned    atomic.Int64        // unix nanos of the last rejected-connection warning
+	retainWarned    atomic.Int64        // unix nanos of the last retained-store-full warning
+	queueWarned     atomic.Int64        // unix nanos of the last queue-full warning
+	subsWarned      atomic.Int64        // unix nanos of the last subscription-limit warning
+	sessionsWarned  atomic.Int64        // unix nanos of the last session-limit warning
+	userPropsWarned atomic.Int64        // unix nanos of the last user-properties warning
 }
 
 type listener struct {

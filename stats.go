@@ -22,14 +22,15 @@ type stats struct {
 	retainedBytes  atomic.Int64 // Message.Size of the retained messages
 	queued         atomic.Int64 // messages waiting in session queues
 
-	connects        atomic.Uint64
-	connectsRefused atomic.Uint64
-	publishDenied   atomic.Uint64
-	subscribeDenied atomic.Uint64
-	willsPublished  atomic.Uint64
-	retainedRefused atomic.Uint64 // retained messages the store had no room for
-	sessionsExpired atomic.Uint64
-	sessionsRefused atomic.Uint64 // new sessions refused by limits.max_sessions
+	connects         atomic.Uint64
+	connectsRefused  atomic.Uint64
+	publishDenied    atomic.Uint64
+	subscribeDenied  atomic.Uint64
+	willsPublished   atomic.Uint64
+	retainedRefused  atomic.Uint64 // retained messages the store had no room for
+	sessionsExpired  atomic.Uint64
+	sessionsRefused  atomic.Uint64 // new sessions refused by limits.max_sessions
+	userPropsRefused atomic.Uint64 // messages refused by limits.max_user_properties
 	// subscriptions refused by limits.max_subscriptions_per_client
 	subscriptionsRefused atomic.Uint64
 	panics               atomic.Uint64 // connection handlers that panicked
@@ -78,19 +79,20 @@ type Stats struct {
 	Queued         int64 // messages waiting in session queues
 	// QueuedBytes is the topic, payload and properties bytes of the
 	// queued messages, each counted once however many queues hold it.
-	QueuedBytes      int64
-	MessagesReceived uint64
-	MessagesSent     uint64
-	BytesReceived    uint64
-	BytesSent        uint64
-	Connects         uint64 // CONNECTs accepted
-	ConnectsRefused  uint64 // CONNECTs refused with a CONNACK error code
-	PublishDenied    uint64 // PUBLISHes refused: by the Authorizer, or to $SYS
-	SubscribeDenied  uint64 // subscriptions the Authorizer refused
-	WillsPublished   uint64
-	RetainedRefused  uint64 // retained messages the store had no room for
-	SessionsExpired  uint64 // sessions dropped after their expiry interval offline
-	SessionsRefused  uint64 // new sessions refused by limits.max_sessions
+	QueuedBytes           int64
+	MessagesReceived      uint64
+	MessagesSent          uint64
+	BytesReceived         uint64
+	BytesSent             uint64
+	Connects              uint64 // CONNECTs accepted
+	ConnectsRefused       uint64 // CONNECTs refused with a CONNACK error code
+	PublishDenied         uint64 // PUBLISHes refused: by the Authorizer, or to $SYS
+	SubscribeDenied       uint64 // subscriptions the Authorizer refused
+	WillsPublished        uint64
+	RetainedRefused       uint64 // retained messages the store had no room for
+	SessionsExpired       uint64 // sessions dropped after their expiry interval offline
+	SessionsRefused       uint64 // new sessions refused by limits.max_sessions
+	UserPropertiesRefused uint64 // messages refused by limits.max_user_properties
 	// SubscriptionsRefused counts subscriptions refused by
 	// limits.max_subscriptions_per_client.
 	SubscriptionsRefused uint64
@@ -108,30 +110,31 @@ type Stats struct {
 func (s *Server) Stats() Stats {
 	st := &s.stats
 	out := Stats{
-		Connections:          st.connections.Load(),
-		Sessions:             st.sessions.Load(),
-		SessionsOnline:       st.sessionsOnline.Load(),
-		Subscriptions:        st.subscriptions.Load(),
-		Retained:             st.retained.Load(),
-		RetainedBytes:        st.retainedBytes.Load(),
-		Queued:               st.queued.Load(),
-		QueuedBytes:          s.queueBudget.Bytes(),
-		MessagesReceived:     st.messagesReceived.Load(),
-		MessagesSent:         st.messagesSent.Load(),
-		BytesReceived:        st.bytesReceived.Load(),
-		BytesSent:            st.bytesSent.Load(),
-		Connects:             st.connects.Load(),
-		ConnectsRefused:      st.connectsRefused.Load(),
-		PublishDenied:        st.publishDenied.Load(),
-		SubscribeDenied:      st.subscribeDenied.Load(),
-		WillsPublished:       st.willsPublished.Load(),
-		RetainedRefused:      st.retainedRefused.Load(),
-		SessionsExpired:      st.sessionsExpired.Load(),
-		SessionsRefused:      st.sessionsRefused.Load(),
-		SubscriptionsRefused: st.subscriptionsRefused.Load(),
-		Dropped:              make(map[string]uint64, numDropReasons),
-		Disconnects:          make(map[string]uint64, numCloseReasons),
-		Rejected:             make(map[string]uint64, numRejectReasons),
+		Connections:           st.connections.Load(),
+		Sessions:              st.sessions.Load(),
+		SessionsOnline:        st.sessionsOnline.Load(),
+		Subscriptions:         st.subscriptions.Load(),
+		Retained:              st.retained.Load(),
+		RetainedBytes:         st.retainedBytes.Load(),
+		Queued:                st.queued.Load(),
+		QueuedBytes:           s.queueBudget.Bytes(),
+		MessagesReceived:      st.messagesReceived.Load(),
+		MessagesSent:          st.messagesSent.Load(),
+		BytesReceived:         st.bytesReceived.Load(),
+		BytesSent:             st.bytesSent.Load(),
+		Connects:              st.connects.Load(),
+		ConnectsRefused:       st.connectsRefused.Load(),
+		PublishDenied:         st.publishDenied.Load(),
+		SubscribeDenied:       st.subscribeDenied.Load(),
+		WillsPublished:        st.willsPublished.Load(),
+		RetainedRefused:       st.retainedRefused.Load(),
+		SessionsExpired:       st.sessionsExpired.Load(),
+		SessionsRefused:       st.sessionsRefused.Load(),
+		UserPropertiesRefused: st.userPropsRefused.Load(),
+		SubscriptionsRefused:  st.subscriptionsRefused.Load(),
+		Dropped:               make(map[string]uint64, numDropReasons),
+		Disconnects:           make(map[string]uint64, numCloseReasons),
+		Rejected:              make(map[string]uint64, numRejectReasons),
 	}
 	for r := range numRejectReasons {
 		out.Rejected[r.String()] = st.rejected[r].Load()

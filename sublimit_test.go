@@ -96,3 +96,41 @@ func TestSessionLimit(t *testing.T) {
 		t.Errorf("SessionsRefused = %d, want 2", n)
 	}
 }
+
+// userProps returns n user properties.
+func userProps(n int) packets.Properties {
+	var p packets.Properties
+	for i := range n {
+		p.User = append(p.User, packets.UserProperty{Key: "k", Value: fmt.Sprint(i)})
+	}
+	p.Set(packets.PropUserProperty)
+	return p
+}
+
+// TestUserPropertyLimit checks limits.max_user_properties at its edge: a
+// PUBLISH with as many is delivered; one more is refused with 0x97 and
+// not delivered, and a will with one more refuses the CONNECT.
+func TestUserPropertyLimit(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxUserProperties: 3}})
+	sub := watchTopic(t, addr, "t")
+	pub := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "pub", CleanStart: true})
+	for n, want := range map[int]packets.ReasonCode{3: packets.Success, 4: packets.QuotaExceeded} {
+		pub.send(&packets.Publish{Topic: "t", QoS: 1, PacketID: uint16(n), Properties: userProps(n)})
+		ack, ok := pub.read().(*packets.Puback)
+		if !ok || ack.ReasonCode != want {
+			t.Errorf("%d user properties: PUBACK %+v, want %#x", n, ack, byte(want))
+		}
+	}
+	if got := sub.ping(); len(got) != 1 {
+		t.Errorf("the subscriber got %d messages, want the one with 3 user properties", len(got))
+	}
+	cp := &packets.Connect{ClientID: "will", CleanStart: true}
+	setWill(cp, "w")
+	cp.WillProperties = userProps(4)
+	if _, ack := connectReply(t, addr, packets.V5, cp); ack.ReasonCode != packets.QuotaExceeded {
+		t.Errorf("a will with 4 user properties: CONNACK %#x, want 0x97", byte(ack.ReasonCode))
+	}
+	if n := srv.Stats().UserPropertiesRefused; n != 2 {
+		t.Errorf("UserPropertiesRefused = %d, want 2", n)
+	}
+}
