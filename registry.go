@@ -84,15 +84,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect) bool {
 	c.send(&packets.Connack{SessionPresent: present, Properties: s.connackProperties(c, cp)})
 	cl.conn, cl.clean = c, !persistent
 	cl.sess.SetReceiveMaximum(int(cp.Properties.ReceiveMaximum))
-	var unsent []uint16
-	cl.sess.Resume(func(o session.Outbound) {
-		if !c.writeOutboundLocked(o, false) {
-			unsent = append(unsent, o.PacketID)
-		}
-	})
-	for _, id := range unsent {
-		cl.sess.Discard(id)
-	}
+	cl.sess.Resume() // pump sends the window again, as the outbox has room
 	cl.mu.Unlock()
 	s.mu.Unlock()
 	s.unsubscribeAll(old, dropped)
@@ -178,8 +170,9 @@ func (s *Server) accountQueueLocked(cl *client) {
 	cl.queued = n
 }
 
-// pump moves queued messages into the outbox of the client's current
-// connection while it has room and the session's window allows: after a
+// pump moves the window's resends and then queued messages into the
+// outbox of the client's current connection while it has room and the
+// session's window allows: after a connection takes the session, after a
 // write drained an outbox, and after an acknowledgement freed the window.
 // The acknowledgement may come late on a connection already taken over;
 // the window it freed is then filled on the new one.
@@ -191,7 +184,7 @@ func (c *conn) pump() {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	target := cl.conn
-	if target == nil || cl.sess.Queued() == 0 {
+	if target == nil || (cl.sess.Queued() == 0 && !cl.sess.Resending()) {
 		return
 	}
 	defer c.srv.accountQueueLocked(cl)

@@ -159,7 +159,7 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 	for {
 		cl.mu.Lock()
 		tc := cl.conn
-		if tc == nil || cl.sess.Queued() > 0 {
+		if tc == nil || cl.sess.Queued() > 0 || cl.sess.Resending() {
 			cl.mu.Unlock()
 			return false
 		}

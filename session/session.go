@@ -104,6 +104,7 @@ type Outbound struct {
 	PacketID uint16   // assigned when it enters the in-flight window
 	Dup      bool     // it was sent before: resend with DUP set
 	Released bool     // PUBREC received: PUBREL is the outstanding packet
+	resend   bool     // in the window, to be sent again on this connection (Resume)
 }
 
 // Config bounds a session.
@@ -213,6 +214,7 @@ type queues struct {
 	inflight     ring
 	pending      ring
 	pendingBytes int // Message.Size of everything in pending
+	resends      int // inflight entries marked resend
 }
 
 // Subscription is one topic filter a session holds.
@@ -268,7 +270,7 @@ func (s *Session) Deliver(o Outbound, to Target, now time.Time) (Outbound, Resul
 	if o.QoS == 0 && !to.Online && !s.lim.queueQoS0 {
 		return o, DropQoS0
 	}
-	if to.CanSend && s.Queued() == 0 && (o.QoS == 0 || s.live < s.window) {
+	if to.CanSend && s.Queued() == 0 && !s.Resending() && (o.QoS == 0 || s.live < s.window) {
 		if o.QoS > 0 {
 			o = s.enter(o)
 		}
@@ -284,11 +286,16 @@ func (s *Session) Deliver(o Outbound, to Target, now time.Time) (Outbound, Resul
 	return o, Queued
 }
 
-// Next takes the oldest queued message that may be sent now: a QoS 0
-// message, or a QoS 1/2 message when the window has room (it gets a packet
-// id). Expired messages are skipped and counted in expired. b is the
-// budget Deliver was given.
+// Next takes what is to be sent next: first an entry of the window that
+// Resume marked for sending again, then the oldest queued message that
+// may be sent now: a QoS 0 message, or a QoS 1/2 message when the window
+// has room (it gets a packet id). Expired messages are skipped and
+// counted in expired. b is the budget Deliver was given.
 func (s *Session) Next(now time.Time, b *QueueBudget) (o Outbound, ok bool, expired int) {
+	if s.Resending() {
+		o, ok = s.nextResend()
+		return o, ok, 0
+	}
 	for s.Queued() > 0 {
 		pending := &s.q.pending
 		head := pending.peek()
@@ -395,6 +402,9 @@ func (s *Session) find(id uint16) int {
 }
 
 func (s *Session) complete(i int) {
+	if s.q.inflight.at(i).resend {
+		s.q.resends-- // acknowledged before it was sent again
+	}
 	s.q.inflight.remove(i)
 	s.live--
 }
@@ -411,19 +421,38 @@ func (s *Session) Discard(id uint16) bool {
 	return true
 }
 
-// Resume prepares the window for a new connection: every entry will be
-// resent, PUBLISH with DUP set and released ones as PUBREL. fn is called
-// for each in send order; the caller encodes and writes them.
-func (s *Session) Resume(fn func(o Outbound)) {
+// Resume prepares the window for a new connection: every entry is to be
+// sent again, PUBLISH with DUP set and released ones as PUBREL, in send
+// order [MQTT-4.6.0-1]. Next hands them out before any queued message, as
+// the connection has room, so that a large window is not written into
+// one outbox at once.
+func (s *Session) Resume() {
 	if s.q == nil {
 		return
 	}
+	s.q.resends = 0
 	s.q.inflight.each(func(e *Outbound) {
 		if !e.Released {
 			e.Dup = true
 		}
-		fn(*e)
+		e.resend = true
+		s.q.resends++
 	})
+}
+
+// Resending reports whether entries marked by Resume wait to be sent.
+func (s *Session) Resending() bool { return s.q != nil && s.q.resends > 0 }
+
+// nextResend takes the oldest entry Resume marked, if any.
+func (s *Session) nextResend() (o Outbound, ok bool) {
+	s.q.inflight.each(func(e *Outbound) {
+		if !ok && e.resend {
+			e.resend = false
+			s.q.resends--
+			o, ok = *e, true
+		}
+	})
+	return o, ok
 }
 
 // SetExpireAt records when the session expires, in unix nanos; 0 means it

@@ -100,10 +100,24 @@ func TestOutOfOrderAcksAndIDReuse(t *testing.T) {
 		t.Fatalf("id %d reused while a=%d c=%d in flight", d.PacketID, a.PacketID, c.PacketID)
 	}
 	var order []string
-	s.Resume(func(o Outbound) { order = append(order, o.Msg.Topic) })
+	for _, o := range resumed(s) {
+		order = append(order, o.Msg.Topic)
+	}
 	if got := len(order); got != 3 || order[0] != "a" || order[1] != "c" || order[2] != "d" {
 		t.Fatalf("resend order %v, want [a c d]", order)
 	}
+}
+
+// resumed is what Next hands out after Resume, up to the first queued
+// message.
+func resumed(s *Session) []Outbound {
+	s.Resume()
+	var got []Outbound
+	for s.Resending() {
+		o, _, _ := s.Next(t0, nil)
+		got = append(got, o)
+	}
+	return got
 }
 
 func TestResumeSetsDupAndPubrel(t *testing.T) {
@@ -111,8 +125,7 @@ func TestResumeSetsDupAndPubrel(t *testing.T) {
 	a := deliver(t, s, "a", 1, true, Send)
 	b := deliver(t, s, "b", 2, true, Send)
 	s.Pubrec(b.PacketID, false)
-	var got []Outbound
-	s.Resume(func(o Outbound) { got = append(got, o) })
+	got := resumed(s)
 	if len(got) != 2 {
 		t.Fatalf("resume gave %d entries, want 2", len(got))
 	}
@@ -385,5 +398,33 @@ func TestQueueBudget(t *testing.T) {
 	s1.Deliver(Outbound{Msg: old, QoS: 1}, Target{Budget: b}, t0)
 	if _, ok, expired := s1.Next(t0.Add(time.Second), b); ok || expired != 1 || b.Bytes() != 0 {
 		t.Fatalf("after expiry: ok %v, expired %d, %d bytes held; want false, 1, 0", ok, expired, b.Bytes())
+	}
+}
+
+// TestResendBeforeNew checks the window is sent again before anything
+// new after Resume, new messages queue behind it, and an entry
+// acknowledged before it was sent again is not sent.
+func TestResendBeforeNew(t *testing.T) {
+	s := New("c", Config{MaxInflight: 10}.Limits())
+	a := deliver(t, s, "a", 1, true, Send)
+	b := deliver(t, s, "b", 1, true, Send)
+	s.Resume()
+	deliver(t, s, "new", 1, true, Queued) // the window has room, but the resends come first
+	if !s.Puback(b.PacketID) {
+		t.Fatal("PUBACK of an entry waiting to be sent again refused")
+	}
+	var order []string
+	for {
+		o, ok, _ := s.Next(t0, nil)
+		if !ok {
+			break
+		}
+		order = append(order, o.Msg.Topic)
+		if o.Msg.Topic == "a" && (!o.Dup || o.PacketID != a.PacketID) {
+			t.Errorf("resend of a: %+v, want DUP with id %d", o, a.PacketID)
+		}
+	}
+	if len(order) != 2 || order[0] != "a" || order[1] != "new" {
+		t.Errorf("Next order %v, want [a new]", order)
 	}
 }
