@@ -101,6 +101,9 @@ func (c *conn) sendDisconnect(code packets.ReasonCode) {
 		})
 	}
 	c.flushDeferred()
+	// A writer goroutine may own the outbox (a delivery being written):
+	// closing now would discard what it has not written yet.
+	c.drain(time.Now().Add(inlineWriteTimeout))
 }
 
 // closeWith closes the connection, keeping the first reason given; the
@@ -144,7 +147,11 @@ func (c *conn) sendDisconnectAsync(code packets.ReasonCode) {
 	}) {
 		return
 	}
-	deadline := time.Now().Add(inlineWriteTimeout)
+	c.drain(time.Now().Add(inlineWriteTimeout))
+}
+
+// drain waits until everything queued is written, or deadline.
+func (c *conn) drain(deadline time.Time) {
 	for c.out.pending() > 0 {
 		room := c.drainSignal()
 		if room == nil || !waitRoom(room, deadline) {

@@ -99,3 +99,29 @@ func TestHugeMaximumPacketSize(t *testing.T) {
 		t.Errorf("got %d of 2 messages", len(got))
 	}
 }
+
+// TestReaderDisconnectBehindWriter checks the DISCONNECT a reader sends
+// for a protocol error is written, after what a delivery writer was still
+// writing, before the connection is closed: closing at once discarded
+// both and cut a PUBLISH in half.
+func TestReaderDisconnectBehindWriter(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxOutboxBytes: 64 << 10}})
+	sub := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "slow", CleanStart: true})
+	subscribe(sub, packets.Subscription{Filter: "t"})
+	payload := make([]byte, 32<<10)
+	for range 300 { // fills the socket buffers: the writer blocks in Write
+		srv.Publish("t", payload, 0, false, nil)
+	}
+	sub.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: "slow"}) // a protocol error
+	var last packets.Packet
+	for {
+		p, err := sub.tryRead()
+		if err != nil {
+			break
+		}
+		last = p
+	}
+	if d, ok := last.(*packets.Disconnect); !ok || d.ReasonCode != packets.ProtocolError {
+		t.Fatalf("last packet before the close: %T %+v, want DISCONNECT 0x82", last, last)
+	}
+}

@@ -3,6 +3,7 @@ package session
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 // BenchmarkSubscribeMany subscribes one session to 40,000 filters, as a
@@ -18,6 +19,28 @@ func BenchmarkSubscribeMany(b *testing.B) {
 		s := New("c", Config{}.Limits())
 		for _, f := range filters {
 			s.Subscribe(Subscription{Filter: f})
+		}
+	}
+}
+
+// BenchmarkResendWindow sends a window of 20,000 entries again after a
+// reconnect: linear in the window, not quadratic.
+func BenchmarkResendWindow(b *testing.B) {
+	const n = 20000
+	now := time.Now()
+	m := &Message{Topic: "t", Payload: []byte("x")}
+	for range b.N {
+		b.StopTimer()
+		s := New("c", Config{MaxInflight: n}.Limits())
+		for range n {
+			s.Deliver(Outbound{Msg: m, QoS: 1}, Target{Online: true, CanSend: true}, now)
+		}
+		s.Resume()
+		b.StartTimer()
+		for {
+			if _, ok, _ := s.Next(now, nil); !ok {
+				break
+			}
 		}
 	}
 }

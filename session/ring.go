@@ -9,6 +9,11 @@ type ring struct {
 	head  int
 	n     int // slots used, tombstones included
 	tombs int
+	// popped counts the entries ever taken off the head, and compactions
+	// the times compact moved entries: together they let a caller keep a
+	// position across removals.
+	popped      uint64
+	compactions uint32
 }
 
 func (r *ring) len() int { return r.n - r.tombs }
@@ -50,6 +55,7 @@ func (r *ring) pop() Outbound {
 }
 
 func (r *ring) advance() {
+	r.popped++
 	r.head = (r.head + 1) % len(r.buf)
 	r.n--
 	if r.n == 0 {
@@ -95,6 +101,7 @@ func (r *ring) remove(i int) {
 
 // compact drops the tombstones, keeping the live entries in order.
 func (r *ring) compact() {
+	r.compactions++
 	k := 0
 	for i := 0; i < r.n; i++ {
 		if j := r.slot(i); !r.dead[j] {

@@ -215,6 +215,11 @@ type queues struct {
 	pending      ring
 	pendingBytes int // Message.Size of everything in pending
 	resends      int // inflight entries marked resend
+	// resendAt is where nextResend goes on looking (inflight.popped plus
+	// a position), valid while inflight.compactions is resendEpoch: all
+	// marked entries are at or after it.
+	resendAt    uint64
+	resendEpoch uint32
 }
 
 // Subscription is one topic filter a session holds.
@@ -431,6 +436,7 @@ func (s *Session) Resume() {
 		return
 	}
 	s.q.resends = 0
+	s.q.resendAt, s.q.resendEpoch = s.q.inflight.popped, s.q.inflight.compactions
 	s.q.inflight.each(func(e *Outbound) {
 		if !e.Released {
 			e.Dup = true
@@ -443,16 +449,26 @@ func (s *Session) Resume() {
 // Resending reports whether entries marked by Resume wait to be sent.
 func (s *Session) Resending() bool { return s.q != nil && s.q.resends > 0 }
 
-// nextResend takes the oldest entry Resume marked, if any.
+// nextResend takes the oldest entry Resume marked, if any. It goes on
+// from where it stopped, so resending a window costs one pass over it.
 func (s *Session) nextResend() (o Outbound, ok bool) {
-	s.q.inflight.each(func(e *Outbound) {
-		if !ok && e.resend {
-			e.resend = false
-			s.q.resends--
-			o, ok = *e, true
+	r := &s.q.inflight
+	start := 0
+	if s.q.resendEpoch == r.compactions && s.q.resendAt > r.popped {
+		start = int(s.q.resendAt - r.popped)
+	}
+	for i := start; i < r.n; i++ {
+		j := r.slot(i)
+		if r.dead[j] || !r.buf[j].resend {
+			continue
 		}
-	})
-	return o, ok
+		e := &r.buf[j]
+		e.resend = false
+		s.q.resends--
+		s.q.resendAt, s.q.resendEpoch = r.popped+uint64(i)+1, r.compactions
+		return *e, true
+	}
+	return Outbound{}, false
 }
 
 // SetExpireAt records when the session expires, in unix nanos; 0 means it

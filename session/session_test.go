@@ -428,3 +428,62 @@ func TestResendBeforeNew(t *testing.T) {
 		t.Errorf("Next order %v, want [a new]", order)
 	}
 }
+
+// TestResendLargeWindow checks a large window is sent again entirely, in
+// order, in one pass (BenchmarkResendWindow shows the cost), with the
+// entries acknowledged meanwhile skipped, enough of them that the window
+// is compacted underway.
+func TestResendLargeWindow(t *testing.T) {
+	const n = 2000
+	s := New("c", Config{MaxInflight: n}.Limits())
+	ids := make([]uint16, n)
+	at := map[uint16]int{}
+	for i := range ids {
+		ids[i] = deliver(t, s, fmt.Sprint(i), 1, true, Send).PacketID
+		at[ids[i]] = i
+	}
+	s.Puback(ids[0]) // the head: trimmed, so positions shift
+	s.Resume()
+	acked := map[uint16]bool{ids[0]: true}
+	var got []uint16
+	for {
+		o, ok, _ := s.Next(t0, nil)
+		if !ok {
+			break
+		}
+		got = append(got, o.PacketID)
+		// Acknowledge the next two before they are sent again: past half
+		// the window in tombstones, it is compacted.
+		for k := at[o.PacketID] + 1; k <= at[o.PacketID]+2 && k < n; k++ {
+			if !acked[ids[k]] && s.Puback(ids[k]) {
+				acked[ids[k]] = true
+			}
+		}
+	}
+	var want []uint16
+	for _, id := range ids {
+		if !acked[id] || containsID(got, id) {
+			want = append(want, id)
+		}
+	}
+	if len(got) != len(want) || len(got) == 0 || len(got) == n {
+		t.Fatalf("%d entries sent again, want %d (of %d)", len(got), len(want), n)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("resend %d: id %d, want %d", i, got[i], want[i])
+		}
+	}
+	if s.Resending() {
+		t.Error("still resending after the window was sent")
+	}
+}
+
+func containsID(ids []uint16, id uint16) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
