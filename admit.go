@@ -78,8 +78,8 @@ func (s *Server) releaseLocked(src netip.Addr) {
 // reject closes a connection refused at accept, counting it and saying
 // so at most once every warnInterval.
 func (s *Server) reject(nc net.Conn, r rejectReason, listener string) {
+	s.stats.rejected[r].Add(1) // before the close, which the client sees
 	nc.Close()
-	s.stats.rejected[r].Add(1)
 	if rateLimited(&s.rejectWarned) {
 		return
 	}

@@ -56,8 +56,8 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 		if c.version == packets.V5 {
 			code = packets.QuotaExceeded
 		}
+		s.stats.sessionsRefused.Add(1) // before the CONNACK the client sees
 		c.refuse(code)
-		s.stats.sessionsRefused.Add(1)
 		if !rateLimited(&s.sessionsWarned) {
 			c.fields(s.log.Warn()).Int("max_sessions", s.opts.Limits.MaxSessions).
 				Msg("new session refused: the broker holds its maximum (logged at most every 10 s; mqttd_sessions_refused_total counts them all)")
