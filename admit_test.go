@@ -1,10 +1,8 @@
 package mqttd_test
 
 import (
-	"context"
 	"net"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -42,30 +40,11 @@ func (l fromListener) Accept() (net.Conn, error) {
 // room again. Loopback addresses are not limited per address.
 func TestConnectionLimits(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	srv, err := mqttd.New(mqttd.Options{Registerer: reg,
-		Limits: mqttd.Limits{MaxConnections: 4, MaxConnectionsPerAddress: 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	from := make(chan net.Addr, 1)
-	if err := srv.AddListener("test", fromListener{l, from}); err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve() }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		<-served
-	})
-	addr := l.Addr().String()
+	listenerWrap = func(l net.Listener) net.Listener { return fromListener{l, from} }
+	srv, addr := startServer(t, mqttd.Options{Registerer: reg,
+		Limits: mqttd.Limits{MaxConnections: 4, MaxConnectionsPerAddress: 2}})
+	listenerWrap = nil
 	deviceA := &net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 40000}
 	deviceB := &net.TCPAddr{IP: net.ParseIP("2001:db8::1"), Port: 40000}
 	local := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 40000}

@@ -61,22 +61,24 @@ func TestStaleDisconnectKeepsNewOwnersSession(t *testing.T) {
 	}
 }
 
-// slowAuthn stands for an Authenticator that asks a remote service.
-type slowAuthn struct{ d time.Duration }
+// heldAuthn stands for an Authenticator that asks a remote service: it
+// answers once release is closed.
+type heldAuthn struct{ release chan struct{} }
 
-func (a slowAuthn) Authenticate(auth.ClientInfo, []byte) error { time.Sleep(a.d); return nil }
+func (a heldAuthn) Authenticate(auth.ClientInfo, []byte) error { <-a.release; return nil }
 
 // TestConnectTimeoutDuringConnect checks, under -race, that the connect
 // timeout closing (and logging) a connection whose CONNECT is still being
 // handled does not race with the reader filling in the client's identity.
 func TestConnectTimeoutDuringConnect(t *testing.T) {
-	srv, addr := startServer(t, mqttd.Options{Logger: zerolog.New(io.Discard),
-		Authenticator: slowAuthn{600 * time.Millisecond},
-		Limits:        mqttd.Limits{ConnectTimeout: 200 * time.Millisecond}})
+	az := heldAuthn{release: make(chan struct{})}
+	srv, addr := startServer(t, mqttd.Options{Logger: zerolog.New(io.Discard), Authenticator: az,
+		Limits: mqttd.Limits{ConnectTimeout: 200 * time.Millisecond}})
 	rc := dialRaw(t, addr)
 	rc.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, ClientID: "slow", CleanStart: true})
 	rc.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	io.Copy(io.Discard, rc.nc)
+	io.Copy(io.Discard, rc.nc) // closed by the connect timeout while the CONNECT waits
+	close(az.release)          // the reader goes on and fills in the identity
 	waitFor(t, "the connection finished", func() bool { return srv.Stats().Connections == 0 })
 }
 
