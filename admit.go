@@ -20,12 +20,14 @@ type rejectReason uint8
 const (
 	rejectMaxConnections rejectReason = iota // limits.max_connections reached
 	rejectMaxPerAddress                      // limits.max_connections_per_address reached
+	rejectMemoryPressure                     // the live heap is past 7/8 of limits.max_memory
 	numRejectReasons
 )
 
 var rejectReasonNames = [numRejectReasons]string{
 	rejectMaxConnections: "max_connections",
 	rejectMaxPerAddress:  "max_connections_per_address",
+	rejectMemoryPressure: "memory_pressure",
 }
 
 func (r rejectReason) String() string { return rejectReasonNames[r] }
@@ -51,6 +53,9 @@ func sourceAddr(a net.Addr) netip.Addr {
 // refused. The caller holds s.mu.
 func (s *Server) admitLocked(src netip.Addr) (rejectReason, bool) {
 	lim := s.opts.Limits
+	if s.stats.memoryPressure.Load() {
+		return rejectMemoryPressure, false
+	}
 	if len(s.conns) >= lim.MaxConnections {
 		return rejectMaxConnections, false
 	}
@@ -86,6 +91,7 @@ func (s *Server) reject(nc net.Conn, r rejectReason, listener string) {
 	s.log.Warn().Stringer("reason", r).Str("remote", nc.RemoteAddr().String()).Str("listener", listener).
 		Int("max_connections", s.opts.Limits.MaxConnections).
 		Int("max_connections_per_address", s.opts.Limits.MaxConnectionsPerAddress).
+		Int64("max_memory", s.opts.Limits.MaxMemory).
 		Msg("connection refused: limit reached (logged at most every 10 s; mqttd_connections_rejected_total counts them all)")
 }
 

@@ -28,6 +28,8 @@ const (
 	CloseWriteError                          // writing failed
 	CloseShutdown                            // the server shut down
 	CloseInternalError                       // a handler panicked: a bug
+	CloseFrameTimeout                        // a packet took longer than limits.frame_timeout to arrive
+	CloseIncomingLimit                       // a packet would pass limits.max_incoming_bytes_total
 	numCloseReasons
 )
 
@@ -47,6 +49,8 @@ var closeReasonNames = [numCloseReasons]string{
 	CloseWriteError:       "write_error",
 	CloseShutdown:         "shutdown",
 	CloseInternalError:    "internal_error",
+	CloseFrameTimeout:     "frame_timeout",
+	CloseIncomingLimit:    "incoming_limit",
 }
 
 // String returns the reason as it appears in logs and metric labels.
@@ -86,7 +90,10 @@ var (
 	errConnectTimeout = closing(CloseConnectTimeout, errors.New("no CONNECT within the connect timeout"))
 	errKeepAlive      = closing(CloseKeepAlive, &packets.Error{Code: packets.KeepAliveTimeout,
 		Msg: "no packet within 1.5 x keepalive", Ref: "MQTT-3.1.2-24"})
-	errSlowConsumer = closing(CloseSlowConsumer, errors.New("client did not read for the write timeout: slow consumer"))
+	errSlowConsumer  = closing(CloseSlowConsumer, errors.New("client did not read for the write timeout: slow consumer"))
+	errFrameTimeout  = closing(CloseFrameTimeout, errors.New("a packet did not arrive whole within the frame timeout"))
+	errIncomingLimit = closing(CloseIncomingLimit,
+		errors.New("the packets arriving on all connections hold limits.max_incoming_bytes_total"))
 )
 
 // reasonOf classifies the error a connection ends with. A codec or

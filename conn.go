@@ -51,6 +51,9 @@ type conn struct {
 
 	graceful  bool // DISCONNECT received: the will is discarded
 	closeOnce sync.Once
+	// framing is set while a packet has started to arrive and is not
+	// complete (events): the idle limit is then limits.frame_timeout.
+	framing atomic.Bool
 
 	dropWarned atomic.Int64 // unix nanos of the last outbox-full warning
 }
@@ -117,8 +120,11 @@ func (c *conn) closeWith(err error) {
 			ev = c.srv.log.Debug()
 		}
 		c.fields(ev).Stringer("reason", reason).Str("detail", err.Error()).Msg("connection closed")
-		c.out.close()
+		c.out.close(&c.srv.stats.outboxBytes)
 		c.closeSocket()
+		if c.srv.outboxWait.n.Load() > 0 {
+			go c.srv.outboxWait.wake() // the caller may hold locks a pump takes
+		}
 	})
 }
 

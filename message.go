@@ -59,11 +59,15 @@ type encoded struct {
 	msg   *session.Message
 	forms [2][2][]byte // [v5][retain]
 	valid [2][2]bool
+	// stallUntil is when publishing the message stops waiting for slow
+	// subscribers (deliverQoS0); zero until one is waited for.
+	stallUntil time.Time
 }
 
 func (e *encoded) reset(m *session.Message) {
 	e.msg = m
 	e.valid = [2][2]bool{}
+	e.stallUntil = time.Time{}
 }
 
 // frame returns the QoS 0 PUBLISH of the message for version v with the

@@ -47,6 +47,19 @@ func newCollector(st *stats, queue *session.QueueBudget) *collector {
 	gauge("queued_messages", "Messages waiting in session queues.", func(s *stats) int64 { return s.queued.Load() })
 	gauge("queued_bytes", "Topic, payload and properties bytes of the messages waiting in session queues, each counted once.",
 		func(*stats) int64 { return queue.Bytes() })
+	gauge("outbox_bytes", "Bytes waiting to be written to connections.", func(s *stats) int64 { return s.outboxBytes.Load() })
+	gauge("incoming_bytes", "Bytes of packets that have started to arrive and are not complete yet.",
+		func(s *stats) int64 { return s.incomingBytes.Load() })
+	gauge("heap_live_bytes", "The live heap at the memory watch's last look.", func(s *stats) int64 { return s.heapLive.Load() })
+	gauge("memory_pressure", "1 while the live heap is past 7/8 of limits.max_memory (until below 3/4).",
+		func(s *stats) int64 {
+			if s.memoryPressure.Load() {
+				return 1
+			}
+			return 0
+		})
+	counter("memory_pressure_events_total", "Times memory pressure began.",
+		func(s *stats) uint64 { return s.memoryPressureEvents.Load() })
 	counter("messages_received_total", "PUBLISH packets routed (wills included).",
 		func(s *stats) uint64 { return s.messagesReceived.Load() })
 	counter("messages_sent_total", "PUBLISH packets queued for clients.", func(s *stats) uint64 { return s.messagesSent.Load() })

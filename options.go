@@ -46,6 +46,15 @@ type ListenerConfig struct {
 
 // Limits bound clients and the state the broker keeps for them.
 type Limits struct {
+	// MaxMemory is the memory the operator gives the broker, in bytes.
+	// The byte limits below that are left at zero take their defaults
+	// from it (see DeriveFromMemory), and past 7/8 of it in live heap the
+	// broker is under memory pressure: it refuses new connections and
+	// new retained messages, and drops QoS 0 messages for clients that
+	// read slowly, before anything touches acknowledged QoS 1/2 data.
+	// The default is a quarter of the machine's memory (or of the
+	// cgroup's limit), at least 64 MiB and at most 512 MiB.
+	MaxMemory int64 `yaml:"max_memory"`
 	// MaxPacketSize is the largest packet accepted, in bytes, checked from
 	// the fixed header before the body is read.
 	MaxPacketSize int `yaml:"max_packet_size"`
@@ -62,6 +71,19 @@ type Limits struct {
 	// connection; past it QoS 0 deliveries are dropped and QoS 1/2 wait in
 	// the session queue.
 	MaxOutboxBytes int `yaml:"max_outbox_bytes"`
+	// MaxOutboxBytesTotal bounds the bytes waiting to be written to all
+	// connections together. Past it a connection already holding more
+	// than outboxFloor takes no more: QoS 0 deliveries to it are dropped
+	// and QoS 1/2 wait in its session queue (shared, counted once) until
+	// writes free room.
+	MaxOutboxBytesTotal int64 `yaml:"max_outbox_bytes_total"`
+	// MaxIncomingBytesTotal bounds the bytes of packets that have started
+	// to arrive and are not complete yet, across all connections: a
+	// connection whose packet larger than 64 KiB would pass it is closed.
+	MaxIncomingBytesTotal int64 `yaml:"max_incoming_bytes_total"`
+	// FrameTimeout is how long a packet that has started to arrive may take
+	// to complete; a connection that takes longer is closed.
+	FrameTimeout time.Duration `yaml:"frame_timeout"`
 	// MaxInflight is the outbound QoS 1/2 window per client.
 	MaxInflight int `yaml:"max_inflight"`
 	// MaxQueued bounds the messages queued per client beyond the window.
@@ -126,10 +148,9 @@ const (
 	DefaultMaxInflight       = session.DefaultMaxInflight
 	DefaultMaxQueued         = session.DefaultMaxQueued
 	DefaultMaxQueuedBytes    = session.DefaultMaxQueuedBytes
-	// DefaultMaxQueuedBytesTotal lets 16 sessions fill their queues.
-	DefaultMaxQueuedBytesTotal = 256 << 20
-	DefaultMaxAwaitingRel      = session.DefaultMaxAwaitingRel
-	DefaultMaxTopicLevels      = 128
+	DefaultFrameTimeout      = 30 * time.Second
+	DefaultMaxAwaitingRel    = session.DefaultMaxAwaitingRel
+	DefaultMaxTopicLevels    = 128
 	// DefaultMaxConnections keeps the descriptors and memory idle clients
 	// can take to about 50,000 x 3 KB, 150 MB.
 	DefaultMaxConnections            = 50000
@@ -141,7 +162,6 @@ const (
 	DefaultMaxSessionExpiry          = 24 * time.Hour
 	DefaultPersistentSessionExpiry   = 24 * time.Hour
 	maxSessionExpiry                 = 0xFFFFFFFE * time.Second // 0xFFFFFFFF means "never" in 5.0
-	DefaultMaxRetainedBytes          = 64 << 20
 	maxProtocolPacketSize            = 268435455
 	maxOutboxBytes                   = 1 << 30
 )
@@ -156,27 +176,34 @@ func (o Options) WithDefaults() Options {
 		}
 	}
 	l := &o.Limits
+	if l.MaxMemory == 0 {
+		l.MaxMemory = DefaultMaxMemory()
+	}
+	d := DeriveFromMemory(l.MaxMemory)
 	setDefault(&l.MaxPacketSize, DefaultMaxPacketSize)
 	setDefault(&l.MaxClientIDLength, DefaultMaxClientIDLength)
 	setDefault(&l.ConnectTimeout, DefaultConnectTimeout)
 	setDefault(&l.MaxKeepAlive, DefaultMaxKeepAlive)
 	setDefault(&l.WriteTimeout, DefaultWriteTimeout)
 	setDefault(&l.MaxOutboxBytes, DefaultMaxOutboxBytes)
+	setDefault(&l.MaxOutboxBytesTotal, d.MaxOutboxBytesTotal)
+	setDefault(&l.MaxIncomingBytesTotal, d.MaxIncomingBytesTotal)
+	setDefault(&l.FrameTimeout, DefaultFrameTimeout)
 	setDefault(&l.MaxInflight, DefaultMaxInflight)
 	setDefault(&l.MaxQueued, DefaultMaxQueued)
 	setDefault(&l.MaxQueuedBytes, DefaultMaxQueuedBytes)
-	setDefault(&l.MaxQueuedBytesTotal, DefaultMaxQueuedBytesTotal)
+	setDefault(&l.MaxQueuedBytesTotal, d.MaxQueuedBytesTotal)
 	setDefault(&l.MaxAwaitingRel, DefaultMaxAwaitingRel)
 	setDefault(&l.MaxTopicLevels, DefaultMaxTopicLevels)
-	setDefault(&l.MaxConnections, DefaultMaxConnections)
+	setDefault(&l.MaxConnections, d.MaxConnections)
 	setDefault(&l.MaxConnectionsPerAddress, DefaultMaxConnectionsPerAddress)
 	setDefault(&l.MaxRetained, DefaultMaxRetained)
 	setDefault(&l.MaxSubscriptionsPerClient, DefaultMaxSubscriptionsPerClient)
-	setDefault(&l.MaxSessions, DefaultMaxSessions)
+	setDefault(&l.MaxSessions, d.MaxSessions)
 	setDefault(&l.MaxUserProperties, DefaultMaxUserProperties)
 	setDefault(&l.MaxSessionExpiry, DefaultMaxSessionExpiry)
 	setDefault(&l.PersistentSessionExpiry, DefaultPersistentSessionExpiry)
-	setDefault(&l.MaxRetainedBytes, DefaultMaxRetainedBytes)
+	setDefault(&l.MaxRetainedBytes, d.MaxRetainedBytes)
 	if o.Authenticator == nil {
 		o.Authenticator = auth.AllowAll{}
 	}
@@ -243,6 +270,9 @@ func (o Options) Validate() error {
 		key string
 		v   int64
 	}{
+		{"limits.max_memory", l.MaxMemory},
+		{"limits.max_outbox_bytes_total", l.MaxOutboxBytesTotal},
+		{"limits.max_incoming_bytes_total", l.MaxIncomingBytesTotal},
 		{"limits.max_retained_bytes", l.MaxRetainedBytes},
 		{"limits.max_queued_bytes", l.MaxQueuedBytes},
 		{"limits.max_queued_bytes_total", l.MaxQueuedBytesTotal},
@@ -264,6 +294,9 @@ func (o Options) Validate() error {
 	}
 	if l.ConnectTimeout < 0 {
 		bad("limits.connect_timeout", "must not be negative, got %s", l.ConnectTimeout)
+	}
+	if l.FrameTimeout < 0 {
+		bad("limits.frame_timeout", "must not be negative, got %s", l.FrameTimeout)
 	}
 	if l.WriteTimeout < 0 {
 		bad("limits.write_timeout", "must not be negative, got %s", l.WriteTimeout)

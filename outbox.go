@@ -1,7 +1,9 @@
 package mqttd
 
 import (
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"mqttd/packets"
@@ -49,6 +51,9 @@ type outbox struct {
 	// follow it on the wire [MQTT-3.14.4-1], so later enqueues fail as on
 	// a closed outbox while what is pending is still written.
 	sealed bool
+	// waiting is set while the connection is on the server's list of
+	// those refused by limits.max_outbox_bytes_total (outboxWaiters).
+	waiting bool
 }
 
 // enqueueMode says how enqueue treats the frames it adds.
@@ -94,7 +99,9 @@ func (c *conn) enqueue(mode enqueueMode, add func(b []byte) []byte) bool {
 	if o.buf == nil {
 		o.buf = framePool.Get().(*frameBuf)
 	}
+	before := len(o.buf.b)
 	o.buf.b = add(o.buf.b)
+	c.srv.stats.outboxBytes.Add(int64(len(o.buf.b) - before))
 	o.sealed = mode == inline || mode == last
 	start := false
 	if !o.writing {
@@ -218,13 +225,15 @@ func (c *conn) writeLoop() { c.writeWithin(c.srv.opts.Limits.WriteTimeout) }
 // writeWithin is writeLoop with each write bounded by timeout.
 func (c *conn) writeWithin(timeout time.Duration) {
 	for {
-		f, ok := c.out.take()
+		f, ok := c.out.take(&c.srv.stats.outboxBytes)
 		if !ok {
+			c.srv.outboxWait.wake()
 			return
 		}
 		c.nc.SetWriteDeadline(time.Now().Add(timeout))
 		n, err := c.nc.Write(f.b)
-		c.out.written(f)
+		c.out.written(f, &c.srv.stats.outboxBytes)
+		c.srv.outboxWait.wake()
 		c.srv.stats.bytesSent.Add(uint64(n))
 		if err != nil {
 			c.closeWith(writeError(err))
@@ -263,23 +272,48 @@ func (o *outbox) pending() int {
 	return o.pendingLocked()
 }
 
-// room reports whether the outbox is below its bound.
-func (o *outbox) room() bool {
+// outboxFloor is what one outbox may hold whatever all of them together
+// hold: small deliveries to clients that keep up go on while slow clients
+// hold limits.max_outbox_bytes_total.
+const outboxFloor = 64 << 10
+
+// fit returns the size of the largest delivery (by Message.Size) the
+// outbox takes now, -1 for none: any size while the outbox is under its
+// own bound and all outboxes together under theirs; past the latter, up
+// to outboxFloor. global reports that the latter limited the answer; the
+// connection is then on the list of those woken when writes free room,
+// so that its session queue moves again.
+func (c *conn) fit() (fit int, global bool) {
+	o := &c.out
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return !o.closed && !o.sealed && o.pendingLocked() < int(o.max)
+	if o.closed || o.sealed {
+		return -1, false
+	}
+	pending := o.pendingLocked()
+	if pending >= int(o.max) {
+		return -1, false
+	}
+	s := c.srv
+	if s.stats.outboxBytes.Load() < s.opts.Limits.MaxOutboxBytesTotal {
+		return math.MaxInt, false
+	}
+	if !o.waiting {
+		o.waiting = true
+		s.outboxWait.add(c)
+	}
+	return outboxFloor - pending - 1, true
 }
 
 // take hands the writer everything pending. When nothing is, the writer
-// role is given up and the buffers go back to the pool.
-func (o *outbox) take() (*frameBuf, bool) {
+// role is given up and the buffers go back to the pool; what a closed
+// outbox still held leaves total, the count of every outbox's bytes.
+func (o *outbox) take(total *atomic.Int64) (*frameBuf, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed || o.buf == nil || len(o.buf.b) == 0 {
 		o.writing = false
-		putFrameBuf(o.buf)
-		putFrameBuf(o.spare)
-		o.buf, o.spare = nil, nil
+		o.releaseLocked(total)
 		return nil, false
 	}
 	f := o.buf
@@ -288,9 +322,22 @@ func (o *outbox) take() (*frameBuf, bool) {
 	return f, true
 }
 
-// written returns the writer's buffer after a write.
-func (o *outbox) written(f *frameBuf) {
+// releaseLocked returns the buffers to the pool, uncounting what they
+// held.
+func (o *outbox) releaseLocked(total *atomic.Int64) {
+	if o.buf != nil {
+		total.Add(-int64(len(o.buf.b)))
+	}
+	putFrameBuf(o.buf)
+	putFrameBuf(o.spare)
+	o.buf, o.spare = nil, nil
+}
+
+// written returns the writer's buffer after a write, whole or not: its
+// bytes leave total either way.
+func (o *outbox) written(f *frameBuf, total *atomic.Int64) {
 	o.mu.Lock()
+	total.Add(-int64(o.inWrite))
 	o.inWrite = 0
 	o.stuck = false
 	if o.roomCh != nil && o.pendingLocked() < int(o.max) {
@@ -306,8 +353,9 @@ func (o *outbox) written(f *frameBuf) {
 	o.mu.Unlock()
 }
 
-// close makes every later enqueue fail; pending frames are discarded.
-func (o *outbox) close() {
+// close makes every later enqueue fail; pending frames are discarded
+// (by the writer, when one runs) and leave total.
+func (o *outbox) close(total *atomic.Int64) {
 	o.mu.Lock()
 	o.closed = true
 	if o.roomCh != nil {
@@ -315,9 +363,45 @@ func (o *outbox) close() {
 		o.roomCh = nil
 	}
 	if !o.writing {
-		putFrameBuf(o.buf)
-		putFrameBuf(o.spare)
-		o.buf, o.spare = nil, nil
+		o.releaseLocked(total)
 	}
 	o.mu.Unlock()
+}
+
+// outboxWaiters are the connections a full limits.max_outbox_bytes_total
+// held back. Their outboxes may be empty, so no write of their own would
+// move their session queues again: the writers that free room wake them.
+type outboxWaiters struct {
+	n     atomic.Int32 // len(conns), read without the lock on every write
+	mu    sync.Mutex
+	conns []*conn
+	max   int64
+	total *atomic.Int64
+}
+
+func (w *outboxWaiters) add(c *conn) {
+	w.mu.Lock()
+	w.conns = append(w.conns, c)
+	w.n.Store(int32(len(w.conns)))
+	w.mu.Unlock()
+}
+
+// wake refills the waiting connections' outboxes from their sessions
+// once every outbox together is under its bound again. The caller holds
+// no lock.
+func (w *outboxWaiters) wake() {
+	if w.n.Load() == 0 || w.total.Load() >= w.max {
+		return
+	}
+	w.mu.Lock()
+	conns := w.conns
+	w.conns = nil
+	w.n.Store(0)
+	w.mu.Unlock()
+	for _, c := range conns {
+		c.out.mu.Lock()
+		c.out.waiting = false
+		c.out.mu.Unlock()
+		c.pumpFrom(nil)
+	}
 }

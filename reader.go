@@ -107,11 +107,86 @@ func (c *conn) readOne() error {
 		c.flushDeferred()
 	}
 	c.refreshDeadline()
-	fh, body, err := packets.ReadFrame(c.bl.br, c.version, c.srv.opts.Limits.MaxPacketSize)
+	fh, err := packets.ReadFrameHeader(c.bl.br, c.version, c.srv.opts.Limits.MaxPacketSize)
 	if err != nil {
 		return c.readError(err)
 	}
+	body, err := c.readBody(fh.Remaining)
+	if err != nil {
+		return err
+	}
 	return c.dispatch(fh, body, &c.bl.pub)
+}
+
+// readBody reads the n bytes of a frame's body. A body that has not all
+// arrived yet has limits.frame_timeout to arrive (before CONNECT the
+// connect timeout stands), and one larger than incomingFloor counts in
+// full in the server's incoming bytes meanwhile: past
+// limits.max_incoming_bytes_total the connection is closed instead.
+func (c *conn) readBody(n int) ([]byte, error) {
+	br := c.bl.br
+	if n <= br.Buffered() {
+		return packets.ReadBody(br, n)
+	}
+	s := c.srv
+	if n > incomingFloor {
+		if s.incomingFull(n) {
+			c.sendDisconnect(packets.QuotaExceeded)
+			return nil, errIncomingLimit
+		}
+		s.stats.incomingBytes.Add(int64(n))
+		defer s.stats.incomingBytes.Add(-int64(n))
+	}
+	framed := c.cl != nil
+	if framed {
+		deadline := time.Now().Add(s.opts.Limits.FrameTimeout)
+		if c.keepAlive > 0 {
+			slack := min(c.keepAlive/2, time.Second)
+			deadline = minTime(deadline, c.bl.deadlineSet.Add(c.keepAlive*3/2+slack))
+		}
+		c.nc.SetReadDeadline(deadline)
+		c.bl.deadlineSet = time.Time{} // the next refresh sets the keepalive's again
+	}
+	body, err := packets.ReadBody(br, n)
+	if err != nil {
+		if framed && isTimeout(err) {
+			c.sendDisconnect(packets.KeepAliveTimeout)
+			return nil, errFrameTimeout
+		}
+		return nil, c.readError(err)
+	}
+	if framed && c.keepAlive == 0 {
+		c.nc.SetReadDeadline(time.Time{})
+	}
+	return body, nil
+}
+
+// incomingFloor is the size of a packet that may start to arrive whatever
+// limits.max_incoming_bytes_total says: most packets are small, and they
+// are bounded by the connections there may be.
+const incomingFloor = 64 << 10
+
+// incomingFull reports whether growing the bytes of packets arriving by
+// more passes limits.max_incoming_bytes_total, warning (rate-limited)
+// when it does.
+func (s *Server) incomingFull(more int) bool {
+	if s.stats.incomingBytes.Load()+int64(more) <= s.opts.Limits.MaxIncomingBytesTotal {
+		return false
+	}
+	if !rateLimited(&s.incomingWarned) {
+		s.log.Warn().Int64("incoming_bytes", s.stats.incomingBytes.Load()).
+			Int64("max_incoming_bytes_total", s.opts.Limits.MaxIncomingBytesTotal).
+			Msg("connection closed: the packets arriving on all connections hold limits.max_incoming_bytes_total " +
+				"(logged at most every 10 s; mqttd_disconnects_total{reason=incoming_limit} counts them)")
+	}
+	return true
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // refreshDeadline allows 1.5 x keepalive from the last packet

@@ -178,14 +178,21 @@ func (c *conn) readEvents() {
 		switch {
 		case err == nil && n > 0:
 			c.srv.stats.bytesReceived.Add(uint64(n))
-			if c.connected.Load() {
-				// Before CONNECT the deadline counts from the accept, so
-				// a client trickling bytes cannot hold a connection open.
+			// Before CONNECT the deadline counts from the accept, so a
+			// client trickling bytes cannot hold a connection open; a
+			// packet that has started to arrive has limits.frame_timeout
+			// from its first byte, however it trickles.
+			connected := c.connected.Load()
+			if connected && !c.framing.Load() {
 				c.touch()
 			}
-			if err := c.consume(rs.buf[:n], &rs.pub); err != nil {
+			frames, err := c.consume(rs.buf[:n], &rs.pub)
+			if err != nil {
 				c.finishEvent(err)
 				return
+			}
+			if connected || c.connected.Load() {
+				c.trackFrame(frames > 0)
 			}
 			if n == len(rs.buf) || c.hup.Load() {
 				continue // there may be more, or the end of the stream
@@ -214,10 +221,15 @@ func (c *conn) readEvents() {
 }
 
 // consume handles every whole frame in the bytes read, keeping an
-// incomplete one for the next wakeup. Each frame's body is copied into a
-// slice of its own, which the decoded packet owns.
-func (c *conn) consume(b []byte, pub *packets.Publish) error {
+// incomplete one for the next wakeup, and reports how many it handled.
+// Each frame's body is copied into a slice of its own, which the decoded
+// packet owns. The bytes kept count in the server's incoming bytes; a
+// packet larger than incomingFloor that would take them past
+// limits.max_incoming_bytes_total closes the connection.
+func (c *conn) consume(b []byte, pub *packets.Publish) (frames int, err error) {
 	ev := c.ev
+	held := cap(ev.partial)
+	defer func() { c.srv.stats.incomingBytes.Add(int64(cap(ev.partial) - held)) }()
 	carried := len(ev.partial) > 0
 	if carried {
 		ev.partial = appendDoubling(ev.partial, b)
@@ -228,7 +240,7 @@ func (c *conn) consume(b []byte, pub *packets.Publish) error {
 	for len(b) > 0 {
 		fh, n, err := packets.ParseFixedHeader(b, c.version, maxSize)
 		if err != nil {
-			return c.readError(err)
+			return frames, c.readError(err)
 		}
 		if n == 0 || len(b) < n+fh.Remaining {
 			// Kept in a slice that grows only as bytes arrive, so a
@@ -241,16 +253,43 @@ func (c *conn) consume(b []byte, pub *packets.Publish) error {
 			} else {
 				ev.partial = append([]byte(nil), b...)
 			}
-			return nil
+			if n > 0 && n+fh.Remaining > incomingFloor && c.srv.incomingFull(cap(ev.partial)-held) {
+				c.sendDisconnect(packets.QuotaExceeded)
+				return frames, errIncomingLimit
+			}
+			return frames, nil
 		}
 		// A copy that is not zeroed first, unlike make then copy.
 		body := bytes.Clone(b[n : n+fh.Remaining])
 		b = b[n+fh.Remaining:]
+		frames++
 		if err := c.dispatch(fh, body, pub); err != nil {
-			return err
+			return frames, err
 		}
 	}
-	return nil
+	return frames, nil
+}
+
+// trackFrame sets the idle limit after a read: while a packet is partly
+// arrived, limits.frame_timeout from its first byte (a client with no
+// keepalive included); otherwise the keepalive's, from now when a packet
+// completed.
+func (c *conn) trackFrame(completed bool) {
+	partial := len(c.ev.partial) > 0
+	if completed {
+		c.touch()
+	}
+	if partial == c.framing.Load() && !(partial && completed) {
+		return
+	}
+	c.framing.Store(partial)
+	limit := c.keepAlive * 3 / 2
+	if partial {
+		if frame := c.srv.opts.Limits.FrameTimeout; limit == 0 || frame < limit {
+			limit = frame
+		}
+	}
+	c.watchIdle(limit)
 }
 
 // appendDoubling appends src to dst, at least doubling the capacity when it
@@ -278,9 +317,13 @@ func (c *conn) watchIdle(limit time.Duration) {
 	c.srv.idle.watch(c)
 }
 
-// idleTimeout closes a connection that sent nothing for its idle limit.
+// idleTimeout closes a connection that sent nothing for its idle limit,
+// or took longer than limits.frame_timeout to send a packet.
 func (c *conn) idleTimeout() {
-	if c.connected.Load() {
+	if c.framing.Load() {
+		c.sendDisconnectAsync(packets.KeepAliveTimeout)
+		c.closeWith(errFrameTimeout)
+	} else if c.connected.Load() {
 		c.sendDisconnectAsync(packets.KeepAliveTimeout)
 		c.closeWith(errKeepAlive)
 	} else {
@@ -295,6 +338,8 @@ func (c *conn) finishEvent(reason error) {
 	if c.rstate.Swap(readerDone) == readerDone {
 		return
 	}
+	c.srv.stats.incomingBytes.Add(-int64(cap(c.ev.partial)))
+	c.ev.partial = nil
 	defer c.srv.untrack(c) // even if the cleanup panics, or Shutdown would wait
 	c.cleanup()
 }

@@ -24,7 +24,7 @@ func TestLargeFrameBufferedInStep(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for off := 0; off+eventReadBufSize < size; off += eventReadBufSize {
-		if err := c.consume(frame[off:off+eventReadBufSize], nil); err != nil {
+		if _, err := c.consume(frame[off:off+eventReadBufSize], nil); err != nil {
 			t.Fatal(err)
 		}
 	}

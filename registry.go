@@ -176,7 +176,12 @@ func (s *Server) accountQueueLocked(cl *client) {
 // write drained an outbox, and after an acknowledgement freed the window.
 // The acknowledgement may come late on a connection already taken over;
 // the window it freed is then filled on the new one.
-func (c *conn) pump() {
+func (c *conn) pump() { c.pumpFrom(c) }
+
+// pumpFrom is pump run by the goroutine that reads from, a connection
+// whose own frames wait for its flush; frames for any other connection
+// (all of them, with from nil) wake that connection's writer.
+func (c *conn) pumpFrom(from *conn) {
 	cl := c.cl
 	if cl == nil {
 		return
@@ -189,8 +194,12 @@ func (c *conn) pump() {
 	}
 	defer c.srv.accountQueueLocked(cl)
 	now := time.Now()
-	for target.out.room() {
-		o, ok, expired := cl.sess.Next(now, &c.srv.queueBudget)
+	for {
+		fit, _ := target.fit()
+		if fit < 0 {
+			return
+		}
+		o, ok, expired := cl.sess.NextFit(now, &c.srv.queueBudget, fit)
 		if expired > 0 {
 			c.srv.stats.dropped[dropExpired].Add(uint64(expired))
 		}
@@ -199,7 +208,7 @@ func (c *conn) pump() {
 		}
 		// Frames for this connection wait for its own flush; another
 		// connection's writer is woken.
-		if !target.writeOutboundLocked(o, target != c) && o.QoS > 0 {
+		if !target.writeOutboundLocked(o, target != from) && o.QoS > 0 {
 			cl.sess.Discard(o.PacketID)
 		}
 	}

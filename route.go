@@ -115,8 +115,13 @@ func (s *Server) deliverLocked(cl *client, m *session.Message, qos byte, retain 
 	}
 	tc := cl.conn
 	online := tc != nil
+	canSend := false
+	if online {
+		fit, _ := tc.fit()
+		canSend = fit >= m.Size()
+	}
 	o, r := cl.sess.Deliver(session.Outbound{Msg: m, QoS: qos, Retain: retain, SubIDs: subIDs},
-		session.Target{Online: online, CanSend: online && tc.out.room(), Budget: &s.queueBudget}, clock())
+		session.Target{Online: online, CanSend: canSend, Budget: &s.queueBudget}, clock())
 	switch r {
 	case session.Send:
 		if !tc.writeOutboundLocked(o, true) && o.QoS > 0 {
@@ -138,8 +143,10 @@ func (s *Server) deliverLocked(cl *client, m *session.Message, qos byte, retain 
 	return nil
 }
 
-// maxStall bounds how long a publisher waits for a subscriber's outbox to
-// make room before a QoS 0 copy is dropped.
+// maxStall bounds how long a publisher waits for subscribers' outboxes to
+// make room for one message before QoS 0 copies are dropped: in total, not
+// per subscriber, so a thousand slow subscribers cannot hold a PUBLISH for
+// a thousand seconds.
 const maxStall = time.Second
 
 // deliverQoS0 appends the shared QoS 0 frame to an online client's
@@ -148,14 +155,15 @@ const maxStall = time.Second
 // and order must be kept.
 //
 // When the outbox is full the publisher stalls, with no lock held, until
-// the subscriber's writer makes room or maxStall passes, as NATS stalls
-// fast producers: a burst then slows the publisher down instead of losing
-// messages. A subscriber that made no room within maxStall is marked
-// stuck and its copies are dropped (and counted) without stalling until
-// its writer makes progress again, so one stuck client cannot hold
-// publishers back.
+// the subscriber's writer makes room or the message's maxStall passes, as
+// NATS stalls fast producers: a burst then slows the publisher down
+// instead of losing messages. A subscriber that made no room in time is
+// marked stuck and its copies are dropped (and counted) without stalling
+// until its writer makes progress again, so one stuck client cannot hold
+// publishers back. Nobody stalls for room that only other connections'
+// writes can free: past limits.max_outbox_bytes_total, or under memory
+// pressure for a client with a backlog, the copy is dropped at once.
 func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
-	var deadline time.Time
 	for {
 		cl.mu.Lock()
 		tc := cl.conn
@@ -163,21 +171,29 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 			cl.mu.Unlock()
 			return false
 		}
-		if tc.maxOut != 0 && tc.tooLarge(len(enc.frame(tc.version, retain))) {
+		frame := enc.frame(tc.version, retain)
+		if tc.maxOut != 0 && tc.tooLarge(len(frame)) {
 			cl.mu.Unlock()
 			return true // as if sent [MQTT-3.1.2-25]
 		}
-		if tc.enqueue(bounded, func(b []byte) []byte { return append(b, enc.frame(tc.version, retain)...) }) {
+		if r, drop := s.refuseQoS0(tc, len(frame)); drop {
+			cl.mu.Unlock()
+			s.stats.dropped[r].Add(1)
+			tc.warnEvery(&tc.dropWarned, "QoS 0 deliveries dropped: "+r.String()+
+				" (limits.max_outbox_bytes_total, limits.max_memory); mqttd_messages_dropped_total counts them")
+			return true
+		}
+		if tc.enqueue(bounded, func(b []byte) []byte { return append(b, frame...) }) {
 			cl.mu.Unlock()
 			s.stats.messagesSent.Add(1)
 			return true
 		}
 		room := tc.roomSignal()
 		cl.mu.Unlock()
-		if deadline.IsZero() {
-			deadline = time.Now().Add(maxStall)
+		if enc.stallUntil.IsZero() {
+			enc.stallUntil = time.Now().Add(maxStall)
 		}
-		if room == nil || !waitRoom(room, deadline) {
+		if room == nil || !waitRoom(room, enc.stallUntil) {
 			if room != nil {
 				tc.out.markStuck()
 			}
@@ -186,6 +202,20 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 			return true
 		}
 	}
+}
+
+// refuseQoS0 says whether a QoS 0 frame of size bytes for tc is dropped
+// without waiting, and why: every outbox together is past its bound and
+// tc's has no room of its own for it, or memory is short and tc already
+// has a backlog.
+func (s *Server) refuseQoS0(tc *conn, size int) (dropReason, bool) {
+	if fit, global := tc.fit(); global && fit < size {
+		return dropOutboxTotal, true
+	}
+	if s.stats.memoryPressure.Load() && tc.out.pending() > 0 {
+		return dropMemoryPressure, true
+	}
+	return 0, false
 }
 
 // storeRetained sets or, for an empty payload, clears the retained
@@ -224,6 +254,9 @@ func (s *Server) retainRoom(m *session.Message) bool {
 		bytes -= int64(old.Size())
 	} else {
 		count++
+	}
+	if s.stats.memoryPressure.Load() && (count > s.stats.retained.Load() || bytes > s.stats.retainedBytes.Load()) {
+		return false // nothing that grows the store under memory pressure
 	}
 	return count <= int64(s.opts.Limits.MaxRetained) && bytes <= s.opts.Limits.MaxRetainedBytes
 }

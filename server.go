@@ -31,6 +31,7 @@ type Server struct {
 	poller  *poller         // nil where connections are read by goroutines
 	idle    *idleWheel
 	expiry  *expiryWheel
+	memory  *memoryWatch
 	readers *readerPool
 
 	// mu is the registry lock: clients, conns and listeners. Lock order:
@@ -55,12 +56,14 @@ type Server struct {
 
 	stats           stats
 	queueBudget     session.QueueBudget // the bytes of all session queues
-	rejectWarned    atomic.Int64        // unix nanos of the last rejected-connection warning
-	retainWarned    atomic.Int64        // unix nanos of the last retained-store-full warning
-	queueWarned     atomic.Int64        // unix nanos of the last queue-full warning
-	subsWarned      atomic.Int64        // unix nanos of the last subscription-limit warning
-	sessionsWarned  atomic.Int64        // unix nanos of the last session-limit warning
-	userPropsWarned atomic.Int64        // unix nanos of the last user-properties warning
+	outboxWait      outboxWaiters
+	rejectWarned    atomic.Int64 // unix nanos of the last rejected-connection warning
+	retainWarned    atomic.Int64 // unix nanos of the last retained-store-full warning
+	queueWarned     atomic.Int64 // unix nanos of the last queue-full warning
+	subsWarned      atomic.Int64 // unix nanos of the last subscription-limit warning
+	sessionsWarned  atomic.Int64 // unix nanos of the last session-limit warning
+	userPropsWarned atomic.Int64 // unix nanos of the last user-properties warning
+	incomingWarned  atomic.Int64 // unix nanos of the last incoming-bytes warning
 }
 
 type listener struct {
@@ -91,6 +94,7 @@ func New(opts Options) (*Server, error) {
 		}.Limits(),
 		idle:    newIdleWheel(),
 		expiry:  newExpiryWheel(),
+		memory:  newMemoryWatch(),
 		clients: make(map[string]*client),
 		conns:   make(map[*conn]struct{}),
 		perAddr: make(map[netip.Addr]int),
@@ -98,6 +102,7 @@ func New(opts Options) (*Server, error) {
 		failed:  make(chan error, 1),
 	}
 	s.queueBudget.Max = o.Limits.MaxQueuedBytesTotal
+	s.outboxWait.max, s.outboxWait.total = o.Limits.MaxOutboxBytesTotal, &s.stats.outboxBytes
 	s.readers = newReaderPool(s.done)
 	if o.Registerer != nil {
 		if err := o.Registerer.Register(newCollector(&s.stats, &s.queueBudget)); err != nil {
@@ -173,6 +178,7 @@ func (s *Server) Serve() error {
 	s.poller = pl
 	s.idle.start()
 	s.expiry.start(s)
+	s.memory.start(s)
 	s.serving = true
 	for _, ln := range s.listeners {
 		s.startAcceptLocked(ln)
@@ -306,6 +312,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.idle.close()
 		s.poller.close()
 		s.expiry.close()
+		s.memory.close()
 		s.writers.Wait()
 		close(finished)
 	}()

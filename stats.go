@@ -21,6 +21,10 @@ type stats struct {
 	retained       atomic.Int64
 	retainedBytes  atomic.Int64 // Message.Size of the retained messages
 	queued         atomic.Int64 // messages waiting in session queues
+	outboxBytes    atomic.Int64 // bytes waiting in every outbox
+	incomingBytes  atomic.Int64 // bytes of packets arriving, not yet complete
+	heapLive       atomic.Int64 // the live heap at the memory watch's last look
+	memoryPressure atomic.Bool
 
 	connects         atomic.Uint64
 	connectsRefused  atomic.Uint64
@@ -34,6 +38,7 @@ type stats struct {
 	// subscriptions refused by limits.max_subscriptions_per_client
 	subscriptionsRefused atomic.Uint64
 	panics               atomic.Uint64 // connection handlers that panicked
+	memoryPressureEvents atomic.Uint64 // times the live heap went past 7/8 of limits.max_memory
 	dropped              [numDropReasons]atomic.Uint64
 	rejected             [numRejectReasons]atomic.Uint64
 	disconnects          [numCloseReasons]atomic.Uint64
@@ -49,20 +54,24 @@ type paddedCounter struct {
 type dropReason uint8
 
 const (
-	dropOutboxFull  dropReason = iota // QoS 0 for a client that reads too slowly
-	dropQueueFull                     // the session queue held limits.max_queued
-	dropOfflineQoS0                   // QoS 0 for an offline client (limits.queue_qos0 off)
-	dropExpired                       // the message expired before delivery
-	dropTooLarge                      // larger than the 5.0 client's Maximum Packet Size
+	dropOutboxFull     dropReason = iota // QoS 0 for a client that reads too slowly
+	dropQueueFull                        // the session queue held limits.max_queued
+	dropOfflineQoS0                      // QoS 0 for an offline client (limits.queue_qos0 off)
+	dropExpired                          // the message expired before delivery
+	dropTooLarge                         // larger than the 5.0 client's Maximum Packet Size
+	dropOutboxTotal                      // QoS 0 while every outbox together held limits.max_outbox_bytes_total
+	dropMemoryPressure                   // QoS 0 for a client with a backlog under memory pressure
 	numDropReasons
 )
 
 var dropReasonNames = [numDropReasons]string{
-	dropOutboxFull:  "outbox_full",
-	dropQueueFull:   "queue_full",
-	dropOfflineQoS0: "offline_qos0",
-	dropExpired:     "expired",
-	dropTooLarge:    "too_large",
+	dropOutboxFull:     "outbox_full",
+	dropQueueFull:      "queue_full",
+	dropOfflineQoS0:    "offline_qos0",
+	dropExpired:        "expired",
+	dropTooLarge:       "too_large",
+	dropOutboxTotal:    "outbox_total",
+	dropMemoryPressure: "memory_pressure",
 }
 
 func (r dropReason) String() string { return dropReasonNames[r] }
@@ -79,7 +88,20 @@ type Stats struct {
 	Queued         int64 // messages waiting in session queues
 	// QueuedBytes is the topic, payload and properties bytes of the
 	// queued messages, each counted once however many queues hold it.
-	QueuedBytes           int64
+	QueuedBytes int64
+	// OutboxBytes is the bytes waiting to be written to connections.
+	OutboxBytes int64
+	// IncomingBytes is the bytes of packets that have started to arrive
+	// and are not complete yet.
+	IncomingBytes int64
+	// HeapLive is the live heap at the memory watch's last look (every
+	// second while serving).
+	HeapLive int64
+	// MemoryPressure is set while the live heap is past 7/8 of
+	// limits.max_memory (until it is below 3/4 again).
+	MemoryPressure bool
+	// MemoryPressureEvents counts the times memory pressure began.
+	MemoryPressureEvents  uint64
 	MessagesReceived      uint64
 	MessagesSent          uint64
 	BytesReceived         uint64
@@ -97,12 +119,14 @@ type Stats struct {
 	// limits.max_subscriptions_per_client.
 	SubscriptionsRefused uint64
 	// Dropped counts deliveries dropped, by reason: outbox_full,
-	// queue_full, offline_qos0, expired, too_large.
+	// queue_full, offline_qos0, expired, too_large, outbox_total,
+	// memory_pressure.
 	Dropped map[string]uint64
 	// Disconnects counts closed connections by CloseReason.String.
 	Disconnects map[string]uint64
 	// Rejected counts connections closed at accept, by the limit that
-	// refused them: max_connections, max_connections_per_address.
+	// refused them: max_connections, max_connections_per_address,
+	// memory_pressure.
 	Rejected map[string]uint64
 }
 
@@ -118,6 +142,11 @@ func (s *Server) Stats() Stats {
 		RetainedBytes:         st.retainedBytes.Load(),
 		Queued:                st.queued.Load(),
 		QueuedBytes:           s.queueBudget.Bytes(),
+		OutboxBytes:           st.outboxBytes.Load(),
+		IncomingBytes:         st.incomingBytes.Load(),
+		HeapLive:              st.heapLive.Load(),
+		MemoryPressure:        st.memoryPressure.Load(),
+		MemoryPressureEvents:  st.memoryPressureEvents.Load(),
 		MessagesReceived:      st.messagesReceived.Load(),
 		MessagesSent:          st.messagesSent.Load(),
 		BytesReceived:         st.bytesReceived.Load(),

@@ -105,31 +105,45 @@ func ReadPacket(r *bufio.Reader, v Version, maxSize int) (Packet, error) {
 // buffer. I/O errors come back unwrapped (io.EOF only when no byte of the
 // frame was read); codec errors are *Error.
 func ReadFrame(r *bufio.Reader, v Version, maxSize int) (FixedHeader, []byte, error) {
-	b, err := r.ReadByte()
+	fh, err := ReadFrameHeader(r, v, maxSize)
 	if err != nil {
 		return FixedHeader{}, nil, err
+	}
+	body, err := ReadBody(r, fh.Remaining)
+	if err != nil {
+		return FixedHeader{}, nil, err
+	}
+	return fh, body, nil
+}
+
+// ReadFrameHeader is the first half of ReadFrame: it reads the fixed
+// header and checks it as ReadFrame does, leaving the body, fh.Remaining
+// bytes, for ReadBody. A reader uses the two halves to treat a frame whose
+// body has not arrived yet differently (a deadline for the rest, say).
+func ReadFrameHeader(r *bufio.Reader, v Version, maxSize int) (FixedHeader, error) {
+	b, err := r.ReadByte()
+	if err != nil {
+		return FixedHeader{}, err
 	}
 	t := Type(b >> 4)
 	if err := checkFirst(t, v); err != nil {
-		return FixedHeader{}, nil, err
+		return FixedHeader{}, err
 	}
 	n, err := readRemaining(r)
 	if err != nil {
-		return FixedHeader{}, nil, err
+		return FixedHeader{}, err
 	}
 	if err := checkSize(t, n, maxSize); err != nil {
-		return FixedHeader{}, nil, err
+		return FixedHeader{}, err
 	}
-	body, err := readBody(r, n)
-	if err != nil {
-		return FixedHeader{}, nil, err
-	}
-	return FixedHeader{Type: t, Flags: b & 0x0F, Remaining: n}, body, nil
+	return FixedHeader{Type: t, Flags: b & 0x0F, Remaining: n}, nil
 }
 
-// readBody reads n bytes into a new slice, allocating in step with what
-// arrives once past bodyChunk so a lying length cannot reserve memory.
-func readBody(r *bufio.Reader, n int) ([]byte, error) {
+// ReadBody reads the n bytes of a frame's body into a new slice,
+// allocating in step with what arrives once past bodyChunk so a lying
+// length cannot reserve memory. EOF before the last byte is
+// io.ErrUnexpectedEOF.
+func ReadBody(r *bufio.Reader, n int) ([]byte, error) {
 	if n == 0 {
 		return nil, nil
 	}

@@ -2,6 +2,7 @@ package session
 
 import (
 	"errors"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -297,8 +298,14 @@ func (s *Session) Deliver(o Outbound, to Target, now time.Time) (Outbound, Resul
 // has room (it gets a packet id). Expired messages are skipped and
 // counted in expired. b is the budget Deliver was given.
 func (s *Session) Next(now time.Time, b *QueueBudget) (o Outbound, ok bool, expired int) {
+	return s.NextFit(now, b, math.MaxInt)
+}
+
+// NextFit is Next for a connection that has room for fit bytes only: a
+// message whose Size is larger stays where it is, and ok is false.
+func (s *Session) NextFit(now time.Time, b *QueueBudget, fit int) (o Outbound, ok bool, expired int) {
 	if s.Resending() {
-		o, ok = s.nextResend()
+		o, ok = s.nextResend(fit)
 		return o, ok, 0
 	}
 	for s.Queued() > 0 {
@@ -309,7 +316,7 @@ func (s *Session) Next(now time.Time, b *QueueBudget) (o Outbound, ok bool, expi
 			expired++
 			continue
 		}
-		if head.QoS > 0 && s.live >= s.window {
+		if (head.QoS > 0 && s.live >= s.window) || head.Msg.Size() > fit {
 			return Outbound{}, false, expired
 		}
 		o = pending.pop()
@@ -449,9 +456,10 @@ func (s *Session) Resume() {
 // Resending reports whether entries marked by Resume wait to be sent.
 func (s *Session) Resending() bool { return s.q != nil && s.q.resends > 0 }
 
-// nextResend takes the oldest entry Resume marked, if any. It goes on
-// from where it stopped, so resending a window costs one pass over it.
-func (s *Session) nextResend() (o Outbound, ok bool) {
+// nextResend takes the oldest entry Resume marked, if any and if it fits
+// in fit bytes. It goes on from where it stopped, so resending a window
+// costs one pass over it.
+func (s *Session) nextResend(fit int) (o Outbound, ok bool) {
 	r := &s.q.inflight
 	start := 0
 	if s.q.resendEpoch == r.compactions && s.q.resendAt > r.popped {
@@ -463,6 +471,9 @@ func (s *Session) nextResend() (o Outbound, ok bool) {
 			continue
 		}
 		e := &r.buf[j]
+		if !e.Released && e.Msg.Size() > fit {
+			return Outbound{}, false
+		}
 		e.resend = false
 		s.q.resends--
 		s.q.resendAt, s.q.resendEpoch = r.popped+uint64(i)+1, r.compactions

@@ -1,0 +1,180 @@
+package mqttd
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"runtime/metrics"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// The memory budget: the operator gives the broker limits.max_memory, the
+// byte limits default to shares of it, and a watcher compares the live
+// heap with it to tell when the broker must stop taking on new work.
+
+const (
+	minDefaultMemory = 64 << 20
+	// maxDefaultMemory caps the default: the budget bounds what clients
+	// can make the broker hold, not what it needs to run, and at its
+	// shares 512 MiB lets 256 MiB of messages queue for offline clients.
+	// An operator with more to give says so.
+	maxDefaultMemory = 512 << 20
+)
+
+// DefaultMaxMemory is the default of limits.max_memory: a quarter of the
+// memory this process may use (the machine's, or its cgroup's limit when
+// lower), at least 64 MiB and at most 512 MiB. Where the memory cannot be
+// read it is 512 MiB.
+func DefaultMaxMemory() int64 {
+	mem := availableMemory()
+	if mem <= 0 {
+		return maxDefaultMemory
+	}
+	return min(max(mem/4, minDefaultMemory), maxDefaultMemory)
+}
+
+// DeriveFromMemory returns the limits whose defaults are shares of a
+// memory budget of m bytes: half for messages queued for sessions, a
+// sixteenth each for the retained store, for bytes waiting to be written
+// to connections and for packets arriving, and connections and sessions
+// at about 8 KiB and 4 KiB each (at most 50,000 and 100,000).
+func DeriveFromMemory(m int64) Limits {
+	return Limits{
+		MaxMemory:             m,
+		MaxQueuedBytesTotal:   m / 2,
+		MaxRetainedBytes:      m / 16,
+		MaxOutboxBytesTotal:   m / 16,
+		MaxIncomingBytesTotal: m / 16,
+		MaxConnections:        int(min(max(m>>13, 16), DefaultMaxConnections)),
+		MaxSessions:           int(min(max(m>>12, 16), DefaultMaxSessions)),
+	}
+}
+
+// availableMemory is the memory this process may use, in bytes: the
+// lowest of the machine's memory and the cgroup (v2 or v1) limits; 0 when
+// none can be read.
+func availableMemory() int64 {
+	var mem int64
+	lower := func(v int64) {
+		if v > 0 && (mem == 0 || v < mem) {
+			mem = v
+		}
+	}
+	lower(memTotal("/proc/meminfo"))
+	lower(cgroupLimit("/sys/fs/cgroup/memory.max"))
+	lower(cgroupLimit("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+	return mem
+}
+
+// memTotal reads MemTotal from a meminfo file.
+func memTotal(path string) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := bytes.CutPrefix(sc.Bytes(), []byte("MemTotal:"))
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseInt(string(bytes.TrimSuffix(bytes.TrimSpace(rest), []byte(" kB"))), 10, 64)
+		if err != nil {
+			return 0
+		}
+		return kb << 10
+	}
+	return 0
+}
+
+// cgroupLimit reads a cgroup memory limit; "max" (v2) and the huge
+// number v1 uses for none mean no limit, 0.
+func cgroupLimit(path string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	v, err := strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
+	if err != nil || v >= 1<<60 {
+		return 0
+	}
+	return v
+}
+
+// memoryWatchInterval is how often the live heap is compared with the
+// budget: the heap is measured at every collection, which under load
+// runs far more often.
+const memoryWatchInterval = time.Second
+
+// liveHeapMetric is the heap that survived the last collection.
+const liveHeapMetric = "/gc/heap/live:bytes"
+
+// memoryWatch sets the server's pressure flag from the live heap: on past
+// 7/8 of limits.max_memory, off again below 3/4, so that the broker does
+// not flap at the line.
+type memoryWatch struct {
+	sample  [1]metrics.Sample
+	started atomic.Bool
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func newMemoryWatch() *memoryWatch {
+	w := &memoryWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	w.sample[0].Name = liveHeapMetric
+	return w
+}
+
+// start runs the watch until close. Serve calls it once, under the
+// registry lock, and only before Shutdown.
+func (w *memoryWatch) start(s *Server) {
+	w.started.Store(true)
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(memoryWatchInterval)
+		defer t.Stop()
+		for {
+			w.check(s)
+			select {
+			case <-w.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// check reads the live heap and updates the pressure flag, saying so in
+// the log when it changes.
+func (w *memoryWatch) check(s *Server) {
+	metrics.Read(w.sample[:])
+	if w.sample[0].Value.Kind() != metrics.KindUint64 {
+		return
+	}
+	live := int64(w.sample[0].Value.Uint64())
+	st := &s.stats
+	st.heapLive.Store(live)
+	budget := s.opts.Limits.MaxMemory
+	switch {
+	case !st.memoryPressure.Load() && live > budget/8*7:
+		st.memoryPressure.Store(true)
+		st.memoryPressureEvents.Add(1)
+		s.log.Warn().Int64("live_heap", live).Int64("max_memory", budget).
+			Msg("memory pressure: refusing new connections and new retained messages, dropping QoS 0 for slow clients " +
+				"until the live heap is below 3/4 of limits.max_memory (mqttd_memory_pressure)")
+	case st.memoryPressure.Load() && live < budget/4*3:
+		st.memoryPressure.Store(false)
+		s.log.Info().Int64("live_heap", live).Int64("max_memory", budget).Msg("memory pressure over")
+	}
+}
+
+// close stops the watch, if it was started, and waits for it.
+func (w *memoryWatch) close() {
+	close(w.stop)
+	if w.started.Load() {
+		<-w.done
+	}
+}
