@@ -127,9 +127,9 @@ func (c *conn) checkConnect(cp *packets.Connect) (packets.ReasonCode, error) {
 		// Enhanced authentication is not supported [MQTT-4.12.0-1].
 		return packets.BadAuthenticationMethod, fmt.Errorf("authentication method %q is not supported", cp.Properties.AuthMethod)
 	}
-	if !v5 && (int(cp.KeepAlive) > lim.MaxKeepAlive || (cp.KeepAlive == 0 && lim.MaxKeepAlive < DefaultMaxKeepAlive)) {
+	if !v5 && lim.MaxKeepAlive != 0 && (int(cp.KeepAlive) > lim.MaxKeepAlive || cp.KeepAlive == 0) {
 		// 3.1.1 cannot tell the client another keepalive, so it is refused, as Mosquitto does.
-		return packets.ConnRefusedIdentifier, fmt.Errorf("keepalive %d s is above the maximum of %d s", cp.KeepAlive, lim.MaxKeepAlive)
+		return packets.ConnRefusedIdentifier, fmt.Errorf("keepalive %d s is 0 or above limits.max_keepalive, %d s", cp.KeepAlive, lim.MaxKeepAlive)
 	}
 	return 0, nil
 }
@@ -194,10 +194,19 @@ func (s *Server) connackProperties(c *conn, cp *packets.Connect) packets.Propert
 		p.SessionExpiry = c.expiry
 		p.Set(packets.PropSessionExpiry)
 	}
-	if int(cp.KeepAlive) > s.opts.Limits.MaxKeepAlive || (cp.KeepAlive == 0 && s.opts.Limits.MaxKeepAlive < DefaultMaxKeepAlive) {
-		p.ServerKeepAlive = uint16(s.opts.Limits.MaxKeepAlive)
+	if most := s.maxKeepAlive(); cp.KeepAlive == 0 || int(cp.KeepAlive) > most {
+		p.ServerKeepAlive = uint16(most)
 		p.Set(packets.PropServerKeepAlive)
-		c.keepAlive = time.Duration(s.opts.Limits.MaxKeepAlive) * time.Second
+		c.keepAlive = time.Duration(most) * time.Second
 	}
 	return p
+}
+
+// maxKeepAlive is the longest keepalive, in seconds, a 5.0 client is
+// given: limits.max_keepalive, or DefaultMaxKeepAlive where it is 0.
+func (s *Server) maxKeepAlive() int {
+	if s.opts.Limits.MaxKeepAlive != 0 {
+		return s.opts.Limits.MaxKeepAlive
+	}
+	return DefaultMaxKeepAlive
 }

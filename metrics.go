@@ -82,6 +82,8 @@ func newCollector(st *stats, queue *session.QueueBudget) *collector {
 		func(s *stats) uint64 { return s.sessionsExpired.Load() })
 	counter("retained_refused_total", "Retained messages not kept: the retained store was full.",
 		func(s *stats) uint64 { return s.retainedRefused.Load() })
+	counter("retained_sends_truncated_total", "Subscriptions whose retained messages were not all sent: "+
+		"one SUBSCRIBE is sent at most limits.max_inflight + limits.max_queued.", func(s *stats) uint64 { return s.retainedTruncated.Load() })
 	counter("connection_panics_total", "Connection handlers that panicked (a bug).",
 		func(s *stats) uint64 { return s.panics.Load() })
 	c.dropped = prometheus.NewDesc("mqttd_messages_dropped_total", "Deliveries dropped, by reason.", []string{"reason"}, nil)

@@ -62,8 +62,13 @@ type Limits struct {
 	MaxClientIDLength int `yaml:"max_client_id_length"`
 	// ConnectTimeout is how long a new connection has to send CONNECT.
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
-	// MaxKeepAlive is the largest keepalive, in seconds, a client may ask
-	// for; a 3.1/3.1.1 client asking for more (or for none) is refused.
+	// MaxKeepAlive is the largest keepalive, in seconds, a client may
+	// ask for. A 5.0 client asking for more, or for none, is told this
+	// one (Server Keep Alive); a 3.1/3.1.1 client, which cannot be told,
+	// is refused (CONNACK 2). 0 means the default: 5.0 clients are given
+	// at most DefaultMaxKeepAlive and 3.1/3.1.1 clients may ask for any
+	// keepalive, none included, as many devices do; those get TCP
+	// keepalive probes so that one that lost power is still found out.
 	MaxKeepAlive int `yaml:"max_keepalive"`
 	// WriteTimeout disconnects a client that does not read what is sent to it.
 	WriteTimeout time.Duration `yaml:"write_timeout"`
@@ -142,15 +147,18 @@ const (
 	DefaultMaxPacketSize     = 1 << 20
 	DefaultMaxClientIDLength = 256
 	DefaultConnectTimeout    = 10 * time.Second
-	DefaultMaxKeepAlive      = 65535
-	DefaultWriteTimeout      = 30 * time.Second
-	DefaultMaxOutboxBytes    = 4 << 20
-	DefaultMaxInflight       = session.DefaultMaxInflight
-	DefaultMaxQueued         = session.DefaultMaxQueued
-	DefaultMaxQueuedBytes    = session.DefaultMaxQueuedBytes
-	DefaultFrameTimeout      = 30 * time.Second
-	DefaultMaxAwaitingRel    = session.DefaultMaxAwaitingRel
-	DefaultMaxTopicLevels    = 128
+	// DefaultMaxKeepAlive is the longest keepalive a 5.0 client is given
+	// when limits.max_keepalive is 0: a device that lost power holds its
+	// session at most 1.5 hours.
+	DefaultMaxKeepAlive   = 3600
+	DefaultWriteTimeout   = 30 * time.Second
+	DefaultMaxOutboxBytes = 4 << 20
+	DefaultMaxInflight    = session.DefaultMaxInflight
+	DefaultMaxQueued      = session.DefaultMaxQueued
+	DefaultMaxQueuedBytes = session.DefaultMaxQueuedBytes
+	DefaultFrameTimeout   = 30 * time.Second
+	DefaultMaxAwaitingRel = session.DefaultMaxAwaitingRel
+	DefaultMaxTopicLevels = 128
 	// DefaultMaxConnections keeps the descriptors and memory idle clients
 	// can take to about 50,000 x 3 KB, 150 MB.
 	DefaultMaxConnections            = 50000
@@ -183,7 +191,6 @@ func (o Options) WithDefaults() Options {
 	setDefault(&l.MaxPacketSize, DefaultMaxPacketSize)
 	setDefault(&l.MaxClientIDLength, DefaultMaxClientIDLength)
 	setDefault(&l.ConnectTimeout, DefaultConnectTimeout)
-	setDefault(&l.MaxKeepAlive, DefaultMaxKeepAlive)
 	setDefault(&l.WriteTimeout, DefaultWriteTimeout)
 	setDefault(&l.MaxOutboxBytes, DefaultMaxOutboxBytes)
 	setDefault(&l.MaxOutboxBytesTotal, d.MaxOutboxBytesTotal)

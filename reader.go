@@ -50,6 +50,7 @@ func (c *conn) readError(err error) error {
 		if c.cl == nil {
 			return errConnectTimeout
 		}
+		c.sendDisconnect(packets.KeepAliveTimeout)
 		return errKeepAlive
 	}
 	var pe *packets.Error

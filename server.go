@@ -54,16 +54,17 @@ type Server struct {
 	// after telling a 5.0 client why (takeover, idle timeout, shutdown).
 	writers sync.WaitGroup
 
-	stats           stats
-	queueBudget     session.QueueBudget // the bytes of all session queues
-	outboxWait      outboxWaiters
-	rejectWarned    atomic.Int64 // unix nanos of the last rejected-connection warning
-	retainWarned    atomic.Int64 // unix nanos of the last retained-store-full warning
-	queueWarned     atomic.Int64 // unix nanos of the last queue-full warning
-	subsWarned      atomic.Int64 // unix nanos of the last subscription-limit warning
-	sessionsWarned  atomic.Int64 // unix nanos of the last session-limit warning
-	userPropsWarned atomic.Int64 // unix nanos of the last user-properties warning
-	incomingWarned  atomic.Int64 // unix nanos of the last incoming-bytes warning
+	stats            stats
+	queueBudget      session.QueueBudget // the bytes of all session queues
+	outboxWait       outboxWaiters
+	rejectWarned     atomic.Int64 // unix nanos of the last rejected-connection warning
+	retainWarned     atomic.Int64 // unix nanos of the last retained-store-full warning
+	queueWarned      atomic.Int64 // unix nanos of the last queue-full warning
+	subsWarned       atomic.Int64 // unix nanos of the last subscription-limit warning
+	sessionsWarned   atomic.Int64 // unix nanos of the last session-limit warning
+	userPropsWarned  atomic.Int64 // unix nanos of the last user-properties warning
+	incomingWarned   atomic.Int64 // unix nanos of the last incoming-bytes warning
+	retainSendWarned atomic.Int64 // unix nanos of the last retained-sends-truncated warning
 }
 
 type listener struct {

@@ -26,15 +26,17 @@ type stats struct {
 	heapLive       atomic.Int64 // the live heap at the memory watch's last look
 	memoryPressure atomic.Bool
 
-	connects         atomic.Uint64
-	connectsRefused  atomic.Uint64
-	publishDenied    atomic.Uint64
-	subscribeDenied  atomic.Uint64
-	willsPublished   atomic.Uint64
-	retainedRefused  atomic.Uint64 // retained messages the store had no room for
-	sessionsExpired  atomic.Uint64
-	sessionsRefused  atomic.Uint64 // new sessions refused by limits.max_sessions
-	userPropsRefused atomic.Uint64 // messages refused by limits.max_user_properties
+	connects        atomic.Uint64
+	connectsRefused atomic.Uint64
+	publishDenied   atomic.Uint64
+	subscribeDenied atomic.Uint64
+	willsPublished  atomic.Uint64
+	retainedRefused atomic.Uint64 // retained messages the store had no room for
+	// subscriptions that matched more retained messages than were sent
+	retainedTruncated atomic.Uint64
+	sessionsExpired   atomic.Uint64
+	sessionsRefused   atomic.Uint64 // new sessions refused by limits.max_sessions
+	userPropsRefused  atomic.Uint64 // messages refused by limits.max_user_properties
 	// subscriptions refused by limits.max_subscriptions_per_client
 	subscriptionsRefused atomic.Uint64
 	panics               atomic.Uint64 // connection handlers that panicked
@@ -101,17 +103,21 @@ type Stats struct {
 	// limits.max_memory (until it is below 3/4 again).
 	MemoryPressure bool
 	// MemoryPressureEvents counts the times memory pressure began.
-	MemoryPressureEvents  uint64
-	MessagesReceived      uint64
-	MessagesSent          uint64
-	BytesReceived         uint64
-	BytesSent             uint64
-	Connects              uint64 // CONNECTs accepted
-	ConnectsRefused       uint64 // CONNECTs refused with a CONNACK error code
-	PublishDenied         uint64 // PUBLISHes refused: by the Authorizer, or to $SYS
-	SubscribeDenied       uint64 // subscriptions the Authorizer refused
-	WillsPublished        uint64
-	RetainedRefused       uint64 // retained messages the store had no room for
+	MemoryPressureEvents uint64
+	MessagesReceived     uint64
+	MessagesSent         uint64
+	BytesReceived        uint64
+	BytesSent            uint64
+	Connects             uint64 // CONNECTs accepted
+	ConnectsRefused      uint64 // CONNECTs refused with a CONNACK error code
+	PublishDenied        uint64 // PUBLISHes refused: by the Authorizer, or to $SYS
+	SubscribeDenied      uint64 // subscriptions the Authorizer refused
+	WillsPublished       uint64
+	RetainedRefused      uint64 // retained messages the store had no room for
+	// RetainedTruncated counts subscriptions whose retained messages
+	// were not all sent: one SUBSCRIBE is sent at most what the session
+	// can hold (limits.max_inflight + limits.max_queued).
+	RetainedTruncated     uint64
 	SessionsExpired       uint64 // sessions dropped after their expiry interval offline
 	SessionsRefused       uint64 // new sessions refused by limits.max_sessions
 	UserPropertiesRefused uint64 // messages refused by limits.max_user_properties
@@ -157,6 +163,7 @@ func (s *Server) Stats() Stats {
 		SubscribeDenied:       st.subscribeDenied.Load(),
 		WillsPublished:        st.willsPublished.Load(),
 		RetainedRefused:       st.retainedRefused.Load(),
+		RetainedTruncated:     st.retainedTruncated.Load(),
 		SessionsExpired:       st.sessionsExpired.Load(),
 		SessionsRefused:       st.sessionsRefused.Load(),
 		UserPropertiesRefused: st.userPropsRefused.Load(),

@@ -110,8 +110,12 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 		}
 	}
 	c.send(&packets.Suback{PacketID: p.PacketID, ReasonCodes: codes})
+	// However many filters it lists, one SUBSCRIBE is sent at most what
+	// the session could hold (its window and queue) of retained messages,
+	// which bounds the CPU it costs as well.
+	budget := s.opts.Limits.MaxInflight + s.opts.Limits.MaxQueued
 	for _, r := range sendRetained {
-		c.sendRetained(r.filter.Topic, r.opts)
+		c.sendRetained(r.filter.Topic, r.opts, &budget)
 	}
 	return nil
 }
@@ -141,10 +145,21 @@ func (c *conn) refusal(code packets.ReasonCode) packets.ReasonCode {
 }
 
 // sendRetained delivers the retained messages matching a new subscription,
-// with the retain flag set [MQTT-3.3.1-8].
-func (c *conn) sendRetained(filter string, opts subOpts) {
+// with the retain flag set [MQTT-3.3.1-8], at most *budget of them, which
+// it lowers by as many; a subscription that matched more is counted.
+func (c *conn) sendRetained(filter string, opts subOpts, budget *int) {
 	s := c.srv
-	items := s.retain.Match(filter, nil)
+	items := s.retain.MatchN(filter, nil, *budget+1)
+	if len(items) > *budget {
+		items = items[:*budget]
+		s.stats.retainedTruncated.Add(1)
+		if !rateLimited(&s.retainSendWarned) {
+			c.fields(s.log.Warn()).Str("filter", filter).Int("limit", s.opts.Limits.MaxInflight+s.opts.Limits.MaxQueued).
+				Msg("retained messages not all sent: a SUBSCRIBE matched more than the session can hold (limits.max_inflight + " +
+					"limits.max_queued); logged at most every 10 s, mqttd_retained_sends_truncated_total counts them")
+		}
+	}
+	*budget -= len(items)
 	now := time.Now()
 	var ids []uint32
 	if opts.id != 0 {

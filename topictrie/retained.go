@@ -1,6 +1,7 @@
 package topictrie
 
 import (
+	"math"
 	"strings"
 	"sync"
 )
@@ -157,15 +158,26 @@ func (n *rnode[T]) lookup(topic string) *rnode[T] {
 // filter without a $share prefix (Filter.Topic). Topics starting with $ are
 // not matched by a filter starting with a wildcard [MQTT-4.7.2-1].
 func (r *Retained[T]) Match(filter string, into []Item[T]) []Item[T] {
+	return r.MatchN(filter, into, math.MaxInt)
+}
+
+// MatchN is Match that stops once into holds n items, so that a filter
+// matching millions of topics costs no more than n of them (and the
+// nodes passed on the way).
+func (r *Retained[T]) MatchN(filter string, into []Item[T], n int) []Item[T] {
+	if len(into) >= n {
+		return into
+	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.root.match(filter, true, into)
+	into = r.root.match(filter, true, into, n)
+	return into[:min(len(into), n)]
 }
 
 // match recurses once per + level of the filter and per level below a #, so
 // its depth is bounded by the filter's and the stored topics' levels, both
-// capped by Limits.MaxLevels.
-func (n *rnode[T]) match(rest string, root bool, into []Item[T]) []Item[T] {
+// capped by Limits.MaxLevels. It stops once into holds limit items.
+func (n *rnode[T]) match(rest string, root bool, into []Item[T], limit int) []Item[T] {
 	for {
 		i := strings.IndexByte(rest, '/')
 		level, last := rest, i < 0
@@ -175,16 +187,19 @@ func (n *rnode[T]) match(rest string, root bool, into []Item[T]) []Item[T] {
 		switch level {
 		case "#":
 			// n itself matches too: "a/#" matches "a" [MQTT-4.7.1-2].
-			return n.all(root, into)
+			return n.all(root, into, limit)
 		case "+":
 			for l, c := range n.children.all {
+				if len(into) >= limit {
+					break
+				}
 				if root && strings.HasPrefix(l, "$") {
 					continue // [MQTT-4.7.2-1]
 				}
 				if last {
 					into = c.appendTo(into)
 				} else {
-					into = c.match(rest[i+1:], false, into)
+					into = c.match(rest[i+1:], false, into, limit)
 				}
 			}
 			return into
@@ -200,15 +215,18 @@ func (n *rnode[T]) match(rest string, root bool, into []Item[T]) []Item[T] {
 	}
 }
 
-// all appends the value of n and of every node below it; at the root it
-// skips the $ topics [MQTT-4.7.2-1].
-func (n *rnode[T]) all(root bool, into []Item[T]) []Item[T] {
+// all appends the value of n and of every node below it, until into
+// holds limit items; at the root it skips the $ topics [MQTT-4.7.2-1].
+func (n *rnode[T]) all(root bool, into []Item[T], limit int) []Item[T] {
 	into = n.appendTo(into)
 	for l, c := range n.children.all {
+		if len(into) >= limit {
+			break
+		}
 		if root && strings.HasPrefix(l, "$") {
 			continue
 		}
-		into = c.all(false, into)
+		into = c.all(false, into, limit)
 	}
 	return into
 }

@@ -2,6 +2,7 @@ package topictrie
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -138,5 +139,35 @@ func TestRetainedRemoveIf(t *testing.T) {
 	}
 	if v, ok := r.RemoveIf("a/b", func(v int) bool { return v == 2 }); !ok || v != 2 || r.Len() != 0 {
 		t.Fatalf("RemoveIf(2) = %d, %v with %d left; want 2, true, 0", v, ok, r.Len())
+	}
+}
+
+// TestRetainedMatchN checks that MatchN returns at most n items, all of
+// them matches, for every kind of filter, and all of them when fewer
+// match.
+func TestRetainedMatchN(t *testing.T) {
+	r := NewRetained[int](Limits{})
+	for i := range 30 {
+		if _, err := r.Set(fmt.Sprintf("a/%d/x", i), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, filter := range []string{"#", "a/#", "a/+/x", "+/+/+"} {
+		for _, n := range []int{0, 1, 7, 30, 31} {
+			got := r.MatchN(filter, nil, n)
+			if want := min(n, 30); len(got) != want {
+				t.Errorf("MatchN(%q, %d): %d items, want %d", filter, n, len(got), want)
+			}
+			seen := map[string]bool{}
+			for _, it := range got {
+				if seen[it.Topic] || !strings.HasPrefix(it.Topic, "a/") {
+					t.Errorf("MatchN(%q, %d): item %q repeated or not a match", filter, n, it.Topic)
+				}
+				seen[it.Topic] = true
+			}
+		}
+	}
+	if got := r.MatchN("a/#", make([]Item[int], 5), 3); len(got) != 5 {
+		t.Errorf("MatchN into a slice already past n: %d items, want the 5 given", len(got))
 	}
 }

@@ -1,0 +1,76 @@
+package mqttd_test
+
+import (
+	"fmt"
+	"testing"
+
+	"mqttd"
+	"mqttd/packets"
+)
+
+// TestMaxKeepAlive checks limits.max_keepalive at its boundaries. Left at
+// 0, a 5.0 client is given at most an hour (asking for none included)
+// and a 3.1.1 client may ask for anything, none included; set, a 5.0
+// client past it or asking for none is told the maximum, and a 3.1.1
+// client, which cannot be told, is refused with CONNACK 2.
+func TestMaxKeepAlive(t *testing.T) {
+	const refused = -1
+	for _, tc := range []struct {
+		max, ask int
+		v        packets.Version
+		want     int // the Server Keep Alive, 0 for none, or refused
+	}{
+		{0, 0, packets.V311, 0},
+		{0, 65535, packets.V311, 0},
+		{0, 0, packets.V5, mqttd.DefaultMaxKeepAlive},
+		{0, mqttd.DefaultMaxKeepAlive, packets.V5, 0},
+		{0, mqttd.DefaultMaxKeepAlive + 1, packets.V5, mqttd.DefaultMaxKeepAlive},
+		{60, 60, packets.V311, 0},
+		{60, 61, packets.V311, refused},
+		{60, 0, packets.V311, refused},
+		{60, 60, packets.V5, 0},
+		{60, 61, packets.V5, 60},
+		{60, 0, packets.V5, 60},
+	} {
+		t.Run(fmt.Sprintf("max %d, v%d asks %d", tc.max, tc.v, tc.ask), func(t *testing.T) {
+			srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxKeepAlive: tc.max}})
+			_, ack := connectReply(t, addr, tc.v, &packets.Connect{ClientID: "k", CleanStart: true, KeepAlive: uint16(tc.ask)})
+			switch {
+			case tc.want == refused:
+				if ack.ReasonCode != packets.ConnRefusedIdentifier {
+					t.Errorf("CONNACK %#x, want 2", ack.ReasonCode)
+				}
+				if got := srv.Stats().ConnectsRefused; got != 1 {
+					t.Errorf("connects refused = %d, want 1", got)
+				}
+			case ack.ReasonCode != 0:
+				t.Errorf("CONNACK %#x, want 0", ack.ReasonCode)
+			case tc.want == 0:
+				if ack.Properties.Has(packets.PropServerKeepAlive) {
+					t.Errorf("Server Keep Alive %d, want none", ack.Properties.ServerKeepAlive)
+				}
+			case !ack.Properties.Has(packets.PropServerKeepAlive) ||
+				int(ack.Properties.ServerKeepAlive) != tc.want:
+				t.Errorf("CONNACK properties %+v, want Server Keep Alive %d", ack.Properties, tc.want)
+			}
+		})
+	}
+}
+
+// TestServerKeepAliveEnforced checks that the keepalive a 5.0 client is
+// told is the one the broker holds it to: asking for none under a
+// maximum of 1 s, it is disconnected (0x8D) once 1.5 s pass in silence.
+func TestServerKeepAliveEnforced(t *testing.T) {
+	bothReaders(t, func(t *testing.T) {
+		srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxKeepAlive: 1}})
+		rc := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "quiet", CleanStart: true})
+		p, err := rc.tryRead()
+		if d, ok := p.(*packets.Disconnect); err != nil || !ok || d.ReasonCode != packets.KeepAliveTimeout {
+			t.Fatalf("got %+v (%v), want DISCONNECT 0x8D", p, err)
+		}
+		rc.expectClosed()
+		if got := srv.Stats().Disconnects["keepalive"]; got != 1 {
+			t.Errorf("disconnects[keepalive] = %d, want 1", got)
+		}
+	})
+}
