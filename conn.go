@@ -182,13 +182,17 @@ func (c *conn) cleanup() {
 	if c.cl != nil {
 		s.detach(c)
 	}
-	if c.will != nil && !c.graceful && !s.closing.Load() {
-		if props := c.will.Properties; props != nil && props.Has(packets.PropMessageExpiry) {
+	// The idle wheel may hold the closed connection until its deadline
+	// comes round: the will must not stay with it.
+	will := c.will
+	c.will = nil
+	if will != nil && !c.graceful && !s.closing.Load() {
+		if props := will.Properties; props != nil && props.Has(packets.PropMessageExpiry) {
 			// The interval starts when the will is published.
-			c.will.Expiry = time.Now().Add(time.Duration(props.MessageExpiry) * time.Second)
+			will.Expiry = time.Now().Add(time.Duration(props.MessageExpiry) * time.Second)
 		}
 		c.srv.stats.willsPublished.Add(1)
-		c.srv.publish(c.will)
+		c.srv.publish(will)
 	}
 }
 

@@ -336,12 +336,17 @@ func (s *Session) unqueue(o Outbound, b *QueueBudget) {
 	b.release(o.Msg, int64(size))
 }
 
-// Clear empties the queue of a session that ends, giving its bytes back
-// to b, the budget Deliver was given.
+// Clear empties a session that ends: its queue goes back to b, the
+// budget Deliver was given, and its window, subscriptions and QoS 2
+// state are let go, so that whatever still points to the ended session
+// (a closed connection waiting for the idle wheel to pass) pins none of
+// them.
 func (s *Session) Clear(b *QueueBudget) {
 	for s.Queued() > 0 {
 		s.unqueue(s.q.pending.pop(), b)
 	}
+	s.q, s.live = nil, 0
+	s.awaitingRel, s.subs, s.subIndex = nil, nil, nil
 }
 
 func (s *Session) enter(o Outbound) Outbound {

@@ -1,0 +1,677 @@
+package mqttd_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"mqttd"
+	"mqttd/packets"
+)
+
+// The tests here run memory attacks against a broker at its default
+// settings and check that its heap grows by less than attackHeapBound at
+// the peak of each attack, while an ordinary client is still served. The
+// attacking clients are in the same process, so they hold as little heap
+// as they can: one payload buffer built once and reused, raw sockets, and
+// nothing read from a socket that is meant never to read.
+
+// attackHeapBound is the most the broker's heap may grow under any attack:
+// 64 MB, counted as 64 MiB.
+const attackHeapBound = 64 << 20
+
+// heapMeter measures the heap growth since its baseline, as heapInUse
+// does: after two collections, heap allocated plus stacks in use.
+type heapMeter struct {
+	t    *testing.T
+	base uint64
+}
+
+// startHeapMeter takes the baseline; call it once the server runs and the
+// ordinary client is connected.
+func startHeapMeter(t *testing.T) *heapMeter {
+	t.Helper()
+	return &heapMeter{t: t, base: heapInUse()}
+}
+
+func (m *heapMeter) growth() int64 { return int64(heapInUse()) - int64(m.base) }
+
+// check measures the growth now, logs it and fails the test (without
+// stopping it) when it passes limit.
+func (m *heapMeter) check(what string, limit int64) int64 {
+	m.t.Helper()
+	g := m.growth()
+	m.t.Logf("%s: heap growth %.1f MB, %d bytes (limit %.1f MB)", what, mb(g), g, mb(limit))
+	if g > limit {
+		m.t.Errorf("%s: the broker's heap grew by %d bytes, over %d", what, g, limit)
+	}
+	return g
+}
+
+// log measures and logs the growth now, for information.
+func (m *heapMeter) log(what string) {
+	m.t.Helper()
+	m.t.Logf("%s: heap growth %.1f MB", what, mb(m.growth()))
+}
+
+func mb(n int64) float64 { return float64(n) / (1 << 20) }
+
+// closedSince returns the connections the broker closed since base, by
+// reason, leaving out the reasons with none.
+func closedSince(base, now mqttd.Stats) map[string]uint64 {
+	out := map[string]uint64{}
+	for r, n := range now.Disconnects {
+		if d := n - base.Disconnects[r]; d > 0 {
+			out[r] = d
+		}
+	}
+	return out
+}
+
+// attackBaseline connects the ordinary client that stays for the whole
+// test, runs the ordinary exchange once so that both ends have warmed
+// their pools, and takes the heap baseline.
+func attackBaseline(t *testing.T, addr string) *heapMeter {
+	t.Helper()
+	pahoConnect(t, addr, "ordinary-resident", nil)
+	ordinaryExchange(t, addr, "warmup")
+	return startHeapMeter(t)
+}
+
+// ordinaryExchange connects a fresh paho 3.1.1 client, which subscribes at
+// QoS 1, publishes at QoS 1 and must receive its own message, then
+// disconnects.
+func ordinaryExchange(t *testing.T, addr, phase string) {
+	t.Helper()
+	id := "ordinary-" + phase
+	topic := "ordinary/" + phase
+	got := make(chan string, 1)
+	c := pahoConnect(t, addr, id, nil)
+	wait(t, c.Subscribe(topic, 1, func(_ paho.Client, m paho.Message) {
+		select {
+		case got <- string(m.Payload()):
+		default:
+		}
+	}))
+	wait(t, c.Publish(topic, 1, false, "hello "+phase))
+	select {
+	case p := <-got:
+		if p != "hello "+phase {
+			t.Errorf("ordinary client (%s) received %q", phase, p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("ordinary client (%s) did not receive its message", phase)
+	}
+	c.Disconnect(100)
+}
+
+// rawPublisher is a raw client that encodes into one reused buffer, buf,
+// which a test allocates with the payload before the heap baseline.
+type rawPublisher struct {
+	rc  *rawConn
+	buf []byte
+	id  uint16
+}
+
+func newPublisher(t *testing.T, addr string, v packets.Version, id string, buf []byte) *rawPublisher {
+	t.Helper()
+	rc := connectAs(t, addr, v, &packets.Connect{ClientID: id, CleanStart: true})
+	return &rawPublisher{rc: rc, buf: buf}
+}
+
+// publish sends p (its packet id set here) and, at QoS 1, returns the
+// PUBACK's reason code.
+func (pb *rawPublisher) publish(p *packets.Publish) packets.ReasonCode {
+	pb.rc.t.Helper()
+	if p.QoS > 0 {
+		pb.id = pb.id%65535 + 1
+		p.PacketID = pb.id
+	}
+	var err error
+	if pb.buf, err = p.Append(pb.buf[:0], pb.rc.v); err != nil {
+		pb.rc.t.Fatal(err)
+	}
+	pb.rc.write(pb.buf)
+	if p.QoS == 0 {
+		return packets.Success
+	}
+	pkt := pb.rc.read()
+	ack, ok := pkt.(*packets.Puback)
+	if !ok || ack.PacketID != p.PacketID {
+		pb.rc.t.Fatalf("got %T %+v, want PUBACK %d", pkt, pkt, p.PacketID)
+	}
+	return ack.ReasonCode
+}
+
+// payloadOf returns a payload of n bytes. A test builds it once, before
+// the heap baseline, and keeps it alive to the end (runtime.KeepAlive) so
+// that it counts neither way.
+func payloadOf(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = 'x'
+	}
+	return b
+}
+
+// bigPayload is just under the default maximum packet size.
+const bigPayload = 1<<20 - 1024
+
+// encodeBuf returns an encoding buffer big enough for a bigPayload PUBLISH.
+func encodeBuf() []byte { return make([]byte, 0, bigPayload+1024) }
+
+// closeAll closes the attack's sockets.
+func closeAll(conns []net.Conn) {
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// waitConnections waits until the broker has closed down to n connections.
+func waitConnections(t *testing.T, srv *mqttd.Server, n int64) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d connections", n), func() bool { return srv.Stats().Connections <= n })
+}
+
+// dialStuckSubscriber connects a 3.1.1 clean session with a small receive
+// buffer, subscribes to topic at QoS 1, reads the CONNACK and SUBACK into
+// a stack array and then never reads again.
+func dialStuckSubscriber(t *testing.T, addr, id, topic string) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	if err := nc.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := (&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, CleanStart: true,
+		ClientID: id}).Append(nil, packets.V311)
+	out, _ = (&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{
+		{Filter: topic, Options: packets.SubOptions{QoS: 1}}}}).Append(out, packets.V311)
+	if _, err := nc.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	var in [4 + 5]byte // CONNACK, then a one-filter SUBACK
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(nc, in[:]); err != nil {
+		t.Fatalf("%s: %v", id, err)
+	}
+	if want := [...]byte{0x20, 2, 0, 0, 0x90, 3, 0, 1, 1}; in != want {
+		t.Fatalf("%s: CONNACK and SUBACK % x, want % x", id, in, want)
+	}
+	return nc
+}
+
+// TestAttackNonReadingSubscribers: 200 subscribers that never read, and
+// 8 messages of 1 MiB at QoS 1 for all of them. What the broker keeps per
+// subscriber (outbox frames, queue) must not add up to a copy of every
+// message for every subscriber. The heap is measured after each message
+// and the attack stops early once the bound is passed.
+func TestAttackNonReadingSubscribers(t *testing.T) {
+	const subscribers, messages = 200, 8
+	start := time.Now()
+	srv, addr := startServer(t, mqttd.Options{})
+	payload, buf := payloadOf(bigPayload), encodeBuf()
+	conns := make([]net.Conn, 0, subscribers)
+	heap := attackBaseline(t, addr)
+	base := srv.Stats()
+
+	for i := range subscribers {
+		conns = append(conns, dialStuckSubscriber(t, addr, fmt.Sprintf("stuck-%03d", i), "flood"))
+	}
+	pub := newPublisher(t, addr, packets.V311, "flooder", buf)
+	sent := 0
+	for sent < messages {
+		pub.publish(&packets.Publish{Topic: "flood", QoS: 1, Payload: payload})
+		sent++
+		// A broker that copies every message for every subscriber takes
+		// seconds per message (far more under -race): once the bound is
+		// passed, the rest of the attack would prove nothing more.
+		if g := heap.growth(); sent < messages && g > attackHeapBound {
+			t.Logf("attack stopped after %d of %d messages: the heap already grew by %.1f MB; outboxes %d, queued %d", sent, messages, mb(g), srv.Stats().OutboxBytes, srv.Stats().QueuedBytes)
+			break
+		}
+	}
+	// Every PUBACK came after the message was routed: each delivery is in
+	// an outbox or a session queue now, unless the broker closed stuck
+	// subscribers (or dropped their copies) to defend itself.
+	waitFor(t, "every delivery taken in", func() bool {
+		st := srv.Stats()
+		var dropped uint64
+		for r, n := range st.Dropped {
+			dropped += n - base.Dropped[r]
+		}
+		return st.MessagesSent-base.MessagesSent+uint64(st.Queued)+dropped >= uint64(subscribers*sent) ||
+			st.Connections < base.Connections+subscribers+1
+	})
+	st := srv.Stats()
+	t.Logf("at the peak (%v): %d deliveries in outboxes, %d queued (%.1f MB), %d bytes written, %d connections, closed %v",
+		time.Since(start).Round(time.Millisecond), st.MessagesSent-base.MessagesSent, st.Queued, mb(st.QueuedBytes),
+		st.BytesSent-base.BytesSent, st.Connections, closedSince(base, st))
+	heap.check(fmt.Sprintf("200 non-reading subscribers, %d x 1 MiB", sent), attackHeapBound)
+
+	ordinaryExchange(t, addr, "during")
+	if st := srv.Stats(); st.Connections < base.Connections+subscribers+1 {
+		t.Logf("the broker closed %d of the attack's connections: %v", base.Connections+subscribers+1-st.Connections,
+			closedSince(base, st))
+	}
+
+	closeAll(conns)
+	pub.rc.nc.Close()
+	waitConnections(t, srv, base.Connections)
+	ordinaryExchange(t, addr, "after")
+	heap.log("after the attack's connections closed")
+	t.Logf("took %v", time.Since(start).Round(time.Millisecond))
+	runtime.KeepAlive(payload)
+	runtime.KeepAlive(pub)
+}
+
+// TestAttackOfflineSessionQueue: 200 messages of 1 MiB at QoS 1 for one
+// offline persistent session.
+func TestAttackOfflineSessionQueue(t *testing.T) {
+	const messages = 200
+	start := time.Now()
+	srv, addr := startServer(t, mqttd.Options{})
+	payload, buf := payloadOf(bigPayload), encodeBuf()
+	heap := attackBaseline(t, addr)
+	base := srv.Stats()
+
+	offlineSubscriber(t, addr, "victim", "flood")
+	pub := newPublisher(t, addr, packets.V311, "flooder", buf)
+	for range messages {
+		pub.publish(&packets.Publish{Topic: "flood", QoS: 1, Payload: payload})
+	}
+	st := srv.Stats()
+	t.Logf("at the peak: %d queued (%.1f MB), %d dropped as queue_full", st.Queued, mb(st.QueuedBytes),
+		st.Dropped["queue_full"]-base.Dropped["queue_full"])
+	heap.check("offline session, 200 x 1 MiB", attackHeapBound)
+
+	ordinaryExchange(t, addr, "during")
+
+	pub.rc.nc.Close()
+	waitConnections(t, srv, base.Connections)
+	ordinaryExchange(t, addr, "after")
+	heap.log("after the publisher left (the queue is still held)")
+	// The victim comes back with a clean session: its queue goes.
+	back := connectRawSession(t, addr, "victim", true, false)
+	back.send(&packets.Disconnect{})
+	back.expectClosed()
+	waitFor(t, "the queue dropped", func() bool { return srv.Stats().Queued == 0 })
+	heap.log("after the victim dropped its session")
+	t.Logf("took %v", time.Since(start).Round(time.Millisecond))
+	runtime.KeepAlive(payload)
+	runtime.KeepAlive(pub)
+}
+
+// expiringSubscriber connects a 5.0 client with a Session Expiry Interval
+// of expiry seconds, subscribes to filter at QoS 1 and disconnects
+// normally, leaving its session offline. It runs on worker goroutines, so
+// it returns errors rather than failing the test.
+func expiringSubscriber(addr, id, filter string, expiry uint32) error {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	cp := &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, CleanStart: true, ClientID: id}
+	cp.Properties.SessionExpiry = expiry
+	cp.Properties.Set(packets.PropSessionExpiry)
+	out, err := cp.Append(make([]byte, 0, 128), packets.V5)
+	if err != nil {
+		return err
+	}
+	out, err = (&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{
+		{Filter: filter, Options: packets.SubOptions{QoS: 1}}}}).Append(out, packets.V5)
+	if err != nil {
+		return err
+	}
+	if _, err := nc.Write(out); err != nil {
+		return err
+	}
+	br := bufio.NewReaderSize(nc, 64)
+	p, err := packets.ReadPacket(br, packets.V5, 0)
+	if ack, ok := p.(*packets.Connack); err != nil || !ok || ack.ReasonCode != packets.Success {
+		return fmt.Errorf("%s: CONNACK %T %+v, %v", id, p, p, err)
+	}
+	p, err = packets.ReadPacket(br, packets.V5, 0)
+	if ack, ok := p.(*packets.Suback); err != nil || !ok || len(ack.ReasonCodes) != 1 || ack.ReasonCodes[0] != 1 {
+		return fmt.Errorf("%s: SUBACK %T %+v, %v", id, p, p, err)
+	}
+	out, _ = (&packets.Disconnect{}).Append(out[:0], packets.V5)
+	if _, err := nc.Write(out); err != nil {
+		return err
+	}
+	if _, err := packets.ReadPacket(br, packets.V5, 0); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%s: after DISCONNECT: %v, want the connection closed", id, err)
+	}
+	return nil
+}
+
+// TestAttackExpiringSessions: 1000 5.0 sessions that expire after a second
+// offline, each subscribed to exp/# at QoS 1, and 400 small messages
+// queued for each. At the peak the heap stays under the bound; once the
+// sessions expire, the broker gives back what they held.
+func TestAttackExpiringSessions(t *testing.T) {
+	const sessions, messages, workers = 1000, 400, 8
+	start := time.Now()
+	srv, addr := startServer(t, mqttd.Options{})
+	heap := attackBaseline(t, addr)
+	base := srv.Stats()
+	pub := newPublisher(t, addr, packets.V311, "flooder", nil)
+
+	ids := make(chan int)
+	errs := make(chan error, sessions)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range ids {
+				if err := expiringSubscriber(addr, fmt.Sprintf("exp-%04d", i), "exp/#", 1); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	for i := range sessions {
+		ids <- i
+	}
+	close(ids)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	connected := time.Since(start)
+	waitFor(t, "the sessions offline", func() bool { return srv.Stats().SessionsOnline <= base.SessionsOnline+1 })
+
+	// All 400 publishes in one write, then their PUBACKs.
+	var out []byte
+	for i := range messages {
+		out, _ = (&packets.Publish{Topic: "exp/x", QoS: 1, PacketID: uint16(i + 1), Payload: []byte("tiny")}).
+			Append(out, packets.V311)
+	}
+	pub.rc.write(out)
+	for i := range messages {
+		if ack, ok := pub.rc.read().(*packets.Puback); !ok || ack.PacketID != uint16(i+1) {
+			t.Fatalf("publish %d: got %+v, want its PUBACK", i+1, ack)
+		}
+	}
+	st := srv.Stats()
+	t.Logf("at the peak (%v after the first connect): %d sessions, %d expired, %d queued (%.2f MB counted)",
+		time.Since(start).Round(time.Millisecond), st.Sessions, st.SessionsExpired-base.SessionsExpired, st.Queued, mb(st.QueuedBytes))
+	if st.SessionsExpired > base.SessionsExpired {
+		t.Logf("%d sessions expired before the peak was measured (connecting took %v): the peak is below the full %d x %d",
+			st.SessionsExpired-base.SessionsExpired, connected.Round(time.Millisecond), sessions, messages)
+	}
+	heap.check("1000 expiring sessions, 400 messages queued each", attackHeapBound)
+	ordinaryExchange(t, addr, "during")
+	t.Logf("sessions expired by the end of the ordinary exchange: %d", srv.Stats().SessionsExpired-base.SessionsExpired)
+
+	waitFor(t, "the sessions expired", func() bool {
+		st := srv.Stats()
+		return st.SessionsExpired-base.SessionsExpired >= sessions && st.Queued == 0
+	})
+	heap.check("after the sessions expired", 8<<20)
+	ordinaryExchange(t, addr, "after")
+	t.Logf("took %v", time.Since(start).Round(time.Millisecond))
+}
+
+// TestAttackRetainedStore: 200 retained messages of 1 MiB on distinct
+// topics. Past the store's limit they are refused (5.0 publisher: 0x97);
+// either answer is fine, the heap is what is checked.
+func TestAttackRetainedStore(t *testing.T) {
+	const messages = 200
+	start := time.Now()
+	srv, addr := startServer(t, mqttd.Options{})
+	payload, buf := payloadOf(bigPayload), encodeBuf()
+	heap := attackBaseline(t, addr)
+	base := srv.Stats()
+
+	pub := newPublisher(t, addr, packets.V5, "retainer", buf)
+	codes := map[packets.ReasonCode]int{}
+	for i := range messages {
+		code := pub.publish(&packets.Publish{Topic: fmt.Sprintf("big/%03d", i), QoS: 1, Retain: true, Payload: payload})
+		switch code {
+		case packets.Success, packets.NoMatchingSubscribers, packets.QuotaExceeded:
+			codes[code]++
+		default:
+			t.Fatalf("retained message %d: PUBACK %#x", i, byte(code))
+		}
+	}
+	st := srv.Stats()
+	t.Logf("at the peak: %d retained (%.1f MB counted), %d refused; PUBACK codes %v",
+		st.Retained, mb(st.RetainedBytes), st.RetainedRefused-base.RetainedRefused, codes)
+	heap.check("200 retained messages of 1 MiB", attackHeapBound)
+
+	ordinaryExchange(t, addr, "during")
+	// Clearing them gives the store back.
+	for i := range messages {
+		pub.publish(&packets.Publish{Topic: fmt.Sprintf("big/%03d", i), QoS: 1, Retain: true})
+	}
+	pub.rc.nc.Close()
+	waitConnections(t, srv, base.Connections)
+	if st := srv.Stats(); st.Retained != base.Retained {
+		t.Errorf("%d retained after clearing, want %d", st.Retained, base.Retained)
+	}
+	ordinaryExchange(t, addr, "after")
+	heap.log("after the retained messages were cleared")
+	t.Logf("took %v", time.Since(start).Round(time.Millisecond))
+	runtime.KeepAlive(payload)
+	runtime.KeepAlive(pub)
+}
+
+// TestAttackSlowloris: 100 connections without keepalive, each sending a
+// PUBLISH of the maximum packet size but its last 10 bytes, which never
+// come.
+func TestAttackSlowloris(t *testing.T) {
+	const conns, missing = 100, 10
+	start := time.Now()
+	srv, addr := startServer(t, mqttd.Options{})
+
+	topic := "slow"
+	frameSize := mqttd.DefaultMaxPacketSize
+	// 1 byte of type, 3 of remaining length, 2 of topic length.
+	frame, err := (&packets.Publish{Topic: topic, Payload: payloadOf(frameSize - 6 - len(topic))}).Append(nil, packets.V311)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(frame) != frameSize {
+		t.Fatalf("PUBLISH frame of %d bytes, want %d", len(frame), frameSize)
+	}
+	partial := frame[:len(frame)-missing]
+	held := make([]net.Conn, 0, conns)
+	heap := attackBaseline(t, addr)
+	base := srv.Stats()
+
+	var sent uint64
+	for i := range conns {
+		cp := &packets.Connect{ClientID: fmt.Sprintf("slow-%03d", i), CleanStart: true, KeepAlive: 0}
+		rc := connectAs(t, addr, packets.V311, cp)
+		sent += uint64(cp.Size(packets.V311))
+		held = append(held, rc.nc)
+		// Bounded, so that a broker that stops reading fails the test
+		// instead of hanging it; a broker that closes the connection is
+		// defending itself, which is fine.
+		rc.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		n, err := rc.nc.Write(partial)
+		sent += uint64(n)
+		if err != nil && isTimeoutErr(err) {
+			t.Fatalf("slow connection %d: the broker stopped reading: %v", i, err)
+		} else if err != nil {
+			t.Logf("slow connection %d: closed by the broker after %d bytes: %v", i, n, err)
+		}
+	}
+	// Every byte read; or, when the broker closed some connections and so
+	// will not read all of them, the count steady for 25 polls (50 ms).
+	var last uint64
+	steady := 0
+	waitFor(t, "the partial frames read", func() bool {
+		st := srv.Stats()
+		got := st.BytesReceived - base.BytesReceived
+		if got >= sent {
+			return true
+		}
+		if got == last {
+			steady++
+		} else {
+			last, steady = got, 0
+		}
+		return st.Connections < base.Connections+conns && steady >= 25
+	})
+	st := srv.Stats()
+	t.Logf("at the peak: %.1f MB received, %d connections, closed %v", mb(int64(st.BytesReceived-base.BytesReceived)),
+		st.Connections, closedSince(base, st))
+	heap.check("100 incomplete PUBLISHes of 1 MiB", attackHeapBound)
+
+	ordinaryExchange(t, addr, "during")
+	if st := srv.Stats(); st.Connections < base.Connections+conns {
+		t.Logf("the broker closed %d of the slow connections", base.Connections+conns-st.Connections)
+	}
+	closeAll(held)
+	waitConnections(t, srv, base.Connections)
+	ordinaryExchange(t, addr, "after")
+	heap.log("after the slow connections closed")
+	t.Logf("took %v", time.Since(start).Round(time.Millisecond))
+	runtime.KeepAlive(frame)
+}
+
+// userPropsOf returns n user properties whose values share one string of
+// size bytes.
+func userPropsOf(n, size int) packets.Properties {
+	var p packets.Properties
+	v := strings.Repeat("u", size)
+	for i := range n {
+		p.User = append(p.User, packets.UserProperty{Key: fmt.Sprint(i), Value: v})
+	}
+	p.Set(packets.PropUserProperty)
+	return p
+}
+
+// TestAttackPinnedFrames sends large packets of which the broker keeps a
+// small part: 100 5.0 SUBSCRIBEs of about 1 MB (a 7-byte filter and user
+// properties) each from a persistent session, 100 3.1.1 persistent
+// sessions whose CONNECT is padded to about 256 KB with a will, user name
+// and password (each field is at most 65535 bytes) around a short client
+// id, and 50 retained messages with 64 KB of user properties. What is
+// kept must be copied out of the frames, not pin them.
+func TestAttackPinnedFrames(t *testing.T) {
+	const subscribers, padded, retained = 100, 100, 50
+	start := time.Now()
+	srv, addr := startServer(t, mqttd.Options{})
+	buf := encodeBuf()
+	subProps := userPropsOf(16, 62000)   // about 1 MB
+	retainProps := userPropsOf(2, 32000) // 64 KB
+	pad := strings.Repeat("w", 65000)
+	heap := attackBaseline(t, addr)
+	base := srv.Stats()
+	encode := func(p packets.Packet, v packets.Version) []byte {
+		t.Helper()
+		var err error
+		if buf, err = p.Append(buf[:0], v); err != nil {
+			t.Fatal(err)
+		}
+		return buf
+	}
+
+	// SUBSCRIBEs: 16 user properties of 62,000 bytes.
+	for i := range subscribers {
+		cp := &packets.Connect{ClientID: fmt.Sprintf("sub-%03d", i), CleanStart: true}
+		cp.Properties.SessionExpiry = 3600
+		cp.Properties.Set(packets.PropSessionExpiry)
+		rc := connectAs(t, addr, packets.V5, cp)
+		sub := &packets.Subscribe{PacketID: 1, Properties: subProps,
+			Subscriptions: []packets.Subscription{{Filter: fmt.Sprintf("p/%05d", i), Options: packets.SubOptions{QoS: 1}}}}
+		if i == 0 {
+			t.Logf("SUBSCRIBE frame: %d bytes", len(encode(sub, packets.V5)))
+		}
+		rc.write(encode(sub, packets.V5))
+		if ack, ok := rc.read().(*packets.Suback); !ok || len(ack.ReasonCodes) != 1 || ack.ReasonCodes[0] != 1 {
+			t.Fatalf("SUBACK %+v", ack)
+		}
+		rc.write(encode(&packets.Disconnect{}, packets.V5))
+		rc.expectClosed()
+		rc.nc.Close()
+	}
+
+	// CONNECTs padded around a short client id.
+	for i := range padded {
+		cp := &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, ClientID: fmt.Sprintf("w%03d", i),
+			WillFlag: true, WillTopic: "will/" + pad, WillPayload: []byte(pad),
+			UsernameFlag: true, Username: pad, PasswordFlag: true, Password: []byte(pad)}
+		if i == 0 {
+			t.Logf("CONNECT frame: %d bytes", len(encode(cp, packets.V311)))
+		}
+		rc := dialRaw(t, addr)
+		rc.write(encode(cp, packets.V311))
+		if ack, ok := rc.read().(*packets.Connack); !ok || ack.ReasonCode != 0 {
+			t.Fatalf("CONNACK %+v", ack)
+		}
+		rc.write(encode(&packets.Disconnect{}, packets.V311))
+		rc.expectClosed()
+		rc.nc.Close()
+	}
+
+	// Retained messages with 64 KB of user properties.
+	pub := newPublisher(t, addr, packets.V5, "retainer", buf)
+	for i := range retained {
+		code := pub.publish(&packets.Publish{Topic: fmt.Sprintf("pin/%02d", i), QoS: 1, Retain: true,
+			Properties: retainProps, Payload: []byte("r")})
+		if code != packets.Success && code != packets.NoMatchingSubscribers {
+			t.Fatalf("retained message %d: PUBACK %#x", i, byte(code))
+		}
+	}
+	pub.rc.nc.Close()
+	waitConnections(t, srv, base.Connections)
+	st := srv.Stats()
+	if st.Sessions != base.Sessions+subscribers+padded || st.Retained != base.Retained+retained {
+		t.Errorf("%d sessions, %d retained; want %d and %d", st.Sessions, st.Retained,
+			base.Sessions+subscribers+padded, base.Retained+retained)
+	}
+	t.Logf("at the peak: %d sessions, %d subscriptions, %d retained (%.1f MB counted)",
+		st.Sessions, st.Subscriptions, st.Retained, mb(st.RetainedBytes))
+	heap.check("pinned frames: 100 SUBSCRIBEs of 1 MB, 100 CONNECTs of 256 KB, 50 retained with 64 KB properties", attackHeapBound)
+
+	ordinaryExchange(t, addr, "during")
+
+	// The attacker takes its sessions and retained messages back.
+	for i := range subscribers {
+		rc := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: fmt.Sprintf("sub-%03d", i), CleanStart: true})
+		rc.write(encode(&packets.Disconnect{}, packets.V5))
+		rc.expectClosed()
+		rc.nc.Close()
+	}
+	for i := range padded {
+		rc := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: fmt.Sprintf("w%03d", i), CleanStart: true})
+		rc.write(encode(&packets.Disconnect{}, packets.V311))
+		rc.expectClosed()
+		rc.nc.Close()
+	}
+	pub = newPublisher(t, addr, packets.V5, "retainer", buf)
+	for i := range retained {
+		pub.publish(&packets.Publish{Topic: fmt.Sprintf("pin/%02d", i), QoS: 1, Retain: true})
+	}
+	pub.rc.nc.Close()
+	waitConnections(t, srv, base.Connections)
+	waitFor(t, "the sessions dropped", func() bool { return srv.Stats().Sessions == base.Sessions })
+	if st := srv.Stats(); st.Retained != base.Retained {
+		t.Errorf("%d retained after clearing, want %d", st.Retained, base.Retained)
+	}
+	ordinaryExchange(t, addr, "after")
+	heap.log("after the sessions and retained messages were dropped")
+	t.Logf("took %v", time.Since(start).Round(time.Millisecond))
+	runtime.KeepAlive(buf)
+	runtime.KeepAlive(subProps)
+	runtime.KeepAlive(retainProps)
+	runtime.KeepAlive(pad)
+}
