@@ -209,8 +209,13 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 // tc's has no room of its own for it, or memory is short and tc already
 // has a backlog.
 func (s *Server) refuseQoS0(tc *conn, size int) (dropReason, bool) {
-	if fit, global := tc.fit(); global && fit < size {
-		return dropOutboxTotal, true
+	// Atomic loads first, so that the common case takes no second lock
+	// of the subscriber's outbox: in fan-in every publisher contends for
+	// that one.
+	if s.stats.outboxBytes.Load() >= s.opts.Limits.MaxOutboxBytesTotal {
+		if fit, global := tc.fit(); global && fit < size {
+			return dropOutboxTotal, true
+		}
 	}
 	if s.stats.memoryPressure.Load() && tc.out.pending() > 0 {
 		return dropMemoryPressure, true
