@@ -55,6 +55,7 @@ func (w *expiryWheel) schedule(cl *client, at int64) {
 		w.slots[tick] = slot
 		heap.Push(&w.ticks, slot)
 	}
+	cl.expiryPos = int32(len(slot.clients))
 	slot.clients = append(slot.clients, cl)
 	earliest := w.ticks[0] == slot
 	w.mu.Unlock()
@@ -66,25 +67,25 @@ func (w *expiryWheel) schedule(cl *client, at int64) {
 	}
 }
 
-// cancel takes cl out of the tick it was filed under for at; a slot left
-// empty leaves the wheel, so a client that comes back often leaves
+// cancel takes cl out of the tick it was filed under for at, in constant
+// time: 50,000 devices cut off in the same tick by a network outage come
+// back one by one, and a scan of the slot for each was quadratic. A slot
+// left empty leaves the wheel, so a client that comes back often leaves
 // nothing behind.
 func (w *expiryWheel) cancel(cl *client, at int64) {
 	tick := expiryTickOf(at)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	slot := w.slots[tick]
-	if slot == nil {
+	i := int(cl.expiryPos)
+	if slot == nil || i >= len(slot.clients) || slot.clients[i] != cl {
 		return
 	}
-	for i, c := range slot.clients {
-		if c == cl {
-			last := len(slot.clients) - 1
-			slot.clients[i], slot.clients[last] = slot.clients[last], nil
-			slot.clients = slot.clients[:last]
-			break
-		}
-	}
+	last := len(slot.clients) - 1
+	moved := slot.clients[last]
+	slot.clients[i], slot.clients[last] = moved, nil
+	moved.expiryPos = int32(i)
+	slot.clients = slot.clients[:last]
 	if len(slot.clients) == 0 {
 		heap.Remove(&w.ticks, slot.index)
 		delete(w.slots, tick)

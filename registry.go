@@ -31,6 +31,10 @@ type client struct {
 	// (accountQueueLocked); an int32 beside the bools, so that a client
 	// stays in a 64-byte allocation.
 	queued int32
+	// expiryPos is the client's place in its expiry slot while offline
+	// (expiryWheel), guarded by the wheel's lock: a client coming back is
+	// taken out without scanning the slot.
+	expiryPos int32
 	// handler is set for an inline subscriber (Server.Subscribe), which
 	// has no session or connection.
 	handler Handler
