@@ -115,7 +115,7 @@ func (c *conn) userPropertiesFit(p *packets.Properties) bool {
 	}
 	c.srv.stats.userPropsRefused.Add(1)
 	if !rateLimited(&c.srv.userPropsWarned) {
-		c.fields(c.srv.log.Warn()).Int("user_properties", len(p.User)).Int("max_user_properties", max).
+		c.fields(c.srv.log.Warn()).Int("max_user_properties", max).
 			Msg("message refused: too many user properties (logged at most every 10 s; mqttd_user_properties_refused_total counts them all)")
 	}
 	return false

@@ -19,12 +19,13 @@ import (
 // own copy, which the decoded packet keeps. PUBLISH, the packet that
 // matters for speed, is decoded into pub, the reader's reused struct.
 func (c *conn) dispatch(fh packets.FixedHeader, body []byte, pub *packets.Publish) error {
+	dec := c.srv.decode
 	if c.cl == nil {
-		p, err := packets.Decode(fh, body, c.version)
+		p, err := dec.Decode(fh, body, c.version)
 		return c.connectPacket(p, err)
 	}
 	if fh.Type == packets.TypePublish {
-		err := packets.DecodePublish(fh, body, c.version, pub)
+		err := dec.DecodePublish(fh, body, c.version, pub)
 		if err == nil {
 			err = c.handlePublish(pub)
 		} else {
@@ -33,7 +34,7 @@ func (c *conn) dispatch(fh packets.FixedHeader, body []byte, pub *packets.Publis
 		*pub = packets.Publish{} // drop references to the body
 		return err
 	}
-	p, err := packets.Decode(fh, body, c.version)
+	p, err := dec.Decode(fh, body, c.version)
 	if err != nil {
 		return c.readError(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"mqttd/packets"
 	"mqttd/session"
 	"mqttd/topictrie"
 )
@@ -28,6 +29,10 @@ type Server struct {
 	subs    *topictrie.Trie[*client, subOpts]
 	retain  *topictrie.Retained[*session.Message]
 	sessLim *session.Limits // shared by every session
+	// decode keeps one user property more than limits.max_user_properties,
+	// so that a message over it is told from one at it (userPropertiesFit)
+	// without decoding the hundreds of thousands a packet may carry.
+	decode packets.Limits
 	poller  *poller         // nil where connections are read by goroutines
 	idle    *idleWheel
 	expiry  *expiryWheel
@@ -102,6 +107,7 @@ func New(opts Options) (*Server, error) {
 		done:    make(chan struct{}),
 		failed:  make(chan error, 1),
 	}
+	s.decode.MaxUserProperties = o.Limits.MaxUserProperties + 1
 	s.queueBudget.Max = o.Limits.MaxQueuedBytesTotal
 	s.outboxWait.max, s.outboxWait.total = o.Limits.MaxOutboxBytesTotal, &s.stats.outboxBytes
 	s.readers = newReaderPool(s.done)

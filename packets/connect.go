@@ -25,8 +25,8 @@ func protocolName(v Version) string {
 
 // decodeConnect decodes a CONNECT body; see Decode for the partial
 // *Connect returned with errors found after the protocol level.
-func decodeConnect(body []byte) (Packet, error) {
-	d := &decoder{b: body}
+func decodeConnect(body []byte, l Limits) (Packet, error) {
+	d := &decoder{b: body, maxUser: l.MaxUserProperties}
 	name, err := d.str("protocol name")
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
 	"strings"
@@ -194,5 +195,74 @@ func TestErrorString(t *testing.T) {
 	_, err := readOne(t, []byte{0x36, 0x03, 0x00, 0x01, 't'}, packets.V311, 0, same)
 	if got := err.Error(); !strings.Contains(got, "0x81") || !strings.Contains(got, "[MQTT-3.3.1-4]") {
 		t.Fatalf("error text %q lacks the reason code or reference", got)
+	}
+}
+
+// manyUserProps is a 5.0 QoS 1 PUBLISH carrying n User Properties, all
+// empty but the last, named Z, and, after them, a Content Type.
+func manyUserProps(tb testing.TB, n int) (packets.FixedHeader, []byte) {
+	tb.Helper()
+	p := &packets.Publish{Topic: "t", QoS: 1, PacketID: 7, Payload: []byte("x")}
+	p.Properties.User = make([]packets.UserProperty, n)
+	p.Properties.User[n-1].Key = "Z"
+	p.Properties.Set(packets.PropUserProperty)
+	p.Properties.ContentType = "text/plain"
+	p.Properties.Set(packets.PropContentType)
+	frame, err := p.Append(nil, packets.V5)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fh, hn, err := packets.ParseFixedHeader(frame, packets.V5, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return fh, frame[hn:]
+}
+
+// TestLimitsMaxUserProperties checks that Limits.MaxUserProperties keeps
+// that many User Properties, in order, skips the rest after checking
+// them, and decodes what follows them; the zero Limits keeps all.
+func TestLimitsMaxUserProperties(t *testing.T) {
+	fh, body := manyUserProps(t, 1000)
+	for _, tc := range []struct {
+		max, want int
+	}{{0, 1000}, {65, 65}, {1000, 1000}, {1001, 1000}} {
+		var p packets.Publish
+		if err := (packets.Limits{MaxUserProperties: tc.max}).DecodePublish(fh, body, packets.V5, &p); err != nil {
+			t.Fatalf("max %d: %v", tc.max, err)
+		}
+		if len(p.Properties.User) != tc.want || p.Properties.ContentType != "text/plain" || p.PacketID != 7 {
+			t.Errorf("max %d: %d user properties, content type %q, id %d; want %d, text/plain, 7",
+				tc.max, len(p.Properties.User), p.Properties.ContentType, p.PacketID, tc.want)
+		}
+		got, err := packets.Limits{MaxUserProperties: tc.max}.Decode(fh, body, packets.V5)
+		if err != nil || len(got.(*packets.Publish).Properties.User) != tc.want {
+			t.Errorf("max %d: Decode kept %d user properties (%v), want %d", tc.max, len(got.(*packets.Publish).Properties.User), err, tc.want)
+		}
+	}
+	// The last User Property's name becomes invalid UTF-8.
+	fhBad, bad := manyUserProps(t, 1000)
+	bad = bytes.Clone(bad)
+	bad[bytes.IndexByte(bad, 'Z')] = 0xFF
+	var p packets.Publish
+	if err := (packets.Limits{MaxUserProperties: 1}).DecodePublish(fhBad, bad, packets.V5, &p); err == nil {
+		t.Error("a broken User Property past the limit was not checked")
+	}
+}
+
+// BenchmarkDecodeManyUserProperties is a 1 MiB PUBLISH of 200,000 empty
+// User Properties, decoded whole and with the broker's default limit.
+func BenchmarkDecodeManyUserProperties(b *testing.B) {
+	fh, body := manyUserProps(b, 200000)
+	for _, max := range []int{0, 65} {
+		b.Run(fmt.Sprintf("max=%d", max), func(b *testing.B) {
+			b.ReportAllocs()
+			var p packets.Publish
+			for range b.N {
+				if err := (packets.Limits{MaxUserProperties: max}).DecodePublish(fh, body, packets.V5, &p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -77,6 +77,9 @@ func ValidUTF8String(s string) bool {
 type decoder struct {
 	b []byte
 	i int
+	// maxUser, when positive, is the most user properties kept per
+	// property list (Limits.MaxUserProperties).
+	maxUser int
 }
 
 func (d *decoder) left() int { return len(d.b) - d.i }

@@ -123,7 +123,7 @@ func (p *Properties) decode(d *decoder, t Type, will bool) error {
 	if n > d.left() {
 		return malformed("§2.2.2.1", "property length exceeds the packet")
 	}
-	sub := decoder{b: d.b[d.i : d.i+n]}
+	sub := decoder{b: d.b[d.i : d.i+n], maxUser: d.maxUser}
 	d.i += n
 	for sub.left() > 0 {
 		if err := p.decodeOne(&sub, t, will); err != nil {
@@ -216,7 +216,9 @@ func (p *Properties) decodePair(d *decoder) error {
 	if err != nil {
 		return err
 	}
-	p.User = append(p.User, UserProperty{Key: k, Value: v})
+	if d.maxUser <= 0 || len(p.User) < d.maxUser {
+		p.User = append(p.User, UserProperty{Key: k, Value: v})
+	}
 	return nil
 }
 

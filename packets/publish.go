@@ -24,11 +24,17 @@ func decodePublish(flags byte, d *decoder, v Version) (Packet, error) {
 // allocates nothing. As with Decode, p's strings and slices alias body,
 // which the caller hands over. v must be a known version (not 0).
 func DecodePublish(fh FixedHeader, body []byte, v Version, p *Publish) error {
+	return Limits{}.DecodePublish(fh, body, v, p)
+}
+
+// DecodePublish is the package's DecodePublish, keeping no more than l
+// allows.
+func (l Limits) DecodePublish(fh FixedHeader, body []byte, v Version, p *Publish) error {
 	if fh.Type != TypePublish || len(body) != fh.Remaining {
 		return malformed("§2.1.4", "not a whole PUBLISH frame")
 	}
 	*p = Publish{}
-	return p.decode(fh.Flags, &decoder{b: body}, v)
+	return p.decode(fh.Flags, &decoder{b: body, maxUser: l.MaxUserProperties}, v)
 }
 
 func (p *Publish) decode(flags byte, d *decoder, v Version) error {

@@ -179,12 +179,29 @@ func ReadBody(r *bufio.Reader, n int) ([]byte, error) {
 //
 // For any other type, v == 0 gives a Protocol Error [MQTT-3.1.0-1].
 func Decode(fh FixedHeader, body []byte, v Version) (Packet, error) {
+	return Limits{}.Decode(fh, body, v)
+}
+
+// Limits bound what decoding keeps of a packet. The zero value keeps
+// everything.
+type Limits struct {
+	// MaxUserProperties, when positive, is the most User Properties kept
+	// per property list: the rest are checked and skipped, so a packet
+	// carrying hundreds of thousands of them (a 1 MiB packet holds
+	// 200,000) costs no more than this many decoded. A caller that must
+	// tell a packet over its own limit n from one at it sets n+1 here
+	// and looks for more than n.
+	MaxUserProperties int
+}
+
+// Decode is the package's Decode, keeping no more than l allows.
+func (l Limits) Decode(fh FixedHeader, body []byte, v Version) (Packet, error) {
 	if len(body) != fh.Remaining {
 		return nil, malformed("§2.1.4", "body length differs from the remaining length")
 	}
 	if fh.Type == TypeConnect {
 		// Decoded first so that a flags error comes with the level too.
-		p, err := decodeConnect(body)
+		p, err := decodeConnect(body, l)
 		if ferr := checkFlags(fh, 0); ferr != nil {
 			return p, ferr
 		}
@@ -196,7 +213,7 @@ func Decode(fh FixedHeader, body []byte, v Version) (Packet, error) {
 	if err := checkFlags(fh, v); err != nil {
 		return nil, err
 	}
-	d := &decoder{b: body}
+	d := &decoder{b: body, maxUser: l.MaxUserProperties}
 	switch fh.Type {
 	case TypePublish:
 		return decodePublish(fh.Flags, d, v)
