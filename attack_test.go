@@ -675,3 +675,36 @@ func TestAttackPinnedFrames(t *testing.T) {
 	runtime.KeepAlive(retainProps)
 	runtime.KeepAlive(pad)
 }
+
+// TestAttackConnectionChurn: 5,000 clients with a keepalive of 60 s
+// connect and close at once. A closed connection must not stay in memory
+// until the idle wheel comes round to its deadline (90 s here), with what
+// it points to: churn at 1,000 connections a second would hold 90,000 of
+// them.
+func TestAttackConnectionChurn(t *testing.T) {
+	const conns = 5000
+	srv, addr := startServer(t, mqttd.Options{})
+	heap := attackBaseline(t, addr)
+	base := srv.Stats()
+	for i := range conns {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := (&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, CleanStart: true,
+			KeepAlive: 60, ClientID: fmt.Sprintf("churn-%04d", i)}).Append(nil, packets.V311)
+		if _, err := nc.Write(out); err != nil {
+			t.Fatal(err)
+		}
+		var ack [4]byte
+		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(nc, ack[:]); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		nc.Close()
+	}
+	waitConnections(t, srv, base.Connections)
+	waitFor(t, "the sessions to end", func() bool { return srv.Stats().Sessions == base.Sessions })
+	heap.check(fmt.Sprintf("%d connections opened and closed", conns), 2<<20)
+	ordinaryExchange(t, addr, "after")
+}

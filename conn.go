@@ -54,6 +54,9 @@ type conn struct {
 	// framing is set while a packet has started to arrive and is not
 	// complete (events): the idle limit is then limits.frame_timeout.
 	framing atomic.Bool
+	// idlePos is the connection's place in its idle wheel slot, guarded
+	// by the wheel's lock.
+	idlePos int32
 
 	dropWarned atomic.Int64 // unix nanos of the last outbox-full warning
 }

@@ -83,19 +83,59 @@ func (w *idleWheel) start() {
 	}
 }
 
-// watch files c for its current deadline: lastRead plus its idle limit.
+// watch files c for its current deadline, lastRead plus its idle limit,
+// in place of the entry it had: a connection has one entry at most, so a
+// closed one can be taken out at once (forget) instead of staying, with
+// what it points to, until a sweep comes round to it (up to a lap).
 func (w *idleWheel) watch(c *conn) {
 	limit := c.idleLimit.Load()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.removeLocked(c)
 	if limit <= 0 {
 		c.filedTick.Store(0)
 		return
 	}
 	tick := tickOf(c.lastRead.Load()+limit) + 1 // never look early
 	c.filedTick.Store(tick)
+	w.appendLocked(idleEntry{c, tick})
+}
+
+// forget takes a finished connection out of the wheel.
+func (w *idleWheel) forget(c *conn) {
 	w.mu.Lock()
-	i := tick % idleSlots
-	w.slots[i] = append(w.slots[i], idleEntry{c, tick})
+	w.removeLocked(c)
+	c.filedTick.Store(0)
 	w.mu.Unlock()
+}
+
+// appendLocked files e in its slot, recording its place in e.c.idlePos.
+func (w *idleWheel) appendLocked(e idleEntry) {
+	i := e.tick % idleSlots
+	e.c.idlePos = int32(len(w.slots[i]))
+	w.slots[i] = append(w.slots[i], e)
+}
+
+// removeLocked takes c's current entry out of its slot, if it is there:
+// a sweep may have taken the slot's entries out meanwhile, and then
+// drops the entry itself as superseded.
+func (w *idleWheel) removeLocked(c *conn) {
+	tick := c.filedTick.Load()
+	if tick == 0 {
+		return
+	}
+	slot := &w.slots[tick%idleSlots]
+	pos := int(c.idlePos)
+	if pos >= len(*slot) || (*slot)[pos].c != c || (*slot)[pos].tick != tick {
+		return
+	}
+	last := len(*slot) - 1
+	moved := (*slot)[last]
+	(*slot)[pos], (*slot)[last] = moved, idleEntry{}
+	*slot = (*slot)[:last]
+	if pos != last && moved.c.filedTick.Load() == moved.tick {
+		moved.c.idlePos = int32(pos)
+	}
 }
 
 func (w *idleWheel) run() {
@@ -139,7 +179,7 @@ func (w *idleWheel) sweep(tick, now int64) {
 			// released within a lap even with a keepalive of hours.
 		case e.tick > tick: // a later lap
 			w.mu.Lock()
-			w.slots[i] = append(w.slots[i], e)
+			w.appendLocked(e)
 			w.mu.Unlock()
 		case now >= c.lastRead.Load()+c.idleLimit.Load():
 			// Its own goroutine: telling a 5.0 client may wait for its

@@ -215,10 +215,11 @@ func TestIdleWheelLapAhead(t *testing.T) {
 }
 
 // TestIdleWheelDropsDeadEntries checks that the sweep drops, without a
-// timeout, the entry of a finished connection (so the wheel does not keep
-// a closed connection alive for hours of keepalive) and an entry
-// superseded by a later watch (which would otherwise be filed again
-// beside its successor and time the connection out twice).
+// timeout, the entry of a finished connection, that forget takes it out
+// at once (so the wheel does not keep a closed connection, and what it
+// points to, alive for up to a lap), and that a later watch replaces the
+// entry rather than adding one (which would time the connection out
+// twice, or at its old deadline).
 func TestIdleWheelDropsDeadEntries(t *testing.T) {
 	s := newTestServer(t, Options{})
 
@@ -235,20 +236,47 @@ func TestIdleWheelDropsDeadEntries(t *testing.T) {
 		}
 	})
 
+	t.Run("forgotten", func(t *testing.T) {
+		w := newTestWheel(t, s, idleBase)
+		conns := make([]*conn, 5)
+		for i := range conns {
+			conns[i] = idleConn(s, idleBase, time.Second) // all in one slot
+			w.watch(conns[i])
+		}
+		w.forget(conns[1])
+		w.forget(conns[1])
+		for i, c := range conns {
+			want := 1
+			if i == 1 {
+				want = 0
+			}
+			if n := w.filed(c); n != want {
+				t.Errorf("connection %d: %d entries after forgetting connection 1, want %d", i, n, want)
+			}
+		}
+		w.forget(conns[4]) // moved into connection 1's place: its place was kept
+		if n := w.filed(conns[4]); n != 0 {
+			t.Errorf("a moved entry was not forgotten: %d left", n)
+		}
+		if got := w.advanceTo(idleBase + int64(2*time.Second)); len(got) != 3 {
+			t.Errorf("%d timeouts, want the 3 not forgotten", len(got))
+		}
+	})
+
 	t.Run("superseded", func(t *testing.T) {
 		w := newTestWheel(t, s, idleBase)
 		c := idleConn(s, idleBase, time.Second)
 		w.watch(c)
 		c.lastRead.Store(idleBase + int64(5*time.Second))
-		w.watch(c) // a new limit counted from later: two entries, one current
-		if n := w.filed(c); n != 2 {
-			t.Fatalf("%d entries, want 2", n)
+		w.watch(c) // a new limit counted from later replaces the entry
+		if n := w.filed(c); n != 1 {
+			t.Fatalf("%d entries, want 1", n)
 		}
 		if got := w.advanceTo(idleBase + int64(2*time.Second)); len(got) != 0 {
-			t.Error("timed out by a superseded entry")
+			t.Error("timed out at the old deadline")
 		}
 		if n := w.filed(c); n != 1 {
-			t.Errorf("%d entries after the superseded one's tick, want 1", n)
+			t.Errorf("%d entries after the old deadline's tick, want 1", n)
 		}
 		if got := w.advanceTo(idleBase + int64(7*time.Second)); len(got) != 1 {
 			t.Errorf("%d timeouts at the current deadline, want 1", len(got))

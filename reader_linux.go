@@ -340,6 +340,7 @@ func (c *conn) finishEvent(reason error) {
 	}
 	c.srv.stats.incomingBytes.Add(-int64(cap(c.ev.partial)))
 	c.ev.partial = nil
+	c.srv.idle.forget(c)
 	defer c.srv.untrack(c) // even if the cleanup panics, or Shutdown would wait
 	c.cleanup()
 }
