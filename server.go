@@ -32,8 +32,8 @@ type Server struct {
 	// decode keeps one user property more than limits.max_user_properties,
 	// so that a message over it is told from one at it (userPropertiesFit)
 	// without decoding the hundreds of thousands a packet may carry.
-	decode packets.Limits
-	poller  *poller         // nil where connections are read by goroutines
+	decode  packets.Limits
+	poller  *poller // nil where connections are read by goroutines
 	idle    *idleWheel
 	expiry  *expiryWheel
 	memory  *memoryWatch
