@@ -48,6 +48,8 @@ type conn struct {
 	// 5.0 DISCONNECT) set it and the limits capped it: 0 for a clean
 	// session.
 	expiry uint32
+	// willDelay is the 5.0 will's Will Delay Interval, in seconds.
+	willDelay uint32
 
 	graceful  bool // DISCONNECT received: the will is discarded
 	closeOnce sync.Once
@@ -181,21 +183,9 @@ func (c *conn) cleanup() {
 			c.panicked(r)
 		}
 	}()
-	s := c.srv
 	if c.cl != nil {
-		s.detach(c)
-	}
-	// The idle wheel may hold the closed connection until its deadline
-	// comes round: the will must not stay with it.
-	will := c.will
-	c.will = nil
-	if will != nil && !c.graceful && !s.closing.Load() {
-		if props := will.Properties; props != nil && props.Has(packets.PropMessageExpiry) {
-			// The interval starts when the will is published.
-			will.Expiry = time.Now().Add(time.Duration(props.MessageExpiry) * time.Second)
-		}
-		c.srv.stats.willsPublished.Add(1)
-		c.srv.publish(will)
+		c.srv.detach(c)
+		c.settleWill()
 	}
 }
 

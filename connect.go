@@ -49,7 +49,6 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 	if cp.Properties.Has(packets.PropMaximumPacketSize) {
 		c.maxOut = cp.Properties.MaximumPacketSize
 	}
-	c.will = willMessage(cp, c.info.ClientID)
 	c.expiry = s.sessionExpiry(c.version, cp)
 	if !s.attach(c, cp) {
 		code := packets.ConnRefusedServerUnavailable
@@ -64,6 +63,9 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 		}
 		return closing(CloseConnectRefused, errors.New("no room for a new session: limits.max_sessions"))
 	}
+	// Only now: a client refused above leaves no will.
+	c.will = willMessage(cp, c.info.ClientID)
+	c.willDelay = cp.WillProperties.WillDelay
 	c.connected.Store(true)
 	c.startKeepAlive()
 	s.stats.connects.Add(1)

@@ -184,9 +184,11 @@ func (s *Server) expireSession(cl *client) {
 		return
 	}
 	delete(s.clients, cl.id)
+	will := s.takeWillLocked(cl) // the session ends before the will's delay
 	dropped := s.dropSessionLocked(cl)
 	s.mu.Unlock()
 	s.unsubscribeAll(cl, dropped)
+	s.publishWill(will)
 	s.stats.sessionsExpired.Add(1)
 	s.log.Debug().Str("client_id", cl.id).Msg("session expired")
 }

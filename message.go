@@ -19,6 +19,10 @@ func willMessage(cp *packets.Connect, id string) *session.Message {
 		return nil
 	}
 	props := cp.WillProperties.Clone()
+	// Not a PUBLISH property: a subscriber's client library would drop the
+	// connection over it.
+	props.Present &^= 1 << packets.PropWillDelay
+	props.WillDelay = 0
 	return newMessage(strings.Clone(cp.WillTopic), bytes.Clone(cp.WillPayload), cp.WillQoS, cp.WillRetain, &props, id)
 }
 

@@ -71,6 +71,7 @@ func newCollector(st *stats, queue *session.QueueBudget) *collector {
 	counter("publish_denied_total", "PUBLISHes refused: by the Authorizer, or to $SYS.", func(s *stats) uint64 { return s.publishDenied.Load() })
 	counter("subscribe_denied_total", "Subscriptions the Authorizer refused.",
 		func(s *stats) uint64 { return s.subscribeDenied.Load() })
+	gauge("wills_delayed", "Wills waiting for their Will Delay Interval.", func(s *stats) int64 { return s.willsDelayed.Load() })
 	counter("wills_published_total", "Will messages published.", func(s *stats) uint64 { return s.willsPublished.Load() })
 	counter("subscriptions_refused_total", "Subscriptions refused: the client held limits.max_subscriptions_per_client.",
 		func(s *stats) uint64 { return s.subscriptionsRefused.Load() })

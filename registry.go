@@ -69,14 +69,20 @@ func (s *Server) attach(c *conn, cp *packets.Connect) bool {
 	}
 	cl, present := old, old != nil
 	var dropped []string
+	// A will waiting for its delay: the session ends here (published) or
+	// the client is back in time (dropped) [MQTT-3.1.3-9].
+	var endedWill *session.Message
 	if clean || old == nil || old.clean {
 		if old != nil {
+			endedWill = s.takeWillLocked(old)
 			dropped = s.dropSessionLocked(old)
 		}
 		cl = &client{id: id, sess: session.New(id, s.sessLim)}
 		s.clients[id] = cl
 		s.stats.sessions.Add(1)
 		present = false
+	} else {
+		s.takeWillLocked(old)
 	}
 	s.stats.sessionsOnline.Add(1)
 	cl.mu.Lock()
@@ -92,6 +98,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect) bool {
 	cl.mu.Unlock()
 	s.mu.Unlock()
 	s.unsubscribeAll(old, dropped)
+	s.publishWill(endedWill)
 	if oldConn != nil {
 		// On its own goroutine: telling a 5.0 client may wait for its
 		// outbox to drain, and the new client's CONNACK must not wait.

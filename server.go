@@ -43,6 +43,7 @@ type Server struct {
 	// mu -> client.mu -> outbox.mu (LOCKING.md).
 	mu        sync.Mutex
 	clients   map[string]*client
+	wills     map[*client]*delayedWill // waiting for their Will Delay Interval (will.go)
 	conns     map[*conn]struct{}
 	perAddr   map[netip.Addr]int // open connections by source address (admit.go)
 	listeners []*listener
@@ -102,6 +103,7 @@ func New(opts Options) (*Server, error) {
 		expiry:  newExpiryWheel(),
 		memory:  newMemoryWatch(),
 		clients: make(map[string]*client),
+		wills:   make(map[*client]*delayedWill),
 		conns:   make(map[*conn]struct{}),
 		perAddr: make(map[netip.Addr]int),
 		done:    make(chan struct{}),
@@ -296,6 +298,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, ln := range s.listeners {
 		ln.l.Close()
 	}
+	s.dropWillsLocked()
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)

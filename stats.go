@@ -21,6 +21,7 @@ type stats struct {
 	retained       atomic.Int64
 	retainedBytes  atomic.Int64 // Message.Size of the retained messages
 	queued         atomic.Int64 // messages waiting in session queues
+	willsDelayed   atomic.Int64 // wills waiting for their Will Delay Interval
 	outboxBytes    atomic.Int64 // bytes waiting in every outbox
 	incomingBytes  atomic.Int64 // bytes of packets arriving, not yet complete
 	heapLive       atomic.Int64 // the live heap at the memory watch's last look
@@ -113,7 +114,9 @@ type Stats struct {
 	PublishDenied        uint64 // PUBLISHes refused: by the Authorizer, or to $SYS
 	SubscribeDenied      uint64 // subscriptions the Authorizer refused
 	WillsPublished       uint64
-	RetainedRefused      uint64 // retained messages the store had no room for
+	// WillsDelayed is the wills waiting for their Will Delay Interval.
+	WillsDelayed    int64
+	RetainedRefused uint64 // retained messages the store had no room for
 	// RetainedTruncated counts subscriptions whose retained messages
 	// were not all sent: one SUBSCRIBE is sent at most what the session
 	// can hold (limits.max_inflight + limits.max_queued).
@@ -162,6 +165,7 @@ func (s *Server) Stats() Stats {
 		PublishDenied:         st.publishDenied.Load(),
 		SubscribeDenied:       st.subscribeDenied.Load(),
 		WillsPublished:        st.willsPublished.Load(),
+		WillsDelayed:          st.willsDelayed.Load(),
 		RetainedRefused:       st.retainedRefused.Load(),
 		RetainedTruncated:     st.retainedTruncated.Load(),
 		SessionsExpired:       st.sessionsExpired.Load(),

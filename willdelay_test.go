@@ -1,0 +1,173 @@
+package mqttd_test
+
+import (
+	"bytes"
+	"testing"
+
+	"mqttd"
+	"mqttd/packets"
+)
+
+// willClient connects a 5.0 client with a will on "will" whose Will Delay
+// Interval is delay seconds (the property present even when 0) and whose
+// session lasts expiry seconds offline.
+func willClient(t *testing.T, addr, id string, delay, expiry uint32, clean bool) *rawConn {
+	t.Helper()
+	cp := &packets.Connect{ClientID: id, CleanStart: clean}
+	setWill(cp, "will")
+	cp.WillProperties.WillDelay = delay
+	cp.WillProperties.Set(packets.PropWillDelay)
+	if expiry > 0 {
+		cp.Properties.SessionExpiry = expiry
+		cp.Properties.Set(packets.PropSessionExpiry)
+	}
+	return connectAs(t, addr, packets.V5, cp)
+}
+
+// watch5 connects a 5.0 subscriber to "will": its decoder refuses a
+// PUBLISH carrying a property PUBLISH may not have, as client libraries do.
+func watch5(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	rc := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "watch5", CleanStart: true})
+	subscribe(rc, packets.Subscription{Filter: "will"})
+	return rc
+}
+
+// dropAndWait closes rc without DISCONNECT and waits until the broker has
+// finished the connection (its will decided), which is when it stops
+// counting it.
+func dropAndWait(t *testing.T, srv *mqttd.Server, rc *rawConn) {
+	t.Helper()
+	before := srv.Stats().Connections
+	rc.nc.Close()
+	waitFor(t, "the connection to be finished", func() bool { return srv.Stats().Connections < before })
+}
+
+// TestWillProperties checks that a 5.0 will is published with the
+// properties a PUBLISH may carry (content type, response topic,
+// correlation data, payload format, user properties, message expiry) and
+// without its Will Delay Interval, which is not one of them: a subscriber
+// receiving it would drop the connection.
+func TestWillProperties(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{})
+	watcher := watch5(t, addr)
+	cp := &packets.Connect{ClientID: "w", CleanStart: true}
+	setWill(cp, "will")
+	wp := &cp.WillProperties
+	wp.WillDelay, wp.ContentType, wp.ResponseTopic, wp.CorrelationData = 0, "text/plain", "reply", []byte{1, 2}
+	wp.PayloadFormat, wp.MessageExpiry = 1, 100
+	wp.User = []packets.UserProperty{{Key: "k", Value: "v"}}
+	for _, id := range []packets.PropID{packets.PropWillDelay, packets.PropContentType, packets.PropResponseTopic,
+		packets.PropCorrelationData, packets.PropPayloadFormat, packets.PropMessageExpiry, packets.PropUserProperty} {
+		wp.Set(id)
+	}
+	dropAndWait(t, srv, connectAs(t, addr, packets.V5, cp))
+	p := expectPublish(watcher, "will")
+	got := p.Properties
+	if got.Has(packets.PropWillDelay) {
+		t.Error("the will was published with its Will Delay Interval")
+	}
+	if got.ContentType != "text/plain" || got.ResponseTopic != "reply" || !bytes.Equal(got.CorrelationData, []byte{1, 2}) ||
+		got.PayloadFormat != 1 || len(got.User) != 1 || got.User[0] != (packets.UserProperty{Key: "k", Value: "v"}) ||
+		!got.Has(packets.PropMessageExpiry) || got.MessageExpiry == 0 || got.MessageExpiry > 100 {
+		t.Errorf("will properties %+v", got)
+	}
+}
+
+// TestWillDelay checks the Will Delay Interval [MQTT-3.1.3-9]: the will
+// waits for it, and is then published once.
+func TestWillDelay(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{})
+	watcher := watch5(t, addr)
+	dropAndWait(t, srv, willClient(t, addr, "d", 2, 60, true))
+	if n := srv.Stats().WillsDelayed; n != 1 {
+		t.Fatalf("%d wills delayed, want 1", n)
+	}
+	expectNothing(watcher) // well within the 2 s
+	expectPublish(watcher, "will")
+	if st := srv.Stats(); st.WillsDelayed != 0 || st.WillsPublished != 1 {
+		t.Errorf("%d delayed, %d published; want 0, 1", st.WillsDelayed, st.WillsPublished)
+	}
+}
+
+// TestWillDelayCancelled checks that a client back on its session within
+// the delay cancels its will, and that one starting a clean session ends
+// the old one, which publishes the will at once.
+func TestWillDelayCancelled(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{})
+	watcher := watch5(t, addr)
+	dropAndWait(t, srv, willClient(t, addr, "back", 3600, 3600, true))
+	back := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "back", CleanStart: false,
+		Properties: sessionExpiryProps(3600)})
+	if st := srv.Stats(); st.WillsDelayed != 0 {
+		t.Errorf("%d wills delayed after the client came back, want 0", st.WillsDelayed)
+	}
+	back.send(&packets.Disconnect{})
+	back.expectClosed()
+
+	dropAndWait(t, srv, willClient(t, addr, "fresh", 3600, 3600, true))
+	connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "fresh", CleanStart: true})
+	if p := expectPublish(watcher, "will"); string(p.Payload) != "gone" {
+		t.Errorf("will payload %q", p.Payload)
+	}
+	expectNothing(watcher)
+	if st := srv.Stats(); st.WillsDelayed != 0 || st.WillsPublished != 1 {
+		t.Errorf("%d delayed, %d published; want 0, 1 (the clean start's)", st.WillsDelayed, st.WillsPublished)
+	}
+}
+
+// TestWillDelaySessionEnds checks that a will whose delay outlasts its
+// session is published when the session ends [MQTT-3.1.3-9].
+func TestWillDelaySessionEnds(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{})
+	watcher := watch5(t, addr)
+	dropAndWait(t, srv, willClient(t, addr, "short", 3600, 1, true))
+	expectPublish(watcher, "will")
+	if st := srv.Stats(); st.SessionsExpired != 1 || st.WillsDelayed != 0 {
+		t.Errorf("%d sessions expired, %d wills delayed when the will came; want 1, 0", st.SessionsExpired, st.WillsDelayed)
+	}
+}
+
+// TestTakeoverWill checks the will of a connection taken over: not
+// published when the new connection goes on with the persistent session
+// (the client is back), published when it starts a clean one (the old
+// session ended), in 3.1.1 as in 5.0 (row 52).
+func TestTakeoverWill(t *testing.T) {
+	for _, v := range versions {
+		t.Run(versionName(v), func(t *testing.T) {
+			srv, addr := startServer(t, mqttd.Options{})
+			watcher := watchTopic(t, addr, "will")
+			persistent := func(clean bool) *packets.Connect {
+				cp := &packets.Connect{ClientID: "p", CleanStart: clean}
+				if v == packets.V5 {
+					cp.Properties = sessionExpiryProps(3600)
+				}
+				return cp
+			}
+			cp := persistent(false)
+			setWill(cp, "will")
+			connectAs(t, addr, v, cp)
+			before := srv.Stats().Connections
+			connectAs(t, addr, v, persistent(false))
+			waitFor(t, "the old connection to finish", func() bool { return srv.Stats().Connections == before })
+			expectNothing(watcher)
+
+			cp = persistent(false)
+			setWill(cp, "will")
+			connectAs(t, addr, v, cp)
+			connectAs(t, addr, v, persistent(true))
+			expectPublish(watcher, "will")
+			if n := srv.Stats().WillsPublished; n != 1 {
+				t.Errorf("%d wills published, want 1", n)
+			}
+		})
+	}
+}
+
+// sessionExpiryProps asks for a 5.0 Session Expiry Interval of s seconds.
+func sessionExpiryProps(s uint32) packets.Properties {
+	var p packets.Properties
+	p.SessionExpiry = s
+	p.Set(packets.PropSessionExpiry)
+	return p
+}
