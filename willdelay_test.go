@@ -171,3 +171,27 @@ func sessionExpiryProps(s uint32) packets.Properties {
 	p.Set(packets.PropSessionExpiry)
 	return p
 }
+
+// TestRefusedClientLeavesNoWill checks that a client whose CONNECT is
+// refused (here by limits.max_sessions) never had a will: none is
+// published when its connection closes.
+func TestRefusedClientLeavesNoWill(t *testing.T) {
+	for _, v := range versions {
+		t.Run(versionName(v), func(t *testing.T) {
+			srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxSessions: 1}})
+			watcher := watchTopic(t, addr, "will")
+			cp := &packets.Connect{ClientID: "refused", CleanStart: true}
+			setWill(cp, "will")
+			rc, ack := connectReply(t, addr, v, cp)
+			if ack.ReasonCode == 0 {
+				t.Fatal("CONNECT accepted past limits.max_sessions")
+			}
+			rc.expectClosed()
+			waitFor(t, "the refused connection to finish", func() bool { return srv.Stats().Connections == 1 })
+			expectNothing(watcher)
+			if n := srv.Stats().WillsPublished; n != 0 {
+				t.Errorf("%d wills published, want 0", n)
+			}
+		})
+	}
+}
