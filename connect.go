@@ -29,6 +29,9 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 	// the CONNECT frame (a large password or will, say).
 	c.info.Username = strings.Clone(cp.Username)
 	if code, err := c.checkConnect(cp); err != nil {
+		if code == 0 {
+			return err
+		}
 		c.refuse(code)
 		return closing(CloseConnectRefused, err)
 	}
@@ -105,11 +108,17 @@ func (c *conn) refuse(code packets.ReasonCode) {
 }
 
 // checkConnect applies the broker's rules to a well-formed CONNECT and
-// returns the refusing code in the client's version.
+// returns the refusing code in the client's version, or 0 with the error
+// when the client's version has none and the connection is closed
+// without an answer.
 func (c *conn) checkConnect(cp *packets.Connect) (packets.ReasonCode, error) {
 	lim := c.srv.opts.Limits
 	v5 := c.version == packets.V5
 	if cp.ClientID == "" {
+		if c.version == packets.V31 {
+			// 3.1 requires 1 to 23 characters; it knows nothing of assigned ids.
+			return packets.ConnRefusedIdentifier, errors.New("empty client id in MQTT 3.1")
+		}
 		if !cp.CleanStart && !v5 {
 			// [MQTT-3.1.3-8]
 			return packets.ConnRefusedIdentifier, errors.New("empty client id with clean session 0")
@@ -129,9 +138,20 @@ func (c *conn) checkConnect(cp *packets.Connect) (packets.ReasonCode, error) {
 		// Enhanced authentication is not supported [MQTT-4.12.0-1].
 		return packets.BadAuthenticationMethod, fmt.Errorf("authentication method %q is not supported", cp.Properties.AuthMethod)
 	}
-	if !v5 && lim.MaxKeepAlive != 0 && (int(cp.KeepAlive) > lim.MaxKeepAlive || cp.KeepAlive == 0) {
-		// 3.1.1 cannot tell the client another keepalive, so it is refused, as Mosquitto does.
-		return packets.ConnRefusedIdentifier, fmt.Errorf("keepalive %d s is 0 or above limits.max_keepalive, %d s", cp.KeepAlive, lim.MaxKeepAlive)
+	if most := c.srv.maxKeepAlive(); !v5 && lim.RefuseKeepAliveV311 && (int(cp.KeepAlive) > most || cp.KeepAlive == 0) {
+		// 3.1.1 cannot tell the client another keepalive: refused, when the
+		// operator asked for it.
+		return packets.ConnRefusedIdentifier, fmt.Errorf("keepalive %d s is 0 or above the maximum, %d s", cp.KeepAlive, most)
+	}
+	if cp.WillFlag {
+		if err := c.srv.topics.ValidTopicName(cp.WillTopic); err != nil {
+			// As a PUBLISH to that topic would be; 3.1.1 has no code for it.
+			err = fmt.Errorf("will topic %q: %w", cp.WillTopic, err)
+			if !v5 {
+				return 0, closing(CloseProtocolError, err)
+			}
+			return packets.TopicNameInvalid, err
+		}
 	}
 	return 0, nil
 }

@@ -8,32 +8,36 @@ import (
 	"mqttd/packets"
 )
 
-// TestMaxKeepAlive checks limits.max_keepalive at its boundaries. Left at
-// 0, a 5.0 client is given at most an hour (asking for none included)
-// and a 3.1.1 client may ask for anything, none included; set, a 5.0
-// client past it or asking for none is told the maximum, and a 3.1.1
-// client, which cannot be told, is refused with CONNACK 2.
+// TestMaxKeepAlive checks limits.max_keepalive at its boundaries. A 5.0
+// client asking for more, or for none, is told the maximum (an hour when
+// it is left at 0). A 3.1.1 client, which cannot be told, may ask for
+// anything, none included, so that no device is locked out, unless
+// limits.refuse_keepalive_v311 is set: then it is refused with CONNACK 2.
 func TestMaxKeepAlive(t *testing.T) {
 	const refused = -1
 	for _, tc := range []struct {
 		max, ask int
 		v        packets.Version
-		want     int // the Server Keep Alive, 0 for none, or refused
+		refuse   bool // limits.refuse_keepalive_v311
+		want     int  // the Server Keep Alive, 0 for none, or refused
 	}{
-		{0, 0, packets.V311, 0},
-		{0, 65535, packets.V311, 0},
-		{0, 0, packets.V5, mqttd.DefaultMaxKeepAlive},
-		{0, mqttd.DefaultMaxKeepAlive, packets.V5, 0},
-		{0, mqttd.DefaultMaxKeepAlive + 1, packets.V5, mqttd.DefaultMaxKeepAlive},
-		{60, 60, packets.V311, 0},
-		{60, 61, packets.V311, refused},
-		{60, 0, packets.V311, refused},
-		{60, 60, packets.V5, 0},
-		{60, 61, packets.V5, 60},
-		{60, 0, packets.V5, 60},
+		{0, 0, packets.V311, false, 0},
+		{0, 65535, packets.V311, false, 0},
+		{0, 0, packets.V5, false, mqttd.DefaultMaxKeepAlive},
+		{0, mqttd.DefaultMaxKeepAlive, packets.V5, false, 0},
+		{0, mqttd.DefaultMaxKeepAlive + 1, packets.V5, false, mqttd.DefaultMaxKeepAlive},
+		{60, 61, packets.V311, false, 0},
+		{60, 0, packets.V311, false, 0},
+		{60, 60, packets.V311, true, 0},
+		{60, 61, packets.V311, true, refused},
+		{60, 0, packets.V311, true, refused},
+		{0, mqttd.DefaultMaxKeepAlive + 1, packets.V311, true, refused},
+		{60, 60, packets.V5, false, 0},
+		{60, 61, packets.V5, true, 60},
+		{60, 0, packets.V5, false, 60},
 	} {
-		t.Run(fmt.Sprintf("max %d, v%d asks %d", tc.max, tc.v, tc.ask), func(t *testing.T) {
-			srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxKeepAlive: tc.max}})
+		t.Run(fmt.Sprintf("max %d, refuse %v, v%d asks %d", tc.max, tc.refuse, tc.v, tc.ask), func(t *testing.T) {
+			srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxKeepAlive: tc.max, RefuseKeepAliveV311: tc.refuse}})
 			_, ack := connectReply(t, addr, tc.v, &packets.Connect{ClientID: "k", CleanStart: true, KeepAlive: uint16(tc.ask)})
 			switch {
 			case tc.want == refused:

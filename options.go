@@ -62,14 +62,18 @@ type Limits struct {
 	MaxClientIDLength int `yaml:"max_client_id_length"`
 	// ConnectTimeout is how long a new connection has to send CONNECT.
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
-	// MaxKeepAlive is the largest keepalive, in seconds, a client may
-	// ask for. A 5.0 client asking for more, or for none, is told this
-	// one (Server Keep Alive); a 3.1/3.1.1 client, which cannot be told,
-	// is refused (CONNACK 2). 0 means the default: 5.0 clients are given
-	// at most DefaultMaxKeepAlive and 3.1/3.1.1 clients may ask for any
-	// keepalive, none included, as many devices do; those get TCP
-	// keepalive probes so that one that lost power is still found out.
+	// MaxKeepAlive is the largest keepalive, in seconds, a 5.0 client is
+	// given: one asking for more, or for none, is told this one (Server
+	// Keep Alive). 0 means DefaultMaxKeepAlive. 3.1/3.1.1 clients cannot
+	// be told another keepalive and may ask for any, none included, as
+	// many devices do (they get TCP keepalive probes, so that one that
+	// lost power is still found out), unless RefuseKeepAliveV311 is set.
 	MaxKeepAlive int `yaml:"max_keepalive"`
+	// RefuseKeepAliveV311 refuses 3.1/3.1.1 clients asking for a keepalive
+	// above the maximum, or for none, with CONNACK 2, as Mosquitto does.
+	// Off by default: a device refused for its keepalive is locked out
+	// until its firmware changes.
+	RefuseKeepAliveV311 bool `yaml:"refuse_keepalive_v311"`
 	// WriteTimeout disconnects a client that does not read what is sent to it.
 	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// MaxOutboxBytes bounds the bytes waiting to be written to one

@@ -91,7 +91,8 @@ func (s *Server) attach(c *conn, cp *packets.Connect) bool {
 		cl.sess.SetExpireAt(0)
 	}
 	c.cl = cl
-	c.send(&packets.Connack{SessionPresent: present, Properties: s.connackProperties(c, cp)})
+	// The bit is reserved in 3.1, which has no session present.
+	c.send(&packets.Connack{SessionPresent: present && c.version != packets.V31, Properties: s.connackProperties(c, cp)})
 	cl.conn, cl.clean = c, !persistent
 	cl.sess.SetReceiveMaximum(int(cp.Properties.ReceiveMaximum))
 	cl.sess.Resume() // pump sends the window again, as the outbox has room

@@ -1,0 +1,74 @@
+package mqttd_test
+
+import (
+	"testing"
+
+	"mqttd"
+	"mqttd/packets"
+)
+
+// TestWillTopicChecked checks that a will to a topic no PUBLISH could use
+// (empty, or with a wildcard) is refused at CONNECT: 3.1.1 has no code for
+// it and closes; 5.0 answers CONNACK 0x90. Nothing is published.
+func TestWillTopicChecked(t *testing.T) {
+	for _, topic := range []string{"", "a/+", "#"} {
+		for _, v := range versions {
+			t.Run(versionName(v)+"-"+topic, func(t *testing.T) {
+				srv, addr := startServer(t, mqttd.Options{})
+				cp := &packets.Connect{ClientID: "w", CleanStart: true}
+				setWill(cp, topic)
+				rc := dialRaw(t, addr)
+				cp.ProtocolName, cp.ProtocolVersion, rc.v = "MQTT", v, v
+				rc.send(cp)
+				if v == packets.V5 {
+					if ack, ok := rc.read().(*packets.Connack); !ok || ack.ReasonCode != packets.TopicNameInvalid {
+						t.Fatalf("got %+v, want CONNACK 0x90", ack)
+					}
+				}
+				rc.expectClosed()
+				waitFor(t, "the connection to finish", func() bool { return srv.Stats().Connections == 0 })
+				if st := srv.Stats(); st.Sessions != 0 || st.WillsPublished != 0 {
+					t.Errorf("%d sessions, %d wills published; want none", st.Sessions, st.WillsPublished)
+				}
+			})
+		}
+	}
+}
+
+// connect31 sends an MQTT 3.1 CONNECT and returns the CONNACK.
+func connect31(t *testing.T, addr string, cp *packets.Connect) (*rawConn, *packets.Connack) {
+	t.Helper()
+	rc := dialRaw(t, addr)
+	cp.ProtocolName, cp.ProtocolVersion, rc.v = "MQIsdp", packets.V31, packets.V31
+	rc.send(cp)
+	ack, ok := rc.read().(*packets.Connack)
+	if !ok {
+		t.Fatalf("got %+v, want CONNACK", ack)
+	}
+	return rc, ack
+}
+
+// TestMQTT31Connect checks MQTT 3.1's own CONNECT rules: a client id of
+// zero length is refused with CONNACK 2 (3.1 knows no assigned ids), and
+// the CONNACK's session-present bit, reserved in 3.1, is never set, even
+// when a session is resumed.
+func TestMQTT31Connect(t *testing.T) {
+	_, addr := startServer(t, mqttd.Options{})
+	for _, clean := range []bool{true, false} {
+		rc, ack := connect31(t, addr, &packets.Connect{ClientID: "", CleanStart: clean})
+		if ack.ReasonCode != packets.ConnRefusedIdentifier {
+			t.Errorf("empty client id, clean %v: CONNACK %#x, want 2", clean, ack.ReasonCode)
+		}
+		rc.expectClosed()
+	}
+	first, ack := connect31(t, addr, &packets.Connect{ClientID: "old-device", CleanStart: false})
+	if ack.ReasonCode != 0 || ack.SessionPresent {
+		t.Fatalf("CONNACK %+v", ack)
+	}
+	first.send(&packets.Disconnect{})
+	first.expectClosed()
+	_, ack = connect31(t, addr, &packets.Connect{ClientID: "old-device", CleanStart: false})
+	if ack.ReasonCode != 0 || ack.SessionPresent {
+		t.Errorf("resumed 3.1 session: CONNACK %+v, want the session-present bit clear", ack)
+	}
+}
