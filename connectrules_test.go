@@ -72,3 +72,40 @@ func TestMQTT31Connect(t *testing.T) {
 		t.Errorf("resumed 3.1 session: CONNACK %+v, want the session-present bit clear", ack)
 	}
 }
+
+// TestUnknownProtocolLevel checks that a CONNECT with a known protocol
+// name and a level the broker does not speak under it is answered with
+// CONNACK "unacceptable protocol version" before the close, not silence:
+// 0x01 in the 3.x form, 0x84 in the 5.0 form for levels above 4 [MQTT-3.1.2-2].
+// MQTT.js asked for version 3 sends "MQTT" with level 3.
+func TestUnknownProtocolLevel(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		level byte
+		want  packets.ReasonCode
+		v     packets.Version // the CONNACK's form
+	}{
+		{"MQTT", 3, packets.ConnRefusedProtocolVersion, packets.V311},
+		{"MQTT", 2, packets.ConnRefusedProtocolVersion, packets.V311},
+		{"MQIsdp", 4, packets.ConnRefusedProtocolVersion, packets.V311},
+		{"MQTT", 6, packets.UnsupportedProtocolVersion, packets.V5},
+		{"MQIsdp", 5, packets.UnsupportedProtocolVersion, packets.V5},
+	} {
+		t.Run(tc.name+"-"+string('0'+rune(tc.level)), func(t *testing.T) {
+			_, addr := startServer(t, mqttd.Options{})
+			rc := dialRaw(t, addr)
+			body := append([]byte{0, byte(len(tc.name))}, tc.name...)
+			body = append(body, tc.level, 0x02, 0, 60) // clean session, keepalive 60
+			if tc.level >= 5 {
+				body = append(body, 0) // no properties
+			}
+			body = append(body, 0, 1, 'c') // client id "c"
+			rc.write(append([]byte{0x10, byte(len(body))}, body...))
+			rc.v = tc.v
+			if ack, ok := rc.read().(*packets.Connack); !ok || ack.ReasonCode != tc.want {
+				t.Fatalf("got %+v, want CONNACK %#x", ack, tc.want)
+			}
+			rc.expectClosed()
+		})
+	}
+}

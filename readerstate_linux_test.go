@@ -327,6 +327,11 @@ func TestReaderFinishEventOnce(t *testing.T) {
 	c := newConn(s, srvEnd, "test")
 	c.ev = eventConnFor(t, srvEnd)
 	c.will = &session.Message{Topic: "will/finish", Payload: []byte("gone")}
+	// A will belongs to a session: only an accepted CONNECT leaves one.
+	c.cl = &client{id: "finish", sess: session.New("finish", s.sessLim), conn: c, clean: true}
+	s.mu.Lock()
+	s.clients[c.cl.id] = c.cl
+	s.mu.Unlock()
 	trackConn(t, s, c)
 	c.rstate.Store(readerRunning) // finishEvent runs on the reader
 	reasons := []error{errClosedByPeer, errKeepAlive, errTakenOver, errShutdown}

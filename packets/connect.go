@@ -47,7 +47,8 @@ func decodeConnect(body []byte, l Limits) (Packet, error) {
 
 // checkProtocol matches the protocol name against the level. An unknown
 // name is reported before an unknown level: the bytes are then probably
-// not MQTT at all.
+// not MQTT at all. A known name with a level it does not go with is an
+// unsupported level.
 func checkProtocol(name string, v Version) error {
 	if name != "MQTT" && name != "MQIsdp" {
 		return protocolErr("[MQTT-3.1.2-1]", fmt.Sprintf("protocol name %q is not MQTT", name))
@@ -57,7 +58,11 @@ func checkProtocol(name string, v Version) error {
 			Msg: fmt.Sprintf("unsupported protocol level %d", byte(v))}
 	}
 	if name != protocolName(v) {
-		return protocolErr("[MQTT-3.1.2-1]", fmt.Sprintf("protocol name %q does not match level %d", name, byte(v)))
+		// A level this name never had (MQTT.js sends "MQTT" with level 3
+		// when asked for 3.1) is a level the server does not support under
+		// that name: the client is told so rather than met with silence.
+		return &Error{Code: UnsupportedProtocolVersion, Ref: "[MQTT-3.1.2-1]",
+			Msg: fmt.Sprintf("protocol name %q does not match level %d", name, byte(v))}
 	}
 	return nil
 }

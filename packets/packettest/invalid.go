@@ -58,8 +58,8 @@ var invalidConnect = []Fixture{
 		},
 	},
 	{
-		Name: "row03-v311-MQIsdp-level-4", Version: packets.V311, Err: packets.ProtocolError,
-		Desc: "MQIsdp belongs to level 3 only [MQTT-3.1.2-1]",
+		Name: "row03-v311-MQIsdp-level-4", Version: packets.V311, Err: packets.UnsupportedProtocolVersion,
+		Desc: "MQIsdp belongs to level 3 only [MQTT-3.1.2-1]: an unsupported level under that name",
 		Raw: []byte{
 			0x10, 0x0E, // fixed header: CONNECT, remaining length 14
 			0x00, 0x06, 'M', 'Q', 'I', 's', 'd', 'p', // protocol name "MQIsdp"
@@ -70,8 +70,8 @@ var invalidConnect = []Fixture{
 		},
 	},
 	{
-		Name: "row03-v5-MQIsdp-level-5", Version: packets.V5, Err: packets.ProtocolError,
-		Desc: "MQIsdp belongs to level 3 only [MQTT-3.1.2-1]",
+		Name: "row03-v5-MQIsdp-level-5", Version: packets.V5, Err: packets.UnsupportedProtocolVersion,
+		Desc: "MQIsdp belongs to level 3 only [MQTT-3.1.2-1]: an unsupported level under that name",
 		Raw: []byte{
 			0x10, 0x0F, // fixed header: CONNECT, remaining length 15
 			0x00, 0x06, 'M', 'Q', 'I', 's', 'd', 'p', // protocol name "MQIsdp"
@@ -83,8 +83,8 @@ var invalidConnect = []Fixture{
 		},
 	},
 	{
-		Name: "row03-v31-MQTT-level-3", Version: packets.V31, Err: packets.ProtocolError,
-		Desc: "level 3 must be named MQIsdp [MQTT-3.1.2-1]",
+		Name: "row03-v31-MQTT-level-3", Version: packets.V31, Err: packets.UnsupportedProtocolVersion,
+		Desc: "level 3 must be named MQIsdp [MQTT-3.1.2-1]: an unsupported level under MQTT (MQTT.js asked for 3.1)",
 		Raw: []byte{
 			0x10, 0x0C, // fixed header: CONNECT, remaining length 12
 			0x00, 0x04, 'M', 'Q', 'T', 'T', // protocol name "MQTT"
