@@ -17,13 +17,13 @@ func (c *conn) handle(p packets.Packet) error {
 	case *packets.Publish:
 		return c.handlePublish(p)
 	case *packets.Puback:
-		c.ack(func(s *session.Session) bool { return s.Puback(p.PacketID) })
+		return c.ack(p.Type(), p.PacketID, func(s *session.Session) bool { return s.Puback(p.PacketID) })
 	case *packets.Pubrec:
-		c.handlePubrec(p)
+		return c.handlePubrec(p)
 	case *packets.Pubrel:
 		c.handlePubrel(p)
 	case *packets.Pubcomp:
-		c.ack(func(s *session.Session) bool { return s.Pubcomp(p.PacketID) })
+		return c.ack(p.Type(), p.PacketID, func(s *session.Session) bool { return s.Pubcomp(p.PacketID) })
 	case *packets.Subscribe:
 		return c.handleSubscribe(p)
 	case *packets.Unsubscribe:
@@ -166,17 +166,23 @@ func (c *conn) publishQoS2(p *packets.Publish, code packets.ReasonCode) error {
 	return nil
 }
 
-func (c *conn) handlePubrec(p *packets.Pubrec) {
+func (c *conn) handlePubrec(p *packets.Pubrec) error {
 	cl := c.cl
 	cl.mu.Lock()
 	release := cl.sess.Pubrec(p.PacketID, p.ReasonCode >= 0x80)
 	cl.mu.Unlock()
+	if !release {
+		if err := c.wrongAck(p.Type(), p.PacketID); err != nil {
+			return err
+		}
+	}
 	if release {
 		c.send(&packets.Pubrel{PacketID: p.PacketID})
 	} else if p.ReasonCode < 0x80 && c.version == packets.V5 {
 		c.send(&packets.Pubrel{PacketID: p.PacketID, ReasonCode: packets.PacketIDNotFound})
 	}
 	c.pump()
+	return nil
 }
 
 // handlePubrel always answers with PUBCOMP; for an unknown id 5.0 says
@@ -194,16 +200,42 @@ func (c *conn) handlePubrel(p *packets.Pubrel) {
 }
 
 // ack applies a PUBACK or PUBCOMP to the session and refills the window.
-func (c *conn) ack(apply func(*session.Session) bool) {
+func (c *conn) ack(t packets.Type, id uint16, apply func(*session.Session) bool) error {
 	cl := c.cl
 	cl.mu.Lock()
 	ok := apply(cl.sess)
 	cl.mu.Unlock()
 	if !ok {
-		c.fields(c.srv.log.Debug()).Msg("acknowledgement for a packet id not in flight ignored")
-		return
+		if err := c.wrongAck(t, id); err != nil {
+			return err
+		}
+		c.fields(c.srv.log.Debug()).Stringer("type", t).Uint16("packet_id", id).Msg("acknowledgement for a packet id not in flight ignored")
+		return nil
 	}
 	c.pump()
+	return nil
+}
+
+// wrongAck is a protocol error for an acknowledgement of the wrong kind
+// for the message in flight under id: PUBACK for QoS 2, PUBREC for QoS 1,
+// PUBCOMP for QoS 1 or before PUBREC (§4.3). One for an id not in flight
+// is no error: it may be late, from before a reconnect. Asked only of an
+// acknowledgement that completed nothing, so the common path takes the
+// session lock once.
+func (c *conn) wrongAck(t packets.Type, id uint16) error {
+	cl := c.cl
+	cl.mu.Lock()
+	qos, released, ok := cl.sess.InFlight(id)
+	cl.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	switch {
+	case t == packets.TypePuback && qos == 2, t == packets.TypePubrec && qos == 1,
+		t == packets.TypePubcomp && (qos == 1 || !released):
+		return c.protocolError("§4.3", fmt.Sprintf("%s for packet id %d, a QoS %d message in flight (released %v)", t, id, qos, released))
+	}
+	return nil
 }
 
 // handleDisconnect ends the connection normally: the will is discarded

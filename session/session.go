@@ -410,6 +410,20 @@ func (s *Session) Pubcomp(id uint16) bool {
 	return true
 }
 
+// InFlight reports the QoS of the message in flight under packet id, and
+// whether its PUBREL was sent; ok is false when none is. The broker asks
+// it of an acknowledgement that completed nothing, to tell one for an
+// unknown id (late, harmless) from one of the wrong kind for the flow (a
+// protocol error).
+func (s *Session) InFlight(id uint16) (qos byte, released, ok bool) {
+	i := s.find(id)
+	if i < 0 {
+		return 0, false, false
+	}
+	e := s.q.inflight.at(i)
+	return e.QoS, e.Released, true
+}
+
 // find returns the window position of packet id, or -1.
 func (s *Session) find(id uint16) int {
 	if s.q == nil {

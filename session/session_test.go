@@ -487,3 +487,27 @@ func containsID(ids []uint16, id uint16) bool {
 	}
 	return false
 }
+
+// TestInFlight checks what InFlight says of each step of the window: the
+// QoS of a message in flight, whether its PUBREL was sent, and nothing
+// for an id not in flight, before or after its completion.
+func TestInFlight(t *testing.T) {
+	s := New("c", Config{}.Limits())
+	one := deliver(t, s, "one", 1, true, Send)
+	two := deliver(t, s, "two", 2, true, Send)
+	check := func(id uint16, wantQoS byte, wantReleased, wantOK bool) {
+		t.Helper()
+		if qos, released, ok := s.InFlight(id); qos != wantQoS || released != wantReleased || ok != wantOK {
+			t.Errorf("InFlight(%d) = %d, %v, %v; want %d, %v, %v", id, qos, released, ok, wantQoS, wantReleased, wantOK)
+		}
+	}
+	check(one.PacketID, 1, false, true)
+	check(two.PacketID, 2, false, true)
+	check(999, 0, false, false)
+	s.Pubrec(two.PacketID, false)
+	check(two.PacketID, 2, true, true)
+	s.Puback(one.PacketID)
+	s.Pubcomp(two.PacketID)
+	check(one.PacketID, 0, false, false)
+	check(two.PacketID, 0, false, false)
+}
