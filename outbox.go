@@ -166,6 +166,29 @@ func (c *conn) flushDeferred() {
 	}
 }
 
+// flushAnswers writes, on the reader's goroutine, what is queued for the
+// client before the reader closes the connection, each write bounded by
+// inlineWriteTimeout: a client that sent CONNECT, SUBSCRIBE and
+// DISCONNECT in one write, or closed its side after them, still gets its
+// CONNACK and SUBACK. A writer goroutine already running is waited for
+// as long.
+func (c *conn) flushAnswers() {
+	o := &c.out
+	o.mu.Lock()
+	claimed := !o.writing && o.deferred && !o.closed
+	if claimed {
+		c.claimWriterLocked(false)
+	}
+	pending := o.pendingLocked() > 0
+	o.mu.Unlock()
+	switch {
+	case claimed:
+		c.writeWithin(inlineWriteTimeout)
+	case pending:
+		c.drain(time.Now().Add(inlineWriteTimeout))
+	}
+}
+
 // roomSignal returns a channel closed when a completed write leaves room,
 // or nil when the client is stuck, sealed or closed and no publisher
 // should wait. Frames queued without a wake (a reader's own answers) may

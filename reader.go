@@ -95,6 +95,7 @@ func (c *conn) serve() {
 	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.Limits.ConnectTimeout))
 	for {
 		if err := c.readOne(); err != nil {
+			c.flushAnswers()
 			c.closeWith(err)
 			return
 		}

@@ -334,6 +334,7 @@ func (c *conn) idleTimeout() {
 // finishEvent ends an event-served connection on its reader goroutine,
 // where the cleanup may use the reader's state.
 func (c *conn) finishEvent(reason error) {
+	c.flushAnswers()
 	c.closeWith(reason)
 	if c.rstate.Swap(readerDone) == readerDone {
 		return
