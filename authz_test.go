@@ -46,8 +46,8 @@ func TestAuthorizerRequests(t *testing.T) {
 		t.Errorf("SUBACK codes %v, want [0x87 2]", codes)
 	}
 	rc.send(&packets.Publish{Topic: "pub/x", QoS: 1, PacketID: 7, Retain: true, Payload: []byte("p")})
-	if ack, ok := rc.read().(*packets.Puback); !ok || ack.ReasonCode != packets.Success {
-		t.Errorf("PUBACK %+v, want success", ack)
+	if ack, ok := rc.read().(*packets.Puback); !ok || ack.ReasonCode != packets.NoMatchingSubscribers {
+		t.Errorf("PUBACK %+v, want 0x10: accepted, nobody subscribed", ack)
 	}
 	rc.send(&packets.Publish{Topic: "secret/x", QoS: 1, PacketID: 8})
 	if ack, ok := rc.read().(*packets.Puback); !ok || ack.ReasonCode != packets.NotAuthorized {

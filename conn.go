@@ -50,6 +50,9 @@ type conn struct {
 	expiry uint32
 	// willDelay is the 5.0 will's Will Delay Interval, in seconds.
 	willDelay uint32
+	// aliases is the 5.0 client's topic alias table (alias.go), nil until
+	// it sets one; only the reader touches it.
+	aliases *topicAliases
 
 	graceful  bool // DISCONNECT received: the will is discarded
 	closeOnce sync.Once

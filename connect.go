@@ -204,6 +204,8 @@ func (s *Server) connackProperties(c *conn, cp *packets.Connect) packets.Propert
 	}
 	p.MaximumPacketSize = uint32(s.opts.Limits.MaxPacketSize)
 	p.Set(packets.PropMaximumPacketSize)
+	p.TopicAliasMaximum = uint16(s.opts.Limits.MaxTopicAlias)
+	p.Set(packets.PropTopicAliasMaximum)
 	// QoS 1 is acknowledged at once, so only QoS 2 messages awaiting PUBREL
 	// count against the Receive Maximum: the client must know the limit
 	// past which it gets DISCONNECT 0x93 (§3.2.2.3.3, §3.3.4).

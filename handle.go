@@ -58,9 +58,8 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 	if p.Properties.Has(packets.PropSubscriptionID) {
 		return c.protocolError("[MQTT-3.3.4-6]", "PUBLISH from a client carries a subscription identifier")
 	}
-	if p.Properties.Has(packets.PropTopicAlias) {
-		// The broker advertises no Topic Alias Maximum, so any alias is above it.
-		return c.fail(&packets.Error{Code: packets.TopicAliasInvalid, Ref: "§3.3.2.3.4", Msg: "topic alias used, none allowed"})
+	if err := c.resolveAlias(p); err != nil {
+		return err
 	}
 	if err := s.topics.ValidTopicName(p.Topic); err != nil {
 		return c.fail(&packets.Error{Code: packets.TopicNameInvalid, Ref: "[MQTT-4.7.3]", Msg: err.Error()})
@@ -93,14 +92,18 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 // route publishes an acknowledged (QoS 1/2) PUBLISH. A 5.0 client can be
 // told that its retained message does not fit the retained store: the
 // message is then refused with 0x97 and not routed. Otherwise (3.1.1, or
-// QoS 0) a retained message that does not fit is routed but not kept.
+// QoS 0) a retained message that does not fit is routed but not kept. A
+// message nobody subscribed to is acknowledged with 0x10 (no matching
+// subscribers), which 3.1.1 reads as success.
 func (c *conn) route(p *packets.Publish) packets.ReasonCode {
 	m := c.message(p)
 	if c.version == packets.V5 && m.Retain && len(m.Payload) > 0 && !c.srv.retainRoom(m) {
 		c.srv.refuseRetained(m)
 		return packets.QuotaExceeded
 	}
-	c.srv.publish(m)
+	if c.srv.publish(m) == 0 {
+		return packets.NoMatchingSubscribers
+	}
 	return packets.Success
 }
 
@@ -156,7 +159,7 @@ func (c *conn) publishQoS2(p *packets.Publish, code packets.ReasonCode) error {
 			Msg: fmt.Sprintf("more than %d QoS 2 messages awaiting PUBREL", c.srv.opts.Limits.MaxAwaitingRel)})
 	}
 	if isNew {
-		if code = c.route(p); code != packets.Success {
+		if code = c.route(p); code >= 0x80 {
 			cl.mu.Lock()
 			cl.sess.Pubrel(p.PacketID)
 			cl.mu.Unlock()

@@ -109,6 +109,11 @@ type Limits struct {
 	QueueQoS0 bool `yaml:"queue_qos0"`
 	// MaxAwaitingRel bounds inbound QoS 2 messages awaiting PUBREL per client.
 	MaxAwaitingRel int `yaml:"max_awaiting_rel"`
+	// MaxTopicAlias is the Topic Alias Maximum a 5.0 client is given: the
+	// aliases it may set on its PUBLISHes (an alias above it gets
+	// DISCONNECT 0x94). Their topics are kept per connection, at most
+	// 16 KiB of them (past it DISCONNECT 0x97).
+	MaxTopicAlias int `yaml:"max_topic_alias"`
 	// MaxTopicLevels caps the levels of a topic name or filter.
 	MaxTopicLevels int `yaml:"max_topic_levels"`
 	// MaxConnections bounds the open connections; past it a new one is
@@ -165,6 +170,8 @@ const (
 	DefaultFrameTimeout   = 30 * time.Second
 	DefaultMaxAwaitingRel = session.DefaultMaxAwaitingRel
 	DefaultMaxTopicLevels = 128
+	// DefaultMaxTopicAlias is Mosquitto's.
+	DefaultMaxTopicAlias = 10
 	// DefaultMaxConnections keeps the descriptors and memory idle clients
 	// can take to about 50,000 x 3 KB, 150 MB.
 	DefaultMaxConnections            = 50000
@@ -208,6 +215,7 @@ func (o Options) WithDefaults() Options {
 	setDefault(&l.MaxQueuedBytesTotal, d.MaxQueuedBytesTotal)
 	setDefault(&l.MaxAwaitingRel, DefaultMaxAwaitingRel)
 	setDefault(&l.MaxTopicLevels, DefaultMaxTopicLevels)
+	setDefault(&l.MaxTopicAlias, DefaultMaxTopicAlias)
 	setDefault(&l.MaxConnections, d.MaxConnections)
 	setDefault(&l.MaxConnectionsPerAddress, DefaultMaxConnectionsPerAddress)
 	setDefault(&l.MaxRetained, DefaultMaxRetained)
@@ -275,6 +283,9 @@ func (o Options) Validate() error {
 	}
 	if l.MaxKeepAlive < 0 || l.MaxKeepAlive > 65535 {
 		bad("limits.max_keepalive", "must be between 0 and 65535 seconds, got %d", l.MaxKeepAlive)
+	}
+	if l.MaxTopicAlias < 0 || l.MaxTopicAlias > 65535 {
+		bad("limits.max_topic_alias", "must be between 0 and 65535, got %d", l.MaxTopicAlias)
 	}
 	if l.MaxInflight < 0 || l.MaxInflight > 65535 {
 		bad("limits.max_inflight", "must be between 0 and 65535, got %d", l.MaxInflight)

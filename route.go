@@ -40,10 +40,11 @@ func (r *router) clock() time.Time {
 var routerPool = sync.Pool{New: func() any { return new(router) }}
 
 // publish routes m to every matching subscription and updates the
-// retained store. It runs on the publisher's goroutine; matches are
-// collected under the trie's read lock, which is released before any
-// session lock is taken.
-func (s *Server) publish(m *session.Message) {
+// retained store, and reports how many clients it was delivered to (or
+// dropped for), for the 5.0 "no matching subscribers" code. It runs on the
+// publisher's goroutine; matches are collected under the trie's read
+// lock, which is released before any session lock is taken.
+func (s *Server) publish(m *session.Message) (clients int) {
 	s.stats.messagesReceived.Add(1)
 	if m.Retain {
 		s.storeRetained(m)
@@ -53,17 +54,21 @@ func (s *Server) publish(m *session.Message) {
 	r.enc.reset(m)
 	r.now = time.Time{}
 	topictrie.ForEachDelivery(r.matches, func(run []topictrie.Sub[*client, subOpts]) {
-		s.deliverRun(r, m, run)
+		if s.deliverRun(r, m, run) {
+			clients++
+		}
 	})
 	clear(r.matches) // drop references to clients that may leave
 	r.enc.msg = nil
 	routerPool.Put(r)
+	return clients
 }
 
 // deliverRun delivers one copy to the client of run, every matching
 // subscription of that client: at the highest QoS [MQTT-3.3.4-2], with
-// every subscription identifier [MQTT-3.3.4-4].
-func (s *Server) deliverRun(r *router, m *session.Message, run []topictrie.Sub[*client, subOpts]) {
+// every subscription identifier [MQTT-3.3.4-4]. It reports whether any
+// subscription was for m (No Local leaves some out).
+func (s *Server) deliverRun(r *router, m *session.Message, run []topictrie.Sub[*client, subOpts]) bool {
 	target := run[0].Key
 	var qos byte
 	var retain, matched bool
@@ -83,6 +88,7 @@ func (s *Server) deliverRun(r *router, m *session.Message, run []topictrie.Sub[*
 	if matched {
 		s.deliver(target, m, qos, retain, ids, &r.enc, r.clock)
 	}
+	return matched
 }
 
 // deliver hands one copy of m to a client: QoS 0 straight to an online

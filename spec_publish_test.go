@@ -63,28 +63,28 @@ func aliasPublish(t *testing.T, topic string, alias uint16) []byte {
 	return encode(t, p, packets.V5)
 }
 
-// Row 29: the broker sends no Topic Alias Maximum, so it is 0 and any
-// alias is above it: DISCONNECT 0x94 (§3.3.2.3.4). Alias 0 is the row's
-// fixture.
+// Row 29: the broker advertises limits.max_topic_alias as Topic Alias
+// Maximum; alias 0 (the row's fixture) and one above it get DISCONNECT
+// 0x94 (§3.3.2.3.4), the maximum itself is used.
 func specRow29TopicAlias(t *testing.T) {
-	t.Run("v5-no-alias-maximum", func(t *testing.T) {
-		_, addr := startServer(t, mqttd.Options{})
+	t.Run("v5-above-maximum", func(t *testing.T) {
+		_, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxTopicAlias: 3}})
 		rc, ack := connectReply(t, addr, packets.V5, &packets.Connect{ClientID: "c", CleanStart: true})
-		if ack.ReasonCode != packets.Success || ack.Properties.Has(packets.PropTopicAliasMaximum) {
-			t.Fatalf("CONNACK %+v, want success without a Topic Alias Maximum", ack)
+		if ack.ReasonCode != packets.Success || !ack.Properties.Has(packets.PropTopicAliasMaximum) || ack.Properties.TopicAliasMaximum != 3 {
+			t.Fatalf("CONNACK %+v, want success with Topic Alias Maximum 3", ack)
 		}
-		rc.write(aliasPublish(t, "t", 1))
+		rc.write(aliasPublish(t, "t", 3))
+		expectNothing(rc)
+		rc.write(aliasPublish(t, "t", 4))
 		expectServerClose(rc, packets.TopicAliasInvalid)
 	})
 }
 
-// Row 30: an unknown alias with an empty topic. The checklist names 0x82,
-// but with a Topic Alias Maximum of 0 every alias is above the maximum,
-// which §3.3.2.3.4 answers with 0x94 before the alias is looked up.
+// Row 30: an alias never set, with an empty topic: 0x82 (§3.3.2.3.4).
 func specRow30UnknownAliasEmptyTopic(t *testing.T) {
 	t.Run("v5", func(t *testing.T) {
 		_, addr := startServer(t, mqttd.Options{})
-		expectRejected(t, addr, packets.V5, aliasPublish(t, "", 5), packets.TopicAliasInvalid)
+		expectRejected(t, addr, packets.V5, aliasPublish(t, "", 5), packets.ProtocolError)
 	})
 }
 
