@@ -256,7 +256,6 @@ func (s *Session) SetReceiveMaximum(n int) {
 type Target struct {
 	Online  bool // the client is connected
 	CanSend bool // its connection can take another packet now
-	// Full says the broker's queues, all sessions together, hold their
 	// Budget bounds the bytes of all sessions' queues together; Deliver,
 	// Next and Clear must be given the same one.
 	Budget *QueueBudget
@@ -491,6 +490,12 @@ func (s *Session) nextResend(fit int) (o Outbound, ok bool) {
 		}
 		e := &r.buf[j]
 		if !e.Released && e.Msg.Size() > fit {
+			return Outbound{}, false
+		}
+		// The entries sent again and not acknowledged yet count against
+		// the window: a client back with a lower Receive Maximum gets no
+		// more than it [MQTT-3.3.4-9].
+		if s.live-int32(s.q.resends) >= s.window {
 			return Outbound{}, false
 		}
 		e.resend = false

@@ -511,3 +511,47 @@ func TestInFlight(t *testing.T) {
 	check(one.PacketID, 0, false, false)
 	check(two.PacketID, 0, false, false)
 }
+
+// TestResumeWithinReceiveMaximum checks that a window resent after a
+// reconnect goes out no faster than the new connection's Receive Maximum
+// allows: the entries sent again and not acknowledged count against it,
+// and each acknowledgement lets one more go.
+func TestResumeWithinReceiveMaximum(t *testing.T) {
+	s := New("c", Config{MaxInflight: 5}.Limits())
+	var sent []Outbound
+	for i := range 5 {
+		sent = append(sent, deliver(t, s, fmt.Sprint(i), 1, true, Send))
+	}
+	s.SetReceiveMaximum(2)
+	s.Resume()
+	next := func() (Outbound, bool) {
+		o, ok, _ := s.Next(t0, nil)
+		return o, ok
+	}
+	for i := range 2 {
+		if o, ok := next(); !ok || o.PacketID != sent[i].PacketID || !o.Dup {
+			t.Fatalf("resend %d: %+v, %v; want packet %d with DUP", i, o, ok, sent[i].PacketID)
+		}
+	}
+	if o, ok := next(); ok {
+		t.Fatalf("a third resend, %d, past a Receive Maximum of 2", o.PacketID)
+	}
+	s.Puback(sent[0].PacketID)
+	if o, ok := next(); !ok || o.PacketID != sent[2].PacketID {
+		t.Fatalf("after an ack: %+v, %v; want packet %d", o, ok, sent[2].PacketID)
+	}
+	if _, ok := next(); ok {
+		t.Fatal("two resends for one ack")
+	}
+	s.Puback(sent[4].PacketID) // acknowledged before it was sent again: frees nothing sent
+	if o, ok := next(); ok {
+		t.Fatalf("resend %d after an ack of an entry not sent again", o.PacketID)
+	}
+	s.Puback(sent[1].PacketID)
+	if o, ok := next(); !ok || o.PacketID != sent[3].PacketID {
+		t.Fatalf("after an ack: %+v, %v; want packet %d", o, ok, sent[3].PacketID)
+	}
+	if s.Resending() {
+		t.Error("still resending with every entry sent again or acknowledged")
+	}
+}
