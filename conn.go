@@ -37,6 +37,10 @@ type conn struct {
 	hup       atomic.Bool    // the poller saw a hang-up or error (events)
 
 	version packets.Version
+	// noProblemInfo is set when a 5.0 client asked for no problem
+	// information (Request Problem Information 0): its acks carry no
+	// Reason String [MQTT-3.1.2-29].
+	noProblemInfo bool
 	// maxOut is the 5.0 client's Maximum Packet Size: a PUBLISH larger
 	// than it is not sent [MQTT-3.1.2-24]. 0 means no limit.
 	maxOut    uint32
@@ -104,10 +108,16 @@ func (c *conn) panicked(r any) error {
 // 3.1/3.1.1 have no server DISCONNECT, so there the close alone says it.
 // Either way the answers to the packets before the bad one, still waiting
 // for the reader to flush them, go out first.
-func (c *conn) sendDisconnect(code packets.ReasonCode) {
+func (c *conn) sendDisconnect(code packets.ReasonCode) { c.sendDisconnectWhy(code, "") }
+
+// sendDisconnectWhy is sendDisconnect saying why in a Reason String, which
+// a DISCONNECT may carry whether or not the client asked for problem
+// information.
+func (c *conn) sendDisconnectWhy(code packets.ReasonCode, why string) {
 	if c.version == packets.V5 && c.cl != nil {
+		d := &packets.Disconnect{ReasonCode: code, Properties: c.reasonString(why, 4)}
 		c.enqueue(last, func(b []byte) []byte {
-			b, _ = (&packets.Disconnect{ReasonCode: code}).Append(b, c.version)
+			b, _ = d.Append(b, c.version)
 			return b
 		})
 	}

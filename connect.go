@@ -35,6 +35,10 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 		c.refuse(code)
 		return closing(CloseConnectRefused, err)
 	}
+	if ref := s.opts.Protocol.ServerReference; ref != "" {
+		c.redirect(ref)
+		return closing(CloseConnectRefused, fmt.Errorf("redirected to %s (protocol.server_reference)", ref))
+	}
 	if err := s.opts.Authenticator.Authenticate(c.info, cp.Password); err != nil {
 		c.refuse(authCode(c.version, err))
 		return closing(CloseAuthFailed, fmt.Errorf("authentication failed: %w", err))
@@ -49,6 +53,7 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 		return closing(CloseConnectRefused, errors.New("will with too many user properties"))
 	}
 	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
+	c.noProblemInfo = cp.Properties.Has(packets.PropRequestProblemInfo) && cp.Properties.RequestProblemInfo == 0
 	if cp.Properties.Has(packets.PropMaximumPacketSize) {
 		c.maxOut = cp.Properties.MaximumPacketSize
 	}
@@ -99,6 +104,23 @@ func (c *conn) refuseConnect(cp *packets.Connect, err error) {
 		c.version = packets.V5
 		c.sendNow(&packets.Connack{ReasonCode: pe.Code})
 	}
+}
+
+// redirect refuses the client, telling a 5.0 one where to go (§4.11).
+func (c *conn) redirect(ref string) {
+	if c.version != packets.V5 {
+		c.refuse(packets.ConnRefusedServerUnavailable)
+		return
+	}
+	code := packets.UseAnotherServer
+	if c.srv.opts.Protocol.ServerMoved {
+		code = packets.ServerMoved
+	}
+	c.srv.stats.connectsRefused.Add(1)
+	ack := &packets.Connack{ReasonCode: code}
+	ack.Properties.ServerReference = ref
+	ack.Properties.Set(packets.PropServerReference)
+	c.sendNow(ack)
 }
 
 // refuse sends a refusing CONNACK; the caller then closes the connection.
@@ -212,6 +234,10 @@ func (s *Server) connackProperties(c *conn, cp *packets.Connect) packets.Propert
 	if n := s.opts.Limits.MaxAwaitingRel; n < 65535 {
 		p.ReceiveMaximum = uint16(n)
 		p.Set(packets.PropReceiveMaximum)
+	}
+	if info := s.opts.Protocol.ResponseInformation; cp.Properties.RequestResponseInfo == 1 && info != "-" {
+		p.ResponseInfo = info + c.info.ClientID + "/"
+		p.Set(packets.PropResponseInfo)
 	}
 	if cp.Properties.SessionExpiry > c.expiry {
 		// Capped by limits.max_session_expiry: the client is told (§3.2.2.3.2).

@@ -49,8 +49,39 @@ func (c *conn) protocolError(ref, msg string) error {
 
 // fail tells a 5.0 client the reason code of err and returns err.
 func (c *conn) fail(err *packets.Error) error {
-	c.sendDisconnect(err.Code)
+	c.sendDisconnectWhy(err.Code, err.Msg)
 	return err
+}
+
+// verdict is the answer to an acknowledged PUBLISH: its reason code and,
+// for a refusal, why, which a 5.0 client is told unless it asked for no
+// problem information.
+type verdict struct {
+	code packets.ReasonCode
+	why  string
+}
+
+// reasonString is a Reason String property saying why, for a packet of
+// size bytes without it: none for 3.1.1, for an empty why, or when the
+// string would take the packet past the client's Maximum Packet Size,
+// which a Reason String must not [MQTT-3.1.2-25].
+func (c *conn) reasonString(why string, size int) packets.Properties {
+	var p packets.Properties
+	if c.version != packets.V5 || why == "" || (c.maxOut != 0 && int64(size+4+len(why)) > int64(c.maxOut)) {
+		return p
+	}
+	p.ReasonString = why
+	p.Set(packets.PropReasonString)
+	return p
+}
+
+// ackProblem is the Reason String of an acknowledgement refusing
+// something, when the client wants problem information.
+func (c *conn) ackProblem(v verdict) packets.Properties {
+	if c.noProblemInfo || v.code < 0x80 {
+		return packets.Properties{}
+	}
+	return c.reasonString(v.why, 6)
 }
 
 func (c *conn) handlePublish(p *packets.Publish) error {
@@ -64,27 +95,31 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 	if err := s.topics.ValidTopicName(p.Topic); err != nil {
 		return c.fail(&packets.Error{Code: packets.TopicNameInvalid, Ref: "[MQTT-4.7.3]", Msg: err.Error()})
 	}
-	code := packets.Success
-	if isSys(p.Topic) ||
-		!s.opts.Authorizer.Authorize(c.info, auth.Request{Action: auth.Publish, Topic: p.Topic, QoS: p.QoS, Retain: p.Retain}) {
-		code = packets.NotAuthorized
+	v := verdict{code: packets.Success}
+	switch {
+	case isSys(p.Topic):
+		v = verdict{packets.NotAuthorized, "$SYS/ topics are the broker's"}
+	case !s.opts.Authorizer.Authorize(c.info, auth.Request{Action: auth.Publish, Topic: p.Topic, QoS: p.QoS, Retain: p.Retain}):
+		v = verdict{packets.NotAuthorized, "not authorized to publish to this topic"}
+	case !c.userPropertiesFit(&p.Properties):
+		v = verdict{packets.QuotaExceeded, "more user properties than the broker's limit"}
+	}
+	if v.code == packets.NotAuthorized {
 		s.stats.publishDenied.Add(1)
 		c.fields(c.srv.log.Debug()).Str("topic", p.Topic).Msg("publish not authorized")
-	} else if !c.userPropertiesFit(&p.Properties) {
-		code = packets.QuotaExceeded
 	}
 	switch p.QoS {
 	case 0:
-		if code == packets.Success {
+		if v.code == packets.Success {
 			c.srv.publish(c.message(p))
 		}
 	case 1:
-		if code == packets.Success {
-			code = c.route(p)
+		if v.code == packets.Success {
+			v = c.route(p)
 		}
-		c.send(&packets.Puback{PacketID: p.PacketID, ReasonCode: c.ackCode(code)})
+		c.send(&packets.Puback{PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
 	case 2:
-		return c.publishQoS2(p, code)
+		return c.publishQoS2(p, v)
 	}
 	return nil
 }
@@ -95,16 +130,16 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 // QoS 0) a retained message that does not fit is routed but not kept. A
 // message nobody subscribed to is acknowledged with 0x10 (no matching
 // subscribers), which 3.1.1 reads as success.
-func (c *conn) route(p *packets.Publish) packets.ReasonCode {
+func (c *conn) route(p *packets.Publish) verdict {
 	m := c.message(p)
 	if c.version == packets.V5 && m.Retain && len(m.Payload) > 0 && !c.srv.retainRoom(m) {
 		c.srv.refuseRetained(m)
-		return packets.QuotaExceeded
+		return verdict{packets.QuotaExceeded, "the retained store is full"}
 	}
 	if c.srv.publish(m) == 0 {
-		return packets.NoMatchingSubscribers
+		return verdict{code: packets.NoMatchingSubscribers}
 	}
-	return packets.Success
+	return verdict{code: packets.Success}
 }
 
 // userPropertiesFit reports whether a message's user properties are within
@@ -145,9 +180,9 @@ func (c *conn) ackCode(code packets.ReasonCode) packets.ReasonCode {
 //
 // A refused message (a PUBREC of 0x80 or above) does not keep its packet
 // id: the client's next PUBLISH with it is a new message [MQTT-4.3.3-9].
-func (c *conn) publishQoS2(p *packets.Publish, code packets.ReasonCode) error {
-	if code != packets.Success {
-		c.send(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: c.ackCode(code)})
+func (c *conn) publishQoS2(p *packets.Publish, v verdict) error {
+	if v.code != packets.Success {
+		c.send(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
 		return nil
 	}
 	cl := c.cl
@@ -159,13 +194,13 @@ func (c *conn) publishQoS2(p *packets.Publish, code packets.ReasonCode) error {
 			Msg: fmt.Sprintf("more than %d QoS 2 messages awaiting PUBREL", c.srv.opts.Limits.MaxAwaitingRel)})
 	}
 	if isNew {
-		if code = c.route(p); code >= 0x80 {
+		if v = c.route(p); v.code >= 0x80 {
 			cl.mu.Lock()
 			cl.sess.Pubrel(p.PacketID)
 			cl.mu.Unlock()
 		}
 	}
-	c.send(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: c.ackCode(code)})
+	c.send(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
 	return nil
 }
 

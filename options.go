@@ -23,6 +23,8 @@ type Options struct {
 	DataDir string `yaml:"data_dir"`
 	// Limits bound what clients may do and what the broker keeps for them.
 	Limits Limits `yaml:"limits"`
+	// Protocol tunes MQTT 5.0 features.
+	Protocol Protocol `yaml:"protocol"`
 
 	// Logger receives the broker's logs; the zero Logger discards them.
 	Logger zerolog.Logger `yaml:"-"`
@@ -43,6 +45,27 @@ type ListenerConfig struct {
 	// Address is host:port, e.g. 127.0.0.1:1883.
 	Address string `yaml:"address"`
 }
+
+// Protocol tunes MQTT 5.0 features.
+type Protocol struct {
+	// ResponseInformation is the topic prefix a 5.0 client asking for
+	// Response Information (Request Response Information 1) is given in
+	// CONNACK, with its client id and a slash appended: where it may have
+	// the responses to its requests sent (§4.10). Empty means
+	// DefaultResponseInformation; "-" gives none.
+	ResponseInformation string `yaml:"response_information"`
+	// ServerReference, when set, sends every client elsewhere at CONNECT,
+	// for a planned move: a 5.0 client gets CONNACK 0x9C (use another
+	// server), or 0x9D (server moved) with ServerMoved, and this Server
+	// Reference (§4.11); a 3.1/3.1.1 client, which cannot be told where,
+	// CONNACK 3 (server unavailable).
+	ServerReference string `yaml:"server_reference"`
+	// ServerMoved makes the move permanent (0x9D) rather than temporary.
+	ServerMoved bool `yaml:"server_moved"`
+}
+
+// DefaultResponseInformation is the default Protocol.ResponseInformation.
+const DefaultResponseInformation = "responses/"
 
 // Limits bound clients and the state the broker keeps for them.
 type Limits struct {
@@ -195,6 +218,9 @@ func (o Options) WithDefaults() Options {
 		if o.Listeners[i].Type == "" {
 			o.Listeners[i].Type = "tcp"
 		}
+	}
+	if o.Protocol.ResponseInformation == "" {
+		o.Protocol.ResponseInformation = DefaultResponseInformation
 	}
 	l := &o.Limits
 	if l.MaxMemory == 0 {

@@ -56,7 +56,7 @@ func (c *conn) readError(err error) error {
 	}
 	var pe *packets.Error
 	if errors.As(err, &pe) {
-		c.sendDisconnect(pe.Code)
+		c.sendDisconnectWhy(pe.Code, pe.Msg)
 	}
 	return err
 }
