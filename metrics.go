@@ -60,6 +60,8 @@ func newCollector(st *stats, queue *session.QueueBudget) *collector {
 		})
 	counter("memory_pressure_events_total", "Times memory pressure began.",
 		func(s *stats) uint64 { return s.memoryPressureEvents.Load() })
+	counter("shared_handed_off_total", "Messages a member of a share group left unacknowledged, handed to another member.",
+		func(s *stats) uint64 { return s.sharedHandedOff.Load() })
 	counter("messages_received_total", "PUBLISH packets routed (wills included).",
 		func(s *stats) uint64 { return s.messagesReceived.Load() })
 	counter("messages_sent_total", "PUBLISH packets queued for clients.", func(s *stats) uint64 { return s.messagesSent.Load() })

@@ -121,9 +121,11 @@ func (s *Server) detach(c *conn) {
 	s.mu.Lock()
 	cl.mu.Lock()
 	owner := cl.conn == c
+	var handed []handoff
 	if owner {
 		cl.conn = nil
 		s.stats.sessionsOnline.Add(-1)
+		handed = s.takeSharedLocked(cl)
 	}
 	clean := cl.clean
 	if owner && !clean && s.clients[cl.id] == cl {
@@ -139,6 +141,7 @@ func (s *Server) detach(c *conn) {
 	}
 	s.mu.Unlock()
 	s.unsubscribeAll(cl, dropped)
+	s.handOffShared(cl, handed)
 }
 
 // dropSessionLocked ends a session that left the registry: it is marked

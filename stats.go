@@ -42,6 +42,7 @@ type stats struct {
 	subscriptionsRefused atomic.Uint64
 	panics               atomic.Uint64 // connection handlers that panicked
 	memoryPressureEvents atomic.Uint64 // times the live heap went past 7/8 of limits.max_memory
+	sharedHandedOff      atomic.Uint64 // shared-subscription messages handed to another member
 	dropped              [numDropReasons]atomic.Uint64
 	rejected             [numRejectReasons]atomic.Uint64
 	disconnects          [numCloseReasons]atomic.Uint64
@@ -64,6 +65,7 @@ const (
 	dropTooLarge                         // larger than the 5.0 client's Maximum Packet Size
 	dropOutboxTotal                      // QoS 0 while every outbox together held limits.max_outbox_bytes_total
 	dropMemoryPressure                   // QoS 0 for a client with a backlog under memory pressure
+	dropNoMember                         // a shared-subscription message handed on found no member left
 	numDropReasons
 )
 
@@ -75,6 +77,7 @@ var dropReasonNames = [numDropReasons]string{
 	dropTooLarge:       "too_large",
 	dropOutboxTotal:    "outbox_total",
 	dropMemoryPressure: "memory_pressure",
+	dropNoMember:       "no_member",
 }
 
 func (r dropReason) String() string { return dropReasonNames[r] }
@@ -105,15 +108,18 @@ type Stats struct {
 	MemoryPressure bool
 	// MemoryPressureEvents counts the times memory pressure began.
 	MemoryPressureEvents uint64
-	MessagesReceived     uint64
-	MessagesSent         uint64
-	BytesReceived        uint64
-	BytesSent            uint64
-	Connects             uint64 // CONNECTs accepted
-	ConnectsRefused      uint64 // CONNECTs refused with a CONNACK error code
-	PublishDenied        uint64 // PUBLISHes refused: by the Authorizer, or to $SYS
-	SubscribeDenied      uint64 // subscriptions the Authorizer refused
-	WillsPublished       uint64
+	// SharedHandedOff counts the messages a member of a share group had
+	// not acknowledged when it left, handed to another member.
+	SharedHandedOff  uint64
+	MessagesReceived uint64
+	MessagesSent     uint64
+	BytesReceived    uint64
+	BytesSent        uint64
+	Connects         uint64 // CONNECTs accepted
+	ConnectsRefused  uint64 // CONNECTs refused with a CONNACK error code
+	PublishDenied    uint64 // PUBLISHes refused: by the Authorizer, or to $SYS
+	SubscribeDenied  uint64 // subscriptions the Authorizer refused
+	WillsPublished   uint64
 	// WillsDelayed is the wills waiting for their Will Delay Interval.
 	WillsDelayed    int64
 	RetainedRefused uint64 // retained messages the store had no room for
@@ -129,7 +135,7 @@ type Stats struct {
 	SubscriptionsRefused uint64
 	// Dropped counts deliveries dropped, by reason: outbox_full,
 	// queue_full, offline_qos0, expired, too_large, outbox_total,
-	// memory_pressure.
+	// memory_pressure, no_member.
 	Dropped map[string]uint64
 	// Disconnects counts closed connections by CloseReason.String.
 	Disconnects map[string]uint64
@@ -156,6 +162,7 @@ func (s *Server) Stats() Stats {
 		HeapLive:              st.heapLive.Load(),
 		MemoryPressure:        st.memoryPressure.Load(),
 		MemoryPressureEvents:  st.memoryPressureEvents.Load(),
+		SharedHandedOff:       st.sharedHandedOff.Load(),
 		MessagesReceived:      st.messagesReceived.Load(),
 		MessagesSent:          st.messagesSent.Load(),
 		BytesReceived:         st.bytesReceived.Load(),

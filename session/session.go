@@ -335,6 +335,41 @@ func (s *Session) unqueue(o Outbound, b *QueueBudget) {
 	b.release(o.Msg, int64(size))
 }
 
+// TakeIf takes out of the session the messages its client has not
+// received yet for which take reports true, and returns them in order:
+// the window's entries not acknowledged (a QoS 2 message past PUBREC
+// stays: its client has it), then the queued ones. b is the budget
+// Deliver was given.
+func (s *Session) TakeIf(take func(*Outbound) bool, b *QueueBudget) []Outbound {
+	if s.q == nil {
+		return nil
+	}
+	var out []Outbound
+	var ids []uint16
+	s.q.inflight.each(func(e *Outbound) {
+		if !e.Released && take(e) {
+			ids = append(ids, e.PacketID)
+		}
+	})
+	for _, id := range ids { // the window is small: a find each is fine
+		i := s.find(id)
+		o := *s.q.inflight.at(i)
+		o.PacketID, o.Dup, o.resend = 0, false, false
+		out = append(out, o)
+		s.complete(i)
+	}
+	for range s.q.pending.len() {
+		o := s.q.pending.pop()
+		if take(&o) {
+			s.unqueue(o, b)
+			out = append(out, o)
+		} else {
+			s.q.pending.push(o)
+		}
+	}
+	return out
+}
+
 // Clear empties a session that ends: its queue goes back to b, the
 // budget Deliver was given, and its window, subscriptions and QoS 2
 // state are let go, so that whatever still points to the ended session

@@ -555,3 +555,45 @@ func TestResumeWithinReceiveMaximum(t *testing.T) {
 		t.Error("still resending with every entry sent again or acknowledged")
 	}
 }
+
+// TestTakeIf checks that TakeIf takes the unacknowledged entries of the
+// window and the queued messages take picks, in order, leaves the rest
+// (and a QoS 2 message past PUBREC) where they were, frees the window and
+// gives back the queue's bytes.
+func TestTakeIf(t *testing.T) {
+	s := New("c", Config{MaxInflight: 3}.Limits())
+	var b QueueBudget
+	b.Max = 1 << 20
+	dl := func(topic string, qos byte, want Result) Outbound {
+		t.Helper()
+		o, r := s.Deliver(Outbound{Msg: msg(topic, qos), QoS: qos}, Target{Online: true, CanSend: true, Budget: &b}, t0)
+		if r != want {
+			t.Fatalf("Deliver(%s) = %v, want %v", topic, r, want)
+		}
+		return o
+	}
+	dl("x1", 1, Send)
+	rel := dl("x2", 2, Send)
+	dl("k1", 1, Send)
+	dl("x3", 1, Queued)
+	dl("k2", 1, Queued)
+	dl("x4", 0, Queued)
+	s.Pubrec(rel.PacketID, false)
+	got := s.TakeIf(func(o *Outbound) bool { return o.Msg.Topic[0] == 'x' }, &b)
+	var topics []string
+	for _, o := range got {
+		topics = append(topics, o.Msg.Topic)
+		if o.PacketID != 0 || o.Dup {
+			t.Errorf("%s taken with packet id %d, DUP %v", o.Msg.Topic, o.PacketID, o.Dup)
+		}
+	}
+	if fmt.Sprint(topics) != "[x1 x3 x4]" {
+		t.Errorf("took %v, want [x1 x3 x4]", topics)
+	}
+	if s.Inflight() != 2 || s.Queued() != 1 || s.QueuedBytes() != msg("k2", 1).Size() || b.Bytes() != int64(msg("k2", 1).Size()) {
+		t.Errorf("left %d in flight, %d queued (%d bytes, budget %d); want 2, 1, k2's", s.Inflight(), s.Queued(), s.QueuedBytes(), b.Bytes())
+	}
+	if o, ok, _ := s.Next(t0, &b); !ok || o.Msg.Topic != "k2" {
+		t.Errorf("next %+v, %v; want k2 into the freed window", o, ok)
+	}
+}

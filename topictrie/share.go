@@ -114,3 +114,31 @@ type HashPublisher struct{}
 func (HashPublisher) Choose(_ *GroupState, n int, m Message) int {
 	return int(m.Publisher % uint64(n))
 }
+
+// ShareMember chooses, as a Match would, the member of share group group
+// on filter (without its $share prefix) that receives m, passing over the
+// members skip reports: the broker hands a message a member left
+// unacknowledged to another one. It reports false when no other member
+// is left.
+func (t *Trie[K, V]) ShareMember(group, filter string, m Message, skip func(K) bool) (Sub[K, V], bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	n := t.root.lookup(filter)
+	if n == nil {
+		return Sub[K, V]{}, false
+	}
+	i := n.findGroup(group)
+	if i < 0 {
+		return Sub[K, V]{}, false
+	}
+	g := n.groups[i]
+	members := g.members.items
+	first := t.strategy.Choose(&g.state, len(members), m)
+	for k := range members {
+		e := &members[(first+k)%len(members)]
+		if !skip(e.key) {
+			return Sub[K, V]{Key: e.key, Value: e.value, Filter: n.filter, Group: g.name, KeyID: e.id}, true
+		}
+	}
+	return Sub[K, V]{}, false
+}

@@ -204,3 +204,30 @@ func TestSharedGroupEmptiedAndRemoved(t *testing.T) {
 		t.Error("nodes of the emptied group were not pruned")
 	}
 }
+
+// TestShareMember checks that ShareMember chooses a member of the named
+// group on the filter, passing over those skip names, and reports false
+// when none is left or the group or filter is unknown.
+func TestShareMember(t *testing.T) {
+	tr := New[string, int](Options{})
+	for _, k := range []string{"a", "b", "c"} {
+		if _, err := tr.Subscribe("$share/g/t/#", k, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr.Subscribe("$share/other/t/#", "d", 0)
+	for range 6 {
+		s, ok := tr.ShareMember("g", "t/#", Message{Topic: "t/x"}, func(k string) bool { return k == "a" })
+		if !ok || s.Key == "a" || s.Key == "d" || s.Group != "g" || s.Filter != "t/#" {
+			t.Fatalf("got %+v, %v; want b or c of group g", s, ok)
+		}
+	}
+	if s, ok := tr.ShareMember("g", "t/#", Message{Topic: "t/x"}, func(string) bool { return true }); ok {
+		t.Errorf("got %+v with every member skipped", s)
+	}
+	for _, tc := range []struct{ group, filter string }{{"nope", "t/#"}, {"g", "u/#"}} {
+		if s, ok := tr.ShareMember(tc.group, tc.filter, Message{Topic: "t/x"}, func(string) bool { return false }); ok {
+			t.Errorf("%s on %s: got %+v", tc.group, tc.filter, s)
+		}
+	}
+}

@@ -189,3 +189,32 @@ func ParseFilter(s string) (Filter, error) { return Limits{}.ParseFilter(s) }
 func hasWildcard(s string) bool {
 	return strings.IndexByte(s, '+') >= 0 || strings.IndexByte(s, '#') >= 0
 }
+
+// Matches reports whether topic name topic matches filter, a valid filter
+// without a $share prefix, as the trie matches them: + is one level, # the
+// rest (the parent level included), and a filter starting with a wildcard
+// matches no topic starting with $ [MQTT-4.7.2-1].
+func Matches(filter, topic string) bool {
+	if strings.HasPrefix(topic, "$") && (strings.HasPrefix(filter, "+") || strings.HasPrefix(filter, "#")) {
+		return false
+	}
+	for {
+		if filter == "#" {
+			return true
+		}
+		fl, frest, fmore := strings.Cut(filter, "/")
+		tl, trest, tmore := strings.Cut(topic, "/")
+		if fl != "+" && fl != tl {
+			return false
+		}
+		switch {
+		case !fmore && !tmore:
+			return true
+		case !tmore:
+			return frest == "#" // "a/#" matches "a" [MQTT-4.7.1-2]
+		case !fmore:
+			return false
+		}
+		filter, topic = frest, trest
+	}
+}

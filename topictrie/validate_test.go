@@ -186,3 +186,28 @@ func BenchmarkRejectDeepTopic(b *testing.B) {
 		}
 	}
 }
+
+// TestMatchesAgreesWithTrie checks Matches against the trie itself over
+// filters and topics that exercise every rule: each filter subscribed,
+// a topic must match exactly the filters Matches says it does.
+func TestMatchesAgreesWithTrie(t *testing.T) {
+	filters := []string{"#", "+", "a", "a/#", "a/+", "+/b", "a/b", "a/+/c", "+/+", "/#", "+/", "a//c", "$SYS/#", "$SYS/+", "a/b/#"}
+	topics := []string{"a", "a/b", "a/b/c", "a//c", "/", "/a", "b", "$SYS", "$SYS/x", "a/", "x/b", "a/x/c", "$x/b"}
+	tr := New[string, int](Options{})
+	for _, f := range filters {
+		if _, err := tr.Subscribe(f, f, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, topic := range topics {
+		matched := map[string]bool{}
+		for _, s := range tr.Match(topic, nil) {
+			matched[s.Key] = true
+		}
+		for _, f := range filters {
+			if got := Matches(f, topic); got != matched[f] {
+				t.Errorf("Matches(%q, %q) = %v, the trie says %v", f, topic, got, matched[f])
+			}
+		}
+	}
+}
