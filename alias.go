@@ -16,10 +16,12 @@ import (
 // connection.
 const maxAliasBytes = 16 << 10
 
-// topicAliases is a connection's inbound alias table.
+// topicAliases is a connection's alias tables: in, the client's (only its
+// reader touches them), and out, the broker's (under the outbox lock).
 type topicAliases struct {
 	in    []string // by alias - 1
 	bytes int      // the topics' length
+	out   *outAliases
 }
 
 // resolveAlias applies a PUBLISH's Topic Alias: it records the topic under
@@ -39,7 +41,7 @@ func (c *conn) resolveAlias(p *packets.Publish) error {
 		return c.fail(&packets.Error{Code: packets.TopicAliasInvalid, Ref: "§3.3.2.3.4",
 			Msg: "topic alias 0 or above the Topic Alias Maximum"})
 	}
-	a := c.aliases
+	a := c.aliases.Load()
 	if p.Topic == "" {
 		if a == nil || alias > len(a.in) || a.in[alias-1] == "" {
 			return c.protocolError("§3.3.2.3.4", "PUBLISH with an empty topic and an alias never set")
@@ -49,7 +51,7 @@ func (c *conn) resolveAlias(p *packets.Publish) error {
 	}
 	if a == nil {
 		a = &topicAliases{}
-		c.aliases = a
+		c.aliases.Store(a)
 	}
 	if alias > len(a.in) {
 		a.in = append(a.in, make([]string, alias-len(a.in))...)
@@ -64,4 +66,77 @@ func (c *conn) resolveAlias(p *packets.Publish) error {
 	}
 	a.bytes = grown
 	return nil
+}
+
+// maxOutAliases bounds the aliases the broker gives one client, whatever
+// its Topic Alias Maximum: a miss scans them for the least recently used.
+const maxOutAliases = 128
+
+// outAliases is the aliases the broker gave the topics it sends a 5.0
+// client whose Topic Alias Maximum allows them. When they are all taken,
+// the least recently used goes to the new topic, so that the topics sent
+// most keep theirs. Guarded by the outbox lock: aliases are given in the
+// order frames are queued, which is the order they reach the wire, so a
+// PUBLISH carrying only an alias always follows the one that set it.
+type outAliases struct {
+	max     int
+	byTopic map[string]uint16
+	slots   []outAlias // by alias - 1
+	bytes   int
+	clock   uint32
+}
+
+type outAlias struct {
+	topic string
+	used  uint32
+}
+
+func newOutAliases(clientMax uint16) *outAliases {
+	return &outAliases{max: min(int(clientMax), maxOutAliases), byTopic: make(map[string]uint16)}
+}
+
+// assign returns the alias for topic and whether the topic must be sent
+// with it (the alias is new, or given to this topic now); alias 0 means
+// none: the topic is sent alone.
+func (a *outAliases) assign(topic string) (alias uint16, sendTopic bool) {
+	a.clock++
+	if alias, ok := a.byTopic[topic]; ok {
+		a.slots[alias-1].used = a.clock
+		return alias, false
+	}
+	i := len(a.slots)
+	if i == a.max {
+		i = 0
+		for j := range a.slots {
+			if a.slots[j].used < a.slots[i].used {
+				i = j
+			}
+		}
+	}
+	old := ""
+	if i < len(a.slots) {
+		old = a.slots[i].topic
+	}
+	if a.bytes-len(old)+len(topic) > maxAliasBytes {
+		return 0, true
+	}
+	if i == len(a.slots) {
+		a.slots = append(a.slots, outAlias{})
+	} else {
+		delete(a.byTopic, old)
+	}
+	kept := strings.Clone(topic) // not the publisher's frame
+	a.slots[i] = outAlias{topic: kept, used: a.clock}
+	a.byTopic[kept] = uint16(i + 1)
+	a.bytes += len(kept) - len(old)
+	return uint16(i + 1), true
+}
+
+// forget takes back an alias whose PUBLISH was not sent after all (larger
+// than the client's Maximum Packet Size): the client never learnt it.
+func (a *outAliases) forget(alias uint16) {
+	s := &a.slots[alias-1]
+	delete(a.byTopic, s.topic)
+	a.bytes -= len(s.topic)
+	*s = outAlias{}
 }

@@ -48,3 +48,79 @@ func TestTopicAliasInbound(t *testing.T) {
 		t.Errorf("disconnects[protocol_error] = %d, want 3", n)
 	}
 }
+
+// aliasReader resolves the topic aliases the broker sends, as a client
+// library does, and counts the PUBLISHes that came with an alias only.
+type aliasReader struct {
+	rc        *rawConn
+	topics    map[uint16]string
+	aliasOnly int
+}
+
+func (ar *aliasReader) next(t *testing.T) (*packets.Publish, string) {
+	t.Helper()
+	p, ok := ar.rc.read().(*packets.Publish)
+	if !ok {
+		t.Fatalf("got %+v, want a PUBLISH", p)
+	}
+	topic := p.Topic
+	if p.Properties.Has(packets.PropTopicAlias) {
+		alias := p.Properties.TopicAlias
+		if topic == "" {
+			topic = ar.topics[alias]
+			ar.aliasOnly++
+			if topic == "" {
+				t.Fatalf("alias %d used before it was set", alias)
+			}
+		} else {
+			ar.topics[alias] = topic
+		}
+	}
+	return p, topic
+}
+
+// TestTopicAliasOutbound checks the aliases the broker gives a 5.0 client
+// that takes them: within its Topic Alias Maximum, a topic sent again goes
+// with its alias only, the least recently used alias goes to a new topic
+// when all are taken, QoS 0 and 1 alike; a client that takes none gets
+// full topics only.
+func TestTopicAliasOutbound(t *testing.T) {
+	_, addr := startServer(t, mqttd.Options{})
+	props := packets.Properties{TopicAliasMaximum: 2}
+	props.Set(packets.PropTopicAliasMaximum)
+	sub := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "sub", CleanStart: true, Properties: props})
+	subscribe(sub, packets.Subscription{Filter: "a/#", Options: packets.SubOptions{QoS: 1}})
+	plain := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "plain", CleanStart: true})
+	subscribe(plain, packets.Subscription{Filter: "a/#"})
+	pub := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "pub", CleanStart: true})
+	sent := []string{"a/1", "a/1", "a/2", "a/1", "a/3", "a/2", "a/3", "a/3"}
+	for i, topic := range sent {
+		pub.send(&packets.Publish{Topic: topic, QoS: byte(i % 2), PacketID: uint16(i + 1), Payload: []byte(topic)})
+		if i%2 == 1 {
+			pub.read()
+		}
+	}
+	ar := &aliasReader{rc: sub, topics: map[uint16]string{}}
+	for i, want := range sent {
+		p, topic := ar.next(t)
+		if topic != want || string(p.Payload) != want {
+			t.Fatalf("message %d: topic %q (payload %q), want %q", i, topic, p.Payload, want)
+		}
+		if p.Properties.TopicAlias > 2 {
+			t.Fatalf("alias %d past the client's maximum of 2", p.Properties.TopicAlias)
+		}
+		if p.QoS == 1 {
+			sub.send(&packets.Puback{PacketID: p.PacketID})
+		}
+	}
+	// a/1 set, a/1 alias, a/2 set, a/1 alias, a/3 takes a/2's, a/2 takes a/1's, a/3 alias, a/3 alias.
+	if ar.aliasOnly != 4 {
+		t.Errorf("%d PUBLISHes with an alias only, want 4", ar.aliasOnly)
+	}
+	for i := range sent {
+		p := plain.read().(*packets.Publish)
+		if p.Topic != sent[i] || p.Properties.Has(packets.PropTopicAlias) {
+			t.Fatalf("client taking no aliases got %+v", p)
+		}
+	}
+}

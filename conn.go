@@ -54,9 +54,10 @@ type conn struct {
 	expiry uint32
 	// willDelay is the 5.0 will's Will Delay Interval, in seconds.
 	willDelay uint32
-	// aliases is the 5.0 client's topic alias table (alias.go), nil until
-	// it sets one; only the reader touches it.
-	aliases *topicAliases
+	// aliases is the connection's topic alias tables (alias.go): set at
+	// CONNECT when the client takes aliases, or by the reader when the
+	// client first sets one; deliveries read it.
+	aliases atomic.Pointer[topicAliases]
 
 	graceful  bool // DISCONNECT received: the will is discarded
 	closeOnce sync.Once

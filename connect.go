@@ -57,6 +57,9 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 	if cp.Properties.Has(packets.PropMaximumPacketSize) {
 		c.maxOut = cp.Properties.MaximumPacketSize
 	}
+	if n := cp.Properties.TopicAliasMaximum; n > 0 && c.version == packets.V5 {
+		c.aliases.Store(&topicAliases{out: newOutAliases(n)})
+	}
 	c.expiry = s.sessionExpiry(c.version, cp)
 	if !s.attach(c, cp) {
 		code := packets.ConnRefusedServerUnavailable

@@ -96,6 +96,13 @@ func (e *encoded) frame(v packets.Version, retain bool) []byte {
 // for 5.0, the publisher's properties as forwardProperties gives them.
 // Every PUBLISH the broker sends is encoded here.
 func appendPublish(b []byte, v packets.Version, o session.Outbound) ([]byte, error) {
+	return appendPublishAlias(b, v, o, 0, true)
+}
+
+// appendPublishAlias is appendPublish with a 5.0 Topic Alias, when alias
+// is not 0; without sendTopic the topic is left empty, for the alias to
+// stand for it.
+func appendPublishAlias(b []byte, v packets.Version, o session.Outbound, alias uint16, sendTopic bool) ([]byte, error) {
 	p := packets.Publish{
 		Dup:      o.Dup,
 		QoS:      o.QoS,
@@ -106,6 +113,13 @@ func appendPublish(b []byte, v packets.Version, o session.Outbound) ([]byte, err
 	}
 	if v == packets.V5 {
 		p.Properties = forwardProperties(o.Msg, o.SubIDs)
+		if alias != 0 {
+			p.Properties.TopicAlias = alias
+			p.Properties.Set(packets.PropTopicAlias)
+			if !sendTopic {
+				p.Topic = ""
+			}
+		}
 	}
 	return p.Append(b, v)
 }
@@ -149,19 +163,46 @@ func (c *conn) writeOutboundLocked(o session.Outbound, wake bool) (sent bool) {
 			b, _ = (&packets.Pubrel{PacketID: o.PacketID}).Append(b, c.version)
 			return b
 		}
-		start := len(b)
-		b, err := appendPublish(b, c.version, o)
-		if err != nil {
-			c.fields(c.srv.log.Error()).Err(err).Msg("cannot encode PUBLISH")
-		}
-		if c.tooLarge(len(b) - start) {
-			sent = false
-			return b[:start]
-		}
-		c.srv.stats.messagesSent.Add(1)
+		b, sent = c.appendDelivery(b, o)
 		return b
 	})
 	return sent
+}
+
+// appendDelivery encodes one PUBLISH for this connection, under its
+// outbox lock: with the topic alias the connection gives its topic, if
+// it takes aliases. A PUBLISH larger than the client's Maximum Packet
+// Size is not appended, and the result is false.
+func (c *conn) appendDelivery(b []byte, o session.Outbound) ([]byte, bool) {
+	var out *outAliases
+	if a := c.aliases.Load(); a != nil {
+		out = a.out
+	}
+	var alias uint16
+	sendTopic := true
+	if out != nil {
+		alias, sendTopic = out.assign(o.Msg.Topic)
+	}
+	start := len(b)
+	b, err := appendPublishAlias(b, c.version, o, alias, sendTopic)
+	if err != nil {
+		c.fields(c.srv.log.Error()).Err(err).Msg("cannot encode PUBLISH")
+	}
+	if c.tooLarge(len(b) - start) {
+		if alias != 0 && sendTopic {
+			out.forget(alias)
+		}
+		return b[:start], false
+	}
+	c.srv.stats.messagesSent.Add(1)
+	return b, true
+}
+
+// usesAliases reports whether the broker gives this client topic aliases:
+// its deliveries are then encoded for it alone.
+func (c *conn) usesAliases() bool {
+	a := c.aliases.Load()
+	return a != nil && a.out != nil
 }
 
 // tooLarge reports whether a packet of size bytes exceeds the client's

@@ -177,6 +177,11 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 			cl.mu.Unlock()
 			return false
 		}
+		if tc.usesAliases() {
+			// Encoded for this client alone: the shared frame has no alias.
+			cl.mu.Unlock()
+			return false
+		}
 		frame := enc.frame(tc.version, retain)
 		if tc.maxOut != 0 && tc.tooLarge(len(frame)) {
 			cl.mu.Unlock()
