@@ -1,0 +1,305 @@
+package mqttd_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/eclipse/paho.golang/paho/extensions/rpc"
+	"github.com/eclipse/paho.golang/paho/extensions/topicaliases"
+
+	"mqttd"
+)
+
+// The tests here run the 5.0 features against a real 5.0 client library,
+// github.com/eclipse/paho.golang, which checks what the broker sends as
+// strictly as the libraries devices use.
+
+// paho5 is a connected paho.golang client and the messages it received.
+type paho5 struct {
+	c    *paho.Client
+	nc   net.Conn
+	ack  *paho.Connack
+	msgs chan *paho.Publish
+	errs chan error
+}
+
+// connect5 connects a paho.golang client; tune adjusts its configuration
+// and CONNECT before they are used.
+func connect5(t *testing.T, addr string, cp *paho.Connect, tune func(*paho.ClientConfig)) *paho5 {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &paho5{nc: nc, msgs: make(chan *paho.Publish, 100), errs: make(chan error, 10)}
+	cfg := paho.ClientConfig{
+		Conn: nc,
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
+			p.msgs <- pr.Packet
+			return true, nil
+		}},
+		OnClientError: func(err error) {
+			select {
+			case p.errs <- err:
+			default:
+			}
+		},
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	p.c = paho.NewClient(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if cp.KeepAlive == 0 {
+		cp.KeepAlive = 30
+	}
+	p.ack, err = p.c.Connect(ctx, cp)
+	if err != nil {
+		t.Fatalf("paho.golang connect %s: %v (%+v)", cp.ClientID, err, p.ack)
+	}
+	t.Cleanup(func() {
+		p.c.Disconnect(&paho.Disconnect{})
+		nc.Close()
+	})
+	return p
+}
+
+func (p *paho5) subscribe(t *testing.T, filter string, qos byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sa, err := p.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: qos}}})
+	if err != nil || sa.Reasons[0] != qos {
+		t.Fatalf("subscribe %s: %v %+v", filter, err, sa)
+	}
+}
+
+func (p *paho5) publish(t *testing.T, pb *paho.Publish) *paho.PublishResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := p.c.Publish(ctx, pb)
+	if err != nil && r == nil {
+		t.Fatalf("publish %s: %v", pb.Topic, err)
+	}
+	return r
+}
+
+// next returns the next message received, failing on a client error (the
+// library refusing what the broker sent).
+func (p *paho5) next(t *testing.T) *paho.Publish {
+	t.Helper()
+	select {
+	case m := <-p.msgs:
+		return m
+	case err := <-p.errs:
+		t.Fatalf("client error: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message")
+	}
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestPaho5Will: a will with a delay reaches a 5.0 subscriber after the
+// delay, without the Will Delay Interval, which would make the library
+// drop the connection. (paho.golang sends no Content Type in a will;
+// TestWillProperties checks the properties forwarded.)
+func TestPaho5Will(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{})
+	sub := connect5(t, addr, &paho.Connect{ClientID: "sub", CleanStart: true}, nil)
+	sub.subscribe(t, "will/#", 1)
+	w := connect5(t, addr, &paho.Connect{ClientID: "w", CleanStart: true,
+		Properties:     &paho.ConnectProperties{SessionExpiryInterval: ptr[uint32](60)},
+		WillMessage:    &paho.WillMessage{Topic: "will/w", Payload: []byte("gone"), QoS: 1},
+		WillProperties: &paho.WillProperties{WillDelayInterval: ptr[uint32](1)},
+	}, nil)
+	before := srv.Stats().Connections
+	w.nc.Close()
+	waitFor(t, "w's connection to end", func() bool { return srv.Stats().Connections < before })
+	if n := srv.Stats().WillsDelayed; n != 1 {
+		t.Fatalf("%d wills delayed, want 1", n)
+	}
+	m := sub.next(t)
+	if m.Topic != "will/w" || string(m.Payload) != "gone" {
+		t.Errorf("will %s %q", m.Topic, m.Payload)
+	}
+}
+
+// TestPaho5SessionExpiry: a session with a Session Expiry Interval is
+// there for a client back in time and gone after it.
+func TestPaho5SessionExpiry(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{})
+	cp := func(clean bool) *paho.Connect {
+		return &paho.Connect{ClientID: "exp", CleanStart: clean,
+			Properties: &paho.ConnectProperties{SessionExpiryInterval: ptr[uint32](1)}}
+	}
+	first := connect5(t, addr, cp(true), nil)
+	first.c.Disconnect(&paho.Disconnect{})
+	back := connect5(t, addr, cp(false), nil)
+	if !back.ack.SessionPresent {
+		t.Error("session gone within its expiry interval")
+	}
+	back.c.Disconnect(&paho.Disconnect{})
+	waitFor(t, "the session to expire", func() bool { return srv.Stats().SessionsExpired == 1 })
+	if late := connect5(t, addr, cp(false), nil); late.ack.SessionPresent {
+		t.Error("session present after its expiry interval")
+	}
+}
+
+// TestPaho5TopicAliases: a publisher using the library's topic alias
+// extension is understood, and a subscriber taking the broker's aliases
+// gets packets the library accepts and that resolve to every topic right
+// (the library's router resolves aliases only to pick a handler, so the
+// test keeps the table a handler would).
+func TestPaho5TopicAliases(t *testing.T) {
+	_, addr := startServer(t, mqttd.Options{})
+	sub := connect5(t, addr, &paho.Connect{ClientID: "sub", CleanStart: true,
+		Properties: &paho.ConnectProperties{TopicAliasMaximum: ptr[uint16](3)}}, nil)
+	sub.subscribe(t, "t/#", 0)
+	got := make(chan *paho.Publish, 100)
+	done := t.Context().Done()
+	go func() {
+		table := map[uint16]string{}
+		for {
+			select {
+			case m := <-sub.msgs:
+				if m.Properties != nil && m.Properties.TopicAlias != nil {
+					if m.Topic != "" {
+						table[*m.Properties.TopicAlias] = m.Topic
+					}
+					m.Topic = table[*m.Properties.TopicAlias]
+				}
+				got <- m
+			case <-done:
+				return
+			}
+		}
+	}()
+	aliases := topicaliases.NewTAHandler(10)
+	pub := connect5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, func(cfg *paho.ClientConfig) {
+		cfg.PublishHook = aliases.PublishHook
+	})
+	if n := pub.ack.Properties.TopicAliasMaximum; n == nil || *n != 10 {
+		t.Fatalf("Topic Alias Maximum %v, want 10", n)
+	}
+	topics := []string{"t/a", "t/b", "t/a", "t/c", "t/d", "t/a", "t/b", "t/a"}
+	for _, topic := range topics {
+		pub.publish(t, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte(topic)})
+	}
+	for i, want := range topics {
+		select {
+		case m := <-got:
+			if m.Topic != want || string(m.Payload) != want {
+				t.Fatalf("message %d: %q %q, want %q", i, m.Topic, m.Payload, want)
+			}
+		case err := <-sub.errs:
+			t.Fatalf("client error: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("message %d missing", i)
+		}
+	}
+}
+
+// TestPaho5RequestResponse: the library's request/response extension works
+// through the broker, and a client asking for Response Information gets
+// it.
+func TestPaho5RequestResponse(t *testing.T) {
+	_, addr := startServer(t, mqttd.Options{})
+	responder := connect5(t, addr, &paho.Connect{ClientID: "svc", CleanStart: true}, nil)
+	responder.subscribe(t, "svc/req", 1)
+	done := t.Context().Done()
+	go func() {
+		for {
+			var m *paho.Publish
+			select {
+			case m = <-responder.msgs:
+			case <-done:
+				return
+			}
+			if m.Properties == nil || m.Properties.ResponseTopic == "" {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			responder.c.Publish(ctx, &paho.Publish{Topic: m.Properties.ResponseTopic, QoS: 1,
+				Payload:    append([]byte("re: "), m.Payload...),
+				Properties: &paho.PublishProperties{CorrelationData: m.Properties.CorrelationData}})
+			cancel()
+		}
+	}()
+	requester := connect5(t, addr, &paho.Connect{ClientID: "cli", CleanStart: true,
+		Properties: &paho.ConnectProperties{RequestResponseInfo: true}}, func(cfg *paho.ClientConfig) {
+		cfg.OnPublishReceived = nil
+	})
+	if info := requester.ack.Properties.ResponseInfo; info != "responses/cli/" {
+		t.Errorf("Response Information %q, want responses/cli/", info)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := rpc.NewHandler(ctx, requester.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := h.Request(ctx, &paho.Publish{Topic: "svc/req", QoS: 1, Payload: []byte("ping")})
+	if err != nil || string(resp.Payload) != "re: ping" {
+		t.Fatalf("response %v, %v", resp, err)
+	}
+}
+
+// TestPaho5ReasonCodes: the library sees 0x10 for a message nobody
+// subscribed to, and 0x87 with a Reason String for one to $SYS.
+func TestPaho5ReasonCodes(t *testing.T) {
+	_, addr := startServer(t, mqttd.Options{})
+	c := connect5(t, addr, &paho.Connect{ClientID: "c", CleanStart: true}, nil)
+	if r := c.publish(t, &paho.Publish{Topic: "nobody/here", QoS: 1, Payload: []byte("x")}); r.ReasonCode != 0x10 {
+		t.Errorf("PUBACK %#x, want 0x10", r.ReasonCode)
+	}
+	r := c.publish(t, &paho.Publish{Topic: "$SYS/x", QoS: 1, Payload: []byte("x")})
+	if r.ReasonCode != 0x87 || r.Properties == nil || r.Properties.ReasonString == "" {
+		t.Errorf("PUBACK %#x %+v, want 0x87 with a Reason String", r.ReasonCode, r.Properties)
+	}
+}
+
+// TestMixedVersions: a 3.1.1 publisher reaches a 5.0 subscriber and a 5.0
+// publisher (properties and all) a 3.1.1 subscriber, at QoS 1, retained
+// messages included.
+func TestMixedVersions(t *testing.T) {
+	_, addr := startServer(t, mqttd.Options{})
+	v5 := connect5(t, addr, &paho.Connect{ClientID: "v5", CleanStart: true}, nil)
+	v5.subscribe(t, "from3/#", 1)
+	got3 := make(chan paho3.Message, 10)
+	v3 := pahoConnect(t, addr, "v3", nil)
+	wait(t, v3.Subscribe("from5/#", 1, func(_ paho3.Client, m paho3.Message) { got3 <- m }))
+
+	wait(t, v3.Publish("from3/x", 1, false, "hello five"))
+	if m := v5.next(t); m.Topic != "from3/x" || string(m.Payload) != "hello five" || m.QoS != 1 {
+		t.Errorf("5.0 got %s %q QoS %d", m.Topic, m.Payload, m.QoS)
+	}
+	v5.publish(t, &paho.Publish{Topic: "from5/y", QoS: 1, Retain: true, Payload: []byte("hello three"),
+		Properties: &paho.PublishProperties{ContentType: "text/plain", User: paho.UserProperties{{Key: "k", Value: "v"}}}})
+	select {
+	case m := <-got3:
+		if m.Topic() != "from5/y" || string(m.Payload()) != "hello three" || m.Qos() != 1 {
+			t.Errorf("3.1.1 got %s %q QoS %d", m.Topic(), m.Payload(), m.Qos())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("3.1.1 subscriber got nothing")
+	}
+	late := make(chan paho3.Message, 1)
+	v3late := pahoConnect(t, addr, "v3late", nil)
+	wait(t, v3late.Subscribe("from5/#", 1, func(_ paho3.Client, m paho3.Message) { late <- m }))
+	select {
+	case m := <-late:
+		if !m.Retained() || string(m.Payload()) != "hello three" {
+			t.Errorf("retained 5.0 message to 3.1.1: %q retained %v", m.Payload(), m.Retained())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no retained message")
+	}
+}
