@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	paho3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/eclipse/paho.golang/paho/extensions/rpc"
 	"github.com/eclipse/paho.golang/paho/extensions/topicaliases"
+	paho3 "github.com/eclipse/paho.mqtt.golang"
 
 	"mqttd"
 )
