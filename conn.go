@@ -197,6 +197,7 @@ func (c *conn) cleanup() {
 			c.panicked(r)
 		}
 	}()
+	c.srv.forgetAuth(c)
 	if c.cl != nil {
 		c.srv.detach(c)
 		c.settleWill()

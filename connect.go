@@ -22,7 +22,15 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 		}
 		return c.readError(err)
 	}
-	cp := p.(*packets.Connect)
+	if a, ok := p.(*packets.Auth); ok {
+		return c.continueAuth(a)
+	}
+	cp, ok := p.(*packets.Connect)
+	if !ok || s.authOf(c) != nil {
+		// Only AUTH may follow a CONNECT whose authentication goes on.
+		c.refuse(packets.ProtocolError)
+		return closing(CloseProtocolError, fmt.Errorf("%s during enhanced authentication", p.Type()))
+	}
 	c.version = cp.ProtocolVersion
 	c.info.ProtocolVersion = byte(cp.ProtocolVersion)
 	// Kept for the connection's life: copied, so that they do not pin
@@ -39,10 +47,20 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 		c.redirect(ref)
 		return closing(CloseConnectRefused, fmt.Errorf("redirected to %s (protocol.server_reference)", ref))
 	}
+	if cp.Properties.Has(packets.PropAuthMethod) {
+		return c.startAuth(cp)
+	}
 	if err := s.opts.Authenticator.Authenticate(c.info, cp.Password); err != nil {
 		c.refuse(authCode(c.version, err))
 		return closing(CloseAuthFailed, fmt.Errorf("authentication failed: %w", err))
 	}
+	return c.admit(cp)
+}
+
+// admit accepts a CONNECT whose client is authenticated, unless its will
+// or the session limit refuses it.
+func (c *conn) admit(cp *packets.Connect) error {
+	s := c.srv
 	if cp.WillFlag && (isSys(cp.WillTopic) || !s.opts.Authorizer.Authorize(c.info, auth.Request{Action: auth.Will,
 		Topic: cp.WillTopic, QoS: cp.WillQoS, Retain: cp.WillRetain})) {
 		c.refuse(authCode(c.version, auth.ErrNotAuthorized))
@@ -159,9 +177,9 @@ func (c *conn) checkConnect(cp *packets.Connect) (packets.ReasonCode, error) {
 		}
 		return code, fmt.Errorf("client id of %d bytes exceeds the limit of %d", len(cp.ClientID), lim.MaxClientIDLength)
 	}
-	if v5 && cp.Properties.Has(packets.PropAuthMethod) {
-		// Enhanced authentication is not supported [MQTT-4.12.0-1].
-		return packets.BadAuthenticationMethod, fmt.Errorf("authentication method %q is not supported", cp.Properties.AuthMethod)
+	if v5 && cp.Properties.Has(packets.PropAuthMethod) && c.srv.methods[cp.Properties.AuthMethod] == nil {
+		// [MQTT-4.12.0-1]
+		return packets.BadAuthenticationMethod, fmt.Errorf("authentication method %q is not offered", cp.Properties.AuthMethod)
 	}
 	if most := c.srv.maxKeepAlive(); !v5 && lim.RefuseKeepAliveV311 && (int(cp.KeepAlive) > most || cp.KeepAlive == 0) {
 		// 3.1.1 cannot tell the client another keepalive: refused, when the
@@ -237,6 +255,13 @@ func (s *Server) connackProperties(c *conn, cp *packets.Connect) packets.Propert
 	if n := s.opts.Limits.MaxAwaitingRel; n < 65535 {
 		p.ReceiveMaximum = uint16(n)
 		p.Set(packets.PropReceiveMaximum)
+	}
+	if st := s.authOf(c); st != nil {
+		p.AuthMethod, p.AuthData = st.method.Name(), st.out
+		p.Set(packets.PropAuthMethod)
+		if st.out != nil {
+			p.Set(packets.PropAuthData)
+		}
 	}
 	if info := s.opts.Protocol.ResponseInformation; cp.Properties.RequestResponseInfo == 1 && info != "-" {
 		p.ResponseInfo = info + c.info.ClientID + "/"

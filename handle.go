@@ -35,7 +35,7 @@ func (c *conn) handle(p packets.Packet) error {
 	case *packets.Connect:
 		return c.protocolError("[MQTT-3.1.0-2]", "second CONNECT on one connection")
 	case *packets.Auth:
-		return c.protocolError("[MQTT-4.12.0-7]", "AUTH without an authentication method in CONNECT")
+		return c.reauth(p)
 	default:
 		return c.protocolError("CVE-2021-28166", fmt.Sprintf("client sent %s, which only a server sends", p.Type()))
 	}

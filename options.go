@@ -36,6 +36,11 @@ type Options struct {
 	// Authorizer decides on each publish, subscription and will; nil
 	// allows all.
 	Authorizer auth.Authorizer `yaml:"-"`
+	// AuthMethods are the enhanced authentication methods (MQTT 5.0 AUTH)
+	// offered, by name; a client naming one authenticates through it
+	// instead of the Authenticator, one naming another is refused with
+	// CONNACK 0x8C.
+	AuthMethods []auth.Method `yaml:"-"`
 }
 
 // ListenerConfig names one network listener.

@@ -12,6 +12,7 @@ import (
 	paho3 "github.com/eclipse/paho.mqtt.golang"
 
 	"mqttd"
+	"mqttd/auth"
 )
 
 // The tests here run the 5.0 features against a real 5.0 client library,
@@ -302,4 +303,46 @@ func TestMixedVersions(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no retained message")
 	}
+}
+
+// pahoSCRAM is paho.golang's side of a SCRAM-SHA-256 exchange.
+type pahoSCRAM struct {
+	t  *testing.T
+	sc *scramClient
+}
+
+func (a *pahoSCRAM) Authenticate(in *paho.Auth) *paho.Auth {
+	out, err := a.sc.final(in.Properties.AuthData)
+	if err != nil {
+		a.t.Errorf("SCRAM: %v", err)
+	}
+	return &paho.Auth{ReasonCode: 0x18, Properties: &paho.AuthProperties{AuthMethod: auth.SCRAMName, AuthData: out}}
+}
+
+func (a *pahoSCRAM) Authenticated() {}
+
+// TestPaho5EnhancedAuth: paho.golang connects through SCRAM-SHA-256 and
+// re-authenticates, as the library's AUTH support does it.
+func TestPaho5EnhancedAuth(t *testing.T) {
+	_, addr := scramServer(t)
+	sc := &scramClient{user: "bob", password: "builder", nonce: "paho-1"}
+	handler := &pahoSCRAM{t: t, sc: sc}
+	c := connect5(t, addr, &paho.Connect{ClientID: "paho-scram", CleanStart: true,
+		Properties: &paho.ConnectProperties{AuthMethod: auth.SCRAMName, AuthData: sc.clientFirst()}},
+		func(cfg *paho.ClientConfig) { cfg.AuthHandler = handler })
+	if c.ack.ReasonCode != 0 || c.ack.Properties.AuthMethod != auth.SCRAMName {
+		t.Fatalf("CONNACK %+v", c.ack)
+	}
+	sc.verify(t, c.ack.Properties.AuthData)
+
+	again := &scramClient{user: "bob", password: "builder", nonce: "paho-2"}
+	handler.sc = again
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := c.c.Authenticate(ctx, &paho.Auth{ReasonCode: 0x19,
+		Properties: &paho.AuthProperties{AuthMethod: auth.SCRAMName, AuthData: again.clientFirst()}})
+	if err != nil || !r.Success {
+		t.Fatalf("re-authentication: %+v, %v", r, err)
+	}
+	c.subscribe(t, "still/here", 1)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"mqttd/auth"
 	"mqttd/packets"
 	"mqttd/session"
 	"mqttd/topictrie"
@@ -43,6 +44,7 @@ type Server struct {
 	// mu -> client.mu -> outbox.mu (LOCKING.md).
 	mu        sync.Mutex
 	clients   map[string]*client
+	methods   map[string]auth.Method   // Options.AuthMethods by name
 	wills     map[*client]*delayedWill // waiting for their Will Delay Interval (will.go)
 	conns     map[*conn]struct{}
 	perAddr   map[netip.Addr]int // open connections by source address (admit.go)
@@ -59,6 +61,9 @@ type Server struct {
 	// their readers: writer goroutines, and those that close a connection
 	// after telling a 5.0 client why (takeover, idle timeout, shutdown).
 	writers sync.WaitGroup
+
+	authsMu sync.Mutex
+	auths   map[*conn]*authState // connections that authenticate through an AuthMethod (enhanced.go)
 
 	stats            stats
 	queueBudget      session.QueueBudget // the bytes of all session queues
@@ -103,6 +108,8 @@ func New(opts Options) (*Server, error) {
 		expiry:  newExpiryWheel(),
 		memory:  newMemoryWatch(),
 		clients: make(map[string]*client),
+		methods: make(map[string]auth.Method),
+		auths:   make(map[*conn]*authState),
 		wills:   make(map[*client]*delayedWill),
 		conns:   make(map[*conn]struct{}),
 		perAddr: make(map[netip.Addr]int),
@@ -110,6 +117,9 @@ func New(opts Options) (*Server, error) {
 		failed:  make(chan error, 1),
 	}
 	s.decode.MaxUserProperties = o.Limits.MaxUserProperties + 1
+	for _, m := range o.AuthMethods {
+		s.methods[m.Name()] = m
+	}
 	s.queueBudget.Max = o.Limits.MaxQueuedBytesTotal
 	s.outboxWait.max, s.outboxWait.total = o.Limits.MaxOutboxBytesTotal, &s.stats.outboxBytes
 	s.readers = newReaderPool(s.done)
