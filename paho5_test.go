@@ -346,3 +346,111 @@ func TestPaho5EnhancedAuth(t *testing.T) {
 	}
 	c.subscribe(t, "still/here", 1)
 }
+
+// TestPaho5ConnackLimits: what the library learns from CONNACK: the
+// Server Keep Alive replacing a keepalive above the maximum, the Receive
+// Maximum, Topic Alias Maximum and Maximum Packet Size the broker holds
+// clients to; and a redirect's Server Reference.
+func TestPaho5ConnackLimits(t *testing.T) {
+	_, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxKeepAlive: 60, MaxAwaitingRel: 50, MaxTopicAlias: 4, MaxPacketSize: 4096}})
+	c := connect5(t, addr, &paho.Connect{ClientID: "limits", CleanStart: true, KeepAlive: 600}, nil)
+	p := c.ack.Properties
+	for name, got := range map[string]any{"ServerKeepAlive": p.ServerKeepAlive, "ReceiveMaximum": p.ReceiveMaximum,
+		"TopicAliasMaximum": p.TopicAliasMaximum, "MaximumPacketSize": p.MaximumPacketSize} {
+		want := map[string]uint64{"ServerKeepAlive": 60, "ReceiveMaximum": 50, "TopicAliasMaximum": 4, "MaximumPacketSize": 4096}[name]
+		var v uint64
+		switch g := got.(type) {
+		case *uint16:
+			if g != nil {
+				v = uint64(*g)
+			}
+		case *uint32:
+			if g != nil {
+				v = uint64(*g)
+			}
+		}
+		if v != want {
+			t.Errorf("%s = %d, want %d", name, v, want)
+		}
+	}
+
+	_, moved := startServer(t, mqttd.Options{Protocol: mqttd.Protocol{ServerReference: "127.0.0.1:1884"}})
+	nc, err := net.Dial("tcp", moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ack, err := paho.NewClient(paho.ClientConfig{Conn: nc}).Connect(ctx, &paho.Connect{ClientID: "r", CleanStart: true, KeepAlive: 30})
+	if err == nil || ack == nil || ack.ReasonCode != 0x9C || ack.Properties.ServerReference != "127.0.0.1:1884" {
+		t.Errorf("redirect: %+v, %v; want CONNACK 0x9C with the Server Reference", ack, err)
+	}
+}
+
+// TestPaho5MaximumPacketSize: a client declaring a Maximum Packet Size
+// is not sent a larger message (and stays connected); smaller ones come.
+func TestPaho5MaximumPacketSize(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{})
+	sub := connect5(t, addr, &paho.Connect{ClientID: "small", CleanStart: true,
+		Properties: &paho.ConnectProperties{MaximumPacketSize: ptr[uint32](200)}}, nil)
+	sub.subscribe(t, "size/#", 1)
+	pub := connect5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
+	pub.publish(t, &paho.Publish{Topic: "size/big", QoS: 1, Payload: make([]byte, 500)})
+	pub.publish(t, &paho.Publish{Topic: "size/small", QoS: 1, Payload: []byte("fits")})
+	if m := sub.next(t); m.Topic != "size/small" {
+		t.Errorf("got %s (%d bytes), want only the one that fits", m.Topic, len(m.Payload))
+	}
+	if n := srv.Stats().Dropped["too_large"]; n != 1 {
+		t.Errorf("dropped[too_large] = %d, want 1", n)
+	}
+}
+
+// TestPaho5ReceiveMaximum: a client with a Receive Maximum of 2 that
+// acknowledges by hand is never sent a third message before it
+// acknowledges one.
+func TestPaho5ReceiveMaximum(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{})
+	sub := connect5(t, addr, &paho.Connect{ClientID: "rm", CleanStart: true,
+		Properties: &paho.ConnectProperties{ReceiveMaximum: ptr[uint16](2)}},
+		func(cfg *paho.ClientConfig) { cfg.EnableManualAcknowledgment = true })
+	sub.subscribe(t, "rm/#", 1)
+	pub := connect5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
+	for range 5 {
+		pub.publish(t, &paho.Publish{Topic: "rm/x", QoS: 1, Payload: []byte("m")})
+	}
+	// Every message was routed before its PUBACK: two are sent, three wait.
+	if st := srv.Stats(); st.MessagesSent != 2 || st.Queued != 3 {
+		t.Fatalf("%d sent, %d queued with nothing acknowledged; want 2, 3", st.MessagesSent, st.Queued)
+	}
+	held := []*paho.Publish{sub.next(t), sub.next(t)}
+	for received := 2; received < 5; received++ {
+		if err := sub.c.Ack(held[0]); err != nil {
+			t.Fatal(err)
+		}
+		held = append(held[1:], sub.next(t))
+	}
+}
+
+// TestPaho5SharedHandOff: a paho.golang worker of a share group that dies
+// holding an unacknowledged message does not lose it: another worker gets
+// it.
+func TestPaho5SharedHandOff(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{})
+	manual := func(cfg *paho.ClientConfig) { cfg.EnableManualAcknowledgment = true }
+	a := connect5(t, addr, &paho.Connect{ClientID: "wa", CleanStart: true}, manual)
+	a.subscribe(t, "$share/workers/task/#", 1)
+	b := connect5(t, addr, &paho.Connect{ClientID: "wb", CleanStart: true}, nil)
+	b.subscribe(t, "$share/workers/task/#", 1)
+	pub := connect5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
+	pub.publish(t, &paho.Publish{Topic: "task/1", QoS: 1, Payload: []byte("one")})
+	pub.publish(t, &paho.Publish{Topic: "task/2", QoS: 1, Payload: []byte("two")})
+	first := a.next(t) // round robin: one each
+	b.next(t)
+	before := srv.Stats().Connections
+	a.nc.Close() // dies without acknowledging
+	waitFor(t, "a's connection to end", func() bool { return srv.Stats().Connections < before })
+	if m := b.next(t); string(m.Payload) != string(first.Payload) {
+		t.Errorf("b was handed %q, want a's %q", m.Payload, first.Payload)
+	}
+}
