@@ -1,0 +1,267 @@
+// Package persistence keeps the broker's durable state: the sessions that
+// outlive their connections (with their subscriptions, queued and
+// in-flight messages, inbound QoS 2 packet ids awaiting PUBREL and delayed
+// wills) and the retained messages. A Store takes changes in batches, each
+// applied in one transaction, and gives everything back at start.
+//
+// The broker decides what must be kept and when; a Store only keeps it.
+// A message shared by many sessions (and the retained store) is stored
+// once and counted: the Store deletes it when nothing refers to it any
+// more. Two implementations pass the same contract suite
+// (persistence/storetest): Memory, for tests and for brokers that keep
+// nothing, and the bbolt one (persistence/bolt).
+//
+// This package imports only mqttd/packets.
+package persistence
+
+import (
+	"errors"
+
+	"mqttd/packets"
+)
+
+// Message is a message the broker keeps for sessions or as retained.
+type Message struct {
+	// ID is unique among the messages the store holds; the broker chooses
+	// it (increasing, so that a restart can go on from the largest).
+	ID      uint64
+	Topic   string
+	Payload []byte
+	QoS     byte
+	Retain  bool
+	// Properties are the 5.0 properties forwarded with the message.
+	Properties packets.Properties
+	// Expiry is when the message expires, in unix nanoseconds; 0 never.
+	Expiry int64
+	// Origin is the client id of the publisher (for No Local).
+	Origin string
+}
+
+// Session is a session that outlives its connection.
+type Session struct {
+	ID       string
+	Username string
+	// Version is the protocol level of the client's last CONNECT.
+	Version byte
+	// Expiry is how long, in seconds, the session is kept offline.
+	Expiry uint32
+	// ExpireAt is when the offline session ends, in unix nanoseconds; 0
+	// while its client is connected.
+	ExpireAt int64
+}
+
+// Subscription is one subscription of a session.
+type Subscription struct {
+	// Filter is the topic filter as subscribed, $share prefix included.
+	Filter  string
+	Options packets.SubOptions
+	// ID is the 5.0 subscription identifier; 0 none.
+	ID uint32
+}
+
+// Outbound is a message on its way to a session's client: queued, or in
+// flight once it has a packet id.
+type Outbound struct {
+	// Seq orders a session's outbound messages: the broker gives them
+	// increasing values, and Load returns them in that order.
+	Seq       uint64
+	MessageID uint64
+	// QoS and Retain are as delivered to this client.
+	QoS    byte
+	Retain bool
+	// SubIDs are the subscription identifiers sent with it.
+	SubIDs []uint32
+	// PacketID is 0 while queued.
+	PacketID uint16
+	// Released is set once the client's PUBREC came: what is left to send
+	// is the PUBREL.
+	Released bool
+}
+
+// Will is a will waiting for its Will Delay Interval.
+type Will struct {
+	Message Message
+	// At is when it is to be published, in unix nanoseconds.
+	At int64
+}
+
+// SessionState is a session with everything it holds, as Load gives it
+// back.
+type SessionState struct {
+	Session       Session
+	Subscriptions []Subscription
+	// Outbound is in Seq order; each entry's message is in Messages.
+	Outbound []Outbound
+	// AwaitingRel are the inbound QoS 2 packet ids waiting for PUBREL.
+	AwaitingRel []uint16
+	// Will is nil when none waits.
+	Will *Will
+}
+
+// Snapshot is everything a store holds, read back at start.
+type Snapshot struct {
+	Sessions []SessionState
+	// Retained maps topics to the IDs of their retained messages.
+	Retained map[string]uint64
+	// Messages holds every message a session's outbound entry or the
+	// retained store refers to, by ID.
+	Messages map[uint64]*Message
+}
+
+// Store keeps the broker's durable state.
+type Store interface {
+	// Apply makes a batch's changes, in order, in one transaction: all of
+	// them or, with an error, none. With synchronous durability it returns
+	// once they are on stable storage.
+	Apply(b *Batch) error
+	// Load reads everything back.
+	Load() (*Snapshot, error)
+	// Close flushes and releases the store.
+	Close() error
+}
+
+// OpKind says what a batch operation does.
+type OpKind uint8
+
+// Operations of a Batch.
+const (
+	// OpPutMessage stores Op.Message; a message already stored under its
+	// ID is left as it is. It is kept while an outbound entry or a
+	// retained topic refers to it: a message nothing refers to once the
+	// batch is applied is not kept.
+	OpPutMessage OpKind = iota + 1
+	// OpPutSession stores Op.Session, replacing the one of that ID.
+	OpPutSession
+	// OpDeleteSession removes Op.SessionID with everything it holds.
+	OpDeleteSession
+	// OpPutSubscription adds or replaces Op.Subscription (by filter) in
+	// Op.SessionID.
+	OpPutSubscription
+	// OpDeleteSubscription removes the subscription to Op.Filter.
+	OpDeleteSubscription
+	// OpPutOutbound adds or replaces Op.Outbound (by Seq) in Op.SessionID;
+	// its message must be stored, in this batch or before.
+	OpPutOutbound
+	// OpDeleteOutbound removes the entry Op.Seq of Op.SessionID.
+	OpDeleteOutbound
+	// OpPutAwaitingRel records the inbound QoS 2 packet id Op.PacketID of
+	// Op.SessionID.
+	OpPutAwaitingRel
+	// OpDeleteAwaitingRel removes it.
+	OpDeleteAwaitingRel
+	// OpPutRetained makes the message Op.MessageID the retained message of
+	// Op.Topic; its message must be stored.
+	OpPutRetained
+	// OpDeleteRetained clears the retained message of Op.Topic.
+	OpDeleteRetained
+	// OpPutWill stores Op.Will for Op.SessionID, replacing any.
+	OpPutWill
+	// OpDeleteWill removes the will of Op.SessionID.
+	OpDeleteWill
+)
+
+// Op is one change. Which fields count depends on Kind.
+type Op struct {
+	Kind         OpKind
+	SessionID    string
+	Session      Session
+	Subscription Subscription
+	Filter       string
+	Outbound     Outbound
+	Seq          uint64
+	PacketID     uint16
+	Topic        string
+	MessageID    uint64
+	Message      *Message
+	Will         *Will
+}
+
+// Batch is a list of changes applied together. The zero Batch is empty
+// and ready to use.
+type Batch struct {
+	Ops []Op
+}
+
+// Len is the number of operations.
+func (b *Batch) Len() int { return len(b.Ops) }
+
+// Reset empties the batch for reuse.
+func (b *Batch) Reset() {
+	clear(b.Ops)
+	b.Ops = b.Ops[:0]
+}
+
+// PutMessage stores m (see OpPutMessage).
+func (b *Batch) PutMessage(m *Message) { b.Ops = append(b.Ops, Op{Kind: OpPutMessage, Message: m}) }
+
+// PutSession stores s.
+func (b *Batch) PutSession(s Session) {
+	b.Ops = append(b.Ops, Op{Kind: OpPutSession, SessionID: s.ID, Session: s})
+}
+
+// DeleteSession removes a session and everything it holds.
+func (b *Batch) DeleteSession(id string) {
+	b.Ops = append(b.Ops, Op{Kind: OpDeleteSession, SessionID: id})
+}
+
+// PutSubscription adds or replaces a subscription of a session.
+func (b *Batch) PutSubscription(session string, s Subscription) {
+	b.Ops = append(b.Ops, Op{Kind: OpPutSubscription, SessionID: session, Subscription: s})
+}
+
+// DeleteSubscription removes a session's subscription to filter.
+func (b *Batch) DeleteSubscription(session, filter string) {
+	b.Ops = append(b.Ops, Op{Kind: OpDeleteSubscription, SessionID: session, Filter: filter})
+}
+
+// PutOutbound adds or replaces an outbound entry of a session.
+func (b *Batch) PutOutbound(session string, o Outbound) {
+	b.Ops = append(b.Ops, Op{Kind: OpPutOutbound, SessionID: session, Outbound: o})
+}
+
+// DeleteOutbound removes the outbound entry seq of a session.
+func (b *Batch) DeleteOutbound(session string, seq uint64) {
+	b.Ops = append(b.Ops, Op{Kind: OpDeleteOutbound, SessionID: session, Seq: seq})
+}
+
+// PutAwaitingRel records an inbound QoS 2 packet id awaiting PUBREL.
+func (b *Batch) PutAwaitingRel(session string, id uint16) {
+	b.Ops = append(b.Ops, Op{Kind: OpPutAwaitingRel, SessionID: session, PacketID: id})
+}
+
+// DeleteAwaitingRel removes it.
+func (b *Batch) DeleteAwaitingRel(session string, id uint16) {
+	b.Ops = append(b.Ops, Op{Kind: OpDeleteAwaitingRel, SessionID: session, PacketID: id})
+}
+
+// PutRetained makes message id the retained message of topic.
+func (b *Batch) PutRetained(topic string, id uint64) {
+	b.Ops = append(b.Ops, Op{Kind: OpPutRetained, Topic: topic, MessageID: id})
+}
+
+// DeleteRetained clears the retained message of topic.
+func (b *Batch) DeleteRetained(topic string) {
+	b.Ops = append(b.Ops, Op{Kind: OpDeleteRetained, Topic: topic})
+}
+
+// PutWill stores a delayed will of a session.
+func (b *Batch) PutWill(session string, w *Will) {
+	b.Ops = append(b.Ops, Op{Kind: OpPutWill, SessionID: session, Will: w})
+}
+
+// DeleteWill removes a session's delayed will.
+func (b *Batch) DeleteWill(session string) {
+	b.Ops = append(b.Ops, Op{Kind: OpDeleteWill, SessionID: session})
+}
+
+// Errors a Store returns for a batch that does not hold together; the
+// batch is then not applied.
+var (
+	// ErrNoSession: an operation on a session that is not stored.
+	ErrNoSession = errors.New("persistence: no such session")
+	// ErrNoMessage: an outbound entry, retained topic or will referring to
+	// a message that is not stored.
+	ErrNoMessage = errors.New("persistence: no such message")
+	// ErrBadOp: an operation of unknown kind, or missing what it needs.
+	ErrBadOp = errors.New("persistence: malformed operation")
+)
