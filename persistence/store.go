@@ -130,7 +130,8 @@ const (
 	// retained topic refers to it: a message nothing refers to once the
 	// batch is applied is not kept.
 	OpPutMessage OpKind = iota + 1
-	// OpPutSession stores Op.Session, replacing the one of that ID.
+	// OpPutSession stores Op.Session, keyed on Op.Session.ID, replacing
+	// the record of that ID; what the session holds stays.
 	OpPutSession
 	// OpDeleteSession removes Op.SessionID with everything it holds.
 	OpDeleteSession
@@ -257,11 +258,64 @@ func (b *Batch) DeleteWill(session string) {
 // Errors a Store returns for a batch that does not hold together; the
 // batch is then not applied.
 var (
-	// ErrNoSession: an operation on a session that is not stored.
+	// ErrNoSession: an operation on a session that is not stored, deletes
+	// included; only OpDeleteSession of a missing session is no error.
 	ErrNoSession = errors.New("persistence: no such session")
-	// ErrNoMessage: an outbound entry, retained topic or will referring to
-	// a message that is not stored.
+	// ErrNoMessage: an outbound entry or retained topic referring to a
+	// message that is not stored (earlier in the batch or before it). A
+	// will holds its own copy of its message.
 	ErrNoMessage = errors.New("persistence: no such message")
-	// ErrBadOp: an operation of unknown kind, or missing what it needs.
+	// ErrBadOp: an operation that is not Valid, or properties that would
+	// not read back (a store may decode them to check).
 	ErrBadOp = errors.New("persistence: malformed operation")
 )
+
+// MaxKeyLength bounds a session ID, a subscription's filter and a
+// retained topic, in bytes: a store keys records by them (bbolt's keys
+// are at most 32 KiB, a session's ID and a filter together). The broker
+// keeps longer ones out of the store.
+const MaxKeyLength = 16000
+
+// Valid reports ErrBadOp for an operation no store can apply: an unknown
+// kind, a nil Message or Will, an empty session ID (OpPutSession keys on
+// Session.ID) or retained topic (MQTT has no empty topic names), or a
+// key longer than MaxKeyLength. Stores call it on each operation first.
+func (op *Op) Valid() error {
+	long := func(s string) bool { return len(s) > MaxKeyLength }
+	switch op.Kind {
+	case OpPutMessage:
+		if op.Message == nil {
+			return ErrBadOp
+		}
+		return nil
+	case OpPutSession:
+		if op.Session.ID == "" || long(op.Session.ID) {
+			return ErrBadOp
+		}
+		return nil
+	case OpPutRetained, OpDeleteRetained:
+		if op.Topic == "" || long(op.Topic) {
+			return ErrBadOp
+		}
+		return nil
+	case OpPutWill:
+		if op.Will == nil {
+			return ErrBadOp
+		}
+	case OpPutSubscription:
+		if long(op.Subscription.Filter) {
+			return ErrBadOp
+		}
+	case OpDeleteSubscription:
+		if long(op.Filter) {
+			return ErrBadOp
+		}
+	case OpDeleteSession, OpPutOutbound, OpDeleteOutbound, OpPutAwaitingRel, OpDeleteAwaitingRel, OpDeleteWill:
+	default:
+		return ErrBadOp
+	}
+	if long(op.SessionID) {
+		return ErrBadOp
+	}
+	return nil
+}

@@ -1,0 +1,386 @@
+package bolt
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime/debug"
+
+	"go.etcd.io/bbolt"
+
+	"mqttd/persistence"
+)
+
+// Apply makes the batch's changes in one bbolt transaction, so one fsync
+// under Sync however many ops it holds. An op that does not hold together
+// returns its error from inside the transaction, which bbolt then rolls
+// back: nothing of the batch is applied.
+func (s *Store) Apply(b *persistence.Batch) (err error) {
+	if p := s.syncErr.Load(); p != nil {
+		return fmt.Errorf("%w; commits since may be lost, so the store takes no more", *p)
+	}
+	if b.Len() == 0 {
+		return nil // no transaction: bbolt writes a meta page even for an empty one
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer s.guard(&err)
+	err = s.db.Update(func(tx *bbolt.Tx) error {
+		a := newApplier(tx, s.path)
+		for i := range b.Ops {
+			op := &b.Ops[i]
+			if err := a.apply(op); err != nil {
+				return fmt.Errorf("bolt: op %d (%s): %w", i, kindName(op.Kind), err)
+			}
+		}
+		return a.finish()
+	})
+	if err == nil {
+		s.committed()
+	}
+	return err
+}
+
+// applier is one batch being applied.
+type applier struct {
+	messages, refs, retained, sessions, subs, out, rel, wills *bbolt.Bucket
+
+	path string // for errors
+	// counts are the reference counts the batch touched, read on first
+	// use and written once at the end; a message still at 0 then (or put
+	// and never referred to) is deleted then and not at once, as a later op
+	// of the batch may refer to it again.
+	counts map[uint64]*count
+}
+
+type count struct{ was, now uint64 }
+
+func newApplier(tx *bbolt.Tx, path string) *applier {
+	return &applier{
+		path:     path,
+		messages: tx.Bucket(bucketMessages),
+		refs:     tx.Bucket(bucketRefs),
+		retained: tx.Bucket(bucketRetained),
+		sessions: tx.Bucket(bucketSessions),
+		subs:     tx.Bucket(bucketSubs),
+		out:      tx.Bucket(bucketOut),
+		rel:      tx.Bucket(bucketRel),
+		wills:    tx.Bucket(bucketWills),
+		counts:   make(map[uint64]*count),
+	}
+}
+
+func (a *applier) apply(op *persistence.Op) error {
+	if err := op.Valid(); err != nil {
+		return err
+	}
+	switch op.Kind {
+	case persistence.OpPutMessage:
+		return a.putMessage(op.Message)
+	case persistence.OpPutSession:
+		return a.putSession(&op.Session)
+	case persistence.OpDeleteSession:
+		return a.deleteSession(op.SessionID)
+	case persistence.OpPutRetained:
+		return a.putRetained(op.Topic, op.MessageID)
+	case persistence.OpDeleteRetained:
+		return a.deleteRetained(op.Topic)
+	}
+	if op.Kind < persistence.OpPutSubscription || op.Kind > persistence.OpDeleteWill {
+		return persistence.ErrBadOp
+	}
+	sk := sessKey(op.SessionID, 0)
+	if a.sessions.Get(sk) == nil {
+		return persistence.ErrNoSession
+	}
+	return a.applyToSession(op)
+}
+
+// applyToSession does the ops on a session known to exist.
+func (a *applier) applyToSession(op *persistence.Op) error {
+	id := op.SessionID
+	switch op.Kind {
+	case persistence.OpPutSubscription:
+		v, err := encodeSubscription(&op.Subscription)
+		if err != nil {
+			return err
+		}
+		return a.subs.Put(subKey(id, op.Subscription.Filter), v)
+	case persistence.OpDeleteSubscription:
+		return a.subs.Delete(subKey(id, op.Filter))
+	case persistence.OpPutOutbound:
+		return a.putOutbound(id, &op.Outbound)
+	case persistence.OpDeleteOutbound:
+		return a.deleteOutbound(outKey(id, op.Seq))
+	case persistence.OpPutAwaitingRel:
+		return a.rel.Put(relKey(id, op.PacketID), []byte{})
+	case persistence.OpDeleteAwaitingRel:
+		return a.rel.Delete(relKey(id, op.PacketID))
+	case persistence.OpPutWill:
+		if op.Will == nil {
+			return persistence.ErrBadOp
+		}
+		v, err := encodeWill(op.Will)
+		if err != nil {
+			return err
+		}
+		return a.wills.Put(sessKey(id, 0), v)
+	default: // OpDeleteWill
+		return a.wills.Delete(sessKey(id, 0))
+	}
+}
+
+func (a *applier) putMessage(m *persistence.Message) error {
+	if m == nil {
+		return persistence.ErrBadOp
+	}
+	k := idKey(m.ID)
+	if a.messages.Get(k) != nil {
+		return nil // the first stays
+	}
+	v, err := encodeMessageRecord(m)
+	if err != nil {
+		return err
+	}
+	if err := a.messages.Put(k, v); err != nil {
+		return err
+	}
+	// Counted from 0, so that finish drops it if nothing refers to it.
+	a.counts[m.ID] = &count{}
+	return nil
+}
+
+func (a *applier) putSession(s *persistence.Session) error {
+	if s.ID == "" {
+		return persistence.ErrBadOp
+	}
+	// Only the record is replaced: what the session holds stays.
+	return a.sessions.Put(sessKey(s.ID, 0), encodeSession(s))
+}
+
+func (a *applier) deleteSession(id string) error {
+	sk := sessKey(id, 0)
+	if a.sessions.Get(sk) == nil {
+		return nil
+	}
+	err := deletePrefix(a.out, sk, func(k, v []byte) error {
+		o, err := decodeOutbound(0, v)
+		if err != nil {
+			return recordErr(a.path, bucketOut, k, err)
+		}
+		return a.unref(o.MessageID)
+	})
+	if err != nil {
+		return err
+	}
+	if err := deletePrefix(a.subs, sk, nil); err != nil {
+		return err
+	}
+	if err := deletePrefix(a.rel, sk, nil); err != nil {
+		return err
+	}
+	if err := a.wills.Delete(sk); err != nil {
+		return err
+	}
+	return a.sessions.Delete(sk)
+}
+
+// deletePrefix deletes the keys starting with prefix, calling each first
+// if it is not nil. It collects the keys before deleting them, because a
+// bbolt cursor may skip the entry after one it deleted.
+func deletePrefix(b *bbolt.Bucket, prefix []byte, each func(k, v []byte) error) error {
+	var keys [][]byte
+	c := b.Cursor()
+	for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
+		if each != nil {
+			if err := each(k, v); err != nil {
+				return err
+			}
+		}
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func hasPrefix(k, prefix []byte) bool {
+	return len(k) >= len(prefix) && string(k[:len(prefix)]) == string(prefix)
+}
+
+func (a *applier) putOutbound(id string, o *persistence.Outbound) error {
+	if a.messages.Get(idKey(o.MessageID)) == nil {
+		return persistence.ErrNoMessage
+	}
+	v, err := encodeOutbound(o)
+	if err != nil {
+		return err
+	}
+	k := outKey(id, o.Seq)
+	old := a.out.Get(k)
+	var oldID uint64
+	if old != nil {
+		prev, err := decodeOutbound(o.Seq, old)
+		if err != nil {
+			return recordErr(a.path, bucketOut, k, err)
+		}
+		oldID = prev.MessageID
+	}
+	if err := a.out.Put(k, v); err != nil {
+		return err
+	}
+	if err := a.ref(o.MessageID); err != nil {
+		return err
+	}
+	if old != nil {
+		return a.unref(oldID)
+	}
+	return nil
+}
+
+func (a *applier) deleteOutbound(k []byte) error {
+	v := a.out.Get(k)
+	if v == nil {
+		return nil
+	}
+	o, err := decodeOutbound(0, v)
+	if err != nil {
+		return recordErr(a.path, bucketOut, k, err)
+	}
+	if err := a.out.Delete(k); err != nil {
+		return err
+	}
+	return a.unref(o.MessageID)
+}
+
+func (a *applier) putRetained(topic string, id uint64) error {
+	if topic == "" {
+		return persistence.ErrBadOp // bbolt has no empty keys; MQTT no empty topics
+	}
+	if a.messages.Get(idKey(id)) == nil {
+		return persistence.ErrNoMessage
+	}
+	k := []byte(topic)
+	old := a.retained.Get(k)
+	var oldID uint64
+	if old != nil {
+		var err error
+		if oldID, err = decodeID(old); err != nil {
+			return recordErr(a.path, bucketRetained, k, err)
+		}
+	}
+	if err := a.retained.Put(k, idKey(id)); err != nil {
+		return err
+	}
+	if err := a.ref(id); err != nil {
+		return err
+	}
+	if old != nil {
+		return a.unref(oldID)
+	}
+	return nil
+}
+
+func (a *applier) deleteRetained(topic string) error {
+	if topic == "" {
+		return nil
+	}
+	k := []byte(topic)
+	old := a.retained.Get(k)
+	if old == nil {
+		return nil
+	}
+	id, err := decodeID(old)
+	if err != nil {
+		return recordErr(a.path, bucketRetained, k, err)
+	}
+	if err := a.retained.Delete(k); err != nil {
+		return err
+	}
+	return a.unref(id)
+}
+
+func (a *applier) count(id uint64) (*count, error) {
+	if c := a.counts[id]; c != nil {
+		return c, nil
+	}
+	k := idKey(id)
+	n, err := decodeCount(a.refs.Get(k))
+	if err != nil {
+		return nil, recordErr(a.path, bucketRefs, k, err)
+	}
+	c := &count{was: n, now: n}
+	a.counts[id] = c
+	return c, nil
+}
+
+func (a *applier) ref(id uint64) error {
+	c, err := a.count(id)
+	if err == nil {
+		c.now++
+	}
+	return err
+}
+
+func (a *applier) unref(id uint64) error {
+	c, err := a.count(id)
+	if err != nil {
+		return err
+	}
+	if c.now == 0 {
+		return recordErr(a.path, bucketRefs, idKey(id), fmt.Errorf("%w: count below zero", errRecord))
+	}
+	c.now--
+	return nil
+}
+
+// finish writes the counts the batch changed and drops the messages left
+// without references.
+func (a *applier) finish() error {
+	for id, c := range a.counts {
+		k := idKey(id)
+		var err error
+		switch {
+		case c.now == 0:
+			if err = a.messages.Delete(k); err == nil {
+				err = a.refs.Delete(k)
+			}
+		case c.now != c.was:
+			err = a.refs.Put(k, binary.AppendUvarint(nil, c.now))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordErr names the bucket and key of a damaged record, for a look
+// with the bbolt tool.
+func recordErr(path string, bucket, key []byte, err error) error {
+	return fmt.Errorf("bolt: %s: %w: bucket %s, key %x: %v", path, ErrCorrupt, bucket, key, err)
+}
+
+var kindNames = [...]string{
+	persistence.OpPutMessage:         "PutMessage",
+	persistence.OpPutSession:         "PutSession",
+	persistence.OpDeleteSession:      "DeleteSession",
+	persistence.OpPutSubscription:    "PutSubscription",
+	persistence.OpDeleteSubscription: "DeleteSubscription",
+	persistence.OpPutOutbound:        "PutOutbound",
+	persistence.OpDeleteOutbound:     "DeleteOutbound",
+	persistence.OpPutAwaitingRel:     "PutAwaitingRel",
+	persistence.OpDeleteAwaitingRel:  "DeleteAwaitingRel",
+	persistence.OpPutRetained:        "PutRetained",
+	persistence.OpDeleteRetained:     "DeleteRetained",
+	persistence.OpPutWill:            "PutWill",
+	persistence.OpDeleteWill:         "DeleteWill",
+}
+
+func kindName(k persistence.OpKind) string {
+	if int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind %d", k)
+}

@@ -1,0 +1,408 @@
+package bolt
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"mqttd/packets"
+	"mqttd/persistence"
+)
+
+// Record formats, version 1 (str is a uvarint length and the bytes):
+//
+//	message       1, flags, varint Expiry, str Topic, str Origin,
+//	              [uvarint Properties.Present, properties], payload
+//	will          1, varint At, uvarint message ID, then a message from flags on
+//	session       1, str Username, Version, uvarint Expiry, varint ExpireAt
+//	subscription  1, options byte, uvarint subscription ID
+//	outbound      1, flags, uvarint MessageID, uvarint PacketID,
+//	              uvarint count, count × uvarint subscription ID
+//
+// The keys hold the rest (message ID, session ID, filter, Seq). The
+// payload comes last with no length: it is the rest of the value.
+// Properties.Present is kept beside the properties so that a bit set with
+// nothing to encode (a slice property left empty) comes back as it was.
+
+// Every record value starts with its format version, so that a later
+// build can change one record's encoding and still read the old one
+// without rewriting the file; the schema version in "meta" is for changes
+// of layout (buckets and keys).
+const recV1 = 1
+
+// Message flags. Bits 0-1 are the QoS.
+const (
+	flagRetain     = 1 << 2
+	flagProps      = 1 << 3 // properties follow
+	flagWillProps  = 1 << 4 // they decode as Will Properties, not PUBLISH ones
+	flagEmptyBytes = 1 << 5 // the payload is empty but not nil
+)
+
+// Outbound flags. Bits 0-1 are the QoS.
+const (
+	outRetain   = 1 << 2
+	outReleased = 1 << 3
+)
+
+// Subscription option bits; the layout is the SUBSCRIBE options byte's
+// (§3.8.3.1) so that a dump reads like the wire.
+const (
+	subNoLocal = 1 << 2
+	subRAP     = 1 << 3
+)
+
+// errRecord is what decoding a damaged record returns; the caller adds
+// the file, the bucket and the key.
+var errRecord = errors.New("damaged record")
+
+// sessKey is the key prefix of everything a session holds: its length
+// first, so that one session's keys can never be a prefix of another's
+// and each session's entries are contiguous in every bucket.
+func sessKey(id string, extra int) []byte {
+	k := make([]byte, 0, binary.MaxVarintLen64+len(id)+extra)
+	k = binary.AppendUvarint(k, uint64(len(id)))
+	return append(k, id...)
+}
+
+func subKey(id, filter string) []byte {
+	return append(sessKey(id, len(filter)), filter...)
+}
+
+func outKey(id string, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(sessKey(id, 8), seq)
+}
+
+func relKey(id string, pid uint16) []byte {
+	return binary.BigEndian.AppendUint16(sessKey(id, 2), pid)
+}
+
+// splitKey cuts a key made by sessKey into the session id and the rest.
+func splitKey(k []byte) (string, []byte, bool) {
+	n, w := binary.Uvarint(k)
+	if w <= 0 || n > uint64(len(k)-w) {
+		return "", nil, false
+	}
+	end := w + int(n)
+	return string(k[w:end]), k[end:], true
+}
+
+func idKey(id uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), id) }
+
+// encodeMessageRecord is the value of a message in "messages"; the ID is
+// the key.
+func encodeMessageRecord(m *persistence.Message) ([]byte, error) {
+	dst := make([]byte, 0, 16+len(m.Topic)+len(m.Origin)+len(m.Payload))
+	return appendMessage(append(dst, recV1), m)
+}
+
+func appendMessage(dst []byte, m *persistence.Message) ([]byte, error) {
+	if m.QoS > 3 {
+		return nil, fmt.Errorf("%w: message %d has QoS %d", persistence.ErrBadOp, m.ID, m.QoS)
+	}
+	flags := m.QoS
+	if m.Retain {
+		flags |= flagRetain
+	}
+	if m.Payload != nil && len(m.Payload) == 0 {
+		flags |= flagEmptyBytes
+	}
+	props, willMode, err := encodeProps(&m.Properties)
+	if err != nil {
+		return nil, fmt.Errorf("%w: message %d: %v", persistence.ErrBadOp, m.ID, err)
+	}
+	if props != nil {
+		flags |= flagProps
+		if willMode {
+			flags |= flagWillProps
+		}
+	}
+	dst = append(dst, flags)
+	dst = binary.AppendVarint(dst, m.Expiry)
+	dst = appendString(dst, m.Topic)
+	dst = appendString(dst, m.Origin)
+	if props != nil {
+		dst = binary.AppendUvarint(dst, m.Properties.Present)
+		dst = append(dst, props...)
+	}
+	// Last and without a length: it is the rest of the value.
+	return append(dst, m.Payload...), nil
+}
+
+// encodeProps writes p with the packets codec, so that a property added
+// there is kept here without a change. The codec's decoder checks which
+// properties a packet may carry, and a will's may hold Will Delay
+// Interval, which a PUBLISH may not: the encoding is checked by decoding
+// it now, as a PUBLISH's or else as Will Properties, so that what Apply
+// writes Load can always read. nil means no properties.
+func encodeProps(p *packets.Properties) ([]byte, bool, error) {
+	if p.Present == 0 && len(p.User) == 0 && len(p.SubscriptionIDs) == 0 {
+		return nil, false, nil
+	}
+	b, err := p.Append(nil)
+	if err != nil {
+		return nil, false, err
+	}
+	var check packets.Properties
+	if _, err = check.Decode(b, packets.TypePublish, false); err == nil {
+		return b, false, nil
+	}
+	check = packets.Properties{}
+	if _, werr := check.Decode(b, packets.TypePublish, true); werr == nil {
+		return b, true, nil
+	}
+	return nil, false, fmt.Errorf("properties do not read back: %v", err)
+}
+
+func appendString(dst []byte, s string) []byte {
+	return append(binary.AppendUvarint(dst, uint64(len(s))), s...)
+}
+
+// reader decodes a record; the first error sticks and later reads return
+// zero values, so that a decoder checks once at the end.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail() {
+	if r.err == nil {
+		r.err = errRecord
+	}
+	r.b = nil
+}
+
+func (r *reader) byte() byte {
+	if len(r.b) == 0 {
+		r.fail()
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail()
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail()
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) bytes() []byte {
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.fail()
+		return nil
+	}
+	v := r.b[:n:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) string() string { return string(r.bytes()) }
+
+func (r *reader) version() {
+	if v := r.byte(); v != recV1 && r.err == nil {
+		r.err = fmt.Errorf("%w: record format %d, this build reads %d", errRecord, v, recV1)
+	}
+}
+
+// decodeMessageRecord decodes a "messages" value. It copies v first:
+// bbolt's values live in its memory map and are gone with the
+// transaction. The payload and the properties' strings share that one
+// copy.
+func decodeMessageRecord(id uint64, v []byte) (*persistence.Message, error) {
+	r := reader{b: bytes.Clone(v)}
+	r.version()
+	m := &persistence.Message{ID: id}
+	decodeMessage(&r, m)
+	return m, r.err
+}
+
+func decodeMessage(r *reader, m *persistence.Message) {
+	flags := r.byte()
+	m.QoS = flags & 3
+	m.Retain = flags&flagRetain != 0
+	m.Expiry = r.varint()
+	m.Topic = r.string()
+	m.Origin = r.string()
+	if flags&flagProps != 0 {
+		present := r.uvarint()
+		if r.err != nil {
+			return
+		}
+		n, err := m.Properties.Decode(r.b, packets.TypePublish, flags&flagWillProps != 0)
+		if err != nil {
+			r.err = fmt.Errorf("%w: properties: %v", errRecord, err)
+			return
+		}
+		m.Properties.Present = present
+		r.b = r.b[n:]
+	}
+	if r.err != nil {
+		return
+	}
+	if len(r.b) > 0 {
+		m.Payload = r.b[:len(r.b):len(r.b)]
+	} else if flags&flagEmptyBytes != 0 {
+		m.Payload = []byte{}
+	}
+	r.b = nil
+}
+
+func encodeSession(s *persistence.Session) []byte {
+	dst := make([]byte, 0, 24+len(s.Username))
+	dst = appendString(append(dst, recV1), s.Username)
+	dst = append(dst, s.Version)
+	dst = binary.AppendUvarint(dst, uint64(s.Expiry))
+	return binary.AppendVarint(dst, s.ExpireAt)
+}
+
+func decodeSession(id string, v []byte) (persistence.Session, error) {
+	r := reader{b: v}
+	r.version()
+	s := persistence.Session{ID: id, Username: r.string(), Version: r.byte()}
+	s.Expiry = uint32(r.uvarint())
+	s.ExpireAt = r.varint()
+	return s, r.done()
+}
+
+// done reports an error, or trailing bytes, which a record of this
+// version does not have.
+func (r *reader) done() error {
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%w: %d trailing bytes", errRecord, len(r.b))
+	}
+	return r.err
+}
+
+func encodeSubscription(s *persistence.Subscription) ([]byte, error) {
+	o := s.Options
+	if o.QoS > 3 || o.RetainHandling > 3 {
+		return nil, fmt.Errorf("%w: subscription %q options out of range", persistence.ErrBadOp, s.Filter)
+	}
+	b := o.QoS | o.RetainHandling<<4
+	if o.NoLocal {
+		b |= subNoLocal
+	}
+	if o.RetainAsPublished {
+		b |= subRAP
+	}
+	return binary.AppendUvarint([]byte{recV1, b}, uint64(s.ID)), nil
+}
+
+func decodeSubscription(filter string, v []byte) (persistence.Subscription, error) {
+	r := reader{b: v}
+	r.version()
+	b := r.byte()
+	s := persistence.Subscription{Filter: filter, Options: packets.SubOptions{
+		QoS:               b & 3,
+		NoLocal:           b&subNoLocal != 0,
+		RetainAsPublished: b&subRAP != 0,
+		RetainHandling:    b >> 4 & 3,
+	}}
+	s.ID = uint32(r.uvarint())
+	return s, r.done()
+}
+
+func encodeOutbound(o *persistence.Outbound) ([]byte, error) {
+	if o.QoS > 3 {
+		return nil, fmt.Errorf("%w: outbound %d has QoS %d", persistence.ErrBadOp, o.Seq, o.QoS)
+	}
+	flags := o.QoS
+	if o.Retain {
+		flags |= outRetain
+	}
+	if o.Released {
+		flags |= outReleased
+	}
+	dst := make([]byte, 0, 16+5*len(o.SubIDs))
+	dst = binary.AppendUvarint(append(dst, recV1, flags), o.MessageID)
+	dst = binary.AppendUvarint(dst, uint64(o.PacketID))
+	dst = binary.AppendUvarint(dst, uint64(len(o.SubIDs)))
+	for _, id := range o.SubIDs {
+		dst = binary.AppendUvarint(dst, uint64(id))
+	}
+	return dst, nil
+}
+
+func decodeOutbound(seq uint64, v []byte) (persistence.Outbound, error) {
+	r := reader{b: v}
+	r.version()
+	flags := r.byte()
+	o := persistence.Outbound{
+		Seq:      seq,
+		QoS:      flags & 3,
+		Retain:   flags&outRetain != 0,
+		Released: flags&outReleased != 0,
+	}
+	o.MessageID = r.uvarint()
+	o.PacketID = uint16(r.uvarint())
+	// Each id takes at least a byte: a count beyond what is left is damage,
+	// not a reason to allocate.
+	if n := r.uvarint(); n > uint64(len(r.b)) {
+		r.fail()
+	} else if n > 0 {
+		o.SubIDs = make([]uint32, n)
+		for i := range o.SubIDs {
+			o.SubIDs[i] = uint32(r.uvarint())
+		}
+	}
+	return o, r.done()
+}
+
+func encodeWill(w *persistence.Will) ([]byte, error) {
+	m := &w.Message
+	dst := make([]byte, 0, 32+len(m.Topic)+len(m.Origin)+len(m.Payload))
+	dst = binary.AppendVarint(append(dst, recV1), w.At)
+	dst = binary.AppendUvarint(dst, m.ID)
+	return appendMessage(dst, m)
+}
+
+func decodeWill(v []byte) (*persistence.Will, error) {
+	r := reader{b: bytes.Clone(v)}
+	r.version()
+	w := &persistence.Will{At: r.varint()}
+	w.Message.ID = r.uvarint()
+	decodeMessage(&r, &w.Message)
+	return w, r.err
+}
+
+func decodeID(v []byte) (uint64, error) {
+	if len(v) != 8 {
+		return 0, errRecord
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+func decodeCount(v []byte) (uint64, error) {
+	if v == nil {
+		return 0, nil
+	}
+	r := reader{b: v}
+	n := r.uvarint()
+	return n, r.done()
+}
+
+// uvarint decodes a whole value as one uvarint; n <= 0 if it is not.
+func uvarint(v []byte) (uint64, int) {
+	x, n := binary.Uvarint(v)
+	if n > 0 && n != len(v) {
+		return 0, -1
+	}
+	return x, n
+}

@@ -1,0 +1,31 @@
+// Package bolt is a persistence.Store in one bbolt file.
+//
+// Layout (schema version 1), one bucket each:
+//
+//	meta       "version" → schema version (uvarint)
+//	messages   message ID (8 bytes big-endian) → message record
+//	refs       message ID → reference count (uvarint)
+//	retained   topic → message ID (8 bytes big-endian)
+//	sessions   session key → session record
+//	subs       session key + filter → subscription record
+//	out        session key + Seq (8 bytes big-endian) → outbound record
+//	rel        session key + packet id (2 bytes big-endian) → nothing
+//	wills      session key → will record
+//
+// A session key is the session ID preceded by its length (uvarint), so
+// that a session's entries are contiguous in every bucket, in Seq order
+// for "out", and one ID can never be the prefix of another's. The buckets
+// are flat rather than a bucket per session because a bbolt bucket that
+// holds buckets takes at least a page of its own: about 6 KB per session,
+// against under 200 bytes for a session with a subscription here.
+//
+// Reference counts are kept apart from the messages so that an
+// acknowledgement rewrites a few bytes, not the payload: bbolt rewrites a
+// whole value to change any of it.
+//
+// Records are varints (encoding/binary) behind a format version byte; the
+// 5.0 properties are in the packets codec's wire form (see codec.go).
+//
+// This package imports mqttd/packets, mqttd/persistence, bbolt and the
+// standard library only.
+package bolt
