@@ -1,0 +1,158 @@
+package persistence_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"mqttd/persistence"
+)
+
+// gate is a Store that holds each Apply until the test lets it go, to see
+// what a slow fsync does to the batches that arrive meanwhile.
+type gate struct {
+	persistence.Store
+	entered chan int // the number of operations of each Apply begun
+	release chan struct{}
+}
+
+func (g *gate) Apply(b *persistence.Batch) error {
+	g.entered <- b.Len()
+	<-g.release
+	return g.Store.Apply(b)
+}
+
+func session(id string) *persistence.Batch {
+	var b persistence.Batch
+	b.PutSession(persistence.Session{ID: id})
+	return &b
+}
+
+// TestCommitterGroups checks group commit: while a commit is held, the
+// batches handed in wait and then go, all of them, into one transaction;
+// each is told it is done only after its own transaction.
+func TestCommitterGroups(t *testing.T) {
+	g := &gate{Store: persistence.NewMemory(), entered: make(chan int, 10), release: make(chan struct{})}
+	c := persistence.NewCommitter(g)
+	results := make(chan string, 10)
+	submit := func(id string) {
+		c.Submit(session(id), func(err error) {
+			if err != nil {
+				results <- id + ": " + err.Error()
+				return
+			}
+			results <- id
+		})
+	}
+	submit("first")
+	if n := <-g.entered; n != 1 {
+		t.Fatalf("first commit of %d operations, want 1", n)
+	}
+	for i := range 5 {
+		submit(fmt.Sprint("later", i))
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("%s done while its commit was held", r)
+	default:
+	}
+	g.release <- struct{}{}
+	if r := <-results; r != "first" {
+		t.Fatalf("got %s, want first", r)
+	}
+	if n := <-g.entered; n != 5 {
+		t.Fatalf("second commit of %d operations, want the 5 that waited", n)
+	}
+	g.release <- struct{}{}
+	for range 5 {
+		if r := <-results; len(r) != len("later0") {
+			t.Errorf("result %q", r)
+		}
+	}
+	if st := c.Stats(); st.Commits != 2 || st.Batches != 6 || st.Ops != 6 {
+		t.Errorf("stats %+v, want 2 commits of 6 batches", st)
+	}
+	snap, err := g.Load()
+	if err != nil || len(snap.Sessions) != 6 {
+		t.Errorf("%d sessions stored (%v), want 6", len(snap.Sessions), err)
+	}
+}
+
+// TestCommitterIsolatesBadBatch checks that a batch that does not hold
+// together, merged with others, fails alone.
+func TestCommitterIsolatesBadBatch(t *testing.T) {
+	g := &gate{Store: persistence.NewMemory(), entered: make(chan int, 10), release: make(chan struct{}, 10)}
+	c := persistence.NewCommitter(g)
+	errs := make(chan error, 3)
+	c.Submit(session("hold"), func(err error) { errs <- err })
+	<-g.entered
+	var bad persistence.Batch
+	bad.PutSubscription("ghost", persistence.Subscription{Filter: "x"})
+	got := map[string]chan error{"ok1": make(chan error, 1), "bad": make(chan error, 1), "ok2": make(chan error, 1)}
+	c.Submit(session("ok1"), func(err error) { got["ok1"] <- err })
+	c.Submit(&bad, func(err error) { got["bad"] <- err })
+	c.Submit(session("ok2"), func(err error) { got["ok2"] <- err })
+	for range 5 { // the held one, the merged round, then the three alone
+		g.release <- struct{}{}
+	}
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got["bad"]; !errors.Is(err, persistence.ErrNoSession) {
+		t.Errorf("bad batch: %v, want ErrNoSession", err)
+	}
+	for _, id := range []string{"ok1", "ok2"} {
+		if err := <-got[id]; err != nil {
+			t.Errorf("%s failed with the bad batch: %v", id, err)
+		}
+	}
+	if snap, _ := g.Load(); len(snap.Sessions) != 3 {
+		t.Errorf("%d sessions, want hold, ok1, ok2", len(snap.Sessions))
+	}
+}
+
+// TestCommitterConcurrent hands in batches from many goroutines, each in
+// order, and checks everything is applied and each goroutine's batches in
+// the order it submitted them (a later subscription replaces an earlier
+// one of the same filter).
+func TestCommitterConcurrent(t *testing.T) {
+	store := persistence.NewMemory()
+	c := persistence.NewCommitter(store)
+	const writers, each = 8, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*(each+1))
+	for w := range writers {
+		wg.Go(func() {
+			id := fmt.Sprint("w", w)
+			var done sync.WaitGroup
+			done.Add(each + 1)
+			c.Submit(session(id), func(err error) { errs <- err; done.Done() })
+			for i := range each {
+				var b persistence.Batch
+				b.PutSubscription(id, persistence.Subscription{Filter: "f", ID: uint32(i + 1)})
+				c.Submit(&b, func(err error) { errs <- err; done.Done() })
+			}
+			done.Wait()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap, err := store.Load()
+	if err != nil || len(snap.Sessions) != writers {
+		t.Fatalf("%d sessions (%v)", len(snap.Sessions), err)
+	}
+	for _, s := range snap.Sessions {
+		if len(s.Subscriptions) != 1 || s.Subscriptions[0].ID != each {
+			t.Errorf("%s: %+v, want the last subscription submitted", s.Session.ID, s.Subscriptions)
+		}
+	}
+	if st := c.Stats(); st.Commits >= st.Batches {
+		t.Logf("no grouping happened: %+v", st)
+	}
+}
