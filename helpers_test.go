@@ -241,6 +241,28 @@ func checkGoroutines(t *testing.T) {
 	})
 }
 
+// startPipeServer runs a broker whose clients connect through a
+// pipeListener: a client that reads nothing then holds everything written
+// to it, with no kernel buffer in between.
+func startPipeServer(t *testing.T, opts mqttd.Options) (*mqttd.Server, *pipeListener) {
+	t.Helper()
+	srv, err := mqttd.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newPipeListener()
+	srv.AddListener("pipe", l)
+	go srv.Serve()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return srv, l
+}
+
 // pipeListener hands the server in-memory connections (net.Pipe): writes
 // block until the other end reads, which makes a client that never reads
 // easy to build.

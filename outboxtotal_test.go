@@ -2,7 +2,6 @@ package mqttd_test
 
 import (
 	"bytes"
-	"context"
 	"testing"
 	"time"
 
@@ -52,20 +51,7 @@ func nextPublish(t *testing.T, ch <-chan packets.Packet) *packets.Publish {
 // once the stuck client is gone the waiting messages are delivered.
 func TestOutboxTotalBound(t *testing.T) {
 	const total, size, n = 300_000, 100_000, 10
-	srv, err := mqttd.New(mqttd.Options{Limits: mqttd.Limits{MaxOutboxBytesTotal: total}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newPipeListener()
-	srv.AddListener("pipe", l)
-	go srv.Serve()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
+	srv, l := startPipeServer(t, mqttd.Options{Limits: mqttd.Limits{MaxOutboxBytesTotal: total}})
 	connect := func(id string) *rawConn {
 		rc := l.dial(t)
 		rc.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, ClientID: id, CleanStart: true})

@@ -1,11 +1,9 @@
 package mqttd_test
 
 import (
-	"context"
 	"runtime"
 	"runtime/metrics"
 	"testing"
-	"time"
 
 	"mqttd"
 	"mqttd/packets"
@@ -28,20 +26,7 @@ func liveHeap() int64 {
 func TestMemoryPressure(t *testing.T) {
 	const hogSize = 96 << 20
 	runtime.GC()
-	srv, err := mqttd.New(mqttd.Options{Limits: mqttd.Limits{MaxMemory: liveHeap() + 64<<20}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newPipeListener()
-	srv.AddListener("pipe", l)
-	go srv.Serve()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
+	srv, l := startPipeServer(t, mqttd.Options{Limits: mqttd.Limits{MaxMemory: liveHeap() + 64<<20}})
 	connect := func(id string, v packets.Version) *rawConn {
 		rc := l.dial(t)
 		rc.v = v
