@@ -42,18 +42,30 @@ func (s *Server) takeSharedLocked(cl *client) []handoff {
 	if len(shared) == 0 {
 		return nil
 	}
+	// Decided once per topic: a queue repeats its topics, this runs under
+	// the registry lock, and each ShareMember moves the group's round
+	// robin on.
+	type decision struct {
+		f    topictrie.Filter
+		take bool
+	}
+	decided := make(map[string]decision)
 	var filters []topictrie.Filter // in the order TakeIf takes
 	taken := cl.sess.TakeIf(func(o *session.Outbound) bool {
-		f, ok := sharedFilterOf(o.Msg.Topic, shared, plain)
+		topic := o.Msg.Topic
+		v, ok := decided[topic]
 		if !ok {
-			return false
+			v.f, v.take = sharedFilterOf(topic, shared, plain)
+			if v.take {
+				_, v.take = s.subs.ShareMember(v.f.Group, v.f.Topic, topictrie.Message{Topic: topic},
+					func(k *client) bool { return k == cl })
+			}
+			decided[topic] = v
 		}
-		if _, other := s.subs.ShareMember(f.Group, f.Topic, topictrie.Message{Topic: o.Msg.Topic},
-			func(k *client) bool { return k == cl }); !other {
-			return false
+		if v.take {
+			filters = append(filters, v.f)
 		}
-		filters = append(filters, f)
-		return true
+		return v.take
 	}, &s.queueBudget)
 	s.accountQueueLocked(cl)
 	out := make([]handoff, len(taken))
