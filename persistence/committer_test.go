@@ -156,3 +156,69 @@ func TestCommitterConcurrent(t *testing.T) {
 		t.Logf("no grouping happened: %+v", st)
 	}
 }
+
+// failures is an Owner recording the tickets it is told failed.
+type failures struct {
+	mu      sync.Mutex
+	tickets []uint64
+}
+
+func (f *failures) StoreFailed(ticket uint64, _ error) {
+	f.mu.Lock()
+	f.tickets = append(f.tickets, ticket)
+	f.mu.Unlock()
+}
+
+// TestCommitterAddWait checks the log the broker uses: Add commits
+// nothing by itself; Wait for a ticket commits everything added up to it
+// and returns only after the owner of a unit that failed was told; a Wait
+// for a ticket already applied returns at once; Flush commits without
+// waiting.
+func TestCommitterAddWait(t *testing.T) {
+	g := &gate{Store: persistence.NewMemory(), entered: make(chan int, 10), release: make(chan struct{}, 10)}
+	c := persistence.NewCommitter(g)
+	var mine, other failures
+	c.Add(session("a"), &mine)
+	var bad persistence.Batch
+	bad.PutSubscription("ghost", persistence.Subscription{Filter: "x"})
+	badTicket := c.Add(&bad, &mine)
+	last := c.Add(session("b"), &other)
+	select {
+	case n := <-g.entered:
+		t.Fatalf("a commit of %d operations began before anyone waited", n)
+	default:
+	}
+	for range 4 { // the merged round, then the three units alone
+		g.release <- struct{}{}
+	}
+	done := make(chan struct{})
+	c.Wait(last, func() { close(done) })
+	<-done
+	if n := <-g.entered; n != 3 {
+		t.Errorf("first commit of %d operations, want the 3 added", n)
+	}
+	for range 3 {
+		<-g.entered
+	}
+	if len(mine.tickets) != 1 || mine.tickets[0] != badTicket || len(other.tickets) != 0 {
+		t.Fatalf("failures told: mine %v, other %v; want mine [%d]", mine.tickets, other.tickets, badTicket)
+	}
+	now := false
+	c.Wait(last, func() { now = true })
+	if !now {
+		t.Error("Wait for an applied ticket did not return at once")
+	}
+	c.Add(session("c"), nil)
+	g.release <- struct{}{}
+	c.Flush()
+	if n := <-g.entered; n != 1 {
+		t.Errorf("Flush committed %d operations, want 1", n)
+	}
+	c.Sync()
+	if snap, _ := g.Load(); len(snap.Sessions) != 3 {
+		t.Errorf("%d sessions stored, want a, b and c", len(snap.Sessions))
+	}
+	if st := c.Stats(); st.Failed != 1 {
+		t.Errorf("stats %+v, want 1 failed unit", st)
+	}
+}
