@@ -93,6 +93,8 @@ func newCollector(st *stats, queue *session.QueueBudget) *collector {
 		func(s *stats) uint64 { return s.storeOps.Load() })
 	add("store_commit_seconds_total", "Time spent committing to the store.", prometheus.CounterValue,
 		func(s *stats) float64 { return float64(s.storeCommitNanos.Load()) / 1e9 })
+	counter("store_cancelled_total", "Store operations never applied: outbound entries put and deleted while both waited for one commit.",
+		func(s *stats) uint64 { return s.storeCancelled() })
 	counter("store_errors_total", "Store transactions that failed.", func(s *stats) uint64 { return s.storeErrors.Load() })
 	counter("store_refused_total", "Acknowledgements refused (5.0) or connections closed (3.1.1) because what they covered could not be stored.",
 		func(s *stats) uint64 { return s.storeRefused.Load() })

@@ -146,6 +146,7 @@ func New(opts Options) (*Server, error) {
 	if d != nil {
 		s.dur = d
 		d.commit = persistence.NewCommitter(checkedStore{d.store, s})
+		s.stats.committer = d.commit
 		if err := s.restore(); err != nil {
 			s.closeStore()
 			return nil, err

@@ -1,6 +1,10 @@
 package mqttd
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"mqttd/persistence"
+)
 
 // stats are the broker's counters and gauges. They are kept in atomics on
 // the paths that change them and read by the Prometheus collector
@@ -48,9 +52,19 @@ type stats struct {
 	storeCommitNanos     atomic.Uint64 // time spent in them
 	storeErrors          atomic.Uint64 // transactions that failed
 	storeRefused         atomic.Uint64 // acknowledgements refused, or connections closed, for a failed commit
-	dropped              [numDropReasons]atomic.Uint64
-	rejected             [numRejectReasons]atomic.Uint64
-	disconnects          [numCloseReasons]atomic.Uint64
+	// committer counts what it never applied; nil without a store.
+	committer   *persistence.Committer
+	dropped     [numDropReasons]atomic.Uint64
+	rejected    [numRejectReasons]atomic.Uint64
+	disconnects [numCloseReasons]atomic.Uint64
+}
+
+// storeCancelled is the operations the committer never applied.
+func (s *stats) storeCancelled() uint64 {
+	if s.committer == nil {
+		return 0
+	}
+	return s.committer.Stats().Cancelled
 }
 
 // paddedCounter keeps a hot counter off the cache lines of the others.

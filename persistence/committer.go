@@ -21,12 +21,19 @@ import (
 // A unit that does not hold together (ErrNoSession, ErrNoMessage,
 // ErrBadOp) must not sink the others it was merged with: the round is
 // then applied unit by unit, and only that unit fails.
+//
+// An outbound entry put and deleted while both wait for the same commit
+// (a message its subscriber acknowledged while the previous commit ran)
+// is never written at all: the commit that acknowledges its publisher
+// then costs nothing for it.
 type Committer struct {
 	store Store
 
-	mu      sync.Mutex
-	next    Batch  // the operations of the units waiting for the next commit
-	units   []unit // where each waiting unit ends in next.Ops
+	mu    sync.Mutex
+	next  Batch  // the operations of the units waiting for the next commit
+	units []unit // where each waiting unit ends in next.Ops
+	// puts are the waiting OpPutOutbound operations by entry.
+	puts    map[outKey]pendingPut
 	waiters []waiter
 	added   uint64 // the ticket of the last unit added
 	applied uint64 // every unit up to this ticket is applied or failed
@@ -52,12 +59,31 @@ type waiter struct {
 	done   func()
 }
 
+type outKey struct {
+	session string
+	seq     uint64
+}
+
+// pendingPut is the last waiting put of an entry; created is set when
+// the entry's first put (its delivery) waits too, so that nothing of it
+// is stored yet.
+type pendingPut struct {
+	at      int // in next.Ops
+	created bool
+}
+
+// opVoid marks an operation cancelled while it waited: not applied.
+const opVoid OpKind = 0
+
 // CommitStats counts a Committer's work.
 type CommitStats struct {
 	Commits uint64 // transactions applied
 	Batches uint64 // units added
 	Ops     uint64 // operations applied
 	Failed  uint64 // units that failed
+	// Cancelled counts operations never applied: outbound entries put and
+	// deleted while both waited for the same commit.
+	Cancelled uint64
 }
 
 // NewCommitter returns a Committer applying to s. It starts no goroutine
@@ -70,13 +96,53 @@ func NewCommitter(s Store) *Committer { return &Committer{store: s} }
 // if not nil, is told if the unit fails.
 func (c *Committer) Add(b *Batch, owner Owner) (ticket uint64) {
 	c.mu.Lock()
-	c.next.Ops = append(c.next.Ops, b.Ops...)
+	for i := range b.Ops {
+		c.addOpLocked(&b.Ops[i])
+	}
 	c.added++
 	c.units = append(c.units, unit{end: len(c.next.Ops), ticket: c.added, owner: owner})
 	c.stats.Batches++
 	ticket = c.added
 	c.mu.Unlock()
 	return ticket
+}
+
+// addOpLocked appends one operation, cancelling a waiting put of an
+// outbound entry that this one replaces or deletes. The caller holds c.mu.
+func (c *Committer) addOpLocked(op *Op) {
+	switch op.Kind {
+	case OpPutOutbound:
+		if c.puts == nil {
+			c.puts = make(map[outKey]pendingPut)
+		}
+		k := outKey{op.SessionID, op.Outbound.Seq}
+		p, replaced := c.puts[k]
+		if replaced {
+			c.next.Ops[p.at] = Op{Kind: opVoid}
+			c.stats.Cancelled++
+		}
+		c.puts[k] = pendingPut{at: len(c.next.Ops), created: p.created || !replaced && !op.Outbound.Released}
+	case OpDeleteOutbound:
+		k := outKey{op.SessionID, op.Seq}
+		if p, ok := c.puts[k]; ok {
+			delete(c.puts, k)
+			c.next.Ops[p.at] = Op{Kind: opVoid}
+			c.stats.Cancelled++
+			if p.created {
+				c.stats.Cancelled++
+				return // nothing of the entry was stored
+			}
+		}
+	case OpDeleteSession:
+		// A new session of the same ID starts its Seqs again; what waits
+		// of the old one is deleted with it.
+		for k := range c.puts {
+			if k.session == op.SessionID {
+				delete(c.puts, k)
+			}
+		}
+	}
+	c.next.Ops = append(c.next.Ops, *op)
 }
 
 // Wait calls done once every unit up to ticket is applied (or failed, and
@@ -161,6 +227,10 @@ func (c *Committer) run() {
 		}
 		round.Ops, c.next.Ops = c.next.Ops, round.Ops[:0]
 		units, c.units = c.units, units[:0]
+		clear(c.puts)
+		c.mu.Unlock()
+		dropVoid(&round, units)
+		c.mu.Lock()
 		c.stats.Commits++
 		c.stats.Ops += uint64(len(round.Ops))
 		c.mu.Unlock()
@@ -194,6 +264,9 @@ func (c *Committer) run() {
 // commit applies one round, telling the owners of the units that failed,
 // and returns how many did.
 func (c *Committer) commit(round *Batch, units []unit) (failed int) {
+	if round.Len() == 0 {
+		return 0 // everything in it was cancelled
+	}
 	err := c.store.Apply(round)
 	if err == nil {
 		return 0
@@ -220,6 +293,24 @@ func (c *Committer) commit(round *Batch, units []unit) (failed int) {
 		}
 	}
 	return failed
+}
+
+// dropVoid takes the cancelled operations out of a round, moving the
+// units' ends.
+func dropVoid(round *Batch, units []unit) {
+	n, start := 0, 0
+	for i := range units {
+		for j := start; j < units[i].end; j++ {
+			if round.Ops[j].Kind != opVoid {
+				round.Ops[n] = round.Ops[j]
+				n++
+			}
+		}
+		start = units[i].end
+		units[i].end = n
+	}
+	clear(round.Ops[n:])
+	round.Ops = round.Ops[:n]
 }
 
 func malformed(err error) bool {

@@ -222,3 +222,51 @@ func TestCommitterAddWait(t *testing.T) {
 		t.Errorf("stats %+v, want 1 failed unit", st)
 	}
 }
+
+// TestCommitterCancelsPutAndDelete: an outbound entry put and deleted
+// while both wait for a commit is not written at all; a delete of an
+// entry stored before is kept, though a later put of it waited with it.
+func TestCommitterCancelsPutAndDelete(t *testing.T) {
+	g := &gate{Store: persistence.NewMemory(), entered: make(chan int, 10), release: make(chan struct{}, 10)}
+	c := persistence.NewCommitter(g)
+	var b persistence.Batch
+	b.PutSession(persistence.Session{ID: "s"})
+	msg := &persistence.Message{ID: 1, Topic: "t"}
+	b.PutMessage(msg)
+	b.PutOutbound("s", persistence.Outbound{Seq: 1, MessageID: 1, QoS: 2})
+	c.Add(&b, nil)
+	g.release <- struct{}{}
+	c.Sync()
+	if n := <-g.entered; n != 3 {
+		t.Fatalf("first commit of %d operations, want 3", n)
+	}
+
+	add := func(f func(b *persistence.Batch)) {
+		var b persistence.Batch
+		f(&b)
+		c.Add(&b, nil)
+	}
+	// Entry 2 comes and goes while waiting; entry 1, stored, is released
+	// and then completed.
+	add(func(b *persistence.Batch) {
+		b.PutMessage(&persistence.Message{ID: 2, Topic: "u"})
+		b.PutOutbound("s", persistence.Outbound{Seq: 2, MessageID: 2, QoS: 1})
+	})
+	add(func(b *persistence.Batch) {
+		b.PutOutbound("s", persistence.Outbound{Seq: 1, MessageID: 1, QoS: 2, Released: true, PacketID: 2})
+	})
+	add(func(b *persistence.Batch) { b.DeleteOutbound("s", 2) })
+	add(func(b *persistence.Batch) { b.DeleteOutbound("s", 1) })
+	g.release <- struct{}{}
+	c.Sync()
+	if n := <-g.entered; n != 2 {
+		t.Errorf("second commit of %d operations, want 2 (message 2, unreferenced, and the delete of entry 1)", n)
+	}
+	snap, err := g.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Sessions) != 1 || len(snap.Sessions[0].Outbound) != 0 || len(snap.Messages) != 0 {
+		t.Errorf("left %+v, want the session alone", snap)
+	}
+}
