@@ -117,17 +117,26 @@ func (d *durable) add(b *persistence.Batch, owner *conn, covers bool) {
 		d.commit.Flush()
 		return
 	}
+	if !covers {
+		d.track(owner, d.commit.Add(b, nil), false)
+		return
+	}
+	d.track(owner, d.commit.Add(b, owner), true)
+}
+
+// track records a unit owner's reader added, for it to be committed at
+// the end of the read and, if it covers the next answer, for that answer
+// to wait for it.
+func (d *durable) track(owner *conn, ticket uint64, covers bool) {
 	h := owner.held
 	if h == nil {
 		h = new(heldAnswers)
 		owner.held = h
 	}
-	if !covers {
-		h.added = d.commit.Add(b, nil)
-		return
+	h.added = ticket
+	if covers {
+		h.last = ticket
 	}
-	h.added = d.commit.Add(b, owner)
-	h.last = h.added
 }
 
 // stored is the form a message is kept in.
@@ -163,9 +172,9 @@ func outboundOf(o session.Outbound, msgID uint64) persistence.Outbound {
 }
 
 // deliveredLocked writes an entry a stored session took (sent or
-// queued); pm is the message's stored form when the caller has it. The
-// caller holds cl.mu.
-func (d *durable) deliveredLocked(cl *client, o session.Outbound, pm *persistence.Message, owner *conn) {
+// queued); pm is the message's stored form when the caller has it. then,
+// if not nil, is called once it is stored. The caller holds cl.mu.
+func (d *durable) deliveredLocked(cl *client, o session.Outbound, pm *persistence.Message, owner *conn, then func()) {
 	if pm == nil {
 		pm = d.stored(o.Msg)
 	}
@@ -173,7 +182,30 @@ func (d *durable) deliveredLocked(cl *client, o session.Outbound, pm *persistenc
 	b := persistence.Batch{Ops: ops[:0]}
 	b.PutMessage(pm) // kept once: a message already stored stays as it is
 	b.PutOutbound(cl.id, outboundOf(o, pm.ID))
-	d.add(&b, owner, true)
+	if then == nil {
+		d.add(&b, owner, true)
+		return
+	}
+	t := d.commit.AddThen(&b, owner, then)
+	if owner == nil {
+		d.commit.Flush()
+		return
+	}
+	d.track(owner, t, true)
+}
+
+// stableThen is what lets a held QoS 2 entry of cl go once it is stored
+// (session.Target.Hold): it runs on the committer's goroutine.
+func (s *Server) stableThen(cl *client, seq uint64) func() {
+	return func() {
+		cl.mu.Lock()
+		cl.sess.Stable(seq)
+		tc := cl.conn
+		cl.mu.Unlock()
+		if tc != nil {
+			tc.pumpFrom(nil, nil)
+		}
+	}
 }
 
 // removedLocked deletes entry seq of a stored session: acknowledged,

@@ -189,9 +189,13 @@ func (c *conn) publishQoS2(p *packets.Publish, v verdict) error {
 	cl := c.cl
 	cl.mu.Lock()
 	isNew, err := cl.sess.ReceiveQoS2(p.PacketID)
+	group := uint64(0)
 	if isNew && cl.stored {
-		// Before the message's own units: a crash that keeps what it
-		// routed keeps this too, and the client's DUP is not routed again.
+		// The packet id and what the message changes in every session it
+		// reaches are stored together or not at all: with the id alone, a
+		// DUP sent again after a crash would not be routed; without it,
+		// it would be routed twice.
+		group = c.srv.dur.commit.Begin()
 		c.srv.dur.oneLocked(persistence.Op{Kind: persistence.OpPutAwaitingRel, SessionID: cl.id, PacketID: p.PacketID}, c)
 	}
 	cl.mu.Unlock()
@@ -205,6 +209,9 @@ func (c *conn) publishQoS2(p *packets.Publish, v verdict) error {
 			c.pubrelLocked(p.PacketID)
 			cl.mu.Unlock()
 		}
+	}
+	if group != 0 {
+		c.srv.dur.commit.End(group) // before answer, which may wait for a commit
 	}
 	c.answer(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
 	return nil

@@ -143,12 +143,16 @@ func (s *Server) deliverLocked(cl *client, m *session.Message, qos byte, retain 
 		canSend = fit >= m.Size()
 	}
 	o, r := cl.sess.Deliver(session.Outbound{Msg: m, QoS: qos, Retain: retain, SubIDs: subIDs},
-		session.Target{Online: online, CanSend: canSend, Budget: &s.queueBudget}, clock())
+		session.Target{Online: online, CanSend: canSend, Budget: &s.queueBudget, Hold: cl.stored}, clock())
 	if cl.stored && (r == session.Send && o.QoS > 0 || r == session.Queued) {
 		if enc.stored == nil {
 			enc.stored = s.dur.stored(m)
 		}
-		s.dur.deliveredLocked(cl, o, enc.stored, enc.owner)
+		var then func()
+		if o.QoS == 2 && r == session.Queued {
+			then = s.stableThen(cl, o.Seq)
+		}
+		s.dur.deliveredLocked(cl, o, enc.stored, enc.owner, then)
 	}
 	switch r {
 	case session.Send:

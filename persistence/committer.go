@@ -33,7 +33,13 @@ type Committer struct {
 	next  Batch  // the operations of the units waiting for the next commit
 	units []unit // where each waiting unit ends in next.Ops
 	// puts are the waiting OpPutOutbound operations by entry.
-	puts    map[outKey]pendingPut
+	puts map[outKey]pendingPut
+	// groups are the open groups (Begin) by the ticket their first unit
+	// gets: no commit takes a unit of an open group, nor any after it.
+	groups map[uint64]int
+	// blocked is set when a commit was asked for and an open group held
+	// it back: End starts it.
+	blocked bool
 	waiters []waiter
 	added   uint64 // the ticket of the last unit added
 	applied uint64 // every unit up to this ticket is applied or failed
@@ -96,15 +102,112 @@ func NewCommitter(s Store) *Committer { return &Committer{store: s} }
 // if not nil, is told if the unit fails.
 func (c *Committer) Add(b *Batch, owner Owner) (ticket uint64) {
 	c.mu.Lock()
+	ticket = c.addLocked(b, owner)
+	c.mu.Unlock()
+	return ticket
+}
+
+// addLocked is Add. The caller holds c.mu.
+func (c *Committer) addLocked(b *Batch, owner Owner) (ticket uint64) {
 	for i := range b.Ops {
 		c.addOpLocked(&b.Ops[i])
 	}
 	c.added++
 	c.units = append(c.units, unit{end: len(c.next.Ops), ticket: c.added, owner: owner})
 	c.stats.Batches++
-	ticket = c.added
+	return c.added
+}
+
+// AddThen is Add that calls then, from the committer's goroutine, once
+// the unit is applied (or failed). then must not block.
+func (c *Committer) AddThen(b *Batch, owner Owner, then func()) (ticket uint64) {
+	c.mu.Lock()
+	ticket = c.addLocked(b, owner)
+	c.waiters = append(c.waiters, waiter{ticket, then})
 	c.mu.Unlock()
 	return ticket
+}
+
+// Begin opens a group: the units added from now until End are applied
+// in one transaction, all or none, whatever other goroutines add
+// meanwhile (those wait with them). The broker groups what one message
+// changes in many sessions.
+func (c *Committer) Begin() (group uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.groups == nil {
+		c.groups = make(map[uint64]int)
+	}
+	group = c.added + 1
+	c.groups[group]++
+	return group
+}
+
+// End closes a group Begin opened.
+func (c *Committer) End(group uint64) {
+	c.mu.Lock()
+	if c.groups[group]--; c.groups[group] <= 0 {
+		delete(c.groups, group)
+	}
+	start := c.blocked && c.startLocked()
+	if start {
+		c.blocked = false
+	}
+	c.mu.Unlock()
+	if start {
+		go c.run()
+	}
+}
+
+// cutLocked is how many of the waiting units the next commit may take:
+// those before the first unit of an open group. The caller holds c.mu.
+func (c *Committer) cutLocked() int {
+	first := uint64(0)
+	for g := range c.groups {
+		if first == 0 || g < first {
+			first = g
+		}
+	}
+	if first == 0 {
+		return len(c.units)
+	}
+	n := 0
+	for n < len(c.units) && c.units[n].ticket < first {
+		n++
+	}
+	return n
+}
+
+// takeLocked moves the first n waiting units and their operations into
+// round and units. The caller holds c.mu.
+func (c *Committer) takeLocked(n int, round *Batch, units []unit) []unit {
+	if n == len(c.units) {
+		round.Ops, c.next.Ops = c.next.Ops, round.Ops[:0]
+		units, c.units = c.units, units[:0]
+		clear(c.puts)
+		return units
+	}
+	cut := c.units[n-1].end
+	round.Ops = append(round.Ops[:0], c.next.Ops[:cut]...)
+	rest := copy(c.next.Ops, c.next.Ops[cut:])
+	clear(c.next.Ops[rest:])
+	c.next.Ops = c.next.Ops[:rest]
+	units = append(units[:0], c.units[:n]...)
+	left := copy(c.units, c.units[n:])
+	clear(c.units[left:])
+	c.units = c.units[:left]
+	for i := range c.units {
+		c.units[i].end -= cut
+	}
+	for k, p := range c.puts {
+		if p.at < cut {
+			delete(c.puts, k)
+		} else {
+			p.at -= cut
+			c.puts[k] = p
+		}
+	}
+	return units
 }
 
 // addOpLocked appends one operation, cancelling a waiting put of an
@@ -220,14 +323,14 @@ func (c *Committer) run() {
 	var ready []waiter
 	for {
 		c.mu.Lock()
-		if len(c.units) == 0 {
+		n := c.cutLocked()
+		if n == 0 {
 			c.running = false
+			c.blocked = len(c.units) > 0
 			c.mu.Unlock()
 			return
 		}
-		round.Ops, c.next.Ops = c.next.Ops, round.Ops[:0]
-		units, c.units = c.units, units[:0]
-		clear(c.puts)
+		units = c.takeLocked(n, &round, units)
 		c.mu.Unlock()
 		dropVoid(&round, units)
 		c.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"mqttd/persistence"
@@ -268,5 +269,46 @@ func TestCommitterCancelsPutAndDelete(t *testing.T) {
 	}
 	if len(snap.Sessions) != 1 || len(snap.Sessions[0].Outbound) != 0 || len(snap.Messages) != 0 {
 		t.Errorf("left %+v, want the session alone", snap)
+	}
+}
+
+// TestCommitterGroup: the units of an open group, and those added after
+// its start by anyone, wait for End and then go in one transaction; a
+// unit added before the group is not held back by it.
+func TestCommitterGroup(t *testing.T) {
+	g := &gate{Store: persistence.NewMemory(), entered: make(chan int, 10), release: make(chan struct{}, 10)}
+	c := persistence.NewCommitter(g)
+	before := c.Add(session("before"), nil)
+	group := c.Begin()
+	c.Add(session("in-group"), nil)
+	after := c.Add(session("after"), nil)
+	done := make(chan string, 2)
+	c.Wait(before, func() { done <- "before" })
+	c.Wait(after, func() { done <- "after" })
+	g.release <- struct{}{}
+	if n := <-g.entered; n != 1 {
+		t.Fatalf("first commit of %d operations, want only the one before the group", n)
+	}
+	if got := <-done; got != "before" {
+		t.Fatalf("%s done first", got)
+	}
+	select {
+	case got := <-done:
+		t.Fatalf("%s done while the group is open", got)
+	default:
+	}
+	var applied atomic.Bool
+	c.AddThen(session("last"), nil, func() { applied.Store(true) })
+	c.End(group)
+	g.release <- struct{}{}
+	if n := <-g.entered; n != 3 {
+		t.Errorf("second commit of %d operations, want the group, what came after it and the last", n)
+	}
+	if got := <-done; got != "after" {
+		t.Errorf("%s done, want after", got)
+	}
+	c.Sync()
+	if !applied.Load() {
+		t.Error("AddThen's callback not called once applied")
 	}
 }

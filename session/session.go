@@ -127,6 +127,7 @@ type Outbound struct {
 	Dup      bool     // it was sent before: resend with DUP set
 	Released bool     // PUBREC received: PUBREL is the outstanding packet
 	resend   bool     // in the window, to be sent again on this connection (Resume)
+	held     bool     // queued until Stable passes its Seq (Target.Hold)
 }
 
 // Config bounds a session.
@@ -189,6 +190,7 @@ type Session struct {
 	window int32
 	live   int32  // inflight entries not yet acknowledged
 	seq    uint64 // the Seq the next entry gets
+	stable uint64 // held entries below this Seq may be sent (Stable)
 
 	q           *queues
 	awaitingRel map[uint16]struct{}
@@ -280,6 +282,12 @@ type Target struct {
 	// Budget bounds the bytes of all sessions' queues together; Deliver,
 	// Next and Clear must be given the same one.
 	Budget *QueueBudget
+	// Hold keeps a QoS 2 entry queued, not sent, until Stable passes its
+	// Seq: the broker sends a QoS 2 message to a session it keeps on disk
+	// only once it is stored, so that a crash cannot leave the client
+	// holding a message the broker forgot (which it would then send again
+	// as a new one, or whose packet id it would give to another).
+	Hold bool
 }
 
 // Deliver offers o for delivery. When the client can take it now and the
@@ -296,7 +304,8 @@ func (s *Session) Deliver(o Outbound, to Target, now time.Time) (Outbound, Resul
 	if o.QoS == 0 && !to.Online && !s.lim.queueQoS0 {
 		return o, DropQoS0
 	}
-	if to.CanSend && s.Queued() == 0 && !s.Resending() && (o.QoS == 0 || s.live < s.window && s.free(s.seq)) {
+	o.held = to.Hold && o.QoS == 2
+	if to.CanSend && !o.held && s.Queued() == 0 && !s.Resending() && (o.QoS == 0 || s.live < s.window && s.free(s.seq)) {
 		if o.QoS > 0 {
 			o.Seq = s.seq
 			s.seq++
@@ -315,6 +324,9 @@ func (s *Session) Deliver(o Outbound, to Target, now time.Time) (Outbound, Resul
 	s.q.pendingBytes += size
 	return o, Queued
 }
+
+// Stable lets the held entries up to seq be sent: they are stored.
+func (s *Session) Stable(seq uint64) { s.stable = max(s.stable, seq+1) }
 
 // PacketIDOf is the packet id of the entry with Seq seq. Derived rather
 // than allocated, it is the same after the broker restarts from its
@@ -355,10 +367,12 @@ func (s *Session) NextFit(now time.Time, b *QueueBudget, fit int, expired func(O
 			expired(o)
 			continue
 		}
-		if (head.QoS > 0 && (s.live >= s.window || !s.free(head.Seq))) || head.Msg.Size() > fit {
+		if (head.QoS > 0 && (s.live >= s.window || !s.free(head.Seq))) || head.Msg.Size() > fit ||
+			(head.held && head.Seq >= s.stable) {
 			return Outbound{}, false
 		}
 		o = pending.pop()
+		o.held = false
 		s.unqueue(o, b)
 		if o.QoS > 0 {
 			o = s.enter(o)
@@ -530,6 +544,7 @@ func (s *Session) Discard(id uint16) (seq uint64, ok bool) {
 // is the budget Deliver is given, which counts what is queued.
 func (s *Session) Restore(o Outbound, b *QueueBudget) {
 	s.seq = max(s.seq, o.Seq+1)
+	o.held = false
 	if o.Released {
 		o.PacketID = PacketIDOf(o.Seq)
 		s.queues().inflight.push(o)

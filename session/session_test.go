@@ -658,3 +658,36 @@ func TestRestore(t *testing.T) {
 		t.Errorf("new entry has Seq %d, want 13", o.Seq)
 	}
 }
+
+// A held QoS 2 entry waits in the queue, with what follows it, until
+// Stable passes its Seq; QoS 1 is not held.
+func TestHoldUntilStable(t *testing.T) {
+	s := New("c", Config{}.Limits())
+	to := Target{Online: true, CanSend: true, Hold: true}
+	one, r := s.Deliver(Outbound{Msg: msg("one", 1), QoS: 1}, to, t0)
+	if r != Send {
+		t.Fatalf("QoS 1 with Hold: %v, want Send", r)
+	}
+	two, r := s.Deliver(Outbound{Msg: msg("two", 2), QoS: 2}, to, t0)
+	if r != Queued {
+		t.Fatalf("QoS 2 with Hold: %v, want Queued", r)
+	}
+	if _, r := s.Deliver(Outbound{Msg: msg("three", 1), QoS: 1}, to, t0); r != Queued {
+		t.Fatalf("QoS 1 behind a held entry: %v, want Queued", r)
+	}
+	if _, ok, _ := s.Next(t0, nil); ok {
+		t.Fatal("a held entry was handed out before Stable")
+	}
+	s.Stable(one.Seq)
+	if _, ok, _ := s.Next(t0, nil); ok {
+		t.Fatal("Stable below the held entry's Seq let it go")
+	}
+	s.Stable(two.Seq)
+	got, ok, _ := s.Next(t0, nil)
+	if !ok || got.Msg.Topic != "two" || got.PacketID != PacketIDOf(two.Seq) {
+		t.Fatalf("after Stable got %+v (ok %v), want two", got, ok)
+	}
+	if got, ok, _ := s.Next(t0, nil); !ok || got.Msg.Topic != "three" {
+		t.Fatalf("got %+v (ok %v), want three", got, ok)
+	}
+}
