@@ -4,8 +4,11 @@ package powercut
 
 import (
 	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -138,19 +141,106 @@ func TestTruncateAndFdatasync(t *testing.T) {
 	}
 }
 
+// Files on the filesystem are mapped only in a child process: a page
+// fault on a mapping served by this process's own FUSE server blocks its
+// thread outside any system call, so a stop-the-world pause of the Go
+// runtime waits for the thread and the thread for the server, which the
+// pause stops (a deadlock seen under the race detector).
+
+// inChild runs this test binary again as a child that does action (see
+// TestChild) and returns what it printed.
+func inChild(t *testing.T, action ...string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChild$")
+	cmd.Env = append(os.Environ(), "POWERCUT_CHILD="+strings.Join(action, "\n"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child %q: %v\n%s", action, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestChild is the child of inChild; without POWERCUT_CHILD it does
+// nothing. It prints its result and exits.
+func TestChild(t *testing.T) {
+	action := os.Getenv("POWERCUT_CHILD")
+	if action == "" {
+		t.Skip("run by other tests as a child process")
+	}
+	args := strings.Split(action, "\n")
+	out, err := child(args)
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	fmt.Println(out)
+	os.Exit(0)
+}
+
+// child does one action on a file of the mounted filesystem: "mmap PATH"
+// writes through the file and reads through a shared mapping; "put PATH
+// KEY sync|nosync" commits a key with bbolt; "keys PATH" lists them.
+func child(args []string) (string, error) {
+	switch args[0] {
+	case "mmap":
+		f, err := os.OpenFile(args[1], os.O_RDWR, 0)
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		m, err := syscall.Mmap(int(f.Fd()), 0, 8192, syscall.PROT_READ, syscall.MAP_SHARED)
+		if err != nil {
+			return "", fmt.Errorf("mmap through the filesystem: %w", err)
+		}
+		defer syscall.Munmap(m)
+		if _, err := f.WriteAt([]byte("seen"), 4096); err != nil {
+			return "", err
+		}
+		return string(m[4096:4100]), nil
+	case "put":
+		db, err := bolt.Open(args[1], 0o600, nil)
+		if err != nil {
+			return "", err
+		}
+		defer db.Close()
+		db.NoSync = args[3] == "nosync"
+		return "", db.Update(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("b"))
+			if err != nil {
+				return err
+			}
+			return b.Put([]byte(args[2]), []byte("v"))
+		})
+	case "keys":
+		db, err := bolt.Open(args[1], 0o600, nil)
+		if err != nil {
+			return "", err
+		}
+		defer db.Close()
+		var out []string
+		err = db.View(func(tx *bolt.Tx) error {
+			b := tx.Bucket([]byte("b"))
+			if b == nil {
+				return nil
+			}
+			return b.ForEach(func(k, _ []byte) error {
+				out = append(out, string(k))
+				return nil
+			})
+		})
+		return strings.Join(out, ","), err
+	}
+	return "", fmt.Errorf("unknown action %q", args[0])
+}
+
 // TestMmapSeesWrites: bbolt reads its file through a shared mmap while it
 // writes with pwrite; a read through the mapping must see the write.
 func TestMmapSeesWrites(t *testing.T) {
 	_, mnt, _ := mounted(t)
-	f := create(t, filepath.Join(mnt, "m"))
+	path := filepath.Join(mnt, "m")
+	f := create(t, path)
 	must(t, write(f, make([]byte, 8192), 0))
-	m, err := syscall.Mmap(int(f.Fd()), 0, 8192, syscall.PROT_READ, syscall.MAP_SHARED)
-	if err != nil {
-		t.Fatalf("mmap through the filesystem: %v", err)
-	}
-	defer syscall.Munmap(m)
-	must(t, write(f, []byte("seen"), 4096))
-	if got := string(m[4096:4100]); got != "seen" {
+	if got := inChild(t, "mmap", path); got != "seen" {
 		t.Errorf("mapping shows %q after the write, want %q", got, "seen")
 	}
 }
@@ -162,61 +252,16 @@ func TestMmapSeesWrites(t *testing.T) {
 func TestBboltLosesWhatItDidNotSync(t *testing.T) {
 	p, mnt, _ := mounted(t)
 	path := filepath.Join(mnt, "db")
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	put := func(key string) {
-		t.Helper()
-		err := db.Update(func(tx *bolt.Tx) error {
-			b, err := tx.CreateBucketIfNotExists([]byte("b"))
-			if err != nil {
-				return err
-			}
-			return b.Put([]byte(key), []byte("v"))
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	put("synced")
-	db.NoSync = true
-	put("unsynced")
+	inChild(t, "put", path, "synced", "sync")
+	inChild(t, "put", path, "unsynced", "nosync")
 	// Still there before the cut: only the power cut can lose it.
-	if got := keys(t, db); !bytes.Equal(got, []byte("synced,unsynced,")) {
+	if got := inChild(t, "keys", path); got != "synced,unsynced" {
 		t.Fatalf("before the cut: %s", got)
 	}
-	db.Close()
-
 	cut(t, p, mnt)
-	db, err = bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatalf("bbolt after the cut: %v", err)
-	}
-	defer db.Close()
-	if got := keys(t, db); !bytes.Equal(got, []byte("synced,")) {
+	if got := inChild(t, "keys", path); got != "synced" {
 		t.Errorf("after the cut: %s, want only the synced key", got)
 	}
-}
-
-// keys lists bucket b's keys, comma-terminated.
-func keys(t *testing.T, db *bolt.DB) []byte {
-	t.Helper()
-	var out []byte
-	err := db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket([]byte("b"))
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(k, _ []byte) error {
-			out = append(append(out, k...), ',')
-			return nil
-		})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // TestCutWhileMountedFails: the kernel's page cache of a live mount would
