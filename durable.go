@@ -34,6 +34,13 @@ const StoreFile = "mqttd.db"
 // one ignoring flow control cannot make the broker hold without bound.
 const maxHeld = 1024
 
+// maxWaitingOps bounds the operations waiting for a commit (about 250
+// bytes each, and the messages they hold): past it a reader that added
+// some waits for the commit before it reads more, as when the disk is
+// slower than what QoS 0 retained messages ask of it, which no
+// acknowledgement holds back.
+const maxWaitingOps = 16 << 10
+
 // durable is the broker's side of its store.
 type durable struct {
 	store  persistence.Store
@@ -319,6 +326,10 @@ func (c *conn) commitHeld(wait bool) {
 	}
 	t := h.added
 	h.waited = t
+	if !wait && c.srv.dur.commit.Waiting() > maxWaitingOps {
+		wait = true
+		c.srv.stats.storeBackpressure.Add(1)
+	}
 	if !wait {
 		c.srv.dur.commit.Wait(t, func() { c.releaseHeld(t) })
 		return

@@ -2,6 +2,7 @@ package mqttd_test
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"syscall"
 	"testing"
@@ -198,4 +199,31 @@ func TestIdleBrokerWritesNothing(t *testing.T) {
 	if n := g.appliesSoFar() - before; n != 0 {
 		t.Errorf("%d commits while idle, want 0", n)
 	}
+}
+
+// TestSlowStoreBackpressure: QoS 0 retained messages hold no
+// acknowledgement back, so a publisher faster than the disk would make
+// the operations waiting for a commit grow without bound; past the bound
+// its reader waits for the commit before reading more.
+func TestSlowStoreBackpressure(t *testing.T) {
+	g := newGatedStore()
+	srv, addr := startServer(t, mqttd.Options{Store: g})
+	pub := connectRaw(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
+	g.hold()
+	var frames []byte
+	for i := range 20000 {
+		b, err := (&packets.Publish{Topic: fmt.Sprintf("r/%d", i), Payload: []byte("x"), Retain: true}).Append(nil, packets.V311)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, b...)
+	}
+	go pub.nc.Write(frames) // the broker stops reading before the end
+	waitFor(t, "the publisher's reader to wait for the commit", func() bool { return srv.Stats().StoreBackpressure > 0 })
+	if st := srv.Stats(); st.Retained >= 20000 {
+		t.Errorf("all %d retained messages taken while the store was held", st.Retained)
+	}
+	g.release()
+	waitFor(t, "every retained message", func() bool { return srv.Stats().Retained == 20000 })
+	pub.ping()
 }

@@ -95,6 +95,8 @@ func newCollector(st *stats, queue *session.QueueBudget) *collector {
 		func(s *stats) float64 { return float64(s.storeCommitNanos.Load()) / 1e9 })
 	counter("store_cancelled_total", "Store operations never applied: outbound entries put and deleted while both waited for one commit.",
 		func(s *stats) uint64 { return s.storeCancelled() })
+	counter("store_backpressure_total", "Reads that waited for a commit before reading more: more than 16,384 operations waited for one.",
+		func(s *stats) uint64 { return s.storeBackpressure.Load() })
 	counter("store_errors_total", "Store transactions that failed.", func(s *stats) uint64 { return s.storeErrors.Load() })
 	counter("store_refused_total", "Acknowledgements refused (5.0) or connections closed (3.1.1) because what they covered could not be stored.",
 		func(s *stats) uint64 { return s.storeRefused.Load() })

@@ -52,6 +52,7 @@ type stats struct {
 	storeCommitNanos     atomic.Uint64 // time spent in them
 	storeErrors          atomic.Uint64 // transactions that failed
 	storeRefused         atomic.Uint64 // acknowledgements refused, or connections closed, for a failed commit
+	storeBackpressure    atomic.Uint64 // reads that waited for a commit: too much waited for one
 	// committer counts what it never applied; nil without a store.
 	committer   *persistence.Committer
 	dropped     [numDropReasons]atomic.Uint64
@@ -157,6 +158,9 @@ type Stats struct {
 	// that failed and StoreRefused the acknowledgements refused (or
 	// connections closed) because what they covered was not stored.
 	StoreCommits, StoreOps, StoreErrors, StoreRefused uint64
+	// StoreBackpressure counts the reads that waited for a commit before
+	// reading more: too many operations waited for one.
+	StoreBackpressure uint64
 	// Dropped counts deliveries dropped, by reason: outbox_full,
 	// queue_full, offline_qos0, expired, too_large, outbox_total,
 	// memory_pressure, no_member.
@@ -207,6 +211,7 @@ func (s *Server) Stats() Stats {
 		StoreOps:              st.storeOps.Load(),
 		StoreErrors:           st.storeErrors.Load(),
 		StoreRefused:          st.storeRefused.Load(),
+		StoreBackpressure:     st.storeBackpressure.Load(),
 		Dropped:               make(map[string]uint64, numDropReasons),
 		Disconnects:           make(map[string]uint64, numCloseReasons),
 		Rejected:              make(map[string]uint64, numRejectReasons),

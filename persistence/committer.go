@@ -309,6 +309,13 @@ func (c *Committer) startLocked() bool {
 	return true
 }
 
+// Waiting reports how many operations wait for a commit.
+func (c *Committer) Waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.next.Ops)
+}
+
 // Stats returns the counts so far.
 func (c *Committer) Stats() CommitStats {
 	c.mu.Lock()
