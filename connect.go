@@ -79,11 +79,13 @@ func (c *conn) admit(cp *packets.Connect) error {
 		c.aliases.Store(&topicAliases{out: newOutAliases(n)})
 	}
 	c.expiry = s.sessionExpiry(c.version, cp)
+	s.storeNewSession(c, cp.CleanStart)
 	if !s.attach(c, cp) {
 		code := packets.ConnRefusedServerUnavailable
 		if c.version == packets.V5 {
 			code = packets.QuotaExceeded
 		}
+		s.forgetNewSession(c)
 		s.stats.sessionsRefused.Add(1) // before the CONNACK the client sees
 		c.refuse(code)
 		if !rateLimited(&s.sessionsWarned) {

@@ -450,6 +450,48 @@ func (c *conn) refuseStored(p packets.Packet, err error) (ok bool, refused packe
 	return false, nil
 }
 
+// storeNewSession stores the record of a persistent session its client
+// is about to start, and waits for the commit: the CONNACK is not sent
+// until then, so that a crash just after it cannot leave the client
+// counting on a session the broker forgot. A session already stored,
+// which the client resumes, needs no wait.
+func (s *Server) storeNewSession(c *conn, cleanStart bool) {
+	id := c.info.ClientID
+	if s.dur == nil || c.expiry == 0 || !keyFits(id) {
+		return
+	}
+	s.mu.Lock()
+	resumed := false
+	if cl := s.clients[id]; cl != nil && !cleanStart {
+		cl.mu.Lock()
+		resumed = cl.stored
+		cl.mu.Unlock()
+	}
+	s.mu.Unlock()
+	if resumed {
+		return
+	}
+	var ops [1]persistence.Op
+	b := persistence.Batch{Ops: ops[:0]}
+	b.PutSession(persistence.Session{ID: id, Username: c.info.Username, Version: byte(c.version), Expiry: c.expiry})
+	done := make(chan struct{})
+	s.dur.commit.Wait(s.dur.commit.Add(&b, nil), func() { close(done) })
+	<-done
+}
+
+// forgetNewSession takes out the record storeNewSession stored for a
+// session the broker then had no room for (attach refuses only when there
+// was no session of that id).
+func (s *Server) forgetNewSession(c *conn) {
+	if s.dur == nil || c.expiry == 0 || !keyFits(c.info.ClientID) {
+		return
+	}
+	var ops [1]persistence.Op
+	b := persistence.Batch{Ops: ops[:0]}
+	b.DeleteSession(c.info.ClientID)
+	s.dur.add(&b, nil, false)
+}
+
 // storeSessionLocked keeps a persistent session in the store as its
 // client connects (the record says it is online: no expiry running), or
 // takes out one that now ends with its connection. willDropped says a
