@@ -95,6 +95,7 @@ type checkedStore struct {
 	s *Server
 }
 
+// Apply applies b, counting the commit and logging a failure.
 func (cs checkedStore) Apply(b *persistence.Batch) error {
 	start := time.Now()
 	err := cs.Store.Apply(b)
