@@ -1,0 +1,143 @@
+package mqttd_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/rs/zerolog"
+
+	"mqttd"
+	"mqttd/packets"
+)
+
+func TestListenerConfigErrorsNameTheKey(t *testing.T) {
+	err := mqttd.Options{Listeners: []mqttd.ListenerConfig{
+		{Type: "tcp", Address: "127.0.0.1:1883", CertFile: "c.pem", Path: "/x"},
+		{Type: "tls", Address: "127.0.0.1:8883", MinVersion: "1.1", CipherSuites: []string{"TLS_RSA_WITH_RC4_128_SHA"},
+			RequireClientCert: true},
+		{Type: "ws", Address: "127.0.0.1:8083", Path: "mqtt", ProxyProtocol: true},
+		{Type: "unix", Address: "127.0.0.1:1", FileMode: "rw", ProxyTrusted: []string{"10.0.0.0/33"}},
+		{Type: "udp", Address: "127.0.0.1:1"},
+		{Type: "tcp", Address: "127.0.0.1:1", MaxConnections: -1, HandshakeTimeout: -time.Second},
+	}}.Validate()
+	if err == nil {
+		t.Fatal("Validate accepted bad listeners")
+	}
+	for _, want := range []string{
+		"listeners[0].cert_file: only for tls and wss", "listeners[0].path: only for ws, wss and unix",
+		"listeners[1].cert_file: missing", "listeners[1].key_file: missing", "listeners[1].client_ca_file: missing",
+		"listeners[1].min_version", "listeners[1].cipher_suites", "listeners[2].path: must start with /",
+		"listeners[2].proxy_trusted: missing", "listeners[3].path: missing", "listeners[3].address",
+		"listeners[3].file_mode", "listeners[3].proxy_trusted", "listeners[4].type",
+		"listeners[5].max_connections", "listeners[5].handshake_timeout",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate does not say %q:\n%v", want, err)
+		}
+	}
+}
+
+// listenAll starts a broker on the listeners of opts through Listen.
+func listenAll(t *testing.T, opts mqttd.Options) *mqttd.Server {
+	t.Helper()
+	srv, err := mqttd.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-served; !errors.Is(err, mqttd.ErrServerClosed) {
+			t.Errorf("Serve returned %v", err)
+		}
+	})
+	return srv
+}
+
+// TestListenTransports sends a message from a TCP publisher to
+// subscribers over WebSocket and a unix socket, all opened by Listen
+// from Options.
+func TestListenTransports(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "mqttd.sock")
+	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{
+		{Address: "127.0.0.1:0"},
+		{Type: "ws", Address: "127.0.0.1:0"},
+		{Type: "unix", Path: sock},
+	}})
+	addrs := srv.Addrs()
+	ws := pahoConnect(t, "", "ws-sub", func(o *paho.ClientOptions) {
+		o.Servers = nil
+		o.AddBroker("ws://" + addrs[1].String() + "/mqtt")
+	})
+	got := make(chan string, 2)
+	if tok := ws.Subscribe("x/#", 1, func(_ paho.Client, m paho.Message) { got <- "ws " + string(m.Payload()) }); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe over ws: %v", tok.Error())
+	}
+	nc, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	ux := &rawConn{t: t, nc: nc, br: bufio.NewReader(nc), v: packets.V311}
+	ux.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, ClientID: "unix-sub", CleanStart: true})
+	if ack, ok := ux.read().(*packets.Connack); !ok || ack.ReasonCode != 0 {
+		t.Fatalf("CONNACK over unix: %+v", ack)
+	}
+	ux.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "x/#"}}})
+	if _, ok := ux.read().(*packets.Suback); !ok {
+		t.Fatal("no SUBACK over unix")
+	}
+	tcp := pahoConnect(t, addrs[0].String(), "tcp-pub", nil)
+	if tok := tcp.Publish("x/1", 1, false, "hi"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	if p, ok := ux.read().(*packets.Publish); !ok || string(p.Payload) != "hi" {
+		t.Fatalf("over unix: %+v", p)
+	}
+	select {
+	case m := <-got:
+		if m != "ws hi" {
+			t.Fatalf("over ws: %q", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing over ws within 10 s")
+	}
+}
+
+// TestHTTPOnMQTTPort checks that a browser or WebSocket client sent to
+// the MQTT port is closed with a log line that says what happened, on
+// both readers.
+func TestHTTPOnMQTTPort(t *testing.T) {
+	for _, hidden := range []bool{false, true} {
+		t.Run(map[bool]string{false: "poller", true: "goroutine reader"}[hidden], func(t *testing.T) {
+			logs := &lockedBuffer{}
+			if hidden {
+				listenerWrap = hideSocket
+				t.Cleanup(func() { listenerWrap = nil })
+			}
+			_, addr := startServer(t, mqttd.Options{Logger: zerolog.New(logs)})
+			rc := dialRaw(t, addr)
+			rc.write([]byte("GET /mqtt HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n\r\n"))
+			rc.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := rc.br.ReadByte(); err == nil {
+				t.Fatal("the broker answered an HTTP request")
+			}
+			waitFor(t, "the log line", func() bool { return strings.Contains(logs.String(), "HTTP request on an MQTT port") })
+		})
+	}
+}
