@@ -149,17 +149,21 @@ func readV2(r io.Reader) (netip.AddrPort, bool, error) {
 // pass for someone else.
 func (l *Listener) readProxy(sc *sockConn) error {
 	peer, _ := netip.ParseAddrPort(sc.Conn.RemoteAddr().String())
+	first, err := peekByte(sc.Conn)
+	if err != nil {
+		return fmt.Errorf("PROXY protocol: %w", err)
+	}
+	// Neither an MQTT CONNECT (0x10) nor a TLS record (0x16) starts with
+	// the first byte of a header, so one byte is enough to tell.
+	header := first == 'P' || first == v2Signature[0]
 	if !l.trusted(peer.Addr()) {
-		first, err := peekByte(sc.Conn)
-		if err != nil {
-			return fmt.Errorf("PROXY protocol: %w", err)
-		}
-		// Neither an MQTT CONNECT (0x10) nor a TLS record (0x16) starts
-		// with either byte, so one byte is enough to tell.
-		if first == 'P' || first == v2Signature[0] {
+		if header {
 			return fmt.Errorf("PROXY header from %s, which is not in proxy_trusted", peer.Addr())
 		}
 		return nil
+	}
+	if !header {
+		return errNoProxyHeader
 	}
 	src, ok, err := readProxyHeader(sc.Conn)
 	if err != nil {
