@@ -96,6 +96,11 @@ type Listener struct {
 
 	open    atomic.Int64 // connections counted against MaxConnections
 	pending atomic.Int64 // connections in their handshake
+	// mu guards handshaking: the connections in their handshake, which
+	// Close closes so that it leaves no goroutine waiting on a client.
+	mu          sync.Mutex
+	handshaking map[net.Conn]struct{}
+	closed      bool
 	// Unix nanos of the last warning of each kind, which a flood of
 	// clients would otherwise repeat.
 	fullWarned atomic.Int64 // MaxConnections or maxPending reached
@@ -110,7 +115,8 @@ func Listen(cfg Config) (*Listener, error) {
 	if cfg.MaxMessageSize <= 0 {
 		cfg.MaxMessageSize = DefaultMaxMessageSize
 	}
-	l := &Listener{cfg: cfg, ready: make(chan net.Conn), failed: make(chan error, 1), done: make(chan struct{})}
+	l := &Listener{cfg: cfg, ready: make(chan net.Conn), failed: make(chan error, 1), done: make(chan struct{}),
+		handshaking: make(map[net.Conn]struct{})}
 	if cfg.Type == TLS || cfg.Type == WSS {
 		cs, err := newCertStore(cfg.TLS)
 		if err != nil {
@@ -158,6 +164,12 @@ func (l *Listener) Close() error {
 	l.once.Do(func() {
 		close(l.done)
 		err = l.base.Close()
+		l.mu.Lock()
+		l.closed = true
+		for c := range l.handshaking {
+			c.Close()
+		}
+		l.mu.Unlock()
 		if l.web != nil {
 			// Closes the connections still before their upgrade; the
 			// upgraded ones were hijacked and belong to the broker.
@@ -284,6 +296,15 @@ func (s *stagedListener) loop() {
 				Msg("connection refused: too many connections in their handshake (logged at most every 10 s)")
 			continue
 		}
+		l.mu.Lock()
+		if l.closed { // accepted as Close ran: it would not see this one
+			l.mu.Unlock()
+			l.pending.Add(-1)
+			nc.Close()
+			return
+		}
+		l.handshaking[nc] = struct{}{}
+		l.mu.Unlock()
 		go s.prepare(nc)
 	}
 }
@@ -292,6 +313,9 @@ func (s *stagedListener) prepare(nc net.Conn) {
 	l := s.l
 	defer l.pending.Add(-1)
 	c, err := l.prepare(nc)
+	l.mu.Lock()
+	delete(l.handshaking, nc)
+	l.mu.Unlock()
 	if err != nil {
 		nc.Close()
 		l.warn(&l.failWarned).Err(err).Str("remote", nc.RemoteAddr().String()).
