@@ -25,7 +25,7 @@ import (
 )
 
 // waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	tick := time.NewTicker(2 * time.Millisecond)
@@ -41,7 +41,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // listen opens a listener on 127.0.0.1 port 0 (for types with an
 // address) and closes it at the end of the test.
-func listen(t *testing.T, cfg listeners.Config) *listeners.Listener {
+func listen(t testing.TB, cfg listeners.Config) *listeners.Listener {
 	t.Helper()
 	if cfg.Type != listeners.Unix && cfg.Address == "" {
 		cfg.Address = "127.0.0.1:0"
@@ -56,7 +56,7 @@ func listen(t *testing.T, cfg listeners.Config) *listeners.Listener {
 
 // startBroker serves a broker on a listener cfg describes and returns the
 // broker and the listener's address.
-func startBroker(t *testing.T, cfg listeners.Config) (*mqttd.Server, string) {
+func startBroker(t testing.TB, cfg listeners.Config) (*mqttd.Server, string) {
 	t.Helper()
 	srv, err := mqttd.New(mqttd.Options{})
 	if err != nil {
@@ -129,7 +129,7 @@ type pkiFiles struct {
 
 // newPKI makes a CA, a server certificate for 127.0.0.1 and client
 // certificates, in t.TempDir().
-func newPKI(t *testing.T) *pkiFiles {
+func newPKI(t testing.TB) *pkiFiles {
 	t.Helper()
 	p := &pkiFiles{dir: t.TempDir()}
 	p.ca, p.caKey = selfSigned(t, "test CA")
@@ -147,7 +147,7 @@ func newPKI(t *testing.T) *pkiFiles {
 	return p
 }
 
-func selfSigned(t *testing.T, cn string) (*x509.Certificate, *ecdsa.PrivateKey) {
+func selfSigned(t testing.TB, cn string) (*x509.Certificate, *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -171,7 +171,7 @@ func selfSigned(t *testing.T, cn string) (*x509.Certificate, *ecdsa.PrivateKey) 
 
 // issue signs a certificate for cn valid until notAfter and writes it and
 // its key; a server certificate is for 127.0.0.1.
-func (p *pkiFiles) issue(t *testing.T, cn string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, notAfter time.Time, server bool) (certFile, keyFile string) {
+func (p *pkiFiles) issue(t testing.TB, cn string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, notAfter time.Time, server bool) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -202,7 +202,7 @@ func pemBlock(typ string, der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
 }
 
-func (p *pkiFiles) write(t *testing.T, name string, data []byte) string {
+func (p *pkiFiles) write(t testing.TB, name string, data []byte) string {
 	t.Helper()
 	path := filepath.Join(p.dir, name)
 	if err := os.WriteFile(path, data, 0o600); err != nil {
@@ -211,7 +211,7 @@ func (p *pkiFiles) write(t *testing.T, name string, data []byte) string {
 	return path
 }
 
-func loadPair(t *testing.T, certFile, keyFile string) tls.Certificate {
+func loadPair(t testing.TB, certFile, keyFile string) tls.Certificate {
 	t.Helper()
 	c, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
@@ -272,4 +272,13 @@ func pahoRoundTrip(t *testing.T, url string, tc *tls.Config) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no message within 10 s")
 	}
+}
+
+func x509Pool(t testing.TB, pem []byte) *x509.CertPool {
+	t.Helper()
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		t.Fatal("no certificate in the CA file")
+	}
+	return pool
 }

@@ -23,6 +23,10 @@ var subprotocols = []string{"mqtt", "mqttv3.1"}
 // maxHeaderBytes bounds the HTTP request of an upgrade.
 const maxHeaderBytes = 8 << 10
 
+// readBufferSize is a WebSocket connection's read buffer: room for a
+// frame header and a control frame (125 bytes), and a small packet.
+const readBufferSize = 512
+
 // writeBuffers is the write buffer of every WebSocket connection, taken
 // only while a message is written: an idle connection holds none.
 var writeBuffers websocket.BufferPool = &sync.Pool{}
@@ -38,6 +42,10 @@ func (l *Listener) serveWeb(inner net.Listener) {
 		Subprotocols:     subprotocols,
 		CheckOrigin:      l.checkOrigin,
 		WriteBufferPool:  writeBuffers,
+		// The HTTP server's 4 KiB read buffer would otherwise stay with
+		// the connection for its life; the engine reads through a buffer
+		// of its own, and a payload larger than this one is read past it.
+		ReadBufferSize: readBufferSize,
 		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
 			l.warn(&l.failWarned).Str("remote", r.RemoteAddr).Str("origin", r.Header.Get("Origin")).Int("status", status).
 				Err(reason).Msg("WebSocket upgrade refused (logged at most every 10 s)")
