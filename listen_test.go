@@ -2,10 +2,12 @@ package mqttd_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -78,23 +80,47 @@ func listenAll(t *testing.T, opts mqttd.Options) *mqttd.Server {
 }
 
 // TestListenTransports sends a message from a TCP publisher to
-// subscribers over WebSocket and a unix socket, all opened by Listen
-// from Options.
+// subscribers over WebSocket, WSS, TLS and a unix socket, all opened by
+// Listen from Options; each gets the same bytes.
 func TestListenTransports(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "mqttd.sock")
+	cert, key := writeServerCert(t)
 	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{
 		{Address: "127.0.0.1:0"},
 		{Type: "ws", Address: "127.0.0.1:0"},
+		{Type: "wss", Address: "127.0.0.1:0", CertFile: cert, KeyFile: key},
+		{Type: "tls", Address: "127.0.0.1:0", CertFile: cert, KeyFile: key},
 		{Type: "unix", Path: sock},
 	}})
 	addrs := srv.Addrs()
-	ws := pahoConnect(t, "", "ws-sub", func(o *paho.ClientOptions) {
-		o.Servers = nil
-		o.AddBroker("ws://" + addrs[1].String() + "/mqtt")
-	})
-	got := make(chan string, 2)
-	if tok := ws.Subscribe("x/#", 1, func(_ paho.Client, m paho.Message) { got <- "ws " + string(m.Payload()) }); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe over ws: %v", tok.Error())
+	pem, err := os.ReadFile(cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	payload := make([]byte, 256)
+	for i := range payload {
+		payload[i] = byte(i)
+	}
+	got := make(chan string, 3)
+	for _, url := range []string{"ws://" + addrs[1].String() + "/mqtt", "wss://" + addrs[2].String() + "/mqtt", "ssl://" + addrs[3].String()} {
+		scheme, _, _ := strings.Cut(url, ":")
+		c := pahoConnect(t, "", "sub-"+scheme, func(o *paho.ClientOptions) {
+			o.Servers = nil
+			o.AddBroker(url)
+			o.SetTLSConfig(&tls.Config{RootCAs: pool})
+		})
+		tok := c.Subscribe("x/#", 1, func(_ paho.Client, m paho.Message) {
+			if bytes.Equal(m.Payload(), payload) {
+				got <- url
+			} else {
+				got <- url + " got other bytes"
+			}
+		})
+		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("subscribe over %s: %v", url, tok.Error())
+		}
 	}
 	nc, err := net.Dial("unix", sock)
 	if err != nil {
@@ -111,19 +137,21 @@ func TestListenTransports(t *testing.T) {
 		t.Fatal("no SUBACK over unix")
 	}
 	tcp := pahoConnect(t, addrs[0].String(), "tcp-pub", nil)
-	if tok := tcp.Publish("x/1", 1, false, "hi"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+	if tok := tcp.Publish("x/1", 1, false, payload); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("publish: %v", tok.Error())
 	}
-	if p, ok := ux.read().(*packets.Publish); !ok || string(p.Payload) != "hi" {
+	if p, ok := ux.read().(*packets.Publish); !ok || !bytes.Equal(p.Payload, payload) {
 		t.Fatalf("over unix: %+v", p)
 	}
-	select {
-	case m := <-got:
-		if m != "ws hi" {
-			t.Fatalf("over ws: %q", m)
+	for range 3 {
+		select {
+		case m := <-got:
+			if strings.HasSuffix(m, "other bytes") {
+				t.Fatal(m)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a subscriber got nothing within 10 s")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("nothing over ws within 10 s")
 	}
 }
 
