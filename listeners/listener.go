@@ -144,6 +144,7 @@ func Listen(cfg Config) (*Listener, error) {
 	}
 	switch cfg.Type {
 	case WS, WSS:
+		inner = pendingListener{inner, l}
 		if cfg.Type == WSS {
 			inner = tls.NewListener(inner, l.certs.serverConfig())
 		}
@@ -434,8 +435,54 @@ func setKeepAlive(nc net.Conn, kc net.KeepAliveConfig) error {
 		return c.SetKeepAliveConfig(kc)
 	case *sockConn:
 		return setKeepAlive(c.Conn, kc)
-	case *tls.Conn:
+	case interface{ NetConn() net.Conn }: // *tls.Conn, *pendingConn
 		return setKeepAlive(c.NetConn(), kc)
 	}
 	return nil
 }
+
+// pendingListener counts the connections it hands the WebSocket server
+// as pending until their upgrade, refusing more than maxPending at once,
+// as the staged listener does for TLS handshakes.
+type pendingListener struct {
+	net.Listener
+	l *Listener
+}
+
+func (p pendingListener) Accept() (net.Conn, error) {
+	l := p.l
+	for {
+		nc, err := p.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.pending.Add(1) > maxPending {
+			l.pending.Add(-1)
+			nc.Close()
+			l.warn(&l.fullWarned).Str("remote", nc.RemoteAddr().String()).Int("pending", maxPending).
+				Msg("connection refused: too many connections before their WebSocket upgrade (logged at most every 10 s)")
+			continue
+		}
+		return &pendingConn{Conn: nc, l: l}, nil
+	}
+}
+
+// pendingConn is a connection counted as pending until it is upgraded or
+// closed.
+type pendingConn struct {
+	net.Conn
+	l    *Listener
+	once sync.Once
+}
+
+// settled uncounts the connection, once.
+func (c *pendingConn) settled() { c.once.Do(func() { c.l.pending.Add(-1) }) }
+
+// Close closes the connection and uncounts it if it was still pending.
+func (c *pendingConn) Close() error {
+	c.settled()
+	return c.Conn.Close()
+}
+
+// NetConn returns the connection under the count.
+func (c *pendingConn) NetConn() net.Conn { return c.Conn }

@@ -1,6 +1,7 @@
 package listeners
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -58,6 +59,7 @@ func (l *Listener) serveWeb(inner net.Listener) {
 		if err != nil {
 			return // answered by up.Error
 		}
+		upgraded(ws.NetConn())
 		ws.SetReadLimit(l.cfg.MaxMessageSize)
 		l.hand(&wsConn{ws: ws, remote: l.clientAddr(r, ws.RemoteAddr()), limit: l.cfg.MaxMessageSize})
 	})
@@ -80,6 +82,18 @@ func (l *Listener) serveWeb(inner net.Listener) {
 			l.failed <- err
 		}
 	}()
+}
+
+// upgraded uncounts a connection from the pending ones once its upgrade
+// is done; nc is the hijacked connection, a *pendingConn or, for wss, the
+// *tls.Conn over one.
+func upgraded(nc net.Conn) {
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	if pc, ok := nc.(*pendingConn); ok {
+		pc.settled()
+	}
 }
 
 // checkOrigin lets in clients that are not browsers (no Origin header),
