@@ -15,6 +15,7 @@ import (
 // own default.
 type config struct {
 	addr        string
+	transport   transport
 	timeout     time.Duration // whole-scenario bound
 	idle        time.Duration // how long to wait for stragglers once publishers are done
 	pubs        int
@@ -114,7 +115,7 @@ func connectFlow(cfg config, fl flow, deadline time.Time) ([]*subscriber, []*pub
 	var subs []*subscriber
 	var pubs []*publisher
 	for i := range fl.subs {
-		c, err := dial(dialOptions{addr: cfg.addr, clientID: fmt.Sprintf("%s-s%d", id, i), bufSize: bufSize, deadline: deadline})
+		c, err := dial(dialOptions{addr: cfg.addr, transport: cfg.transport, clientID: fmt.Sprintf("%s-s%d", id, i), bufSize: bufSize, deadline: deadline})
 		if err != nil {
 			return subs, pubs, err
 		}
@@ -124,7 +125,7 @@ func connectFlow(cfg config, fl flow, deadline time.Time) ([]*subscriber, []*pub
 		}
 	}
 	for i := range fl.pubs {
-		c, err := dial(dialOptions{addr: cfg.addr, clientID: fmt.Sprintf("%s-p%d", id, i), bufSize: bufSize, deadline: deadline})
+		c, err := dial(dialOptions{addr: cfg.addr, transport: cfg.transport, clientID: fmt.Sprintf("%s-p%d", id, i), bufSize: bufSize, deadline: deadline})
 		if err != nil {
 			return subs, pubs, err
 		}
