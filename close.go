@@ -30,6 +30,7 @@ const (
 	CloseInternalError                       // a handler panicked: a bug
 	CloseFrameTimeout                        // a packet took longer than limits.frame_timeout to arrive
 	CloseIncomingLimit                       // a packet would pass limits.max_incoming_bytes_total
+	CloseStoreError                          // what an acknowledgement covered could not be stored
 	numCloseReasons
 )
 
@@ -51,6 +52,7 @@ var closeReasonNames = [numCloseReasons]string{
 	CloseInternalError:    "internal_error",
 	CloseFrameTimeout:     "frame_timeout",
 	CloseIncomingLimit:    "incoming_limit",
+	CloseStoreError:       "store_error",
 }
 
 // String returns the reason as it appears in logs and metric labels.

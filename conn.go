@@ -69,6 +69,9 @@ type conn struct {
 	idlePos int32
 
 	dropWarned atomic.Int64 // unix nanos of the last outbox-full warning
+	// held are the acknowledgements waiting for the store (durable.go);
+	// nil until the reader first changes durable state.
+	held *heldAnswers
 }
 
 func newConn(s *Server, nc net.Conn, listenerName string) *conn {
@@ -201,6 +204,10 @@ func (c *conn) cleanup() {
 	if c.cl != nil {
 		c.srv.detach(c)
 		c.settleWill()
+	}
+	if c.srv.dur != nil {
+		// What the reader changed last is stored, though no answer waits.
+		c.srv.dur.commit.Flush()
 	}
 }
 

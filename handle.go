@@ -8,6 +8,7 @@ import (
 
 	"mqttd/auth"
 	"mqttd/packets"
+	"mqttd/persistence"
 	"mqttd/session"
 )
 
@@ -17,13 +18,13 @@ func (c *conn) handle(p packets.Packet) error {
 	case *packets.Publish:
 		return c.handlePublish(p)
 	case *packets.Puback:
-		return c.ack(p.Type(), p.PacketID, func(s *session.Session) bool { return s.Puback(p.PacketID) })
+		return c.ack(p.Type(), p.PacketID, (*session.Session).Puback)
 	case *packets.Pubrec:
 		return c.handlePubrec(p)
 	case *packets.Pubrel:
 		c.handlePubrel(p)
 	case *packets.Pubcomp:
-		return c.ack(p.Type(), p.PacketID, func(s *session.Session) bool { return s.Pubcomp(p.PacketID) })
+		return c.ack(p.Type(), p.PacketID, (*session.Session).Pubcomp)
 	case *packets.Subscribe:
 		return c.handleSubscribe(p)
 	case *packets.Unsubscribe:
@@ -111,13 +112,13 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 	switch p.QoS {
 	case 0:
 		if v.code == packets.Success {
-			c.srv.publish(c.message(p))
+			c.srv.publish(c.message(p), c)
 		}
 	case 1:
 		if v.code == packets.Success {
 			v = c.route(p)
 		}
-		c.send(&packets.Puback{PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
+		c.answer(&packets.Puback{PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
 	case 2:
 		return c.publishQoS2(p, v)
 	}
@@ -136,7 +137,7 @@ func (c *conn) route(p *packets.Publish) verdict {
 		c.srv.refuseRetained(m)
 		return verdict{packets.QuotaExceeded, "the retained store is full"}
 	}
-	if c.srv.publish(m) == 0 {
+	if c.srv.publish(m, c) == 0 {
 		return verdict{code: packets.NoMatchingSubscribers}
 	}
 	return verdict{code: packets.Success}
@@ -182,12 +183,21 @@ func (c *conn) ackCode(code packets.ReasonCode) packets.ReasonCode {
 // id: the client's next PUBLISH with it is a new message [MQTT-4.3.3-9].
 func (c *conn) publishQoS2(p *packets.Publish, v verdict) error {
 	if v.code != packets.Success {
-		c.send(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
+		c.answer(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
 		return nil
 	}
 	cl := c.cl
 	cl.mu.Lock()
 	isNew, err := cl.sess.ReceiveQoS2(p.PacketID)
+	group := uint64(0)
+	if isNew && cl.stored {
+		// The packet id and what the message changes in every session it
+		// reaches are stored together or not at all: with the id alone, a
+		// DUP sent again after a crash would not be routed; without it,
+		// it would be routed twice.
+		group = c.srv.dur.commit.Begin()
+		c.srv.dur.oneLocked(persistence.Op{Kind: persistence.OpPutAwaitingRel, SessionID: cl.id, PacketID: p.PacketID}, c)
+	}
 	cl.mu.Unlock()
 	if errors.Is(err, session.ErrAwaitingRelFull) {
 		return c.fail(&packets.Error{Code: packets.ReceiveMaximumExceeded, Ref: "§3.3.4",
@@ -196,28 +206,42 @@ func (c *conn) publishQoS2(p *packets.Publish, v verdict) error {
 	if isNew {
 		if v = c.route(p); v.code >= 0x80 {
 			cl.mu.Lock()
-			cl.sess.Pubrel(p.PacketID)
+			c.pubrelLocked(p.PacketID)
 			cl.mu.Unlock()
 		}
 	}
-	c.send(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
+	if group != 0 {
+		c.srv.dur.commit.End(group) // before answer, which may wait for a commit
+	}
+	c.answer(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
 	return nil
 }
 
 func (c *conn) handlePubrec(p *packets.Pubrec) error {
 	cl := c.cl
 	cl.mu.Lock()
-	release := cl.sess.Pubrec(p.PacketID, p.ReasonCode >= 0x80)
+	o, ok := cl.sess.Pubrec(p.PacketID, p.ReasonCode >= 0x80)
+	if ok && cl.stored {
+		if o.Released {
+			// The PUBREL waits for this: sent before it is stored, a crash
+			// would have the PUBLISH sent again, a new message to a client
+			// that completed the first.
+			c.srv.dur.releasedLocked(cl, o, c)
+		} else {
+			c.srv.dur.removedLocked(cl, o.Seq, c)
+		}
+	}
 	cl.mu.Unlock()
-	if !release {
+	release := ok && o.Released
+	if !ok {
 		if err := c.wrongAck(p.Type(), p.PacketID); err != nil {
 			return err
 		}
 	}
 	if release {
-		c.send(&packets.Pubrel{PacketID: p.PacketID})
-	} else if p.ReasonCode < 0x80 && c.version == packets.V5 {
-		c.send(&packets.Pubrel{PacketID: p.PacketID, ReasonCode: packets.PacketIDNotFound})
+		c.answer(&packets.Pubrel{PacketID: p.PacketID})
+	} else if !ok && p.ReasonCode < 0x80 && c.version == packets.V5 {
+		c.answer(&packets.Pubrel{PacketID: p.PacketID, ReasonCode: packets.PacketIDNotFound})
 	}
 	c.pump()
 	return nil
@@ -228,20 +252,39 @@ func (c *conn) handlePubrec(p *packets.Pubrec) error {
 func (c *conn) handlePubrel(p *packets.Pubrel) {
 	cl := c.cl
 	cl.mu.Lock()
-	found := cl.sess.Pubrel(p.PacketID)
+	found := c.pubrelLocked(p.PacketID)
 	cl.mu.Unlock()
 	code := packets.Success
 	if !found && c.version == packets.V5 {
 		code = packets.PacketIDNotFound
 	}
-	c.send(&packets.Pubcomp{PacketID: p.PacketID, ReasonCode: code})
+	c.answer(&packets.Pubcomp{PacketID: p.PacketID, ReasonCode: code})
+}
+
+// pubrelLocked releases an inbound QoS 2 packet id, and reports whether
+// it was awaiting release. The caller holds the client's lock.
+func (c *conn) pubrelLocked(id uint16) bool {
+	cl := c.cl
+	if !cl.sess.Pubrel(id) {
+		return false
+	}
+	if cl.stored {
+		// The PUBCOMP waits for this: sent before it is stored, a crash
+		// would keep the id, and the client's next message under it
+		// would be taken for this one again and dropped.
+		c.srv.dur.oneLocked(persistence.Op{Kind: persistence.OpDeleteAwaitingRel, SessionID: cl.id, PacketID: id}, c)
+	}
+	return true
 }
 
 // ack applies a PUBACK or PUBCOMP to the session and refills the window.
-func (c *conn) ack(t packets.Type, id uint16, apply func(*session.Session) bool) error {
+func (c *conn) ack(t packets.Type, id uint16, apply func(*session.Session, uint16) (uint64, bool)) error {
 	cl := c.cl
 	cl.mu.Lock()
-	ok := apply(cl.sess)
+	seq, ok := apply(cl.sess, id)
+	if ok && cl.stored {
+		c.srv.dur.removedLocked(cl, seq, c)
+	}
 	cl.mu.Unlock()
 	if !ok {
 		if err := c.wrongAck(t, id); err != nil {

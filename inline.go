@@ -64,7 +64,7 @@ func (s *Server) Publish(topic string, payload []byte, qos byte, retain bool, pr
 		p.Present &^= 1<<packets.PropTopicAlias | 1<<packets.PropSubscriptionID
 		p.SubscriptionIDs = nil
 	}
-	s.publish(newMessage(strings.Clone(topic), bytes.Clone(payload), qos, retain, &p, inlineOrigin))
+	s.publish(newMessage(strings.Clone(topic), bytes.Clone(payload), qos, retain, &p, inlineOrigin), nil)
 	return nil
 }
 

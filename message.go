@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"mqttd/packets"
+	"mqttd/persistence"
 	"mqttd/session"
 )
 
@@ -58,7 +59,10 @@ func newMessage(topic string, payload []byte, qos byte, retain bool, props *pack
 
 // encoded caches the QoS 0 wire forms of the message being routed, so a
 // fan-out encodes each form once and copies bytes to every subscriber.
-// 3.1 and 3.1.1 share a form; 5.0 carries properties.
+// 3.1 and 3.1.1 share a form; 5.0 carries properties. It also holds the
+// message's stored form, made for the first persistent session that takes
+// it, and the connection whose reader routes it (owner; nil for the
+// broker's own messages), whose acknowledgement waits for the store.
 type encoded struct {
 	msg   *session.Message
 	forms [2][2][]byte // [v5][retain]
@@ -66,12 +70,15 @@ type encoded struct {
 	// stallUntil is when publishing the message stops waiting for slow
 	// subscribers (deliverQoS0); zero until one is waited for.
 	stallUntil time.Time
+	stored     *persistence.Message
+	owner      *conn
 }
 
-func (e *encoded) reset(m *session.Message) {
+func (e *encoded) reset(m *session.Message, owner *conn) {
 	e.msg = m
 	e.valid = [2][2]bool{}
 	e.stallUntil = time.Time{}
+	e.stored, e.owner = nil, owner
 }
 
 // frame returns the QoS 0 PUBLISH of the message for version v with the

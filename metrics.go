@@ -87,6 +87,17 @@ func newCollector(st *stats, queue *session.QueueBudget) *collector {
 		func(s *stats) uint64 { return s.retainedRefused.Load() })
 	counter("retained_sends_truncated_total", "Subscriptions whose retained messages were not all sent: "+
 		"one SUBSCRIBE is sent at most limits.max_inflight + limits.max_queued.", func(s *stats) uint64 { return s.retainedTruncated.Load() })
+	counter("store_commits_total", "Transactions (each one fsync at durability sync) the store applied.",
+		func(s *stats) uint64 { return s.storeCommits.Load() })
+	counter("store_operations_total", "Operations (messages, session entries, deletes) in the store's transactions.",
+		func(s *stats) uint64 { return s.storeOps.Load() })
+	add("store_commit_seconds_total", "Time spent committing to the store.", prometheus.CounterValue,
+		func(s *stats) float64 { return float64(s.storeCommitNanos.Load()) / 1e9 })
+	counter("store_cancelled_total", "Store operations never applied: outbound entries put and deleted while both waited for one commit.",
+		func(s *stats) uint64 { return s.storeCancelled() })
+	counter("store_errors_total", "Store transactions that failed.", func(s *stats) uint64 { return s.storeErrors.Load() })
+	counter("store_refused_total", "Acknowledgements refused (5.0) or connections closed (3.1.1) because what they covered could not be stored.",
+		func(s *stats) uint64 { return s.storeRefused.Load() })
 	counter("connection_panics_total", "Connection handlers that panicked (a bug).",
 		func(s *stats) uint64 { return s.panics.Load() })
 	c.dropped = prometheus.NewDesc("mqttd_messages_dropped_total", "Deliveries dropped, by reason.", []string{"reason"}, nil)

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"mqttd/auth"
+	"mqttd/persistence"
 	"mqttd/session"
 )
 
@@ -19,8 +20,30 @@ type Options struct {
 	// Listeners are opened by Server.Listen. Listeners added with
 	// AddListener need no entry here.
 	Listeners []ListenerConfig `yaml:"listeners"`
-	// DataDir holds the broker's durable state.
+	// DataDir holds the broker's durable state, in the bbolt file
+	// StoreFile: persistent sessions with their subscriptions, queued and
+	// in-flight messages, and retained messages. A QoS 1/2 message such
+	// state must keep is acknowledged only once it is committed there.
+	// Empty (the library's default) keeps nothing; the mqttd command's
+	// default is ./data. Store replaces it.
 	DataDir string `yaml:"data_dir"`
+	// Durability says when the store's commits reach the disk: "sync"
+	// (the default) fsyncs each commit before the acknowledgements it
+	// covers go out, so nothing acknowledged is lost to a crash or a power
+	// cut; commits are grouped, one fsync for every connection waiting.
+	// "interval" acknowledges once a commit is written and fsyncs at most
+	// a second later: a crash of mqttd loses nothing, a power cut the last
+	// second and possibly the file (then see MoveAsideBadStore). "none"
+	// never fsyncs: for throwaway state.
+	Durability string `yaml:"durability"`
+	// MoveAsideBadStore starts the broker empty when the store file cannot
+	// be read (damaged or cut short), renaming it to mqttd.db.corrupt-TIME
+	// for a look, instead of refusing to start.
+	MoveAsideBadStore bool `yaml:"move_aside_bad_store"`
+	// Store keeps the durable state instead of the bbolt file in DataDir:
+	// for programs that embed the broker with a store of their own. The
+	// broker does not close it.
+	Store persistence.Store `yaml:"-"`
 	// Limits bound what clients may do and what the broker keeps for them.
 	Limits Limits `yaml:"limits"`
 	// Protocol tunes MQTT 5.0 features.
@@ -272,6 +295,9 @@ func (o Options) Validate() error {
 	for i, lc := range o.Listeners {
 		_, lerrs := lc.config(fmt.Sprintf("listeners[%d]", i)) // listen.go
 		errs = append(errs, lerrs...)
+	}
+	if _, ok := parseDurability(o.Durability); !ok {
+		bad("durability", "unknown mode %q (want sync, interval or none)", o.Durability)
 	}
 	l := o.Limits
 	for _, f := range []struct {

@@ -262,7 +262,7 @@ func (c *conn) writeWithin(timeout time.Duration) {
 			c.closeWith(writeError(err))
 			continue
 		}
-		c.pump()
+		c.pumpFrom(c, nil) // perhaps not on the reader's goroutine
 	}
 }
 
@@ -425,6 +425,6 @@ func (w *outboxWaiters) wake() {
 		c.out.mu.Lock()
 		c.out.waiting = false
 		c.out.mu.Unlock()
-		c.pumpFrom(nil)
+		c.pumpFrom(nil, nil)
 	}
 }

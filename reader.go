@@ -107,6 +107,7 @@ func (c *conn) serve() {
 // so a burst of input costs one write.
 func (c *conn) readOne() error {
 	if c.bl.br.Buffered() == 0 {
+		c.commitHeld(false)
 		c.flushDeferred()
 	}
 	c.refreshDeadline()

@@ -210,6 +210,7 @@ func (c *conn) readEvents() {
 			c.finishEvent(c.readError(err))
 			return
 		}
+		c.commitHeld(false)
 		c.flushDeferred()
 		if c.rstate.CompareAndSwap(readerRunning, readerIdle) {
 			return

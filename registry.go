@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"mqttd/packets"
+	"mqttd/persistence"
 	"mqttd/session"
 )
 
@@ -27,6 +28,9 @@ type client struct {
 	// clean start): a reader still handling a SUBSCRIBE for it must not
 	// put it back into the trie.
 	dropped bool
+	// stored is set while the session is kept in the store: every change
+	// of it is written (durable.go).
+	stored bool
 	// queued is what the server's queue gauge counts of this session
 	// (accountQueueLocked); an int32 beside the bools, so that a client
 	// stays in a 64-byte allocation.
@@ -72,6 +76,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect) bool {
 	// A will waiting for its delay: the session ends here (published) or
 	// the client is back in time (dropped) [MQTT-3.1.3-9].
 	var endedWill *session.Message
+	resumedWill := false // a will waiting for its delay is dropped: the client is back
 	if clean || old == nil || old.clean {
 		if old != nil {
 			endedWill = s.takeWillLocked(old)
@@ -82,7 +87,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect) bool {
 		s.stats.sessions.Add(1)
 		present = false
 	} else {
-		s.takeWillLocked(old)
+		resumedWill = s.takeWillLocked(old) != nil
 	}
 	s.stats.sessionsOnline.Add(1)
 	cl.mu.Lock()
@@ -90,6 +95,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect) bool {
 		s.expiry.cancel(cl, at) // back in time
 		cl.sess.SetExpireAt(0)
 	}
+	s.storeSessionLocked(c, cl, persistent, resumedWill)
 	c.cl = cl
 	// The bit is reserved in 3.1, which has no session present.
 	c.send(&packets.Connack{SessionPresent: present && c.version != packets.V31, Properties: s.connackProperties(c, cp)})
@@ -132,6 +138,9 @@ func (s *Server) detach(c *conn) {
 		at := time.Now().Add(time.Duration(c.expiry) * time.Second).UnixNano()
 		cl.sess.SetExpireAt(at)
 		s.expiry.schedule(cl, at)
+		if cl.stored {
+			s.dur.sessionLocked(cl, c.info.Username, c.version, c.expiry, nil)
+		}
 	}
 	cl.mu.Unlock()
 	var dropped []string
@@ -157,6 +166,10 @@ func (s *Server) dropSessionLocked(cl *client) []string {
 	if at := cl.sess.ExpireAt(); at != 0 {
 		s.expiry.cancel(cl, at) // nothing may keep the dropped session
 		cl.sess.SetExpireAt(0)
+	}
+	if cl.stored {
+		cl.stored = false
+		s.dur.oneLocked(persistence.Op{Kind: persistence.OpDeleteSession, SessionID: cl.id}, nil)
 	}
 	var filters []string
 	cl.sess.Subscriptions(func(sub session.Subscription) { filters = append(filters, sub.Filter) })
@@ -191,12 +204,15 @@ func (s *Server) accountQueueLocked(cl *client) {
 // write drained an outbox, and after an acknowledgement freed the window.
 // The acknowledgement may come late on a connection already taken over;
 // the window it freed is then filled on the new one.
-func (c *conn) pump() { c.pumpFrom(c) }
+func (c *conn) pump() { c.pumpFrom(c, c) }
 
 // pumpFrom is pump run by the goroutine that reads from, a connection
 // whose own frames wait for its flush; frames for any other connection
 // (all of them, with from nil) wake that connection's writer.
-func (c *conn) pumpFrom(from *conn) {
+//
+// owner is the connection whose reader pumps, for the changes to the
+// store to be committed at the end of its read; nil commits them at once.
+func (c *conn) pumpFrom(from, owner *conn) {
 	cl := c.cl
 	if cl == nil {
 		return
@@ -209,22 +225,33 @@ func (c *conn) pumpFrom(from *conn) {
 	}
 	defer c.srv.accountQueueLocked(cl)
 	now := time.Now()
+	expired := func(o session.Outbound) {
+		c.srv.stats.dropped[dropExpired].Add(1)
+		if cl.stored {
+			c.srv.dur.removedLocked(cl, o.Seq, owner)
+		}
+	}
 	for {
 		fit, _ := target.fit()
 		if fit < 0 {
 			return
 		}
-		o, ok, expired := cl.sess.NextFit(now, &c.srv.queueBudget, fit)
-		if expired > 0 {
-			c.srv.stats.dropped[dropExpired].Add(uint64(expired))
-		}
+		o, ok := cl.sess.NextFit(now, &c.srv.queueBudget, fit, expired)
 		if !ok {
 			return
 		}
 		// Frames for this connection wait for its own flush; another
 		// connection's writer is woken.
 		if !target.writeOutboundLocked(o, target != from) && o.QoS > 0 {
-			cl.sess.Discard(o.PacketID)
+			c.srv.discardLocked(cl, o.PacketID, owner)
 		}
+	}
+}
+
+// discardLocked completes an entry that will never be sent (too large for
+// the client's Maximum Packet Size). The caller holds cl.mu.
+func (s *Server) discardLocked(cl *client, id uint16, owner *conn) {
+	if seq, ok := cl.sess.Discard(id); ok && cl.stored {
+		s.dur.removedLocked(cl, seq, owner)
 	}
 }

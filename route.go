@@ -6,6 +6,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"mqttd/packets"
+	"mqttd/persistence"
 	"mqttd/session"
 	"mqttd/topictrie"
 )
@@ -17,6 +19,18 @@ type subOpts struct {
 	retainAsPub    bool
 	retainHandling byte
 	id             uint32
+}
+
+// options are the subscription options the trie's entry stands for, as
+// the store keeps them.
+func (o subOpts) options() packets.SubOptions {
+	return packets.SubOptions{QoS: o.qos, NoLocal: o.noLocal, RetainAsPublished: o.retainAsPub, RetainHandling: o.retainHandling}
+}
+
+// subOptsOf is the trie's entry for a stored subscription.
+func subOptsOf(sub persistence.Subscription) subOpts {
+	o := sub.Options
+	return subOpts{qos: min(o.QoS, maxQoS), noLocal: o.NoLocal, retainAsPub: o.RetainAsPublished, retainHandling: o.RetainHandling, id: sub.ID}
 }
 
 // router is the scratch one publish needs. It is pooled rather than kept
@@ -43,15 +57,17 @@ var routerPool = sync.Pool{New: func() any { return new(router) }}
 // retained store, and reports how many clients it was delivered to (or
 // dropped for), for the 5.0 "no matching subscribers" code. It runs on the
 // publisher's goroutine; matches are collected under the trie's read
-// lock, which is released before any session lock is taken.
-func (s *Server) publish(m *session.Message) (clients int) {
+// lock, which is released before any session lock is taken. owner is the
+// connection whose reader publishes m, which acknowledges it once what it
+// changed is stored; nil for the broker's own messages.
+func (s *Server) publish(m *session.Message, owner *conn) (clients int) {
 	s.stats.messagesReceived.Add(1)
 	if m.Retain {
-		s.storeRetained(m)
+		s.storeRetained(m, owner)
 	}
 	r := routerPool.Get().(*router)
 	r.matches = s.subs.Match(m.Topic, r.matches[:0])
-	r.enc.reset(m)
+	r.enc.reset(m, owner)
 	r.now = time.Time{}
 	topictrie.ForEachDelivery(r.matches, func(run []topictrie.Sub[*client, subOpts]) {
 		if s.deliverRun(r, m, run) {
@@ -59,7 +75,7 @@ func (s *Server) publish(m *session.Message) (clients int) {
 		}
 	})
 	clear(r.matches) // drop references to clients that may leave
-	r.enc.msg = nil
+	r.enc.reset(nil, nil)
 	routerPool.Put(r)
 	return clients
 }
@@ -104,7 +120,7 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 	if qos == 0 && len(subIDs) == 0 && s.deliverQoS0(cl, retain, enc) {
 		return
 	}
-	if full := s.deliverLocked(cl, m, qos, retain, subIDs, clock); full != nil {
+	if full := s.deliverLocked(cl, m, qos, retain, subIDs, enc, clock); full != nil {
 		full.Msg("message dropped: the session queue is full (limits.max_queued, limits.max_queued_bytes) or all queues are " +
 			"(limits.max_queued_bytes_total); logged at most every 10 s, mqttd_messages_dropped_total{reason=queue_full} counts them all")
 	}
@@ -113,7 +129,7 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 // deliverLocked is deliver through the session, under the client's lock,
 // which it takes. When a queue-full warning is due it returns the event
 // to log, for the caller to write once the lock is released.
-func (s *Server) deliverLocked(cl *client, m *session.Message, qos byte, retain bool, subIDs []uint32, clock func() time.Time) (warn *zerolog.Event) {
+func (s *Server) deliverLocked(cl *client, m *session.Message, qos byte, retain bool, subIDs []uint32, enc *encoded, clock func() time.Time) (warn *zerolog.Event) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if cl.dropped {
@@ -127,11 +143,21 @@ func (s *Server) deliverLocked(cl *client, m *session.Message, qos byte, retain 
 		canSend = fit >= m.Size()
 	}
 	o, r := cl.sess.Deliver(session.Outbound{Msg: m, QoS: qos, Retain: retain, SubIDs: subIDs},
-		session.Target{Online: online, CanSend: canSend, Budget: &s.queueBudget}, clock())
+		session.Target{Online: online, CanSend: canSend, Budget: &s.queueBudget, Hold: cl.stored}, clock())
+	if cl.stored && (r == session.Send && o.QoS > 0 || r == session.Queued) {
+		if enc.stored == nil {
+			enc.stored = s.dur.stored(m)
+		}
+		var then func()
+		if o.QoS == 2 && r == session.Queued {
+			then = s.stableThen(cl, o.Seq)
+		}
+		s.dur.deliveredLocked(cl, o, enc.stored, enc.owner, then)
+	}
 	switch r {
 	case session.Send:
 		if !tc.writeOutboundLocked(o, true) && o.QoS > 0 {
-			cl.sess.Discard(o.PacketID)
+			s.discardLocked(cl, o.PacketID, enc.owner)
 		}
 	case session.Queued:
 		s.accountQueueLocked(cl)
@@ -237,19 +263,33 @@ func (s *Server) refuseQoS0(tc *conn, size int) (dropReason, bool) {
 // storeRetained sets or, for an empty payload, clears the retained
 // message of a topic [MQTT-3.3.1-5], [MQTT-3.3.1-10]. A message that does
 // not fit limits.max_retained or limits.max_retained_bytes is not kept.
-func (s *Server) storeRetained(m *session.Message) {
+// With a store the change is written too, for owner's acknowledgement to
+// wait for.
+func (s *Server) storeRetained(m *session.Message, owner *conn) {
 	if len(m.Payload) == 0 {
-		s.deleteRetained(m.Topic, nil)
+		s.deleteRetained(m.Topic, nil, owner)
 		return
 	}
 	if !s.retainRoom(m) {
 		s.refuseRetained(m)
 		return
 	}
+	if s.dur != nil {
+		s.retainMu.Lock()
+		defer s.retainMu.Unlock()
+	}
 	old, replaced, err := s.retain.Swap(m.Topic, m)
 	if err != nil {
 		s.log.Warn().Err(err).Str("topic", m.Topic).Msg("retained message not stored")
 		return
+	}
+	if s.dur != nil && keyFits(m.Topic) {
+		var ops [2]persistence.Op
+		b := persistence.Batch{Ops: ops[:0]}
+		pm := s.dur.stored(m)
+		b.PutMessage(pm)
+		b.PutRetained(m.Topic, pm.ID)
+		s.dur.add(&b, owner, true)
 	}
 	size := int64(m.Size())
 	if replaced {
@@ -289,13 +329,23 @@ func (s *Server) refuseRetained(m *session.Message) {
 
 // deleteRetained clears the retained message of a topic; with stale set,
 // only if it is still that message.
-func (s *Server) deleteRetained(topic string, stale *session.Message) {
+func (s *Server) deleteRetained(topic string, stale *session.Message, owner *conn) {
 	var match func(*session.Message) bool
 	if stale != nil {
 		match = func(m *session.Message) bool { return m == stale }
 	}
+	if s.dur != nil {
+		s.retainMu.Lock()
+		defer s.retainMu.Unlock()
+	}
 	if old, ok := s.retain.RemoveIf(topic, match); ok {
 		s.stats.retained.Add(-1)
 		s.stats.retainedBytes.Add(-int64(old.Size()))
+		if s.dur != nil && keyFits(topic) {
+			var ops [1]persistence.Op
+			b := persistence.Batch{Ops: ops[:0]}
+			b.DeleteRetained(topic)
+			s.dur.add(&b, owner, true)
+		}
 	}
 }

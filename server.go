@@ -14,6 +14,7 @@ import (
 
 	"mqttd/auth"
 	"mqttd/packets"
+	"mqttd/persistence"
 	"mqttd/session"
 	"mqttd/topictrie"
 )
@@ -65,11 +66,19 @@ type Server struct {
 	authsMu sync.Mutex
 	auths   map[*conn]*authState // connections that authenticate through an AuthMethod (enhanced.go)
 
-	stats            stats
-	queueBudget      session.QueueBudget // the bytes of all session queues
-	outboxWait       outboxWaiters
-	rejectWarned     atomic.Int64 // unix nanos of the last rejected-connection warning
-	retainWarned     atomic.Int64 // unix nanos of the last retained-store-full warning
+	stats        stats
+	queueBudget  session.QueueBudget // the bytes of all session queues
+	outboxWait   outboxWaiters
+	rejectWarned atomic.Int64 // unix nanos of the last rejected-connection warning
+	retainWarned atomic.Int64 // unix nanos of the last retained-store-full warning
+	storeWarned  atomic.Int64 // unix nanos of the last store-error warning
+
+	// dur is the store's side of the broker (durable.go); nil when
+	// nothing is kept.
+	dur *durable
+	// retainMu orders the retained store's changes with the units that
+	// record them, when there is a store.
+	retainMu         sync.Mutex
 	queueWarned      atomic.Int64 // unix nanos of the last queue-full warning
 	subsWarned       atomic.Int64 // unix nanos of the last subscription-limit warning
 	sessionsWarned   atomic.Int64 // unix nanos of the last session-limit warning
@@ -83,8 +92,10 @@ type listener struct {
 	l    net.Listener
 }
 
-// New returns a Server for opts, or every problem with opts. It starts no
-// goroutine and opens no descriptor: Serve does.
+// New returns a Server for opts, or every problem with opts. It opens the
+// store (Options.DataDir or Options.Store) and restores what it kept,
+// which a store that cannot be read fails with, naming the file;
+// Shutdown closes it. It opens no network descriptor: Serve does.
 func New(opts Options) (*Server, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -128,7 +139,35 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	d, err := openStore(o)
+	if err != nil {
+		return nil, err
+	}
+	if d != nil {
+		s.dur = d
+		d.commit = persistence.NewCommitter(checkedStore{d.store, s})
+		s.stats.committer = d.commit
+		if err := s.restore(); err != nil {
+			s.closeStore()
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// closeStore waits for every change added to the store to be committed,
+// and closes the store if the broker opened it.
+func (s *Server) closeStore() {
+	d := s.dur
+	if d == nil {
+		return
+	}
+	d.commit.Sync()
+	if d.own {
+		if err := d.store.Close(); err != nil {
+			s.log.Error().Err(err).Msg("closing the store failed")
+		}
+	}
 }
 
 // AddListener adds an open listener under a name used in logs. It may be
@@ -317,6 +356,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.expiry.close()
 		s.memory.close()
 		s.writers.Wait()
+		s.closeStore()
 		close(finished)
 	}()
 	select {

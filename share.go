@@ -68,6 +68,11 @@ func (s *Server) takeSharedLocked(cl *client) []handoff {
 		return v.take
 	}, &s.queueBudget)
 	s.accountQueueLocked(cl)
+	if cl.stored {
+		for _, o := range taken {
+			s.dur.removedLocked(cl, o.Seq, nil)
+		}
+	}
 	out := make([]handoff, len(taken))
 	for i, o := range taken {
 		out[i] = handoff{o, filters[i]}
@@ -116,7 +121,7 @@ func (s *Server) handOffShared(cl *client, handed []handoff) {
 		if opts.id != 0 {
 			ids = []uint32{opts.id}
 		}
-		enc.reset(m)
+		enc.reset(m, nil)
 		s.deliver(sub.Key, m, min(opts.qos, m.QoS), opts.retainAsPub && m.Retain, ids, &enc, clock)
 		s.stats.sharedHandedOff.Add(1)
 	}

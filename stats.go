@@ -1,6 +1,10 @@
 package mqttd
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"mqttd/persistence"
+)
 
 // stats are the broker's counters and gauges. They are kept in atomics on
 // the paths that change them and read by the Prometheus collector
@@ -43,9 +47,24 @@ type stats struct {
 	panics               atomic.Uint64 // connection handlers that panicked
 	memoryPressureEvents atomic.Uint64 // times the live heap went past 7/8 of limits.max_memory
 	sharedHandedOff      atomic.Uint64 // shared-subscription messages handed to another member
-	dropped              [numDropReasons]atomic.Uint64
-	rejected             [numRejectReasons]atomic.Uint64
-	disconnects          [numCloseReasons]atomic.Uint64
+	storeCommits         atomic.Uint64 // transactions the store applied, failed ones included
+	storeOps             atomic.Uint64 // operations in them
+	storeCommitNanos     atomic.Uint64 // time spent in them
+	storeErrors          atomic.Uint64 // transactions that failed
+	storeRefused         atomic.Uint64 // acknowledgements refused, or connections closed, for a failed commit
+	// committer counts what it never applied; nil without a store.
+	committer   *persistence.Committer
+	dropped     [numDropReasons]atomic.Uint64
+	rejected    [numRejectReasons]atomic.Uint64
+	disconnects [numCloseReasons]atomic.Uint64
+}
+
+// storeCancelled is the operations the committer never applied.
+func (s *stats) storeCancelled() uint64 {
+	if s.committer == nil {
+		return 0
+	}
+	return s.committer.Stats().Cancelled
 }
 
 // paddedCounter keeps a hot counter off the cache lines of the others.
@@ -133,6 +152,11 @@ type Stats struct {
 	// SubscriptionsRefused counts subscriptions refused by
 	// limits.max_subscriptions_per_client.
 	SubscriptionsRefused uint64
+	// StoreCommits counts the transactions the store applied (failed
+	// ones included), StoreOps the operations in them, StoreErrors those
+	// that failed and StoreRefused the acknowledgements refused (or
+	// connections closed) because what they covered was not stored.
+	StoreCommits, StoreOps, StoreErrors, StoreRefused uint64
 	// Dropped counts deliveries dropped, by reason: outbox_full,
 	// queue_full, offline_qos0, expired, too_large, outbox_total,
 	// memory_pressure, no_member.
@@ -179,6 +203,10 @@ func (s *Server) Stats() Stats {
 		SessionsRefused:       st.sessionsRefused.Load(),
 		UserPropertiesRefused: st.userPropsRefused.Load(),
 		SubscriptionsRefused:  st.subscriptionsRefused.Load(),
+		StoreCommits:          st.storeCommits.Load(),
+		StoreOps:              st.storeOps.Load(),
+		StoreErrors:           st.storeErrors.Load(),
+		StoreRefused:          st.storeRefused.Load(),
 		Dropped:               make(map[string]uint64, numDropReasons),
 		Disconnects:           make(map[string]uint64, numCloseReasons),
 		Rejected:              make(map[string]uint64, numRejectReasons),

@@ -6,6 +6,7 @@ import (
 
 	"mqttd/auth"
 	"mqttd/packets"
+	"mqttd/persistence"
 	"mqttd/session"
 	"mqttd/topictrie"
 )
@@ -86,6 +87,10 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 		isNew, err := s.subs.Subscribe(filter, cl, opts)
 		if err == nil {
 			cl.sess.Subscribe(session.Subscription{Filter: filter, Options: sub.Options, ID: subID})
+			if cl.stored && keyFits(filter) {
+				s.dur.oneLocked(persistence.Op{Kind: persistence.OpPutSubscription, SessionID: cl.id,
+					Subscription: persistence.Subscription{Filter: filter, Options: opts.options(), ID: subID}}, c)
+			}
 		}
 		cl.mu.Unlock()
 		if err != nil {
@@ -109,7 +114,7 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 			}
 		}
 	}
-	c.send(&packets.Suback{PacketID: p.PacketID, ReasonCodes: codes})
+	c.answer(&packets.Suback{PacketID: p.PacketID, ReasonCodes: codes})
 	// However many filters it lists, one SUBSCRIBE is sent at most what
 	// the session could hold (its window and queue) of retained messages,
 	// which bounds the CPU it costs as well.
@@ -170,10 +175,10 @@ func (c *conn) sendRetained(filter string, opts subOpts, budget *int) {
 	for _, it := range items {
 		m := it.Value
 		if m.Expired(now) {
-			s.deleteRetained(it.Topic, m) // not a message stored since the match
+			s.deleteRetained(it.Topic, m, c) // not a message stored since the match
 			continue
 		}
-		enc.reset(m)
+		enc.reset(m, c)
 		s.deliver(c.cl, m, min(m.QoS, opts.qos), true, ids, &enc, clock)
 	}
 }
@@ -193,11 +198,13 @@ func (c *conn) handleUnsubscribe(p *packets.Unsubscribe) {
 			s.stats.subscriptions.Add(-1)
 		}
 		cl.mu.Lock()
-		cl.sess.Unsubscribe(f)
+		if cl.sess.Unsubscribe(f) && cl.stored && keyFits(f) {
+			s.dur.oneLocked(persistence.Op{Kind: persistence.OpDeleteSubscription, SessionID: cl.id, Filter: f}, c)
+		}
 		cl.mu.Unlock()
 		if codes != nil && !existed {
 			codes[i] = packets.NoSubscriptionExisted
 		}
 	}
-	c.send(&packets.Unsuback{PacketID: p.PacketID, ReasonCodes: codes})
+	c.answer(&packets.Unsuback{PacketID: p.PacketID, ReasonCodes: codes})
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"mqttd/packets"
+	"mqttd/persistence"
 	"mqttd/session"
 )
 
@@ -48,15 +49,30 @@ func (c *conn) settleWill() {
 		s.publishWill(will)
 		return
 	}
+	delay := time.Duration(c.willDelay) * time.Second
+	if s.dur != nil {
+		cl.mu.Lock()
+		if cl.stored {
+			s.dur.oneLocked(persistence.Op{Kind: persistence.OpPutWill, SessionID: cl.id,
+				Will: &persistence.Will{Message: *s.dur.stored(will), At: time.Now().Add(delay).UnixNano()}}, nil)
+		}
+		cl.mu.Unlock()
+	}
+	s.delayWillLocked(cl, will, delay, at)
+	s.mu.Unlock()
+}
+
+// delayWillLocked files a will to be published after delay, unless the
+// session ends first, at at (unix nanos; 0: never): it is then published
+// as the session ends (expireSession), and needs no timer. The caller
+// holds s.mu.
+func (s *Server) delayWillLocked(cl *client, will *session.Message, delay time.Duration, at int64) {
 	dw := &delayedWill{msg: will}
 	s.wills[cl] = dw
 	s.stats.willsDelayed.Add(1)
-	// A session that ends first publishes the will as it ends
-	// (expireSession), so both happen together; no timer is needed then.
-	if delay := time.Duration(c.willDelay) * time.Second; at == 0 || time.Now().Add(delay).UnixNano() < at {
+	if at == 0 || time.Now().Add(delay).UnixNano() < at {
 		dw.timer = time.AfterFunc(delay, func() { s.fireWill(cl, dw) })
 	}
-	s.mu.Unlock()
 }
 
 // fireWill publishes a delayed will whose time has come, unless it was
@@ -69,6 +85,11 @@ func (s *Server) fireWill(cl *client, dw *delayedWill) {
 	}
 	delete(s.wills, cl)
 	s.stats.willsDelayed.Add(-1)
+	cl.mu.Lock()
+	if cl.stored {
+		s.dur.oneLocked(persistence.Op{Kind: persistence.OpDeleteWill, SessionID: cl.id}, nil)
+	}
+	cl.mu.Unlock()
 	s.mu.Unlock()
 	s.publishWill(dw.msg)
 }
@@ -108,5 +129,5 @@ func (s *Server) publishWill(will *session.Message) {
 		will.Expiry = time.Now().Add(time.Duration(props.MessageExpiry) * time.Second)
 	}
 	s.stats.willsPublished.Add(1)
-	s.publish(will)
+	s.publish(will, nil)
 }

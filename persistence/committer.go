@@ -5,59 +5,308 @@ import (
 	"sync"
 )
 
-// Committer applies the batches many goroutines hand it with as few
-// transactions as it can (group commit): while one commit runs, the
-// batches that arrive wait together and go into the next, so that one
-// fsync covers every connection that had something to keep meanwhile. The
-// broker's readers hand it their batch at the end of a read and release
-// the acknowledgements it covers when done is called.
+// Committer applies the batches many goroutines add to one log with as
+// few transactions as it can (group commit): while one commit runs, what
+// is added waits and goes into the next, so that one fsync covers every
+// connection that had something to keep meanwhile.
 //
-// A batch that does not hold together (ErrNoSession, ErrNoMessage,
+// The broker adds a unit (one batch) under the lock of the session it
+// changes, so each session's changes reach the store in the order they
+// were made in memory, whichever goroutines made them; units are applied
+// in the order added, and a crash leaves a prefix of them applied. A
+// reader adds the units of the packets it handles, then at the end of the
+// read waits for the last of them (Wait) and releases the
+// acknowledgements they cover.
+//
+// A unit that does not hold together (ErrNoSession, ErrNoMessage,
 // ErrBadOp) must not sink the others it was merged with: the round is
-// then applied batch by batch, and only that batch's done gets the error.
+// then applied unit by unit, and only that unit fails.
+//
+// An outbound entry put and deleted while both wait for the same commit
+// (a message its subscriber acknowledged while the previous commit ran)
+// is never written at all: the commit that acknowledges its publisher
+// then costs nothing for it.
 type Committer struct {
 	store Store
 
-	mu      sync.Mutex
-	next    Batch // the operations of the batches waiting for the next commit
-	ends    []int // where each waiting batch ends in next.Ops
-	waiters []func(error)
+	mu    sync.Mutex
+	next  Batch  // the operations of the units waiting for the next commit
+	units []unit // where each waiting unit ends in next.Ops
+	// puts are the waiting OpPutOutbound operations by entry.
+	puts map[outKey]pendingPut
+	// groups are the open groups (Begin) by the ticket their first unit
+	// gets: no commit takes a unit of an open group, nor any after it.
+	groups map[uint64]int
+	// blocked is set when a commit was asked for and an open group held
+	// it back: End starts it.
+	blocked bool
+	waiters []waiter
+	added   uint64 // the ticket of the last unit added
+	applied uint64 // every unit up to this ticket is applied or failed
 	running bool
 	stats   CommitStats
 }
 
+// Owner is told when a unit it added failed, before any Wait covering
+// that unit returns: the broker then refuses what the unit was to make
+// durable.
+type Owner interface {
+	StoreFailed(ticket uint64, err error)
+}
+
+type unit struct {
+	end    int
+	ticket uint64
+	owner  Owner
+}
+
+type waiter struct {
+	ticket uint64
+	done   func()
+}
+
+type outKey struct {
+	session string
+	seq     uint64
+}
+
+// pendingPut is the last waiting put of an entry; created is set when
+// the entry's first put (its delivery) waits too, so that nothing of it
+// is stored yet.
+type pendingPut struct {
+	at      int // in next.Ops
+	created bool
+}
+
+// opVoid marks an operation cancelled while it waited: not applied.
+const opVoid OpKind = 0
+
 // CommitStats counts a Committer's work.
 type CommitStats struct {
 	Commits uint64 // transactions applied
-	Batches uint64 // batches handed in
+	Batches uint64 // units added
 	Ops     uint64 // operations applied
+	Failed  uint64 // units that failed
+	// Cancelled counts operations never applied: outbound entries put and
+	// deleted while both waited for the same commit.
+	Cancelled uint64
 }
 
 // NewCommitter returns a Committer applying to s. It starts no goroutine
-// until a batch comes.
+// until something is to be committed.
 func NewCommitter(s Store) *Committer { return &Committer{store: s} }
 
-// Submit hands in b's operations, copied (b may be reused at once), and
-// calls done with the result once they are applied, from the committer's
-// goroutine, which done must not block: the next commit waits for it. An
-// empty batch is done at once. Batches one goroutine submits are applied
-// in the order submitted.
-func (c *Committer) Submit(b *Batch, done func(error)) {
-	if b.Len() == 0 {
-		done(nil)
-		return
-	}
+// Add appends b's operations, copied (b may be reused at once), as one
+// unit, and returns its ticket: tickets increase in the order units are
+// added. Nothing is committed until a Wait or Flush asks for it. owner,
+// if not nil, is told if the unit fails.
+func (c *Committer) Add(b *Batch, owner Owner) (ticket uint64) {
 	c.mu.Lock()
-	c.next.Ops = append(c.next.Ops, b.Ops...)
-	c.ends = append(c.ends, len(c.next.Ops))
-	c.waiters = append(c.waiters, done)
+	ticket = c.addLocked(b, owner)
+	c.mu.Unlock()
+	return ticket
+}
+
+// addLocked is Add. The caller holds c.mu.
+func (c *Committer) addLocked(b *Batch, owner Owner) (ticket uint64) {
+	for i := range b.Ops {
+		c.addOpLocked(&b.Ops[i])
+	}
+	c.added++
+	c.units = append(c.units, unit{end: len(c.next.Ops), ticket: c.added, owner: owner})
 	c.stats.Batches++
-	start := !c.running
-	c.running = true
+	return c.added
+}
+
+// AddThen is Add that calls then, from the committer's goroutine, once
+// the unit is applied (or failed). then must not block.
+func (c *Committer) AddThen(b *Batch, owner Owner, then func()) (ticket uint64) {
+	c.mu.Lock()
+	ticket = c.addLocked(b, owner)
+	c.waiters = append(c.waiters, waiter{ticket, then})
+	c.mu.Unlock()
+	return ticket
+}
+
+// Begin opens a group: the units added from now until End are applied
+// in one transaction, all or none, whatever other goroutines add
+// meanwhile (those wait with them). The broker groups what one message
+// changes in many sessions.
+func (c *Committer) Begin() (group uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.groups == nil {
+		c.groups = make(map[uint64]int)
+	}
+	group = c.added + 1
+	c.groups[group]++
+	return group
+}
+
+// End closes a group Begin opened.
+func (c *Committer) End(group uint64) {
+	c.mu.Lock()
+	if c.groups[group]--; c.groups[group] <= 0 {
+		delete(c.groups, group)
+	}
+	start := c.blocked && c.startLocked()
+	if start {
+		c.blocked = false
+	}
 	c.mu.Unlock()
 	if start {
 		go c.run()
 	}
+}
+
+// cutLocked is how many of the waiting units the next commit may take:
+// those before the first unit of an open group. The caller holds c.mu.
+func (c *Committer) cutLocked() int {
+	first := uint64(0)
+	for g := range c.groups {
+		if first == 0 || g < first {
+			first = g
+		}
+	}
+	if first == 0 {
+		return len(c.units)
+	}
+	n := 0
+	for n < len(c.units) && c.units[n].ticket < first {
+		n++
+	}
+	return n
+}
+
+// takeLocked moves the first n waiting units and their operations into
+// round and units. The caller holds c.mu.
+func (c *Committer) takeLocked(n int, round *Batch, units []unit) []unit {
+	if n == len(c.units) {
+		round.Ops, c.next.Ops = c.next.Ops, round.Ops[:0]
+		units, c.units = c.units, units[:0]
+		clear(c.puts)
+		return units
+	}
+	cut := c.units[n-1].end
+	round.Ops = append(round.Ops[:0], c.next.Ops[:cut]...)
+	rest := copy(c.next.Ops, c.next.Ops[cut:])
+	clear(c.next.Ops[rest:])
+	c.next.Ops = c.next.Ops[:rest]
+	units = append(units[:0], c.units[:n]...)
+	left := copy(c.units, c.units[n:])
+	clear(c.units[left:])
+	c.units = c.units[:left]
+	for i := range c.units {
+		c.units[i].end -= cut
+	}
+	for k, p := range c.puts {
+		if p.at < cut {
+			delete(c.puts, k)
+		} else {
+			p.at -= cut
+			c.puts[k] = p
+		}
+	}
+	return units
+}
+
+// addOpLocked appends one operation, cancelling a waiting put of an
+// outbound entry that this one replaces or deletes. The caller holds c.mu.
+func (c *Committer) addOpLocked(op *Op) {
+	switch op.Kind {
+	case OpPutOutbound:
+		if c.puts == nil {
+			c.puts = make(map[outKey]pendingPut)
+		}
+		k := outKey{op.SessionID, op.Outbound.Seq}
+		p, replaced := c.puts[k]
+		if replaced {
+			c.next.Ops[p.at] = Op{Kind: opVoid}
+			c.stats.Cancelled++
+		}
+		c.puts[k] = pendingPut{at: len(c.next.Ops), created: p.created || !replaced && !op.Outbound.Released}
+	case OpDeleteOutbound:
+		k := outKey{op.SessionID, op.Seq}
+		if p, ok := c.puts[k]; ok {
+			delete(c.puts, k)
+			c.next.Ops[p.at] = Op{Kind: opVoid}
+			c.stats.Cancelled++
+			if p.created {
+				c.stats.Cancelled++
+				return // nothing of the entry was stored
+			}
+		}
+	case OpDeleteSession:
+		// A new session of the same ID starts its Seqs again; what waits
+		// of the old one is deleted with it.
+		for k := range c.puts {
+			if k.session == op.SessionID {
+				delete(c.puts, k)
+			}
+		}
+	}
+	c.next.Ops = append(c.next.Ops, *op)
+}
+
+// Wait calls done once every unit up to ticket is applied (or failed, and
+// its owner told), from the committer's goroutine, which done must not
+// block, or at once from the caller's when they already are.
+func (c *Committer) Wait(ticket uint64, done func()) {
+	c.mu.Lock()
+	if ticket <= c.applied {
+		c.mu.Unlock()
+		done()
+		return
+	}
+	c.waiters = append(c.waiters, waiter{ticket, done})
+	start := c.startLocked()
+	c.mu.Unlock()
+	if start {
+		go c.run()
+	}
+}
+
+// Flush starts committing what was added, without waiting for it.
+func (c *Committer) Flush() {
+	c.mu.Lock()
+	start := c.startLocked()
+	c.mu.Unlock()
+	if start {
+		go c.run()
+	}
+}
+
+// Sync waits until everything added so far is applied.
+func (c *Committer) Sync() {
+	c.mu.Lock()
+	t := c.added
+	c.mu.Unlock()
+	ch := make(chan struct{})
+	c.Wait(t, func() { close(ch) })
+	<-ch
+}
+
+// Submit adds b as one unit and calls done with its result once it is
+// applied (see Wait).
+func (c *Committer) Submit(b *Batch, done func(error)) {
+	r := new(result)
+	t := c.Add(b, r)
+	c.Wait(t, func() { done(r.err) })
+}
+
+// result is the Owner of a submitted unit.
+type result struct{ err error }
+
+func (r *result) StoreFailed(_ uint64, err error) { r.err = err }
+
+// startLocked reports whether the caller is to start the committing
+// goroutine: something waits and none runs. The caller holds c.mu.
+func (c *Committer) startLocked() bool {
+	if c.running || len(c.units) == 0 {
+		return false
+	}
+	c.running = true
+	return true
 }
 
 // Stats returns the counts so far.
@@ -67,44 +316,104 @@ func (c *Committer) Stats() CommitStats {
 	return c.stats
 }
 
-// run commits rounds until none waits.
+// run commits rounds until nothing is left to commit.
 func (c *Committer) run() {
 	var round Batch
+	var units []unit
+	var ready []waiter
 	for {
 		c.mu.Lock()
-		if len(c.waiters) == 0 {
+		n := c.cutLocked()
+		if n == 0 {
 			c.running = false
+			c.blocked = len(c.units) > 0
 			c.mu.Unlock()
 			return
 		}
-		round.Ops, c.next.Ops = c.next.Ops, round.Ops[:0]
-		ends, waiters := c.ends, c.waiters
-		c.ends, c.waiters = nil, nil
+		units = c.takeLocked(n, &round, units)
+		c.mu.Unlock()
+		dropVoid(&round, units)
+		c.mu.Lock()
 		c.stats.Commits++
 		c.stats.Ops += uint64(len(round.Ops))
 		c.mu.Unlock()
-		c.commit(&round, ends, waiters)
+
+		failed := c.commit(&round, units)
+
+		c.mu.Lock()
+		c.stats.Failed += uint64(failed)
+		c.applied = units[len(units)-1].ticket
+		ready = ready[:0]
+		kept := c.waiters[:0]
+		for _, w := range c.waiters {
+			if w.ticket <= c.applied {
+				ready = append(ready, w)
+			} else {
+				kept = append(kept, w)
+			}
+		}
+		clear(c.waiters[len(kept):])
+		c.waiters = kept
+		c.mu.Unlock()
+		for _, w := range ready {
+			w.done()
+		}
+		clear(ready)
 		clear(round.Ops) // let go of the messages
+		clear(units)
 	}
 }
 
-// commit applies one round and tells its waiters.
-func (c *Committer) commit(round *Batch, ends []int, waiters []func(error)) {
-	err := c.store.Apply(round)
-	if len(waiters) == 1 || !malformed(err) {
-		for _, done := range waiters {
-			done(err)
-		}
-		return
+// commit applies one round, telling the owners of the units that failed,
+// and returns how many did.
+func (c *Committer) commit(round *Batch, units []unit) (failed int) {
+	if round.Len() == 0 {
+		return 0 // everything in it was cancelled
 	}
-	// One batch does not hold together: find it, without failing the rest.
+	err := c.store.Apply(round)
+	if err == nil {
+		return 0
+	}
+	if len(units) == 1 || !malformed(err) {
+		for _, u := range units {
+			if u.owner != nil {
+				u.owner.StoreFailed(u.ticket, err)
+			}
+		}
+		return len(units)
+	}
+	// One unit does not hold together: find it, without failing the rest.
 	var one Batch
 	start := 0
-	for i, done := range waiters {
-		one.Ops = round.Ops[start:ends[i]]
-		start = ends[i]
-		done(c.store.Apply(&one))
+	for _, u := range units {
+		one.Ops = round.Ops[start:u.end]
+		start = u.end
+		if err := c.store.Apply(&one); err != nil {
+			failed++
+			if u.owner != nil {
+				u.owner.StoreFailed(u.ticket, err)
+			}
+		}
 	}
+	return failed
+}
+
+// dropVoid takes the cancelled operations out of a round, moving the
+// units' ends.
+func dropVoid(round *Batch, units []unit) {
+	n, start := 0, 0
+	for i := range units {
+		for j := start; j < units[i].end; j++ {
+			if round.Ops[j].Kind != opVoid {
+				round.Ops[n] = round.Ops[j]
+				n++
+			}
+		}
+		start = units[i].end
+		units[i].end = n
+	}
+	clear(round.Ops[n:])
+	round.Ops = round.Ops[:n]
 }
 
 func malformed(err error) bool {

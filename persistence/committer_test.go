@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"mqttd/persistence"
@@ -154,5 +155,160 @@ func TestCommitterConcurrent(t *testing.T) {
 	}
 	if st := c.Stats(); st.Commits >= st.Batches {
 		t.Logf("no grouping happened: %+v", st)
+	}
+}
+
+// failures is an Owner recording the tickets it is told failed.
+type failures struct {
+	mu      sync.Mutex
+	tickets []uint64
+}
+
+func (f *failures) StoreFailed(ticket uint64, _ error) {
+	f.mu.Lock()
+	f.tickets = append(f.tickets, ticket)
+	f.mu.Unlock()
+}
+
+// TestCommitterAddWait checks the log the broker uses: Add commits
+// nothing by itself; Wait for a ticket commits everything added up to it
+// and returns only after the owner of a unit that failed was told; a Wait
+// for a ticket already applied returns at once; Flush commits without
+// waiting.
+func TestCommitterAddWait(t *testing.T) {
+	g := &gate{Store: persistence.NewMemory(), entered: make(chan int, 10), release: make(chan struct{}, 10)}
+	c := persistence.NewCommitter(g)
+	var mine, other failures
+	c.Add(session("a"), &mine)
+	var bad persistence.Batch
+	bad.PutSubscription("ghost", persistence.Subscription{Filter: "x"})
+	badTicket := c.Add(&bad, &mine)
+	last := c.Add(session("b"), &other)
+	select {
+	case n := <-g.entered:
+		t.Fatalf("a commit of %d operations began before anyone waited", n)
+	default:
+	}
+	for range 4 { // the merged round, then the three units alone
+		g.release <- struct{}{}
+	}
+	done := make(chan struct{})
+	c.Wait(last, func() { close(done) })
+	<-done
+	if n := <-g.entered; n != 3 {
+		t.Errorf("first commit of %d operations, want the 3 added", n)
+	}
+	for range 3 {
+		<-g.entered
+	}
+	if len(mine.tickets) != 1 || mine.tickets[0] != badTicket || len(other.tickets) != 0 {
+		t.Fatalf("failures told: mine %v, other %v; want mine [%d]", mine.tickets, other.tickets, badTicket)
+	}
+	now := false
+	c.Wait(last, func() { now = true })
+	if !now {
+		t.Error("Wait for an applied ticket did not return at once")
+	}
+	c.Add(session("c"), nil)
+	g.release <- struct{}{}
+	c.Flush()
+	if n := <-g.entered; n != 1 {
+		t.Errorf("Flush committed %d operations, want 1", n)
+	}
+	c.Sync()
+	if snap, _ := g.Load(); len(snap.Sessions) != 3 {
+		t.Errorf("%d sessions stored, want a, b and c", len(snap.Sessions))
+	}
+	if st := c.Stats(); st.Failed != 1 {
+		t.Errorf("stats %+v, want 1 failed unit", st)
+	}
+}
+
+// TestCommitterCancelsPutAndDelete: an outbound entry put and deleted
+// while both wait for a commit is not written at all; a delete of an
+// entry stored before is kept, though a later put of it waited with it.
+func TestCommitterCancelsPutAndDelete(t *testing.T) {
+	g := &gate{Store: persistence.NewMemory(), entered: make(chan int, 10), release: make(chan struct{}, 10)}
+	c := persistence.NewCommitter(g)
+	var b persistence.Batch
+	b.PutSession(persistence.Session{ID: "s"})
+	msg := &persistence.Message{ID: 1, Topic: "t"}
+	b.PutMessage(msg)
+	b.PutOutbound("s", persistence.Outbound{Seq: 1, MessageID: 1, QoS: 2})
+	c.Add(&b, nil)
+	g.release <- struct{}{}
+	c.Sync()
+	if n := <-g.entered; n != 3 {
+		t.Fatalf("first commit of %d operations, want 3", n)
+	}
+
+	add := func(f func(b *persistence.Batch)) {
+		var b persistence.Batch
+		f(&b)
+		c.Add(&b, nil)
+	}
+	// Entry 2 comes and goes while waiting; entry 1, stored, is released
+	// and then completed.
+	add(func(b *persistence.Batch) {
+		b.PutMessage(&persistence.Message{ID: 2, Topic: "u"})
+		b.PutOutbound("s", persistence.Outbound{Seq: 2, MessageID: 2, QoS: 1})
+	})
+	add(func(b *persistence.Batch) {
+		b.PutOutbound("s", persistence.Outbound{Seq: 1, MessageID: 1, QoS: 2, Released: true, PacketID: 2})
+	})
+	add(func(b *persistence.Batch) { b.DeleteOutbound("s", 2) })
+	add(func(b *persistence.Batch) { b.DeleteOutbound("s", 1) })
+	g.release <- struct{}{}
+	c.Sync()
+	if n := <-g.entered; n != 2 {
+		t.Errorf("second commit of %d operations, want 2 (message 2, unreferenced, and the delete of entry 1)", n)
+	}
+	snap, err := g.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Sessions) != 1 || len(snap.Sessions[0].Outbound) != 0 || len(snap.Messages) != 0 {
+		t.Errorf("left %+v, want the session alone", snap)
+	}
+}
+
+// TestCommitterGroup: the units of an open group, and those added after
+// its start by anyone, wait for End and then go in one transaction; a
+// unit added before the group is not held back by it.
+func TestCommitterGroup(t *testing.T) {
+	g := &gate{Store: persistence.NewMemory(), entered: make(chan int, 10), release: make(chan struct{}, 10)}
+	c := persistence.NewCommitter(g)
+	before := c.Add(session("before"), nil)
+	group := c.Begin()
+	c.Add(session("in-group"), nil)
+	after := c.Add(session("after"), nil)
+	done := make(chan string, 2)
+	c.Wait(before, func() { done <- "before" })
+	c.Wait(after, func() { done <- "after" })
+	g.release <- struct{}{}
+	if n := <-g.entered; n != 1 {
+		t.Fatalf("first commit of %d operations, want only the one before the group", n)
+	}
+	if got := <-done; got != "before" {
+		t.Fatalf("%s done first", got)
+	}
+	select {
+	case got := <-done:
+		t.Fatalf("%s done while the group is open", got)
+	default:
+	}
+	var applied atomic.Bool
+	c.AddThen(session("last"), nil, func() { applied.Store(true) })
+	c.End(group)
+	g.release <- struct{}{}
+	if n := <-g.entered; n != 3 {
+		t.Errorf("second commit of %d operations, want the group, what came after it and the last", n)
+	}
+	if got := <-done; got != "after" {
+		t.Errorf("%s done, want after", got)
+	}
+	c.Sync()
+	if !applied.Load() {
+		t.Error("AddThen's callback not called once applied")
 	}
 }

@@ -35,7 +35,25 @@ type Message struct {
 	Expiry     time.Time    // zero: never expires
 	Origin     string       // client id of the publisher, for No Local
 	queued     atomic.Int32 // how many session queues hold it (QueueBudget)
+	storeID    atomic.Uint64
 }
+
+// StoreID returns the id under which the broker's store keeps m, giving
+// it one from next on first use: a message delivered to many persistent
+// sessions, or retained, is stored once.
+func (m *Message) StoreID(next *atomic.Uint64) uint64 {
+	if id := m.storeID.Load(); id != 0 {
+		return id
+	}
+	id := next.Add(1)
+	if m.storeID.CompareAndSwap(0, id) {
+		return id
+	}
+	return m.storeID.Load()
+}
+
+// SetStoreID records the id a message read back from the store has.
+func (m *Message) SetStoreID(id uint64) { m.storeID.Store(id) }
 
 // QueueBudget bounds the bytes the queues of all sessions hold together.
 // A message queued by many sessions is shared, so it counts once: from
@@ -98,14 +116,18 @@ func (m *Message) Expired(now time.Time) bool {
 
 // Outbound is one message on its way to this session's client.
 type Outbound struct {
-	Msg      *Message
+	Msg *Message
+	// Seq orders the session's entries; Deliver gives it, and the packet
+	// id derives from it (PacketIDOf).
+	Seq      uint64
 	QoS      byte     // delivery QoS: min(published, granted)
 	Retain   bool     // retain flag on the wire
 	SubIDs   []uint32 // 5.0 subscription identifiers that matched
-	PacketID uint16   // assigned when it enters the in-flight window
+	PacketID uint16   // PacketIDOf(Seq), set when it enters the in-flight window
 	Dup      bool     // it was sent before: resend with DUP set
 	Released bool     // PUBREC received: PUBREL is the outstanding packet
 	resend   bool     // in the window, to be sent again on this connection (Resume)
+	held     bool     // queued until Stable passes its Seq (Target.Hold)
 }
 
 // Config bounds a session.
@@ -166,8 +188,9 @@ type Session struct {
 	ID     string
 	lim    *limits
 	window int32
-	live   int32 // inflight entries not yet acknowledged
-	nextID uint16
+	live   int32  // inflight entries not yet acknowledged
+	seq    uint64 // the Seq the next entry gets
+	stable uint64 // held entries below this Seq may be sent (Stable)
 
 	q           *queues
 	awaitingRel map[uint16]struct{}
@@ -259,6 +282,12 @@ type Target struct {
 	// Budget bounds the bytes of all sessions' queues together; Deliver,
 	// Next and Clear must be given the same one.
 	Budget *QueueBudget
+	// Hold keeps a QoS 2 entry queued, not sent, until Stable passes its
+	// Seq: the broker sends a QoS 2 message to a session it keeps on disk
+	// only once it is stored, so that a crash cannot leave the client
+	// holding a message the broker forgot (which it would then send again
+	// as a new one, or whose packet id it would give to another).
+	Hold bool
 }
 
 // Deliver offers o for delivery. When the client can take it now and the
@@ -275,8 +304,11 @@ func (s *Session) Deliver(o Outbound, to Target, now time.Time) (Outbound, Resul
 	if o.QoS == 0 && !to.Online && !s.lim.queueQoS0 {
 		return o, DropQoS0
 	}
-	if to.CanSend && s.Queued() == 0 && !s.Resending() && (o.QoS == 0 || s.live < s.window) {
+	o.held = to.Hold && o.QoS == 2
+	if to.CanSend && !o.held && s.Queued() == 0 && !s.Resending() && (o.QoS == 0 || s.live < s.window && s.free(s.seq)) {
 		if o.QoS > 0 {
+			o.Seq = s.seq
+			s.seq++
 			o = s.enter(o)
 		}
 		return o, Send
@@ -286,46 +318,68 @@ func (s *Session) Deliver(o Outbound, to Target, now time.Time) (Outbound, Resul
 		!to.Budget.hold(o.Msg, int64(size)) {
 		return o, DropFull
 	}
+	o.Seq = s.seq
+	s.seq++
 	s.queues().pending.push(o)
 	s.q.pendingBytes += size
 	return o, Queued
 }
 
+// Stable lets the held entries up to seq be sent: they are stored.
+func (s *Session) Stable(seq uint64) { s.stable = max(s.stable, seq+1) }
+
+// PacketIDOf is the packet id of the entry with Seq seq. Derived rather
+// than allocated, it is the same after the broker restarts from its
+// store, so a message in flight is sent again under its own id
+// [MQTT-4.4.0-1] (a QoS 2 receiver dedupes by it) without the id being
+// written down as the message enters the window.
+func PacketIDOf(seq uint64) uint16 { return uint16(seq%65535) + 1 }
+
+// free reports whether the packet id of seq is free: an entry still in
+// flight 65,535 entries later holds it, and the new one waits for it.
+func (s *Session) free(seq uint64) bool {
+	return s.q == nil || s.q.inflight.find(PacketIDOf(seq)) < 0
+}
+
 // Next takes what is to be sent next: first an entry of the window that
 // Resume marked for sending again, then the oldest queued message that
 // may be sent now: a QoS 0 message, or a QoS 1/2 message when the window
-// has room (it gets a packet id). Expired messages are skipped and
+// has room (it gets a packet id). Expired messages are dropped and
 // counted in expired. b is the budget Deliver was given.
 func (s *Session) Next(now time.Time, b *QueueBudget) (o Outbound, ok bool, expired int) {
-	return s.NextFit(now, b, math.MaxInt)
+	o, ok = s.NextFit(now, b, math.MaxInt, func(Outbound) { expired++ })
+	return o, ok, expired
 }
 
 // NextFit is Next for a connection that has room for fit bytes only: a
-// message whose Size is larger stays where it is, and ok is false.
-func (s *Session) NextFit(now time.Time, b *QueueBudget, fit int) (o Outbound, ok bool, expired int) {
+// message whose Size is larger stays where it is, and ok is false. Each
+// expired message dropped is given to expired.
+func (s *Session) NextFit(now time.Time, b *QueueBudget, fit int, expired func(Outbound)) (o Outbound, ok bool) {
 	if s.Resending() {
-		o, ok = s.nextResend(fit)
-		return o, ok, 0
+		return s.nextResend(fit)
 	}
 	for s.Queued() > 0 {
 		pending := &s.q.pending
 		head := pending.peek()
 		if head.Msg.Expired(now) {
-			s.unqueue(pending.pop(), b)
-			expired++
+			o := pending.pop()
+			s.unqueue(o, b)
+			expired(o)
 			continue
 		}
-		if (head.QoS > 0 && s.live >= s.window) || head.Msg.Size() > fit {
-			return Outbound{}, false, expired
+		if (head.QoS > 0 && (s.live >= s.window || !s.free(head.Seq))) || head.Msg.Size() > fit ||
+			(head.held && head.Seq >= s.stable) {
+			return Outbound{}, false
 		}
 		o = pending.pop()
+		o.held = false
 		s.unqueue(o, b)
 		if o.QoS > 0 {
 			o = s.enter(o)
 		}
-		return o, true, expired
+		return o, true
 	}
-	return Outbound{}, false, expired
+	return Outbound{}, false
 }
 
 // unqueue accounts for o leaving the queue.
@@ -338,8 +392,8 @@ func (s *Session) unqueue(o Outbound, b *QueueBudget) {
 // TakeIf takes out of the session the messages its client has not
 // received yet for which take reports true, and returns them in order:
 // the window's entries not acknowledged (a QoS 2 message past PUBREC
-// stays: its client has it), then the queued ones. b is the budget
-// Deliver was given.
+// stays: its client has it), then the queued ones, each with the Seq it
+// had here. b is the budget Deliver was given.
 func (s *Session) TakeIf(take func(*Outbound) bool, b *QueueBudget) []Outbound {
 	if s.q == nil {
 		return nil
@@ -383,65 +437,57 @@ func (s *Session) Clear(b *QueueBudget) {
 	s.awaitingRel, s.subs, s.subIndex = nil, nil, nil
 }
 
+// enter puts o, whose packet id is free, into the window. Its DUP flag
+// stays: an entry read back from the store may have been sent before.
 func (s *Session) enter(o Outbound) Outbound {
-	o.PacketID = s.allocID()
-	o.Dup, o.Released = false, false
+	o.PacketID = PacketIDOf(o.Seq)
+	o.Released = false
 	s.queues().inflight.push(o)
 	s.live++
 	return o
 }
 
-// allocID returns the next packet id not in flight. Ids are handed out in
-// sequence, so a scan only happens to skip ids still held after a wrap.
-func (s *Session) allocID() uint16 {
-	for {
-		s.nextID++
-		if s.nextID == 0 {
-			s.nextID = 1
-		}
-		if s.queues().inflight.find(s.nextID) < 0 {
-			return s.nextID
-		}
-	}
-}
-
-// Puback completes a QoS 1 message. It reports false for an id that is
-// not a QoS 1 message in flight.
-func (s *Session) Puback(id uint16) bool {
+// Puback completes a QoS 1 message and returns its Seq. It reports false
+// for an id that is not a QoS 1 message in flight.
+func (s *Session) Puback(id uint16) (seq uint64, ok bool) {
 	i := s.find(id)
 	if i < 0 || s.q.inflight.at(i).QoS != 1 {
-		return false
+		return 0, false
 	}
-	s.complete(i)
-	return true
+	return s.complete(i), true
 }
 
-// Pubrec moves a QoS 2 message to the PUBREL step; with failed (a 5.0
-// reason code of 0x80 or above) the message is complete instead. It
-// reports whether a PUBREL is to be sent.
-func (s *Session) Pubrec(id uint16, failed bool) bool {
+// Pubrec moves a QoS 2 message to the PUBREL step and returns the entry
+// as it was, Released set: a PUBREL is to be sent. With failed (a 5.0
+// reason code of 0x80 or above) the message is complete instead, and
+// Released is false. ok is false for an id that is not a QoS 2 message
+// in flight.
+func (s *Session) Pubrec(id uint16, failed bool) (o Outbound, ok bool) {
 	i := s.find(id)
 	if i < 0 || s.q.inflight.at(i).QoS != 2 {
-		return false
-	}
-	if failed {
-		s.complete(i)
-		return false
+		return Outbound{}, false
 	}
 	e := s.q.inflight.at(i)
+	o = *e
+	if failed {
+		s.complete(i)
+		o.Released = false
+		return o, true
+	}
 	e.Released = true
 	e.Msg = nil // only the packet id is needed from now on
-	return true
+	o.Released = true
+	return o, true
 }
 
-// Pubcomp completes a QoS 2 message whose PUBREL was sent.
-func (s *Session) Pubcomp(id uint16) bool {
+// Pubcomp completes a QoS 2 message whose PUBREL was sent and returns its
+// Seq.
+func (s *Session) Pubcomp(id uint16) (seq uint64, ok bool) {
 	i := s.find(id)
 	if i < 0 || !s.q.inflight.at(i).Released {
-		return false
+		return 0, false
 	}
-	s.complete(i)
-	return true
+	return s.complete(i), true
 }
 
 // InFlight reports the QoS of the message in flight under packet id, and
@@ -466,24 +512,52 @@ func (s *Session) find(id uint16) int {
 	return s.q.inflight.find(id)
 }
 
-func (s *Session) complete(i int) {
-	if s.q.inflight.at(i).resend {
+func (s *Session) complete(i int) (seq uint64) {
+	e := s.q.inflight.at(i)
+	if e.resend {
 		s.q.resends-- // acknowledged before it was sent again
 	}
+	seq = e.Seq
 	s.q.inflight.remove(i)
 	s.live--
+	return seq
 }
 
 // Discard completes a message in flight that will never be sent, as if
 // it had been acknowledged: a 5.0 client's Maximum Packet Size forbids it
-// [MQTT-3.1.2-25]. It reports false for an id not in flight.
-func (s *Session) Discard(id uint16) bool {
+// [MQTT-3.1.2-25]. It returns the entry's Seq, or false for an id not in
+// flight.
+func (s *Session) Discard(id uint16) (seq uint64, ok bool) {
 	i := s.find(id)
 	if i < 0 {
-		return false
+		return 0, false
 	}
-	s.complete(i)
-	return true
+	return s.complete(i), true
+}
+
+// Restore puts back an entry the broker read from its store, called in
+// Seq order before the session's client connects: a QoS 2 message past
+// PUBREC into the window, where Resume has its PUBREL sent again, and
+// anything else into the queue, where it keeps its Seq (and so its packet
+// id) and its DUP flag. The session's limits are not applied: what was
+// kept is given back, though the limits may have been lowered since. b
+// is the budget Deliver is given, which counts what is queued.
+func (s *Session) Restore(o Outbound, b *QueueBudget) {
+	s.seq = max(s.seq, o.Seq+1)
+	o.held = false
+	if o.Released {
+		o.PacketID = PacketIDOf(o.Seq)
+		s.queues().inflight.push(o)
+		s.live++
+		return
+	}
+	o.PacketID, o.resend = 0, false
+	size := o.Msg.Size()
+	if b != nil && o.Msg.queued.Add(1) == 1 {
+		b.bytes.Add(int64(size))
+	}
+	s.queues().pending.push(o)
+	s.q.pendingBytes += size
 }
 
 // Resume prepares the window for a new connection: every entry is to be

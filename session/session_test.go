@@ -36,7 +36,7 @@ func TestWindowFillsThenQueues(t *testing.T) {
 	if _, ok, _ := s.Next(t0, nil); ok {
 		t.Fatal("Next with a full window returned a message")
 	}
-	if !s.Puback(a.PacketID) {
+	if !done(s.Puback(a.PacketID)) {
 		t.Fatal("Puback of an in-flight QoS 1 id failed")
 	}
 	c, ok, _ := s.Next(t0, nil)
@@ -56,31 +56,31 @@ func TestAckRules(t *testing.T) {
 	s := New("c", Config{}.Limits())
 	q1 := deliver(t, s, "q1", 1, true, Send)
 	q2 := deliver(t, s, "q2", 2, true, Send)
-	if s.Puback(q2.PacketID) {
+	if done(s.Puback(q2.PacketID)) {
 		t.Error("PUBACK accepted for a QoS 2 message")
 	}
-	if s.Pubcomp(q2.PacketID) {
+	if done(s.Pubcomp(q2.PacketID)) {
 		t.Error("PUBCOMP accepted before PUBREC")
 	}
-	if s.Pubrec(q1.PacketID, false) {
+	if released(s.Pubrec(q1.PacketID, false)) {
 		t.Error("PUBREC accepted for a QoS 1 message")
 	}
 	for i := 0; i < 2; i++ {
-		if !s.Pubrec(q2.PacketID, false) {
+		if !released(s.Pubrec(q2.PacketID, false)) {
 			t.Errorf("PUBREC number %d must ask for PUBREL", i+1)
 		}
 	}
-	if !s.Pubcomp(q2.PacketID) || s.Pubcomp(q2.PacketID) {
+	if !done(s.Pubcomp(q2.PacketID)) || done(s.Pubcomp(q2.PacketID)) {
 		t.Error("PUBCOMP must complete once")
 	}
-	if !s.Puback(q1.PacketID) || s.Puback(q1.PacketID) {
+	if !done(s.Puback(q1.PacketID)) || done(s.Puback(q1.PacketID)) {
 		t.Error("PUBACK must complete once")
 	}
 	if s.Inflight() != 0 {
 		t.Fatalf("inflight %d after all acks", s.Inflight())
 	}
 	q3 := deliver(t, s, "q3", 2, true, Send)
-	if s.Pubrec(q3.PacketID, true) || s.Inflight() != 0 {
+	if released(s.Pubrec(q3.PacketID, true)) || s.Inflight() != 0 {
 		t.Error("a failed PUBREC must complete the message without PUBREL")
 	}
 }
@@ -90,21 +90,33 @@ func TestOutOfOrderAcksAndIDReuse(t *testing.T) {
 	a := deliver(t, s, "a", 1, true, Send)
 	b := deliver(t, s, "b", 1, true, Send)
 	c := deliver(t, s, "c", 1, true, Send)
-	if !s.Puback(b.PacketID) {
+	if !done(s.Puback(b.PacketID)) {
 		t.Fatal("out-of-order PUBACK refused")
 	}
-	// Force the id counter to wrap onto ids still in flight.
-	s.nextID = 65535
-	d := deliver(t, s, "d", 1, true, Send)
-	if d.PacketID == a.PacketID || d.PacketID == c.PacketID || d.PacketID == 0 {
-		t.Fatalf("id %d reused while a=%d c=%d in flight", d.PacketID, a.PacketID, c.PacketID)
+	if a.PacketID != PacketIDOf(a.Seq) || c.PacketID != PacketIDOf(c.Seq) || a.PacketID == c.PacketID {
+		t.Fatalf("packet ids %d, %d not derived from seqs %d, %d", a.PacketID, c.PacketID, a.Seq, c.Seq)
+	}
+	// 65,535 entries later the ids come round to a's, still in flight:
+	// the entry waits for it rather than taking another id, which a
+	// restart from the store could not give it again.
+	s.seq = a.Seq + 65535
+	d := deliver(t, s, "d", 1, true, Queued)
+	if _, ok, _ := s.Next(t0, nil); ok {
+		t.Fatalf("entry %d sent while its packet id %d is in flight", d.Seq, a.PacketID)
+	}
+	if !done(s.Puback(a.PacketID)) {
+		t.Fatal("PUBACK refused")
+	}
+	got, ok, _ := s.Next(t0, nil)
+	if !ok || got.Msg.Topic != "d" || got.PacketID != a.PacketID {
+		t.Fatalf("after the PUBACK got %+v (ok %v), want d under id %d", got, ok, a.PacketID)
 	}
 	var order []string
 	for _, o := range resumed(s) {
 		order = append(order, o.Msg.Topic)
 	}
-	if got := len(order); got != 3 || order[0] != "a" || order[1] != "c" || order[2] != "d" {
-		t.Fatalf("resend order %v, want [a c d]", order)
+	if got := len(order); got != 2 || order[0] != "c" || order[1] != "d" {
+		t.Fatalf("resend order %v, want [c d]", order)
 	}
 }
 
@@ -231,7 +243,7 @@ func TestRingGrowsAcrossWrap(t *testing.T) {
 		}
 	}
 	for _, id := range ids {
-		if !s.Puback(id) {
+		if !done(s.Puback(id)) {
 			t.Fatalf("id %d lost in the ring", id)
 		}
 	}
@@ -248,9 +260,9 @@ func TestUnackedHeadDoesNotGrowRing(t *testing.T) {
 	if _, r := s.Deliver(Outbound{Msg: m, QoS: 1}, Target{Online: true, CanSend: true}, t0); r != Send {
 		t.Fatal("first message not sent")
 	}
-	for range 100000 {
+	for range 60000 { // under 65,535: then the head's packet id would come round
 		o, _ := s.Deliver(Outbound{Msg: m, QoS: 1}, Target{Online: true, CanSend: true}, t0)
-		if !s.Puback(o.PacketID) {
+		if !done(s.Puback(o.PacketID)) {
 			t.Fatal("PUBACK refused")
 		}
 	}
@@ -289,10 +301,10 @@ func TestDiscard(t *testing.T) {
 	s := New("c", Config{MaxInflight: 1}.Limits())
 	o := deliver(t, s, "a", 2, true, Send)
 	deliver(t, s, "b", 1, true, Queued)
-	if !s.Discard(o.PacketID) || s.Inflight() != 0 {
+	if !done(s.Discard(o.PacketID)) || s.Inflight() != 0 {
 		t.Fatalf("Discard(%d): in flight %d, want 0", o.PacketID, s.Inflight())
 	}
-	if s.Discard(o.PacketID) {
+	if done(s.Discard(o.PacketID)) {
 		t.Error("a second Discard of the same id reported true")
 	}
 	if next, ok, _ := s.Next(t0, nil); !ok || next.Msg.Topic != "b" {
@@ -410,7 +422,7 @@ func TestResendBeforeNew(t *testing.T) {
 	b := deliver(t, s, "b", 1, true, Send)
 	s.Resume()
 	deliver(t, s, "new", 1, true, Queued) // the window has room, but the resends come first
-	if !s.Puback(b.PacketID) {
+	if !done(s.Puback(b.PacketID)) {
 		t.Fatal("PUBACK of an entry waiting to be sent again refused")
 	}
 	var order []string
@@ -455,7 +467,7 @@ func TestResendLargeWindow(t *testing.T) {
 		// Acknowledge the next two before they are sent again: past half
 		// the window in tombstones, it is compacted.
 		for k := at[o.PacketID] + 1; k <= at[o.PacketID]+2 && k < n; k++ {
-			if !acked[ids[k]] && s.Puback(ids[k]) {
+			if !acked[ids[k]] && done(s.Puback(ids[k])) {
 				acked[ids[k]] = true
 			}
 		}
@@ -595,5 +607,87 @@ func TestTakeIf(t *testing.T) {
 	}
 	if o, ok, _ := s.Next(t0, &b); !ok || o.Msg.Topic != "k2" {
 		t.Errorf("next %+v, %v; want k2 into the freed window", o, ok)
+	}
+}
+
+// done is the ok of Puback, Pubcomp or Discard.
+func done(_ uint64, ok bool) bool { return ok }
+
+// released reports whether Pubrec moved a message to its PUBREL step.
+func released(o Outbound, ok bool) bool { return ok && o.Released }
+
+// A session read back from the store sends its entries again under the
+// packet ids they had: a released QoS 2 message as PUBREL, the others as
+// PUBLISH in Seq order, DUP as restored; new entries follow the largest
+// Seq.
+func TestRestore(t *testing.T) {
+	var b QueueBudget
+	s := New("c", Config{}.Limits())
+	s.Restore(Outbound{Seq: 7, QoS: 2, Released: true}, &b)
+	one, two := msg("one", 1), msg("two", 2)
+	s.Restore(Outbound{Seq: 9, Msg: one, QoS: 1, Dup: true}, &b)
+	s.Restore(Outbound{Seq: 12, Msg: two, QoS: 2}, &b)
+	if s.Inflight() != 1 || s.Queued() != 2 || b.Bytes() != int64(one.Size()+two.Size()) {
+		t.Fatalf("inflight %d, queued %d, budget %d after restore", s.Inflight(), s.Queued(), b.Bytes())
+	}
+	s.Resume()
+	var got []Outbound
+	for {
+		o, ok, _ := s.Next(t0, &b)
+		if !ok {
+			break
+		}
+		got = append(got, o)
+	}
+	want := []struct {
+		id            uint16
+		released, dup bool
+	}{{PacketIDOf(7), true, false}, {PacketIDOf(9), false, true}, {PacketIDOf(12), false, false}}
+	if len(got) != len(want) {
+		t.Fatalf("got %d entries, want %d", len(got), len(want))
+	}
+	for i, w := range want {
+		if got[i].PacketID != w.id || got[i].Released != w.released || got[i].Dup != w.dup {
+			t.Errorf("entry %d: %+v, want id %d released %v dup %v", i, got[i], w.id, w.released, w.dup)
+		}
+	}
+	if b.Bytes() != 0 {
+		t.Errorf("budget holds %d bytes once the queue is sent", b.Bytes())
+	}
+	if o := deliver(t, s, "new", 1, true, Send); o.Seq != 13 {
+		t.Errorf("new entry has Seq %d, want 13", o.Seq)
+	}
+}
+
+// A held QoS 2 entry waits in the queue, with what follows it, until
+// Stable passes its Seq; QoS 1 is not held.
+func TestHoldUntilStable(t *testing.T) {
+	s := New("c", Config{}.Limits())
+	to := Target{Online: true, CanSend: true, Hold: true}
+	one, r := s.Deliver(Outbound{Msg: msg("one", 1), QoS: 1}, to, t0)
+	if r != Send {
+		t.Fatalf("QoS 1 with Hold: %v, want Send", r)
+	}
+	two, r := s.Deliver(Outbound{Msg: msg("two", 2), QoS: 2}, to, t0)
+	if r != Queued {
+		t.Fatalf("QoS 2 with Hold: %v, want Queued", r)
+	}
+	if _, r := s.Deliver(Outbound{Msg: msg("three", 1), QoS: 1}, to, t0); r != Queued {
+		t.Fatalf("QoS 1 behind a held entry: %v, want Queued", r)
+	}
+	if _, ok, _ := s.Next(t0, nil); ok {
+		t.Fatal("a held entry was handed out before Stable")
+	}
+	s.Stable(one.Seq)
+	if _, ok, _ := s.Next(t0, nil); ok {
+		t.Fatal("Stable below the held entry's Seq let it go")
+	}
+	s.Stable(two.Seq)
+	got, ok, _ := s.Next(t0, nil)
+	if !ok || got.Msg.Topic != "two" || got.PacketID != PacketIDOf(two.Seq) {
+		t.Fatalf("after Stable got %+v (ok %v), want two", got, ok)
+	}
+	if got, ok, _ := s.Next(t0, nil); !ok || got.Msg.Topic != "three" {
+		t.Fatalf("got %+v (ok %v), want three", got, ok)
 	}
 }

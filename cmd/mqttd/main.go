@@ -14,6 +14,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -146,7 +147,11 @@ func banner(w io.Writer, srv *mqttd.Server, cfg config) {
 	if cfg.Metrics.Address != "" {
 		fmt.Fprintf(w, "  metrics on http://%s/metrics\n", cfg.Metrics.Address)
 	}
-	fmt.Fprintf(w, "  state in %s\n", cfg.DataDir)
+	durability := cfg.Durability
+	if durability == "" {
+		durability = "sync"
+	}
+	fmt.Fprintf(w, "  state in %s (durability %s)\n", filepath.Join(cfg.DataDir, mqttd.StoreFile), durability)
 	if local {
 		fmt.Fprintln(w, "  Only this machine can connect. To accept others: mqttd --listen 0.0.0.0:1883 (or listeners: in a --config file).")
 	}

@@ -24,8 +24,10 @@ type dialOptions struct {
 	local     net.IP // source address; nil lets the kernel choose
 	clientID  string
 	keepalive uint16
-	bufSize   int
-	deadline  time.Time // bounds the dial and, after the handshake, every read and write
+	// persistent keeps the session (clean session 0).
+	persistent bool
+	bufSize    int
+	deadline   time.Time // bounds the dial and, after the handshake, every read and write
 }
 
 // dial connects, sends CONNECT and waits for a successful CONNACK.
@@ -50,15 +52,15 @@ func dial(o dialOptions) (*client, error) {
 		conn.Close()
 		return nil, err
 	}
-	if err := c.connect(o.clientID, o.keepalive); err != nil {
+	if err := c.connect(o.clientID, o.keepalive, o.persistent); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("client %s: %w", o.clientID, err)
 	}
 	return c, nil
 }
 
-func (c *client) connect(clientID string, keepalive uint16) error {
-	if _, err := c.w.Write(appendConnect(c.w.AvailableBuffer(), clientID, keepalive)); err != nil {
+func (c *client) connect(clientID string, keepalive uint16, persistent bool) error {
+	if _, err := c.w.Write(appendConnect(c.w.AvailableBuffer(), clientID, keepalive, persistent)); err != nil {
 		return err
 	}
 	if err := c.w.Flush(); err != nil {

@@ -46,6 +46,10 @@ type flow struct {
 	// onMsg, when set, is given to every subscriber (so it must be safe for
 	// concurrent use when there are several).
 	onMsg func(arrival time.Duration, payload []byte)
+	// persistent subscribers keep their sessions (clean session 0), so
+	// that a broker with a store writes what they are sent; their sessions
+	// are ended after the run.
+	persistent bool
 }
 
 // bufSize is the read and write buffer of each throughput connection: big
@@ -67,6 +71,12 @@ func runFlow(cfg config, fl flow) (*result, error) {
 	defer func() {
 		for _, s := range subs {
 			s.c.disconnect()
+			if fl.persistent {
+				// Connecting again with a clean session ends the kept one.
+				if c, err := dial(dialOptions{addr: cfg.addr, transport: cfg.transport, clientID: s.id, bufSize: 512, deadline: time.Now().Add(5 * time.Second)}); err == nil {
+					c.disconnect()
+				}
+			}
 		}
 		for _, p := range pubs {
 			p.c.disconnect()
@@ -115,11 +125,13 @@ func connectFlow(cfg config, fl flow, deadline time.Time) ([]*subscriber, []*pub
 	var subs []*subscriber
 	var pubs []*publisher
 	for i := range fl.subs {
-		c, err := dial(dialOptions{addr: cfg.addr, transport: cfg.transport, clientID: fmt.Sprintf("%s-s%d", id, i), bufSize: bufSize, deadline: deadline})
+		sid := fmt.Sprintf("%s-s%d", id, i)
+		c, err := dial(dialOptions{addr: cfg.addr, transport: cfg.transport, clientID: sid, bufSize: bufSize, deadline: deadline,
+			persistent: fl.persistent})
 		if err != nil {
 			return subs, pubs, err
 		}
-		subs = append(subs, &subscriber{c: c, onMsg: fl.onMsg})
+		subs = append(subs, &subscriber{c: c, id: sid, onMsg: fl.onMsg})
 		if err := c.subscribe(fl.filter, fl.qos); err != nil {
 			return subs, pubs, err
 		}
@@ -227,12 +239,17 @@ func fanout(cfg config) (*result, error) {
 	})
 }
 
-// qosFlow is one publisher and one subscriber at qos on both legs.
-func qosFlow(cfg config, qos byte) (*result, error) {
-	topic := fmt.Sprintf("bench/qos%d", qos)
+// qosFlow is one publisher and one subscriber at qos on both legs; a
+// persistent subscriber makes it the durable flow.
+func qosFlow(cfg config, qos byte, persistent bool) (*result, error) {
+	name := fmt.Sprintf("qos%d", qos)
+	if persistent {
+		name = fmt.Sprintf("durable%d", qos)
+	}
+	topic := "bench/" + name
 	return runFlow(cfg, flow{
-		name: fmt.Sprintf("qos%d", qos), pubs: 1, subs: 1, msgs: orDefault(cfg.msgs, 50000), qos: qos,
-		filter: topic,
+		name: name, pubs: 1, subs: 1, msgs: orDefault(cfg.msgs, 50000), qos: qos,
+		filter: topic, persistent: persistent,
 		topics: func(int) []string { return []string{topic} },
 	})
 }

@@ -7,7 +7,8 @@
 // -transport tls, ws or wss (with -cafile) reaches the broker over TLS or
 // WebSocket instead of TCP.
 //
-// Scenarios: fanin, fanout, qos1, qos2, latency, conns. Every scenario is
+// Scenarios: fanin, fanout, qos1, qos2, durable1, durable2 (qos1 and qos2 with a
+// persistent subscriber), latency, conns. Every scenario is
 // bounded by -timeout and reports undelivered messages as loss. It exits 1
 // when a scenario cannot run or reports errors.
 package main
@@ -39,7 +40,7 @@ func parseArgs(args []string, stderr io.Writer) (command, error) {
 	fs.SetOutput(stderr)
 	var c command
 	cfg := &c.cfg
-	fs.StringVar(&c.scenario, "scenario", "", "fanin, fanout, qos1, qos2, latency or conns")
+	fs.StringVar(&c.scenario, "scenario", "", "fanin, fanout, qos1, qos2, durable1, durable2, latency or conns")
 	fs.BoolVar(&c.freeport, "freeport", false, "print a free TCP port on 127.0.0.1 and exit")
 	fs.StringVar(&c.table, "table", "", "print the medians table of a file of broker=NAME result lines and exit")
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:1883", "broker address (host:port)")
@@ -123,9 +124,13 @@ func runScenario(name string, cfg config) ([]*result, error) {
 	case "fanout":
 		return one(fanout(cfg))
 	case "qos1":
-		return one(qosFlow(cfg, 1))
+		return one(qosFlow(cfg, 1, false))
 	case "qos2":
-		return one(qosFlow(cfg, 2))
+		return one(qosFlow(cfg, 2, false))
+	case "durable1":
+		return one(qosFlow(cfg, 1, true))
+	case "durable2":
+		return one(qosFlow(cfg, 2, true))
 	case "conns":
 		return one(conns(cfg))
 	case "latency":
@@ -143,7 +148,7 @@ func runScenario(name string, cfg config) ([]*result, error) {
 		}
 		return out, nil
 	}
-	return nil, fmt.Errorf("unknown scenario %q (want fanin, fanout, qos1, qos2, latency or conns)", name)
+	return nil, fmt.Errorf("unknown scenario %q (want fanin, fanout, qos1, qos2, durable1, durable2, latency or conns)", name)
 }
 
 func printTable(path string, out io.Writer) error {

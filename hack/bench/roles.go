@@ -11,6 +11,7 @@ import (
 // side of QoS 1 and 2.
 type subscriber struct {
 	c     *client
+	id    string // client id
 	start time.Time
 	// onMsg, when set, sees every payload with its arrival time since start.
 	onMsg func(arrival time.Duration, payload []byte)

@@ -50,12 +50,18 @@ func appendString(b []byte, s string) []byte {
 
 // appendConnect appends an MQTT 3.1.1 CONNECT with a clean session and no
 // will, user name or password.
-func appendConnect(b []byte, clientID string, keepalive uint16) []byte {
+//
+// With persistent, the session is kept (clean session 0).
+func appendConnect(b []byte, clientID string, keepalive uint16, persistent bool) []byte {
 	body := 10 + 2 + len(clientID)
 	b = append(b, typeConnect<<4)
 	b = appendVarint(b, body)
 	b = appendString(b, "MQTT")
-	b = append(b, 4, 0x02)
+	flags := byte(0x02)
+	if persistent {
+		flags = 0
+	}
+	b = append(b, 4, flags)
 	b = binary.BigEndian.AppendUint16(b, keepalive)
 	return appendString(b, clientID)
 }

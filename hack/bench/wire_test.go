@@ -118,7 +118,7 @@ func TestEncoders(t *testing.T) {
 		got  []byte
 		want []byte
 	}{
-		{"CONNECT", appendConnect(nil, "c1", 30), []byte{
+		{"CONNECT", appendConnect(nil, "c1", 30, false), []byte{
 			0x10, 14, 0, 4, 'M', 'Q', 'T', 'T', 4, 0x02, 0, 30, 0, 2, 'c', '1'}},
 		{"SUBSCRIBE", appendSubscribe(nil, 1, "a/#", 2), []byte{
 			0x82, 8, 0, 1, 0, 3, 'a', '/', '#', 2}},

@@ -49,6 +49,10 @@ type applier struct {
 	// and never referred to) is deleted then and not at once, as a later op
 	// of the batch may refer to it again.
 	counts map[uint64]*count
+	// added are the messages the batch put, written at finish only if
+	// something refers to them then: a message delivered and acknowledged
+	// within one batch costs no write.
+	added map[uint64][]byte // encoded
 }
 
 type count struct{ was, now uint64 }
@@ -65,6 +69,7 @@ func newApplier(tx *bbolt.Tx, path string) *applier {
 		rel:      tx.Bucket(bucketRel),
 		wills:    tx.Bucket(bucketWills),
 		counts:   make(map[uint64]*count),
+		added:    make(map[uint64][]byte),
 	}
 }
 
@@ -132,20 +137,22 @@ func (a *applier) putMessage(m *persistence.Message) error {
 	if m == nil {
 		return persistence.ErrBadOp
 	}
-	k := idKey(m.ID)
-	if a.messages.Get(k) != nil {
+	if a.stored(m.ID) {
 		return nil // the first stays
 	}
 	v, err := encodeMessageRecord(m)
 	if err != nil {
 		return err
 	}
-	if err := a.messages.Put(k, v); err != nil {
-		return err
-	}
+	a.added[m.ID] = v
 	// Counted from 0, so that finish drops it if nothing refers to it.
 	a.counts[m.ID] = &count{}
 	return nil
+}
+
+// stored reports whether message id is in the store or put by the batch.
+func (a *applier) stored(id uint64) bool {
+	return a.added[id] != nil || a.messages.Get(idKey(id)) != nil
 }
 
 func (a *applier) putSession(s *persistence.Session) error {
@@ -210,7 +217,7 @@ func hasPrefix(k, prefix []byte) bool {
 }
 
 func (a *applier) putOutbound(id string, o *persistence.Outbound) error {
-	if a.messages.Get(idKey(o.MessageID)) == nil {
+	if !a.stored(o.MessageID) {
 		return persistence.ErrNoMessage
 	}
 	v, err := encodeOutbound(o)
@@ -258,7 +265,7 @@ func (a *applier) putRetained(topic string, id uint64) error {
 	if topic == "" {
 		return persistence.ErrBadOp // bbolt has no empty keys; MQTT no empty topics
 	}
-	if a.messages.Get(idKey(id)) == nil {
+	if !a.stored(id) {
 		return persistence.ErrNoMessage
 	}
 	k := []byte(topic)
@@ -341,7 +348,14 @@ func (a *applier) finish() error {
 	for id, c := range a.counts {
 		k := idKey(id)
 		var err error
+		v := a.added[id]
 		switch {
+		case v != nil && c.now == 0:
+			continue // put and let go within the batch: never written
+		case v != nil:
+			if err = a.messages.Put(k, v); err == nil {
+				err = a.refs.Put(k, binary.AppendUvarint(nil, c.now))
+			}
 		case c.now == 0:
 			if err = a.messages.Delete(k); err == nil {
 				err = a.refs.Delete(k)

@@ -783,3 +783,44 @@ func TestNoFreelist(t *testing.T) {
 		t.Errorf("Open: %v; want ErrSchema", err)
 	}
 }
+
+// TestFileDoesNotGrow cycles a million messages through a session (each
+// stored, then deleted as acknowledged, a thousand at a time, as a
+// subscriber that keeps up makes the broker do) and checks that the file
+// stays the size of what it holds at once: bbolt reuses the pages freed.
+func TestFileDoesNotGrow(t *testing.T) {
+	total := 1_000_000
+	if testing.Short() || raceEnabled {
+		total = 100_000 // the million runs in hack/test's 32-bit pass
+	}
+	const perBatch = 1000
+	s, path := openTemp(t, Options{Durability: None})
+	var b persistence.Batch
+	b.PutSession(persistence.Session{ID: "device", Expiry: 3600})
+	if err := s.Apply(&b); err != nil {
+		t.Fatal(err)
+	}
+	payload := make([]byte, 64)
+	var size1 int64
+	for n := 0; n < total; n += perBatch {
+		b.Reset()
+		for i := n; i < n+perBatch; i++ {
+			b.PutMessage(&persistence.Message{ID: uint64(i + 1), Topic: "sensors/device/temp", Payload: payload, QoS: 1})
+			b.PutOutbound("device", persistence.Outbound{Seq: uint64(i), MessageID: uint64(i + 1), QoS: 1})
+			if i >= perBatch {
+				b.DeleteOutbound("device", uint64(i-perBatch))
+			}
+		}
+		if err := s.Apply(&b); err != nil {
+			t.Fatal(err)
+		}
+		if n == 10*perBatch {
+			size1 = fileSize(t, path)
+		}
+	}
+	size := fileSize(t, path)
+	t.Logf("file after %d messages: %d KiB (%d KiB after %d)", total, size>>10, size1>>10, 10*perBatch)
+	if size > 2*size1 {
+		t.Errorf("the file grew from %d to %d bytes while holding the same %d messages", size1, size, perBatch)
+	}
+}

@@ -1,0 +1,463 @@
+package mqttd
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"mqttd/packets"
+	"mqttd/persistence"
+	"mqttd/persistence/bolt"
+	"mqttd/session"
+)
+
+// Durable state: every change of a session that outlives its connection
+// (client.stored) and of the retained store becomes a unit in the
+// Committer's log, added under the lock that orders that change in memory
+// (the session's, or retainMu), so that the store sees each session's
+// changes in the order they were made. A reader's units are committed
+// together at the end of its read, and the acknowledgements they cover
+// (PUBACK, PUBREC, PUBREL, PUBCOMP, SUBACK, UNSUBACK) are held until then
+// (heldAnswers); later acknowledgements of the same connection wait
+// behind them, which keeps [MQTT-4.6.0-2] order, and everything else
+// (PINGRESP, deliveries) passes. Nothing is written for clean sessions.
+
+// StoreFile is the name of the bbolt file the broker keeps in DataDir.
+const StoreFile = "mqttd.db"
+
+// maxHeld bounds the acknowledgements a connection has waiting for a
+// commit: a client that publishes past it waits for the commit, so that
+// one ignoring flow control cannot make the broker hold without bound.
+const maxHeld = 1024
+
+// durable is the broker's side of its store.
+type durable struct {
+	store  persistence.Store
+	commit *persistence.Committer
+	// own is set when the broker opened the store and closes it.
+	own    bool
+	msgIDs atomic.Uint64 // the last message id given (session.Message.StoreID)
+}
+
+// openStore opens the store Options asks for: Options.Store, or the bbolt
+// file in DataDir; neither means nothing is kept.
+func openStore(o Options) (*durable, error) {
+	if o.Store != nil {
+		return &durable{store: o.Store}, nil
+	}
+	if o.DataDir == "" {
+		return nil, nil
+	}
+	d, _ := parseDurability(o.Durability)
+	path := filepath.Join(o.DataDir, StoreFile)
+	st, err := bolt.Open(path, bolt.Options{Durability: d})
+	if err != nil && o.MoveAsideBadStore && errors.Is(err, bolt.ErrCorrupt) {
+		aside, merr := bolt.MoveAside(path)
+		if merr != nil {
+			return nil, fmt.Errorf("%w; and %w", err, merr)
+		}
+		o.Logger.Warn().Err(err).Str("moved_to", aside).Msg("the store could not be read: moved aside, starting empty")
+		st, err = bolt.Open(path, bolt.Options{Durability: d})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &durable{store: st, own: true}, nil
+}
+
+// parseDurability reads Options.Durability.
+func parseDurability(s string) (bolt.Durability, bool) {
+	switch s {
+	case "", "sync":
+		return bolt.Sync, true
+	case "interval":
+		return bolt.Interval, true
+	case "none":
+		return bolt.None, true
+	}
+	return 0, false
+}
+
+// checkedStore counts and logs what the store does, and its failures.
+type checkedStore struct {
+	persistence.Store
+	s *Server
+}
+
+func (cs checkedStore) Apply(b *persistence.Batch) error {
+	start := time.Now()
+	err := cs.Store.Apply(b)
+	st := &cs.s.stats
+	st.storeCommits.Add(1)
+	st.storeOps.Add(uint64(b.Len()))
+	st.storeCommitNanos.Add(uint64(time.Since(start)))
+	if err != nil {
+		st.storeErrors.Add(1)
+		if !rateLimited(&cs.s.storeWarned) {
+			cs.s.log.Error().Err(err).Int("ops", b.Len()).
+				Msg("store commit failed: what it held is not acknowledged (logged at most every 10 s; mqttd_store_errors_total counts them all)")
+		}
+	}
+	return err
+}
+
+// add appends a unit. owner is the connection whose reader adds it, or
+// nil: then the unit is committed at once. A reader's units are committed
+// at the end of its read, and the next answer it sends waits for the
+// units that it covers: those that are what the answer acknowledges (a
+// message routed, a subscription made). Others (deletes of what its
+// client acknowledged) need not hold anything back.
+func (d *durable) add(b *persistence.Batch, owner *conn, covers bool) {
+	if owner == nil {
+		d.commit.Add(b, nil)
+		d.commit.Flush()
+		return
+	}
+	if !covers {
+		d.track(owner, d.commit.Add(b, nil), false)
+		return
+	}
+	d.track(owner, d.commit.Add(b, owner), true)
+}
+
+// track records a unit owner's reader added, for it to be committed at
+// the end of the read and, if it covers the next answer, for that answer
+// to wait for it.
+func (d *durable) track(owner *conn, ticket uint64, covers bool) {
+	h := owner.held
+	if h == nil {
+		h = new(heldAnswers)
+		owner.held = h
+	}
+	h.added = ticket
+	if covers {
+		h.last = ticket
+	}
+}
+
+// stored is the form a message is kept in.
+func (d *durable) stored(m *session.Message) *persistence.Message {
+	pm := &persistence.Message{
+		ID:      m.StoreID(&d.msgIDs),
+		Topic:   m.Topic,
+		Payload: m.Payload,
+		QoS:     m.QoS,
+		Retain:  m.Retain,
+		Origin:  m.Origin,
+	}
+	if m.Properties != nil {
+		pm.Properties = *m.Properties
+	}
+	if !m.Expiry.IsZero() {
+		pm.Expiry = m.Expiry.UnixNano()
+	}
+	return pm
+}
+
+// keyFits reports whether s can be a key in the store; a longer one is
+// kept in memory only.
+func keyFits(s string) bool { return len(s) <= persistence.MaxKeyLength }
+
+// outboundOf is the stored form of a session entry.
+func outboundOf(o session.Outbound, msgID uint64) persistence.Outbound {
+	po := persistence.Outbound{Seq: o.Seq, MessageID: msgID, QoS: o.QoS, Retain: o.Retain, SubIDs: o.SubIDs, Released: o.Released}
+	if o.Released {
+		po.PacketID = session.PacketIDOf(o.Seq)
+	}
+	return po
+}
+
+// deliveredLocked writes an entry a stored session took (sent or
+// queued); pm is the message's stored form when the caller has it. then,
+// if not nil, is called once it is stored. The caller holds cl.mu.
+func (d *durable) deliveredLocked(cl *client, o session.Outbound, pm *persistence.Message, owner *conn, then func()) {
+	if pm == nil {
+		pm = d.stored(o.Msg)
+	}
+	var ops [2]persistence.Op
+	b := persistence.Batch{Ops: ops[:0]}
+	b.PutMessage(pm) // kept once: a message already stored stays as it is
+	b.PutOutbound(cl.id, outboundOf(o, pm.ID))
+	if then == nil {
+		d.add(&b, owner, true)
+		return
+	}
+	t := d.commit.AddThen(&b, owner, then)
+	if owner == nil {
+		d.commit.Flush()
+		return
+	}
+	d.track(owner, t, true)
+}
+
+// stableThen is what lets a held QoS 2 entry of cl go once it is stored
+// (session.Target.Hold): it runs on the committer's goroutine.
+func (s *Server) stableThen(cl *client, seq uint64) func() {
+	return func() {
+		cl.mu.Lock()
+		cl.sess.Stable(seq)
+		tc := cl.conn
+		cl.mu.Unlock()
+		if tc != nil {
+			tc.pumpFrom(nil, nil)
+		}
+	}
+}
+
+// removedLocked deletes entry seq of a stored session: acknowledged,
+// expired, discarded or handed to another session. The caller holds cl.mu.
+func (d *durable) removedLocked(cl *client, seq uint64, owner *conn) {
+	var ops [1]persistence.Op
+	b := persistence.Batch{Ops: ops[:0]}
+	b.DeleteOutbound(cl.id, seq)
+	d.add(&b, owner, false)
+}
+
+// releasedLocked records that a stored session's QoS 2 entry got its
+// PUBREC: after a restart its PUBREL is sent, not the PUBLISH, which the
+// client would take for a new message. The caller holds cl.mu.
+func (d *durable) releasedLocked(cl *client, o session.Outbound, owner *conn) {
+	var ops [2]persistence.Op
+	b := persistence.Batch{Ops: ops[:0]}
+	pm := d.stored(o.Msg)
+	// Put again in case it is not stored: the store keeps the first.
+	b.PutMessage(pm)
+	o.Released = true
+	b.PutOutbound(cl.id, outboundOf(o, pm.ID))
+	d.add(&b, owner, true)
+}
+
+// sessionLocked writes a stored session's record. The caller holds cl.mu.
+func (d *durable) sessionLocked(cl *client, username string, version packets.Version, expiry uint32, owner *conn) {
+	var ops [1]persistence.Op
+	b := persistence.Batch{Ops: ops[:0]}
+	b.PutSession(persistence.Session{ID: cl.id, Username: username, Version: byte(version),
+		Expiry: expiry, ExpireAt: cl.sess.ExpireAt()})
+	d.add(&b, owner, true)
+}
+
+// oneLocked adds a unit of one operation on a stored session. The caller
+// holds cl.mu.
+func (d *durable) oneLocked(op persistence.Op, owner *conn) {
+	ops := [1]persistence.Op{op}
+	d.add(&persistence.Batch{Ops: ops[:]}, owner, true)
+}
+
+// heldAnswers are a connection's acknowledgements waiting for a commit.
+// The tickets are the reader's own; the queue and the failures are shared
+// with the committer's goroutine under mu. Allocated on the connection's
+// first durable change, so that connections of clean sessions carry only
+// the pointer.
+type heldAnswers struct {
+	added    uint64 // the ticket of the last unit the reader added
+	last     uint64 // the ticket of the last unit an answer is to cover
+	answered uint64 // the last ticket an answer covers
+	waited   uint64 // the last ticket the reader waited for
+
+	mu       sync.Mutex
+	queue    []heldAnswer
+	failures []storeFailure
+}
+
+// heldAnswer is an answer that covers the units (from, to]; to is 0 for
+// one held only to keep its place behind another.
+type heldAnswer struct {
+	p        packets.Packet
+	from, to uint64
+}
+
+type storeFailure struct {
+	ticket uint64
+	err    error
+}
+
+// StoreFailed is told by the Committer when a unit this connection's
+// reader added failed; the answer covering it is changed when released.
+func (c *conn) StoreFailed(ticket uint64, err error) {
+	h := c.held
+	h.mu.Lock()
+	h.failures = append(h.failures, storeFailure{ticket, err})
+	h.mu.Unlock()
+}
+
+// answer sends an acknowledgement, or holds it until the units it covers
+// are committed, or until the acknowledgements held before it are sent.
+func (c *conn) answer(p packets.Packet) {
+	h := c.held
+	if h == nil {
+		c.send(p)
+		return
+	}
+	h.mu.Lock()
+	switch {
+	case h.last > h.answered:
+		h.queue = append(h.queue, heldAnswer{p, h.answered, h.last})
+		h.answered = h.last
+	case len(h.queue) > 0:
+		h.queue = append(h.queue, heldAnswer{p: p})
+	default:
+		c.send(p) // under mu: in order with a release's frames
+	}
+	full := len(h.queue) >= maxHeld
+	h.mu.Unlock()
+	if full {
+		c.commitHeld(true)
+	}
+}
+
+// commitHeld asks for the commit of the units the reader added, at the
+// end of a read, and releases the answers they cover once it is done;
+// with wait, it waits for that.
+func (c *conn) commitHeld(wait bool) {
+	h := c.held
+	if h == nil || h.added <= h.waited {
+		return
+	}
+	t := h.added
+	h.waited = t
+	if !wait {
+		c.srv.dur.commit.Wait(t, func() { c.releaseHeld(t) })
+		return
+	}
+	ch := make(chan struct{})
+	c.srv.dur.commit.Wait(t, func() {
+		c.releaseHeld(t)
+		close(ch)
+	})
+	<-ch
+}
+
+// releaseHeld sends the answers whose units are committed, up to ticket
+// t, and those held only behind them. An answer whose unit failed is
+// changed: a 5.0 PUBACK or PUBREC says so with its reason code (0x97 for
+// a full disk, 0x80 otherwise), a SUBACK refuses its filters with 0x80;
+// anything else, and anything for 3.1.1, which has no way to say it,
+// closes the connection, unacknowledged.
+func (c *conn) releaseHeld(t uint64) {
+	h := c.held
+	var refusedQoS2 []uint16
+	var fatal error
+	h.mu.Lock()
+	n := 0
+	for n < len(h.queue) && h.queue[n].to <= t {
+		e := h.queue[n]
+		n++
+		if err := h.failedIn(e.from, e.to); err != nil {
+			var ok bool
+			if ok, e.p = c.refuseStored(e.p, err); !ok {
+				fatal = err
+				break
+			}
+			c.srv.stats.storeRefused.Add(1)
+			if rec, isRec := e.p.(*packets.Pubrec); isRec {
+				refusedQoS2 = append(refusedQoS2, rec.PacketID)
+			}
+		}
+		c.enqueue(woken, func(b []byte) []byte {
+			b, _ = e.p.Append(b, c.version)
+			return b
+		})
+	}
+	if fatal != nil {
+		n = len(h.queue) // nothing after the one that failed is sent
+	}
+	rest := copy(h.queue, h.queue[n:])
+	clear(h.queue[rest:])
+	h.queue = h.queue[:rest]
+	kept := h.failures[:0]
+	for _, f := range h.failures {
+		if f.ticket > t {
+			kept = append(kept, f)
+		}
+	}
+	clear(h.failures[len(kept):])
+	h.failures = kept
+	h.mu.Unlock()
+	if fatal != nil {
+		c.srv.stats.storeRefused.Add(1)
+		// Not on the committer's goroutine: telling a 5.0 client may wait
+		// for its outbox to drain.
+		c.srv.writers.Add(1)
+		go func() {
+			defer c.srv.writers.Done()
+			c.sendDisconnectAsync(packets.UnspecifiedError)
+			c.closeWith(closing(CloseStoreError, fmt.Errorf("not acknowledged: %w", fatal)))
+		}()
+		return
+	}
+	if len(refusedQoS2) > 0 {
+		// Refused, the packet id is free again [MQTT-4.3.3-9]: the client
+		// may use it for a new message.
+		c.cl.mu.Lock()
+		for _, id := range refusedQoS2 {
+			c.cl.sess.Pubrel(id)
+		}
+		c.cl.mu.Unlock()
+	}
+}
+
+// failedIn returns the error of a unit in (from, to], if one failed. The
+// caller holds h.mu.
+func (h *heldAnswers) failedIn(from, to uint64) error {
+	for _, f := range h.failures {
+		if f.ticket > from && f.ticket <= to {
+			return f.err
+		}
+	}
+	return nil
+}
+
+// refuseStored turns an answer whose unit failed into a refusal, when
+// the protocol has one; ok is false when the connection must be closed
+// instead.
+func (c *conn) refuseStored(p packets.Packet, err error) (ok bool, refused packets.Packet) {
+	code := packets.UnspecifiedError
+	why := "the broker could not store it"
+	if errors.Is(err, syscall.ENOSPC) {
+		code, why = packets.QuotaExceeded, "the broker's disk is full"
+	}
+	switch p := p.(type) {
+	case *packets.Puback:
+		if c.version == packets.V5 {
+			return true, &packets.Puback{PacketID: p.PacketID, ReasonCode: code, Properties: c.ackProblem(verdict{code, why})}
+		}
+	case *packets.Pubrec:
+		if c.version == packets.V5 {
+			return true, &packets.Pubrec{PacketID: p.PacketID, ReasonCode: code, Properties: c.ackProblem(verdict{code, why})}
+		}
+	case *packets.Suback:
+		codes := make([]packets.ReasonCode, len(p.ReasonCodes))
+		for i := range codes {
+			codes[i] = packets.SubackFailure // 0x80 in every version
+		}
+		return true, &packets.Suback{PacketID: p.PacketID, ReasonCodes: codes}
+	}
+	return false, nil
+}
+
+// storeSessionLocked keeps a persistent session in the store as its
+// client connects (the record says it is online: no expiry running), or
+// takes out one that now ends with its connection. willDropped says a
+// will that waited for its delay is dropped: the client is back in time.
+// The caller holds cl.mu.
+func (s *Server) storeSessionLocked(c *conn, cl *client, persistent, willDropped bool) {
+	if s.dur == nil {
+		return
+	}
+	if !persistent || !keyFits(cl.id) {
+		if cl.stored {
+			cl.stored = false
+			s.dur.oneLocked(persistence.Op{Kind: persistence.OpDeleteSession, SessionID: cl.id}, nil)
+		}
+		return
+	}
+	if willDropped && cl.stored {
+		s.dur.oneLocked(persistence.Op{Kind: persistence.OpDeleteWill, SessionID: cl.id}, nil)
+	}
+	cl.stored = true
+	s.dur.sessionLocked(cl, c.info.Username, c.version, c.expiry, nil)
+}

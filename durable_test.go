@@ -1,0 +1,201 @@
+package mqttd_test
+
+import (
+	"errors"
+	"sync"
+	"syscall"
+	"testing"
+
+	"mqttd"
+	"mqttd/packets"
+	"mqttd/persistence"
+)
+
+// gatedStore is an in-memory store whose commits can be held, to see
+// what waits for them, or made to fail.
+type gatedStore struct {
+	persistence.Store
+	mu      sync.Mutex
+	gate    chan struct{} // closed while commits pass
+	fail    error
+	entered chan struct{} // a commit is waiting at the gate
+	applies int
+}
+
+func newGatedStore() *gatedStore {
+	g := &gatedStore{Store: persistence.NewMemory(), gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	close(g.gate)
+	return g
+}
+
+// hold makes the commits from now on wait for release.
+func (g *gatedStore) hold() {
+	g.mu.Lock()
+	g.gate = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *gatedStore) release() {
+	g.mu.Lock()
+	close(g.gate)
+	g.mu.Unlock()
+}
+
+// failWith makes the commits from now on fail with err (nil: succeed).
+func (g *gatedStore) failWith(err error) {
+	g.mu.Lock()
+	g.fail = err
+	g.mu.Unlock()
+}
+
+func (g *gatedStore) Apply(b *persistence.Batch) error {
+	g.mu.Lock()
+	gate, fail := g.gate, g.fail
+	g.applies++
+	g.mu.Unlock()
+	select {
+	case <-gate:
+	default:
+		select {
+		case g.entered <- struct{}{}:
+		default:
+		}
+		<-gate
+	}
+	if fail != nil {
+		return fail
+	}
+	return g.Store.Apply(b)
+}
+
+func (g *gatedStore) appliesSoFar() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.applies
+}
+
+// TestBlockedCommitHoldsAcks: while a commit is held, the acknowledgements
+// of what it covers (a QoS 1 message for a persistent session, a retained
+// message) wait for it, with those the same connection owes after them
+// (their order is kept [MQTT-4.6.0-2]); nothing else waits: PINGRESP,
+// another connection's PUBACK, deliveries.
+func TestBlockedCommitHoldsAcks(t *testing.T) {
+	g := newGatedStore()
+	_, addr := startServer(t, mqttd.Options{Store: g})
+
+	durable := connectRaw(t, addr, &packets.Connect{ClientID: "durable", CleanStart: false})
+	durable.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "keep/#", Options: packets.SubOptions{QoS: 1}}}})
+	if ack, ok := durable.read().(*packets.Suback); !ok || ack.ReasonCodes[0] != 1 {
+		t.Fatalf("SUBACK: %+v", ack)
+	}
+	clean := connectRaw(t, addr, &packets.Connect{ClientID: "clean", CleanStart: true})
+	clean.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "plain/#", Options: packets.SubOptions{QoS: 1}}}})
+	clean.read()
+	pub := connectRaw(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
+	other := connectRaw(t, addr, &packets.Connect{ClientID: "other", CleanStart: true})
+
+	g.hold()
+	pub.send(&packets.Publish{QoS: 1, PacketID: 1, Topic: "keep/a", Payload: []byte("1")})
+	pub.send(&packets.Publish{QoS: 1, PacketID: 2, Topic: "plain/a", Payload: []byte("2")})
+	<-g.entered
+	if got := pub.ping(); len(got) != 0 {
+		t.Fatalf("while the commit is held the publisher got %+v before PINGRESP", got)
+	}
+	other.send(&packets.Publish{QoS: 1, PacketID: 7, Topic: "plain/b", Payload: []byte("3")})
+	if ack, ok := other.read().(*packets.Puback); !ok || ack.PacketID != 7 {
+		t.Fatalf("a PUBACK that needs no commit was held: got %+v", ack)
+	}
+	other.send(&packets.Publish{QoS: 1, PacketID: 8, Topic: "keep/r", Payload: []byte("r"), Retain: true})
+	if got := other.ping(); len(got) != 0 {
+		t.Fatalf("a retained message was acknowledged before its commit: %+v", got)
+	}
+	for _, want := range []string{"keep/a"} {
+		if p, ok := durable.read().(*packets.Publish); !ok || p.Topic != want {
+			t.Fatalf("persistent subscriber got %+v, want %s delivered without waiting", p, want)
+		}
+	}
+	for _, want := range []string{"plain/a", "plain/b"} {
+		if p, ok := clean.read().(*packets.Publish); !ok || p.Topic != want {
+			t.Fatalf("clean subscriber got %+v, want %s", p, want)
+		}
+	}
+
+	g.release()
+	for _, id := range []uint16{1, 2} {
+		if ack, ok := pub.read().(*packets.Puback); !ok || ack.PacketID != id {
+			t.Fatalf("after the commit got %+v, want PUBACK %d (in order)", ack, id)
+		}
+	}
+	if ack, ok := other.read().(*packets.Puback); !ok || ack.PacketID != 8 {
+		t.Fatalf("retained message: got %+v, want PUBACK 8", ack)
+	}
+}
+
+// TestStoreErrorNotAcknowledged: a message that could not be stored is
+// not acknowledged: a 5.0 publisher is told why (0x80, or 0x97 for a
+// full disk), a 3.1.1 publisher, which cannot be told, loses its
+// connection. Clean sessions go on being served meanwhile.
+func TestStoreErrorNotAcknowledged(t *testing.T) {
+	g := newGatedStore()
+	srv, addr := startServer(t, mqttd.Options{Store: g})
+	durable := connectRaw(t, addr, &packets.Connect{ClientID: "durable", CleanStart: false})
+	durable.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "keep/#", Options: packets.SubOptions{QoS: 2}}}})
+	durable.read()
+	v5 := connectRaw(t, addr, &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: "v5", CleanStart: true})
+
+	g.failWith(errors.New("disk on fire"))
+	v5.send(&packets.Publish{QoS: 1, PacketID: 1, Topic: "keep/a", Payload: []byte("x")})
+	if ack, ok := v5.read().(*packets.Puback); !ok || ack.ReasonCode != packets.UnspecifiedError {
+		t.Fatalf("got %+v, want PUBACK 0x80", ack)
+	}
+	g.failWith(syscall.ENOSPC)
+	v5.send(&packets.Publish{QoS: 2, PacketID: 2, Topic: "keep/b", Payload: []byte("y")})
+	if rec, ok := v5.read().(*packets.Pubrec); !ok || rec.ReasonCode != packets.QuotaExceeded {
+		t.Fatalf("got %+v, want PUBREC 0x97 for a full disk", rec)
+	}
+	// Refused, the packet id is free: the same id is a new message.
+	g.failWith(nil)
+	v5.send(&packets.Publish{QoS: 2, PacketID: 2, Topic: "keep/b", Payload: []byte("y")})
+	if rec, ok := v5.read().(*packets.Pubrec); !ok || rec.ReasonCode != packets.Success {
+		t.Fatalf("got %+v, want PUBREC 0 once the store works", rec)
+	}
+	// Clean sessions need no store.
+	g.failWith(errors.New("disk on fire"))
+	v5.send(&packets.Publish{QoS: 1, PacketID: 3, Topic: "nobody/keeps", Payload: []byte("z")})
+	if ack, ok := v5.read().(*packets.Puback); !ok || ack.ReasonCode >= 0x80 {
+		t.Fatalf("got %+v, want a PUBACK without error for a message no store needs", ack)
+	}
+	v3 := connectRaw(t, addr, &packets.Connect{ClientID: "v3", CleanStart: true})
+	v3.send(&packets.Publish{QoS: 1, PacketID: 1, Topic: "keep/c", Payload: []byte("w")})
+	v3.expectClosed()
+	st := srv.Stats()
+	if st.StoreErrors == 0 || st.StoreRefused < 3 || st.Disconnects["store_error"] != 1 {
+		t.Errorf("stats: %d store errors, %d refused, %d store_error closes; want them counted",
+			st.StoreErrors, st.StoreRefused, st.Disconnects["store_error"])
+	}
+}
+
+// TestIdleBrokerWritesNothing: once what clients did is stored, an idle
+// broker, pings included, commits nothing (SD cards wear out).
+func TestIdleBrokerWritesNothing(t *testing.T) {
+	g := newGatedStore()
+	srv, addr := startServer(t, mqttd.Options{Store: g})
+	sub := connectRaw(t, addr, &packets.Connect{ClientID: "sub", CleanStart: false, KeepAlive: 60})
+	sub.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "t/#", Options: packets.SubOptions{QoS: 1}}}})
+	sub.read()
+	pub := connectRaw(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
+	pub.send(&packets.Publish{QoS: 1, PacketID: 1, Topic: "t/1", Payload: []byte("x"), Retain: true})
+	pub.read()
+	p := sub.read().(*packets.Publish)
+	sub.send(&packets.Puback{PacketID: p.PacketID})
+	sub.ping()
+	waitFor(t, "the PUBACK's delete to be committed", func() bool { return srv.Stats().StoreOps >= 7 })
+	before := g.appliesSoFar()
+	for range 5 {
+		sub.ping()
+		pub.ping()
+	}
+	if n := g.appliesSoFar() - before; n != 0 {
+		t.Errorf("%d commits while idle, want 0", n)
+	}
+}

@@ -1,0 +1,139 @@
+package mqttd
+
+import (
+	"time"
+
+	"mqttd/persistence"
+	"mqttd/session"
+)
+
+// restore gives the broker back what its store kept, at New: retained
+// messages, and persistent sessions, offline until their clients come
+// back, with their subscriptions, their queued and in-flight messages in
+// order, inbound QoS 2 packet ids awaiting PUBREL and delayed wills.
+// Expiry counts the time the broker was down: a session or message whose
+// time passed meanwhile is dropped (and a session's will published). A
+// session whose client was connected when the broker stopped counts its
+// expiry from now.
+func (s *Server) restore() error {
+	d := s.dur
+	snap, err := d.store.Load()
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	var maxID uint64
+	for id := range snap.Messages {
+		maxID = max(maxID, id)
+	}
+	d.msgIDs.Store(maxID)
+	msgs := make(map[uint64]*session.Message, len(snap.Messages))
+	msg := func(id uint64) *session.Message {
+		if m, ok := msgs[id]; ok {
+			return m
+		}
+		pm := snap.Messages[id]
+		if pm == nil {
+			return nil
+		}
+		m := restoredMessage(pm)
+		msgs[id] = m
+		return m
+	}
+	var gone persistence.Batch // what expired while the broker was down
+	for topic, id := range snap.Retained {
+		m := msg(id)
+		if m == nil || m.Expired(now) {
+			gone.DeleteRetained(topic)
+			continue
+		}
+		if _, _, err := s.retain.Swap(topic, m); err != nil {
+			s.log.Warn().Err(err).Str("topic", topic).Msg("stored retained message not restored")
+			continue
+		}
+		s.stats.retained.Add(1)
+		s.stats.retainedBytes.Add(int64(m.Size()))
+	}
+	var wills []*session.Message // of sessions that ended while the broker was down
+	restored := 0
+	for i := range snap.Sessions {
+		ss := &snap.Sessions[i]
+		id := ss.Session.ID
+		at := ss.Session.ExpireAt
+		if at == 0 {
+			at = now.Add(time.Duration(ss.Session.Expiry) * time.Second).UnixNano()
+		}
+		if at <= now.UnixNano() {
+			gone.DeleteSession(id)
+			if ss.Will != nil {
+				wills = append(wills, restoredMessage(&ss.Will.Message))
+			}
+			continue
+		}
+		cl := &client{id: id, sess: session.New(id, s.sessLim), stored: true}
+		cl.sess.SetExpireAt(at)
+		for _, sub := range ss.Subscriptions {
+			isNew, err := s.subs.Subscribe(sub.Filter, cl, subOptsOf(sub))
+			if err != nil {
+				s.log.Warn().Err(err).Str("client_id", id).Str("filter", sub.Filter).Msg("stored subscription not restored")
+				continue
+			}
+			cl.sess.Subscribe(session.Subscription{Filter: sub.Filter, Options: sub.Options, ID: sub.ID})
+			if isNew {
+				s.stats.subscriptions.Add(1)
+			}
+		}
+		// The oldest entries may have been sent before the broker stopped:
+		// they go again with DUP, as after a reconnect.
+		dup := s.opts.Limits.MaxInflight
+		for _, o := range ss.Outbound {
+			e := session.Outbound{Seq: o.Seq, QoS: o.QoS, Retain: o.Retain, SubIDs: o.SubIDs, Released: o.Released}
+			if !o.Released {
+				if e.Msg = msg(o.MessageID); e.Msg == nil || e.Msg.Expired(now) {
+					gone.DeleteOutbound(id, o.Seq)
+					continue
+				}
+				if o.QoS > 0 && dup > 0 {
+					e.Dup = true
+					dup--
+				}
+			}
+			cl.sess.Restore(e, &s.queueBudget)
+		}
+		for _, pid := range ss.AwaitingRel {
+			cl.sess.ReceiveQoS2(pid)
+		}
+		s.clients[id] = cl
+		s.stats.sessions.Add(1)
+		s.accountQueueLocked(cl)
+		s.expiry.schedule(cl, at)
+		if ss.Will != nil {
+			s.delayWillLocked(cl, restoredMessage(&ss.Will.Message), time.Duration(max(ss.Will.At-now.UnixNano(), 0)), at)
+		}
+		restored++
+	}
+	if gone.Len() > 0 {
+		if err := d.store.Apply(&gone); err != nil {
+			return err
+		}
+	}
+	for _, w := range wills {
+		s.publishWill(w)
+	}
+	if restored > 0 || len(snap.Retained) > 0 {
+		s.log.Info().Int("sessions", restored).Int64("retained", s.stats.retained.Load()).
+			Int64("queued", s.stats.queued.Load()).Msg("state restored from the store")
+	}
+	return nil
+}
+
+// restoredMessage is a message as the store gave it back.
+func restoredMessage(pm *persistence.Message) *session.Message {
+	m := newMessage(pm.Topic, pm.Payload, pm.QoS, pm.Retain, &pm.Properties, pm.Origin)
+	m.Expiry = time.Time{}
+	if pm.Expiry != 0 {
+		m.Expiry = time.Unix(0, pm.Expiry)
+	}
+	m.SetStoreID(pm.ID)
+	return m
+}
