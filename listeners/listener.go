@@ -146,7 +146,7 @@ func Listen(cfg Config) (*Listener, error) {
 	case WS, WSS:
 		inner = pendingListener{inner, l}
 		if cfg.Type == WSS {
-			inner = tls.NewListener(inner, l.certs.serverConfig())
+			inner = tls.NewListener(inner, l.certs.outer)
 		}
 		l.serveWeb(inner)
 		l.accept = l.acceptReady
@@ -341,7 +341,10 @@ func (s *stagedListener) Accept() (net.Conn, error) {
 	}
 }
 
-func (s *stagedListener) Close() error   { return s.l.Close() }
+// Close closes the socket listener. Only the WebSocket server calls it
+// (from Listener.Close, on the listener it serves): the broker closes the
+// Listener itself.
+func (s *stagedListener) Close() error   { return s.l.base.Close() }
 func (s *stagedListener) Addr() net.Addr { return s.l.base.Addr() }
 
 // prepare reads the PROXY header and does the TLS handshake a connection
@@ -355,7 +358,7 @@ func (l *Listener) prepare(nc net.Conn) (net.Conn, error) {
 		}
 	}
 	if l.cfg.Type == TLS {
-		tc := tls.Server(nc, l.certs.serverConfig())
+		tc := tls.Server(nc, l.certs.outer)
 		if err := tc.Handshake(); err != nil {
 			return nil, fmt.Errorf("TLS handshake: %w", err)
 		}

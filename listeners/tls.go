@@ -33,8 +33,9 @@ type TLSConfig struct {
 // each handshake takes the one current when its ClientHello arrives, so
 // connections open over the old certificate are not touched.
 type certStore struct {
-	cfg TLSConfig
-	cur atomic.Pointer[tls.Config]
+	cfg   TLSConfig
+	cur   atomic.Pointer[tls.Config]
+	outer *tls.Config // what handshakes start with: it hands them cur
 }
 
 func newCertStore(cfg TLSConfig) (*certStore, error) {
@@ -50,6 +51,12 @@ func newCertStore(cfg TLSConfig) (*certStore, error) {
 		return nil, err
 	}
 	cs.cur.Store(conf)
+	cs.outer = &tls.Config{
+		MinVersion: cfg.MinVersion,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return cs.cur.Load(), nil
+		},
+	}
 	return cs, nil
 }
 
@@ -92,17 +99,6 @@ func (cs *certStore) reload() error {
 	}
 	cs.cur.Store(conf)
 	return nil
-}
-
-// serverConfig is the config handshakes start with: it hands each one the
-// config current when its ClientHello arrives.
-func (cs *certStore) serverConfig() *tls.Config {
-	return &tls.Config{
-		MinVersion: cs.cfg.MinVersion,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			return cs.cur.Load(), nil
-		},
-	}
 }
 
 // tlsConn is a TLS connection whose handshake is done. It passes TCP

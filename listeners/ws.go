@@ -71,7 +71,9 @@ func (l *Listener) serveWeb(inner net.Listener) {
 		ReadTimeout:       l.cfg.HandshakeTimeout,
 		WriteTimeout:      l.cfg.HandshakeTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          log.New(io.Discard, "", 0),
+		// What the server logs are failed TLS handshakes (wss) and
+		// the like: warnings, rate-limited like the listener's own.
+		ErrorLog: log.New(webLog{l}, "", 0),
 	}
 	// One request per connection: this port serves upgrades, not pages,
 	// and a kept-alive connection would be held for nothing.
@@ -94,6 +96,16 @@ func upgraded(nc net.Conn) {
 	if pc, ok := nc.(*pendingConn); ok {
 		pc.settled()
 	}
+}
+
+// webLog turns the WebSocket server's log lines into the listener's
+// rate-limited warnings.
+type webLog struct{ l *Listener }
+
+func (w webLog) Write(b []byte) (int, error) {
+	w.l.warn(&w.l.failWarned).Str("detail", strings.TrimSpace(string(b))).
+		Msg("connection closed before MQTT (logged at most every 10 s)")
+	return len(b), nil
 }
 
 // checkOrigin lets in clients that are not browsers (no Origin header),

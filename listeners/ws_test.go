@@ -7,10 +7,13 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/rs/zerolog"
 
 	"mqttd/listeners"
 )
@@ -261,4 +264,63 @@ func TestWSSIdentity(t *testing.T) {
 		ws.Close()
 		t.Fatal("wss without a client certificate was upgraded")
 	}
+}
+
+// TestWebSocketBehindProxyProtocol upgrades a connection that starts with
+// a PROXY header, and checks that Close then returns.
+func TestWebSocketBehindProxyProtocol(t *testing.T) {
+	l, err := listeners.Listen(listeners.Config{Type: listeners.WS, Address: "127.0.0.1:0", ProxyProtocol: true, ProxyTrusted: loopback})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := acceptOne(l)
+	raw := dialSend(t, l.Addr().String(), []byte("PROXY TCP4 203.0.113.7 10.0.0.1 12345 8083\r\n"))
+	d := websocket.Dialer{Subprotocols: []string{"mqtt"}, NetDial: func(string, string) (net.Conn, error) { return raw, nil }}
+	ws, _, err := d.Dial("ws://"+l.Addr().String()+"/mqtt", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if got := accepted(t, ch).RemoteAddr().String(); got != "203.0.113.7:12345" {
+		t.Fatalf("RemoteAddr %s", got)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return")
+	}
+}
+
+// TestWSSHandshakeFailureLogged checks that a wss client refused at the
+// TLS handshake leaves a log line saying so.
+func TestWSSHandshakeFailureLogged(t *testing.T) {
+	p := newPKI(t)
+	var logs syncBuffer
+	l := listen(t, listeners.Config{Type: listeners.WSS, TLS: p.tlsConfig(true), Logger: zerolog.New(&logs)})
+	d := websocket.Dialer{Subprotocols: []string{"mqtt"}, TLSClientConfig: p.clientTLS()}
+	if ws, _, err := d.Dial("wss://"+l.Addr().String()+"/mqtt", nil); err == nil {
+		ws.Close()
+		t.Fatal("upgraded without a client certificate")
+	}
+	waitFor(t, "the log line", func() bool { return strings.Contains(logs.String(), "TLS handshake error") })
+}
+
+// syncBuffer collects log lines written from the listener's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
