@@ -1,11 +1,13 @@
 package mqttd
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,62 +79,98 @@ var tlsVersions = map[string]uint16{"1.2": tls.VersionTLS12, "1.3": tls.VersionT
 // config turns lc into the listeners package's Config, or every problem
 // with it, each naming its key under key (listeners[i]).
 func (lc ListenerConfig) config(key string) (listeners.Config, []error) {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s.%s: "+format, append([]any{key, field}, args...)...))
-	}
-	typ := lc.Type
-	if typ == "" {
-		typ = listeners.TCP
-	}
+	ck := &listenerCheck{key: key}
+	typ := cmp.Or(lc.Type, listeners.TCP)
 	cfg := listeners.Config{
 		Type: typ, Address: lc.Address, Path: lc.Path, AllowedOrigins: lc.AllowedOrigins,
 		ProxyProtocol: lc.ProxyProtocol, MaxConnections: lc.MaxConnections, HandshakeTimeout: lc.HandshakeTimeout,
 		TLS: listeners.TLSConfig{CertFile: lc.CertFile, KeyFile: lc.KeyFile, ClientCAFile: lc.ClientCAFile,
 			RequireClientCert: lc.RequireClientCert},
 	}
-	isTLS := typ == listeners.TLS || typ == listeners.WSS
+	if !lc.checkPlace(ck, typ) {
+		return cfg, ck.errs
+	}
+	cfg.FileMode = lc.fileMode(ck, typ)
+	cfg.TLS.MinVersion, cfg.TLS.CipherSuites = lc.checkTLS(ck, typ)
+	cfg.ProxyTrusted = lc.checkProxy(ck, typ)
+	if len(lc.AllowedOrigins) > 0 && typ != listeners.WS && typ != listeners.WSS {
+		ck.bad("allowed_origins", "only for ws and wss listeners")
+	}
+	if lc.MaxConnections < 0 {
+		ck.bad("max_connections", "must not be negative, got %d", lc.MaxConnections)
+	}
+	if lc.HandshakeTimeout < 0 {
+		ck.bad("handshake_timeout", "must not be negative, got %s", lc.HandshakeTimeout)
+	}
+	return cfg, ck.errs
+}
+
+// listenerCheck collects the problems with one listener.
+type listenerCheck struct {
+	key  string // listeners[i]
+	errs []error
+}
+
+func (ck *listenerCheck) bad(field, format string, args ...any) {
+	ck.errs = append(ck.errs, fmt.Errorf("%s.%s: "+format, append([]any{ck.key, field}, args...)...))
+}
+
+// checkPlace checks the type and where the listener listens: an address,
+// or a path for unix (and a URL path for ws and wss). It reports false
+// for an unknown type, whose other keys mean nothing.
+func (lc ListenerConfig) checkPlace(ck *listenerCheck, typ string) bool {
 	isWeb := typ == listeners.WS || typ == listeners.WSS
 	switch typ {
 	case listeners.TCP, listeners.TLS, listeners.WS, listeners.WSS:
 		if lc.Address == "" {
-			bad("address", "missing")
+			ck.bad("address", "missing")
 		}
 	case listeners.Unix:
 		if lc.Path == "" {
-			bad("path", "missing: the socket file of a unix listener")
+			ck.bad("path", "missing: the socket file of a unix listener")
 		}
 		if lc.Address != "" {
-			bad("address", "a unix listener has a path, not an address")
+			ck.bad("address", "a unix listener has a path, not an address")
 		}
 	default:
-		bad("type", "unknown listener type %q (want tcp, tls, ws, wss or unix)", lc.Type)
-		return cfg, errs
-	}
-	if lc.FileMode != "" {
-		m, err := strconv.ParseUint(lc.FileMode, 8, 32)
-		if typ != listeners.Unix {
-			bad("file_mode", "only for unix listeners")
-		} else if err != nil || m > 0o777 {
-			bad("file_mode", "want octal permissions like 0660, got %q", lc.FileMode)
-		}
-		cfg.FileMode = fs.FileMode(m)
+		ck.bad("type", "unknown listener type %q (want tcp, tls, ws, wss or unix)", lc.Type)
+		return false
 	}
 	if lc.Path != "" && typ != listeners.Unix && !isWeb {
-		bad("path", "only for ws, wss and unix listeners")
+		ck.bad("path", "only for ws, wss and unix listeners")
 	}
 	if isWeb && lc.Path != "" && !strings.HasPrefix(lc.Path, "/") {
-		bad("path", "must start with /, got %q", lc.Path)
+		ck.bad("path", "must start with /, got %q", lc.Path)
 	}
-	if isTLS {
+	return true
+}
+
+// fileMode parses file_mode, octal, which only unix listeners take.
+func (lc ListenerConfig) fileMode(ck *listenerCheck, typ string) fs.FileMode {
+	if lc.FileMode == "" {
+		return 0
+	}
+	m, err := strconv.ParseUint(lc.FileMode, 8, 32)
+	if typ != listeners.Unix {
+		ck.bad("file_mode", "only for unix listeners")
+	} else if err != nil || m > 0o777 {
+		ck.bad("file_mode", "want octal permissions like 0660, got %q", lc.FileMode)
+	}
+	return fs.FileMode(m)
+}
+
+// checkTLS checks the TLS keys, which tls and wss listeners need and no
+// other takes, and returns the minimum version and cipher suites.
+func (lc ListenerConfig) checkTLS(ck *listenerCheck, typ string) (uint16, []uint16) {
+	if typ == listeners.TLS || typ == listeners.WSS {
 		if lc.CertFile == "" {
-			bad("cert_file", "missing: a %s listener needs a certificate", typ)
+			ck.bad("cert_file", "missing: a %s listener needs a certificate", typ)
 		}
 		if lc.KeyFile == "" {
-			bad("key_file", "missing: a %s listener needs a key", typ)
+			ck.bad("key_file", "missing: a %s listener needs a key", typ)
 		}
 		if lc.RequireClientCert && lc.ClientCAFile == "" {
-			bad("client_ca_file", "missing: require_client_cert needs the CAs to check client certificates with")
+			ck.bad("client_ca_file", "missing: require_client_cert needs the CAs to check client certificates with")
 		}
 	} else {
 		for _, f := range []struct {
@@ -144,27 +182,40 @@ func (lc ListenerConfig) config(key string) (listeners.Config, []error) {
 			{"cipher_suites", len(lc.CipherSuites) > 0},
 		} {
 			if f.set {
-				bad(f.name, "only for tls and wss listeners")
+				ck.bad(f.name, "only for tls and wss listeners")
 			}
 		}
 	}
+	var minVersion uint16
 	if lc.MinVersion != "" {
 		v, ok := tlsVersions[lc.MinVersion]
 		if !ok {
-			bad("min_version", "want 1.2 or 1.3, got %q (TLS 1.0 and 1.1 are refused)", lc.MinVersion)
+			ck.bad("min_version", "want 1.2 or 1.3, got %q (TLS 1.0 and 1.1 are refused)", lc.MinVersion)
 		}
-		cfg.TLS.MinVersion = v
+		minVersion = v
 	}
-	cfg.TLS.CipherSuites, errs = cipherSuites(lc.CipherSuites, key, errs)
-	if len(lc.AllowedOrigins) > 0 && !isWeb {
-		bad("allowed_origins", "only for ws and wss listeners")
+	var suites []uint16
+	for _, name := range lc.CipherSuites {
+		// tls.CipherSuites lists only the secure ones.
+		i := slices.IndexFunc(tls.CipherSuites(), func(cs *tls.CipherSuite) bool { return cs.Name == name })
+		if i < 0 {
+			ck.bad("cipher_suites", "unknown or insecure cipher suite %q", name)
+			continue
+		}
+		suites = append(suites, tls.CipherSuites()[i].ID)
 	}
+	return minVersion, suites
+}
+
+// checkProxy checks the PROXY protocol keys and parses proxy_trusted.
+func (lc ListenerConfig) checkProxy(ck *listenerCheck, typ string) []netip.Prefix {
 	if lc.ProxyProtocol && typ == listeners.Unix {
-		bad("proxy_protocol", "not for unix listeners")
+		ck.bad("proxy_protocol", "not for unix listeners")
 	}
 	if lc.ProxyProtocol && len(lc.ProxyTrusted) == 0 {
-		bad("proxy_trusted", "missing: proxy_protocol needs the networks of the balancers that send the header")
+		ck.bad("proxy_trusted", "missing: proxy_protocol needs the networks of the balancers that send the header")
 	}
+	var nets []netip.Prefix
 	for _, s := range lc.ProxyTrusted {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
@@ -173,36 +224,12 @@ func (lc ListenerConfig) config(key string) (listeners.Config, []error) {
 			}
 		}
 		if err != nil {
-			bad("proxy_trusted", "want a network like 10.0.0.0/8 or an address, got %q", s)
+			ck.bad("proxy_trusted", "want a network like 10.0.0.0/8 or an address, got %q", s)
 			continue
 		}
-		cfg.ProxyTrusted = append(cfg.ProxyTrusted, p.Masked())
+		nets = append(nets, p.Masked())
 	}
-	if lc.MaxConnections < 0 {
-		bad("max_connections", "must not be negative, got %d", lc.MaxConnections)
-	}
-	if lc.HandshakeTimeout < 0 {
-		bad("handshake_timeout", "must not be negative, got %s", lc.HandshakeTimeout)
-	}
-	return cfg, errs
-}
-
-// cipherSuites looks up TLS 1.2 cipher suites by name; Go's insecure ones
-// are refused.
-func cipherSuites(names []string, key string, errs []error) ([]uint16, []error) {
-	var ids []uint16
-	for _, name := range names {
-		found := false
-		for _, cs := range tls.CipherSuites() {
-			if cs.Name == name {
-				ids, found = append(ids, cs.ID), true
-			}
-		}
-		if !found {
-			errs = append(errs, fmt.Errorf("%s.cipher_suites: unknown or insecure cipher suite %q", key, name))
-		}
-	}
-	return ids, errs
+	return nets
 }
 
 // Listen opens every listener in Options.Listeners.
