@@ -241,3 +241,26 @@ func needTool(t *testing.T, name string) string {
 	}
 	return path
 }
+
+// TestTLSCipherSuites checks that a TLS 1.2 client is held to the
+// configured cipher suites.
+func TestTLSCipherSuites(t *testing.T) {
+	p := newPKI(t)
+	c := p.tlsConfig(false)
+	c.CipherSuites = []uint16{tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256}
+	_, addr := startBroker(t, listeners.Config{Type: listeners.TLS, TLS: c})
+	other := &tls.Config{RootCAs: p.pool, MaxVersion: tls.VersionTLS12,
+		CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256}}
+	if err := refused(t, addr, other); !strings.Contains(err.Error(), "handshake failure") {
+		t.Fatalf("a client without the suite: %v", err)
+	}
+	same := &tls.Config{RootCAs: p.pool, MaxVersion: tls.VersionTLS12, CipherSuites: c.CipherSuites}
+	conn, err := tls.Dial("tcp", addr, same)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if got := conn.ConnectionState().CipherSuite; got != c.CipherSuites[0] {
+		t.Fatalf("cipher suite %s", tls.CipherSuiteName(got))
+	}
+}
