@@ -210,3 +210,21 @@ func writeServerCert(t *testing.T) (certFile, keyFile string) {
 	}
 	return certFile, keyFile
 }
+
+// TestListenerMaxConnections checks a listener's own limit through the
+// engine: a connection past it is closed, and one the broker closed
+// makes room again.
+func TestListenerMaxConnections(t *testing.T) {
+	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{{Address: "127.0.0.1:0", MaxConnections: 1}}})
+	addr := srv.Addrs()[0].String()
+	first := connectRaw(t, addr, &packets.Connect{ClientID: "first", CleanStart: true})
+	second := dialRaw(t, addr)
+	second.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := second.br.ReadByte(); err == nil || isTimeoutErr(err) {
+		t.Fatalf("a connection past max_connections: read %v, want it closed", err)
+	}
+	// A second CONNECT is a protocol error: the broker closes the first.
+	first.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, ClientID: "first"})
+	waitFor(t, "the first connection to close", func() bool { return srv.Stats().Connections == 0 })
+	connectRaw(t, addr, &packets.Connect{ClientID: "third", CleanStart: true})
+}
