@@ -3,6 +3,7 @@ package mqttd_test
 import (
 	"context"
 	"net"
+	"os"
 	"os/exec"
 	"testing"
 	"time"
@@ -15,16 +16,25 @@ import (
 // npm ci in e2e.
 func runMQTTJS(t *testing.T, scenario, addr string) {
 	t.Helper()
+	_, port, _ := net.SplitHostPort(addr)
+	runMQTTJSAt(t, scenario, port, nil)
+}
+
+// runMQTTJSAt runs a scenario against target, a port on 127.0.0.1 or a
+// ws:// or wss:// URL, with env added to the environment.
+func runMQTTJSAt(t *testing.T, scenario, target string, env []string) {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatal("node not found: the MQTT.js tests need Node.js (hack/test installs MQTT.js with npm ci in e2e)")
 	}
-	_, port, _ := net.SplitHostPort(addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, node, "e2e/scenarios.mjs", scenario, port).CombinedOutput()
+	cmd := exec.CommandContext(ctx, node, "e2e/scenarios.mjs", scenario, target)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("MQTT.js %s: %v\n%s", scenario, err, out)
+		t.Fatalf("MQTT.js %s at %s: %v\n%s", scenario, target, err, out)
 	}
 }
 
@@ -44,4 +54,23 @@ func TestMQTTJS(t *testing.T) {
 		waitFor(t, "the session to expire", func() bool { return srv.Stats().SessionsExpired == 1 })
 		runMQTTJS(t, "session-expired", addr)
 	})
+}
+
+// TestMQTTJSWebSocket runs MQTT.js from Node over ws:// and wss://, as a
+// browser dashboard connects.
+func TestMQTTJSWebSocket(t *testing.T) {
+	cert, key := writeServerCert(t)
+	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{
+		{Type: "ws", Address: "127.0.0.1:0"},
+		{Type: "wss", Address: "127.0.0.1:0", CertFile: cert, KeyFile: key},
+	}})
+	addrs := srv.Addrs()
+	for _, scenario := range []string{"topic-aliases", "request-response", "big-message"} {
+		t.Run("ws "+scenario, func(t *testing.T) {
+			runMQTTJSAt(t, scenario, "ws://"+addrs[0].String()+"/mqtt", nil)
+		})
+		t.Run("wss "+scenario, func(t *testing.T) {
+			runMQTTJSAt(t, scenario, "wss://"+addrs[1].String()+"/mqtt", []string{"MQTTD_CA=" + cert})
+		})
+	}
 }

@@ -66,14 +66,6 @@ type Options struct {
 	AuthMethods []auth.Method `yaml:"-"`
 }
 
-// ListenerConfig names one network listener.
-type ListenerConfig struct {
-	// Type is the transport: "tcp" (the only one so far).
-	Type string `yaml:"type"`
-	// Address is host:port, e.g. 127.0.0.1:1883.
-	Address string `yaml:"address"`
-}
-
 // Protocol tunes MQTT 5.0 features.
 type Protocol struct {
 	// ResponseInformation is the topic prefix a 5.0 client asking for
@@ -301,12 +293,8 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
 	}
 	for i, lc := range o.Listeners {
-		if lc.Type != "" && lc.Type != "tcp" {
-			bad(fmt.Sprintf("listeners[%d].type", i), "unknown listener type %q (want tcp)", lc.Type)
-		}
-		if lc.Address == "" {
-			bad(fmt.Sprintf("listeners[%d].address", i), "missing")
-		}
+		_, lerrs := lc.config(fmt.Sprintf("listeners[%d]", i)) // listen.go
+		errs = append(errs, lerrs...)
 	}
 	if _, ok := parseDurability(o.Durability); !ok {
 		bad("durability", "unknown mode %q (want sync, interval or none)", o.Durability)

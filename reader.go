@@ -113,6 +113,11 @@ func (c *conn) readOne() error {
 	c.refreshDeadline()
 	fh, err := packets.ReadFrameHeader(c.bl.br, c.version, c.srv.opts.Limits.MaxPacketSize)
 	if err != nil {
+		if c.version == 0 && c.bl.br.UnreadByte() == nil {
+			// Refused at its first byte: look at what else came with it.
+			b, _ := c.bl.br.Peek(min(c.bl.br.Buffered(), 4))
+			err = c.notMQTT(b, err)
+		}
 		return c.readError(err)
 	}
 	body, err := c.readBody(fh.Remaining)

@@ -241,7 +241,7 @@ func (c *conn) consume(b []byte, pub *packets.Publish) (frames int, err error) {
 	for len(b) > 0 {
 		fh, n, err := packets.ParseFixedHeader(b, c.version, maxSize)
 		if err != nil {
-			return frames, c.readError(err)
+			return frames, c.readError(c.notMQTT(b, err))
 		}
 		if n == 0 || len(b) < n+fh.Remaining {
 			// Kept in a slice that grows only as bytes arrive, so a

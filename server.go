@@ -170,23 +170,6 @@ func (s *Server) closeStore() {
 	}
 }
 
-// Listen opens every listener in Options.Listeners.
-func (s *Server) Listen() error {
-	for i, lc := range s.opts.Listeners {
-		// MQTT has its own keepalive: TCP keepalive on every accepted
-		// socket would only cost setsockopt calls per connection.
-		l, err := (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp", lc.Address)
-		if err != nil {
-			return fmt.Errorf("listeners[%d]: %w", i, err)
-		}
-		if err := s.AddListener(fmt.Sprintf("%s:%s", lc.Type, l.Addr()), l); err != nil {
-			l.Close()
-			return err
-		}
-	}
-	return nil
-}
-
 // AddListener adds an open listener under a name used in logs. It may be
 // called before or while Serve runs; the Server closes l on Shutdown.
 func (s *Server) AddListener(name string, l net.Listener) error {

@@ -1,10 +1,14 @@
 // MQTT.js (the npm package mqtt) against a running mqttd: one scenario
-// per run, `node scenarios.mjs <scenario> <port>`, exit status 0 when it
+// per run, `node scenarios.mjs <scenario> <port|url>`, exit status 0 when it
 // holds. Run by e2e_test.go, which starts the broker on 127.0.0.1.
+import { readFileSync } from 'node:fs';
 import mqtt from 'mqtt';
 
-const [scenario, port] = process.argv.slice(2);
-const url = `mqtt://127.0.0.1:${port}`;
+// A bare port is MQTT over TCP on 127.0.0.1; a URL may be ws:// or wss://
+// (MQTTD_CA then names the CA file that signed the broker's certificate).
+const [scenario, target] = process.argv.slice(2);
+const url = target.includes('://') ? target : `mqtt://127.0.0.1:${target}`;
+const tls = process.env.MQTTD_CA ? { ca: readFileSync(process.env.MQTTD_CA) } : {};
 
 function fail(msg) {
   console.error(`${scenario}: ${msg}`);
@@ -12,13 +16,13 @@ function fail(msg) {
 }
 
 function connect(clientId, opts = {}) {
-  return mqtt.connectAsync(url, { protocolVersion: 5, clientId, reconnectPeriod: 0, connectTimeout: 10000, ...opts });
+  return mqtt.connectAsync(url, { protocolVersion: 5, clientId, reconnectPeriod: 0, connectTimeout: 10000, ...tls, ...opts });
 }
 
 // open connects without waiting, so that handlers can be in place before
 // anything arrives; ack resolves with the CONNACK.
 function open(clientId, opts = {}) {
-  const client = mqtt.connect(url, { protocolVersion: 5, clientId, reconnectPeriod: 0, connectTimeout: 10000, ...opts });
+  const client = mqtt.connect(url, { protocolVersion: 5, clientId, reconnectPeriod: 0, connectTimeout: 10000, ...tls, ...opts });
   const ack = new Promise((resolve, reject) => {
     client.once('connect', resolve);
     client.once('error', reject);
@@ -128,6 +132,18 @@ const scenarios = {
     }
     await cli.endAsync();
     await svc.endAsync();
+  },
+
+  // A message of 300 KB goes both ways: over WebSocket it is many frames.
+  async 'big-message'() {
+    const c = await connect('js-big');
+    await c.subscribeAsync('big/#', { qos: 1 });
+    const body = Buffer.alloc(300 * 1024, 'x');
+    const got = next(c);
+    await c.publishAsync('big/1', body, { qos: 1 });
+    const m = await within(10000, got, 'big message');
+    if (m.payload.length !== body.length) fail(`got ${m.payload.length} bytes, want ${body.length}`);
+    await c.endAsync();
   },
 };
 

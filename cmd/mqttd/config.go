@@ -42,8 +42,11 @@ const defaultDataDir = "data"
 func defaults() config {
 	return config{
 		Options: mqttd.Options{
-			Listeners: []mqttd.ListenerConfig{{Type: "tcp", Address: mqttd.DefaultAddress}},
-			DataDir:   defaultDataDir,
+			Listeners: []mqttd.ListenerConfig{
+				{Type: "tcp", Address: mqttd.DefaultAddress},
+				{Type: "ws", Address: mqttd.DefaultWebSocketAddress},
+			},
+			DataDir: defaultDataDir,
 		},
 		Log: logConfig{Level: "info", Format: "console"},
 	}
@@ -68,6 +71,8 @@ type cliFlags struct {
 	logFormat   string
 	metricsAddr string
 	version     bool
+	// The keys of the tls:// and wss:// listeners given with --listen.
+	tlsCert, tlsKey, tlsClientCA string
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cliFlags, error) {
@@ -75,14 +80,18 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cl
 	fs := flag.NewFlagSet("mqttd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.config, "config", getenv("MQTTD_CONFIG"), "YAML config `file` (env MQTTD_CONFIG)")
-	fs.Var(&f.listen, "listen", "TCP `address` to listen on, repeatable; replaces the config's listeners (env MQTTD_LISTEN, comma-separated)")
+	fs.Var(&f.listen, "listen", "`listener`, repeatable: host:port or tcp://host:port, tls://host:port, ws://host:port[/path], wss://host:port[/path], unix:///path; replaces the config's listeners (env MQTTD_LISTEN, comma-separated)")
+	fs.StringVar(&f.tlsCert, "tls-cert", getenv("MQTTD_TLS_CERT"), "certificate `file` (PEM) of the tls:// and wss:// listeners of --listen (env MQTTD_TLS_CERT)")
+	fs.StringVar(&f.tlsKey, "tls-key", getenv("MQTTD_TLS_KEY"), "private key `file` (PEM) of the tls:// and wss:// listeners of --listen (env MQTTD_TLS_KEY)")
+	fs.StringVar(&f.tlsClientCA, "tls-client-ca", getenv("MQTTD_TLS_CLIENT_CA"), "CA `file` (PEM): the tls:// and wss:// listeners of --listen then require client certificates it signed (mutual TLS; env MQTTD_TLS_CLIENT_CA)")
 	fs.StringVar(&f.dataDir, "data-dir", getenv("MQTTD_DATA_DIR"), "`directory` for durable state (default ./data; env MQTTD_DATA_DIR)")
 	fs.StringVar(&f.logLevel, "log-level", getenv("MQTTD_LOG_LEVEL"), "trace, debug, info, warn or error (default info; env MQTTD_LOG_LEVEL)")
 	fs.StringVar(&f.logFormat, "log-format", getenv("MQTTD_LOG_FORMAT"), "console or json (default console; env MQTTD_LOG_FORMAT)")
 	fs.StringVar(&f.metricsAddr, "metrics", getenv("MQTTD_METRICS"), "HTTP `address` for /metrics, /healthz and /debug/pprof/ (default off; env MQTTD_METRICS)")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: mqttd [flags]\n       mqttd version\n\nRuns the mqttd MQTT broker. With no flags it listens on %s and keeps state in ./%s.\n\nFlags:\n", mqttd.DefaultAddress, defaultDataDir)
+		fmt.Fprintf(stderr, "Usage: mqttd [flags]\n       mqttd version\n\nRuns the mqttd MQTT broker. With no flags it listens on %s (MQTT) and ws://%s/mqtt (MQTT over WebSocket) and keeps state in ./%s.\n\nFlags:\n",
+			mqttd.DefaultAddress, mqttd.DefaultWebSocketAddress, defaultDataDir)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -115,17 +124,19 @@ func loadConfig(f cliFlags) (config, error) {
 			return cfg, fmt.Errorf("%s: %w", f.config, err)
 		}
 	}
+	var errs []error
 	if len(f.listen) > 0 {
 		cfg.Listeners = nil
 		for _, a := range f.listen {
-			cfg.Listeners = append(cfg.Listeners, mqttd.ListenerConfig{Type: "tcp", Address: strings.TrimSpace(a)})
+			lc, err := parseListen(strings.TrimSpace(a), f)
+			errs = append(errs, err)
+			cfg.Listeners = append(cfg.Listeners, lc)
 		}
 	}
 	setIf(&cfg.DataDir, f.dataDir)
 	setIf(&cfg.Log.Level, f.logLevel)
 	setIf(&cfg.Log.Format, f.logFormat)
 	setIf(&cfg.Metrics.Address, f.metricsAddr)
-	var errs []error
 	if _, err := zerolog.ParseLevel(cfg.Log.Level); err != nil || cfg.Log.Level == "" {
 		errs = append(errs, fmt.Errorf("log.level: unknown level %q (want trace, debug, info, warn or error)", cfg.Log.Level))
 	}
@@ -140,6 +151,37 @@ func loadConfig(f cliFlags) (config, error) {
 	}
 	errs = append(errs, cfg.Options.Validate())
 	return cfg, errors.Join(errs...)
+}
+
+// parseListen turns a --listen value into a listener: scheme://address
+// for tcp, tls, ws and wss (ws and wss may add a path), unix:///path for
+// a unix socket; a bare host:port is tcp. tls and wss take their keys
+// from --tls-cert, --tls-key and --tls-client-ca.
+func parseListen(v string, f cliFlags) (mqttd.ListenerConfig, error) {
+	scheme, rest, ok := strings.Cut(v, "://")
+	if !ok {
+		return mqttd.ListenerConfig{Type: "tcp", Address: v}, nil
+	}
+	lc := mqttd.ListenerConfig{Type: scheme}
+	switch scheme {
+	case "tcp", "tls":
+		lc.Address = rest
+	case "ws", "wss":
+		addr, path, hasPath := strings.Cut(rest, "/")
+		lc.Address = addr
+		if hasPath {
+			lc.Path = "/" + path
+		}
+	case "unix":
+		lc.Path = rest
+	default:
+		return lc, fmt.Errorf("--listen %q: unknown scheme %q (want tcp, tls, ws, wss or unix)", v, scheme)
+	}
+	if scheme == "tls" || scheme == "wss" {
+		lc.CertFile, lc.KeyFile, lc.ClientCAFile = f.tlsCert, f.tlsKey, f.tlsClientCA
+		lc.RequireClientCert = f.tlsClientCA != ""
+	}
+	return lc, nil
 }
 
 func setIf(dst *string, v string) {

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -31,7 +32,7 @@ const shutdownGrace = 5 * time.Second
 
 func main() {
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	zerolog.TimeFieldFormat = time.RFC3339Nano
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr, sig))
 }
@@ -82,14 +83,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 	banner(stderr, srv, cfg)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve() }()
-	var serveErr error
-	select {
-	case s := <-stop:
-		log.Info().Str("signal", s.String()).Msg("shutting down")
-	case serveErr = <-served:
-		// Every listener failed: the clients still connected are closed.
-		log.Error().Err(serveErr).Msg("server stopped")
-	}
+	serveErr := wait(srv, stop, served, log)
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if metricsSrv != nil {
@@ -107,13 +101,45 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 	return 0
 }
 
+// wait runs until a signal other than SIGHUP arrives or Serve returns
+// (its error, then). SIGHUP reloads the listeners' certificates.
+func wait(srv *mqttd.Server, stop <-chan os.Signal, served <-chan error, log zerolog.Logger) error {
+	for {
+		select {
+		case s := <-stop:
+			if s == syscall.SIGHUP {
+				if err := srv.Reload(); err != nil {
+					log.Error().Err(err).Msg("reload on SIGHUP failed")
+				} else {
+					log.Info().Msg("reloaded the listeners' certificates on SIGHUP")
+				}
+				continue
+			}
+			log.Info().Str("signal", s.String()).Msg("shutting down")
+			return nil
+		case err := <-served:
+			// Every listener failed: the clients still connected are closed.
+			log.Error().Err(err).Msg("server stopped")
+			return err
+		}
+	}
+}
+
 // banner says what listens where and how to reach the broker from other
 // machines, since the default only accepts this one.
 func banner(w io.Writer, srv *mqttd.Server, cfg config) {
 	fmt.Fprintf(w, "mqttd %s\n", version())
 	local := true
-	for _, a := range srv.Addrs() {
-		fmt.Fprintf(w, "  MQTT listening on %s (tcp)\n", a)
+	for i, a := range srv.Addrs() {
+		how := "tcp"
+		if i < len(cfg.Listeners) { // Listen opened them in order
+			lc := cfg.Listeners[i]
+			how = lc.Type
+			if lc.Type == "ws" || lc.Type == "wss" {
+				how = fmt.Sprintf("%s://%s%s", lc.Type, a, cmp.Or(lc.Path, "/mqtt"))
+			}
+		}
+		fmt.Fprintf(w, "  MQTT listening on %s (%s)\n", a, how)
 		if ta, ok := a.(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
 			local = false
 		}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"mqttd"
 )
 
 func noEnv(string) string { return "" }
@@ -99,7 +101,8 @@ func TestDefaultsNeedNoFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Listeners) != 1 || cfg.Listeners[0].Address != "127.0.0.1:1883" || cfg.DataDir != "data" {
+	if len(cfg.Listeners) != 2 || cfg.Listeners[0].Address != "127.0.0.1:1883" ||
+		!reflect.DeepEqual(cfg.Listeners[1], mqttd.ListenerConfig{Type: "ws", Address: "127.0.0.1:8083"}) || cfg.DataDir != "data" {
 		t.Errorf("defaults: %+v", cfg)
 	}
 }

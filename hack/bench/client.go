@@ -20,6 +20,7 @@ type client struct {
 // dialOptions says how to open a client connection.
 type dialOptions struct {
 	addr      string
+	transport transport
 	local     net.IP // source address; nil lets the kernel choose
 	clientID  string
 	keepalive uint16
@@ -37,6 +38,9 @@ func dial(o dialOptions) (*client, error) {
 	}
 	conn, err := d.Dial("tcp", o.addr)
 	if err != nil {
+		return nil, err
+	}
+	if conn, err = o.transport.open(conn, o.addr, o.deadline); err != nil {
 		return nil, err
 	}
 	c := &client{

@@ -92,7 +92,7 @@ func dialAll(cfg config, clients []*client, spread bool, deadline time.Time) (in
 	for range orDefault(cfg.concurrency, 64) {
 		wg.Go(func() {
 			for i := range jobs {
-				o := dialOptions{addr: cfg.addr, clientID: fmt.Sprintf("%s-c%d", id, i), bufSize: 64, deadline: deadline}
+				o := dialOptions{addr: cfg.addr, transport: cfg.transport, clientID: fmt.Sprintf("%s-c%d", id, i), bufSize: 64, deadline: deadline}
 				if spread {
 					o.local = net.IPv4(127, 0, 0, byte(1+i%sourceAddrs))
 				}

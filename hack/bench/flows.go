@@ -15,6 +15,7 @@ import (
 // own default.
 type config struct {
 	addr        string
+	transport   transport
 	timeout     time.Duration // whole-scenario bound
 	idle        time.Duration // how long to wait for stragglers once publishers are done
 	pubs        int
@@ -72,7 +73,7 @@ func runFlow(cfg config, fl flow) (*result, error) {
 			s.c.disconnect()
 			if fl.persistent {
 				// Connecting again with a clean session ends the kept one.
-				if c, err := dial(dialOptions{addr: cfg.addr, clientID: s.id, bufSize: 512, deadline: time.Now().Add(5 * time.Second)}); err == nil {
+				if c, err := dial(dialOptions{addr: cfg.addr, transport: cfg.transport, clientID: s.id, bufSize: 512, deadline: time.Now().Add(5 * time.Second)}); err == nil {
 					c.disconnect()
 				}
 			}
@@ -125,7 +126,8 @@ func connectFlow(cfg config, fl flow, deadline time.Time) ([]*subscriber, []*pub
 	var pubs []*publisher
 	for i := range fl.subs {
 		sid := fmt.Sprintf("%s-s%d", id, i)
-		c, err := dial(dialOptions{addr: cfg.addr, clientID: sid, bufSize: bufSize, deadline: deadline, persistent: fl.persistent})
+		c, err := dial(dialOptions{addr: cfg.addr, transport: cfg.transport, clientID: sid, bufSize: bufSize, deadline: deadline,
+			persistent: fl.persistent})
 		if err != nil {
 			return subs, pubs, err
 		}
@@ -135,7 +137,7 @@ func connectFlow(cfg config, fl flow, deadline time.Time) ([]*subscriber, []*pub
 		}
 	}
 	for i := range fl.pubs {
-		c, err := dial(dialOptions{addr: cfg.addr, clientID: fmt.Sprintf("%s-p%d", id, i), bufSize: bufSize, deadline: deadline})
+		c, err := dial(dialOptions{addr: cfg.addr, transport: cfg.transport, clientID: fmt.Sprintf("%s-p%d", id, i), bufSize: bufSize, deadline: deadline})
 		if err != nil {
 			return subs, pubs, err
 		}

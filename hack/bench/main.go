@@ -4,6 +4,9 @@
 //	go run ./hack/bench -addr 127.0.0.1:1883 -scenario fanin
 //	scenario=fanin qos=0 pubs=8 subs=1 msgs=400000 expected=400000 delivered=400000 loss_pct=0.00 secs=1.23 rate=325203 errors=0
 //
+// -transport tls, ws or wss (with -cafile) reaches the broker over TLS or
+// WebSocket instead of TCP.
+//
 // Scenarios: fanin, fanout, qos1, qos2, durable1, durable2 (qos1 and qos2 with a
 // persistent subscriber), latency, conns. Every scenario is
 // bounded by -timeout and reports undelivered messages as loss. It exits 1
@@ -41,6 +44,8 @@ func parseArgs(args []string, stderr io.Writer) (command, error) {
 	fs.BoolVar(&c.freeport, "freeport", false, "print a free TCP port on 127.0.0.1 and exit")
 	fs.StringVar(&c.table, "table", "", "print the medians table of a file of broker=NAME result lines and exit")
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:1883", "broker address (host:port)")
+	kind := fs.String("transport", "tcp", "tcp, tls, ws or wss (WebSocket at /mqtt)")
+	caFile := fs.String("cafile", "", "tls, wss: CA file (PEM) to verify the broker with; none: not verified")
 	fs.DurationVar(&cfg.timeout, "timeout", 60*time.Second, "upper bound on one scenario")
 	fs.DurationVar(&cfg.idle, "idle", 2*time.Second, "wait for missing messages this long after publishers finish")
 	fs.IntVar(&cfg.pubs, "pubs", 0, "fanin: publishers (default 8)")
@@ -59,6 +64,10 @@ func parseArgs(args []string, stderr io.Writer) (command, error) {
 		return c, err
 	}
 	cfg.log = stderr
+	var err error
+	if cfg.transport, err = newTransport(*kind, *caFile, cfg.addr); err != nil {
+		return c, err
+	}
 	switch {
 	case cfg.window < 1 || cfg.window > 65535:
 		return c, errors.New("-window must be between 1 and 65535")

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"mqttd"
+)
+
+func TestListenForms(t *testing.T) {
+	f, err := parseFlags([]string{"--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-client-ca", "ca.pem",
+		"--listen", "127.0.0.1:1", "--listen", "tcp://127.0.0.1:2", "--listen", "tls://0.0.0.0:8883",
+		"--listen", "ws://127.0.0.1:8083", "--listen", "wss://127.0.0.1:8084/broker", "--listen", "unix:///run/mqttd.sock"},
+		noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []mqttd.ListenerConfig{
+		{Type: "tcp", Address: "127.0.0.1:1"},
+		{Type: "tcp", Address: "127.0.0.1:2"},
+		{Type: "tls", Address: "0.0.0.0:8883", CertFile: "c.pem", KeyFile: "k.pem", ClientCAFile: "ca.pem", RequireClientCert: true},
+		{Type: "ws", Address: "127.0.0.1:8083"},
+		{Type: "wss", Address: "127.0.0.1:8084", Path: "/broker", CertFile: "c.pem", KeyFile: "k.pem", ClientCAFile: "ca.pem", RequireClientCert: true},
+		{Type: "unix", Path: "/run/mqttd.sock"},
+	}
+	if !reflect.DeepEqual(cfg.Listeners, want) {
+		t.Errorf("listeners:\n%+v\nwant\n%+v", cfg.Listeners, want)
+	}
+	out := runConfig(t, "", "--listen", "quic://127.0.0.1:1", "--listen", "tls://127.0.0.1:2")
+	for _, w := range []string{`unknown scheme "quic"`, "listeners[1].cert_file: missing"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output does not say %q:\n%s", w, out)
+		}
+	}
+}
+
+// syncBuffer is the command's stderr, written by the broker's goroutines
+// while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// waitOutput polls out until it holds want, failing after 10 s.
+func waitOutput(t *testing.T, out *syncBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !strings.Contains(out.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("output does not say %q:\n%s", want, out.String())
+		}
+		<-tick.C
+	}
+}
+
+// writeSelfSigned writes a self-signed certificate for 127.0.0.1 with
+// common name cn and its key.
+func writeSelfSigned(t *testing.T, certFile, keyFile, cn string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
+}
+
+// TestSIGHUPReloadsCertificates runs the command with a TLS listener and
+// sends it SIGHUP with a broken certificate file, then a good one.
+func TestSIGHUPReloadsCertificates(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	writeSelfSigned(t, cert, key, "first")
+	stop := make(chan os.Signal, 1)
+	var out syncBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run([]string{"--listen", "tls://127.0.0.1:0", "--tls-cert", cert, "--tls-key", key,
+			"--data-dir", filepath.Join(dir, "data"), "--log-format", "json"}, noEnv, io.Discard, &out, stop)
+	}()
+	waitOutput(t, &out, "MQTT listening on")
+	os.WriteFile(cert, []byte("not a certificate"), 0o600)
+	stop <- syscall.SIGHUP
+	waitOutput(t, &out, "reload on SIGHUP failed")
+	waitOutput(t, &out, "kept the previous certificates")
+	writeSelfSigned(t, cert, key, "second")
+	stop <- syscall.SIGHUP
+	waitOutput(t, &out, "reloaded the listeners' certificates")
+	stop <- syscall.SIGTERM
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("exit code %d:\n%s", c, out.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("mqttd did not stop within 15 s of SIGTERM")
+	}
+}

@@ -1,0 +1,230 @@
+package mqttd_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/rs/zerolog"
+
+	"mqttd"
+	"mqttd/packets"
+)
+
+func TestListenerConfigErrorsNameTheKey(t *testing.T) {
+	err := mqttd.Options{Listeners: []mqttd.ListenerConfig{
+		{Type: "tcp", Address: "127.0.0.1:1883", CertFile: "c.pem", Path: "/x"},
+		{Type: "tls", Address: "127.0.0.1:8883", MinVersion: "1.1", CipherSuites: []string{"TLS_RSA_WITH_RC4_128_SHA"},
+			RequireClientCert: true},
+		{Type: "ws", Address: "127.0.0.1:8083", Path: "mqtt", ProxyProtocol: true},
+		{Type: "unix", Address: "127.0.0.1:1", FileMode: "rw", ProxyTrusted: []string{"10.0.0.0/33"}},
+		{Type: "udp", Address: "127.0.0.1:1"},
+		{Type: "tcp", Address: "127.0.0.1:1", MaxConnections: -1, HandshakeTimeout: -time.Second},
+	}}.Validate()
+	if err == nil {
+		t.Fatal("Validate accepted bad listeners")
+	}
+	for _, want := range []string{
+		"listeners[0].cert_file: only for tls and wss", "listeners[0].path: only for ws, wss and unix",
+		"listeners[1].cert_file: missing", "listeners[1].key_file: missing", "listeners[1].client_ca_file: missing",
+		"listeners[1].min_version", "listeners[1].cipher_suites", "listeners[2].path: must start with /",
+		"listeners[2].proxy_trusted: missing", "listeners[3].path: missing", "listeners[3].address",
+		"listeners[3].file_mode", "listeners[3].proxy_trusted", "listeners[4].type",
+		"listeners[5].max_connections", "listeners[5].handshake_timeout",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate does not say %q:\n%v", want, err)
+		}
+	}
+}
+
+// listenAll starts a broker on the listeners of opts through Listen.
+func listenAll(t *testing.T, opts mqttd.Options) *mqttd.Server {
+	t.Helper()
+	srv, err := mqttd.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-served; !errors.Is(err, mqttd.ErrServerClosed) {
+			t.Errorf("Serve returned %v", err)
+		}
+	})
+	return srv
+}
+
+// TestListenTransports sends a message from a TCP publisher to
+// subscribers over WebSocket, WSS, TLS and a unix socket, all opened by
+// Listen from Options; each gets the same bytes.
+func TestListenTransports(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "mqttd.sock")
+	cert, key := writeServerCert(t)
+	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{
+		{Address: "127.0.0.1:0"},
+		{Type: "ws", Address: "127.0.0.1:0"},
+		{Type: "wss", Address: "127.0.0.1:0", CertFile: cert, KeyFile: key},
+		{Type: "tls", Address: "127.0.0.1:0", CertFile: cert, KeyFile: key},
+		{Type: "unix", Path: sock},
+	}})
+	addrs := srv.Addrs()
+	pem, err := os.ReadFile(cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	payload := make([]byte, 256)
+	for i := range payload {
+		payload[i] = byte(i)
+	}
+	got := make(chan string, 3)
+	for _, url := range []string{"ws://" + addrs[1].String() + "/mqtt", "wss://" + addrs[2].String() + "/mqtt", "ssl://" + addrs[3].String()} {
+		scheme, _, _ := strings.Cut(url, ":")
+		c := pahoConnect(t, "", "sub-"+scheme, func(o *paho.ClientOptions) {
+			o.Servers = nil
+			o.AddBroker(url)
+			o.SetTLSConfig(&tls.Config{RootCAs: pool})
+		})
+		tok := c.Subscribe("x/#", 1, func(_ paho.Client, m paho.Message) {
+			if bytes.Equal(m.Payload(), payload) {
+				got <- url
+			} else {
+				got <- url + " got other bytes"
+			}
+		})
+		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("subscribe over %s: %v", url, tok.Error())
+		}
+	}
+	nc, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	ux := &rawConn{t: t, nc: nc, br: bufio.NewReader(nc), v: packets.V311}
+	ux.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, ClientID: "unix-sub", CleanStart: true})
+	if ack, ok := ux.read().(*packets.Connack); !ok || ack.ReasonCode != 0 {
+		t.Fatalf("CONNACK over unix: %+v", ack)
+	}
+	ux.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "x/#"}}})
+	if _, ok := ux.read().(*packets.Suback); !ok {
+		t.Fatal("no SUBACK over unix")
+	}
+	tcp := pahoConnect(t, addrs[0].String(), "tcp-pub", nil)
+	if tok := tcp.Publish("x/1", 1, false, payload); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	if p, ok := ux.read().(*packets.Publish); !ok || !bytes.Equal(p.Payload, payload) {
+		t.Fatalf("over unix: %+v", p)
+	}
+	for range 3 {
+		select {
+		case m := <-got:
+			if strings.HasSuffix(m, "other bytes") {
+				t.Fatal(m)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a subscriber got nothing within 10 s")
+		}
+	}
+}
+
+// TestHTTPOnMQTTPort checks that a browser or WebSocket client sent to
+// the MQTT port is closed with a log line that says what happened, on
+// both readers.
+func TestHTTPOnMQTTPort(t *testing.T) {
+	for _, hidden := range []bool{false, true} {
+		t.Run(map[bool]string{false: "poller", true: "goroutine reader"}[hidden], func(t *testing.T) {
+			logs := &lockedBuffer{}
+			if hidden {
+				listenerWrap = hideSocket
+				t.Cleanup(func() { listenerWrap = nil })
+			}
+			_, addr := startServer(t, mqttd.Options{Logger: zerolog.New(logs)})
+			rc := dialRaw(t, addr)
+			rc.write([]byte("GET /mqtt HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n\r\n"))
+			rc.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := rc.br.ReadByte(); err == nil {
+				t.Fatal("the broker answered an HTTP request")
+			}
+			waitFor(t, "the log line", func() bool { return strings.Contains(logs.String(), "HTTP request on an MQTT port") })
+		})
+	}
+}
+
+// writeServerCert writes a self-signed certificate for 127.0.0.1, which
+// clients take as their CA, and its key.
+func writeServerCert(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// TestListenerMaxConnections checks a listener's own limit through the
+// engine: a connection past it is closed, and one the broker closed
+// makes room again.
+func TestListenerMaxConnections(t *testing.T) {
+	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{{Address: "127.0.0.1:0", MaxConnections: 1}}})
+	addr := srv.Addrs()[0].String()
+	first := connectRaw(t, addr, &packets.Connect{ClientID: "first", CleanStart: true})
+	second := dialRaw(t, addr)
+	second.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := second.br.ReadByte(); err == nil || isTimeoutErr(err) {
+		t.Fatalf("a connection past max_connections: read %v, want it closed", err)
+	}
+	// A second CONNECT is a protocol error: the broker closes the first.
+	first.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, ClientID: "first"})
+	waitFor(t, "the first connection to close", func() bool { return srv.Stats().Connections == 0 })
+	connectRaw(t, addr, &packets.Connect{ClientID: "third", CleanStart: true})
+}

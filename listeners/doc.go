@@ -1,0 +1,17 @@
+// Package listeners opens the broker's network listeners: plain TCP, TLS
+// (with mutual TLS), WebSocket and WebSocket over TLS, and unix sockets,
+// optionally behind a PROXY protocol load balancer and with a per-listener
+// connection limit. Each one is a net.Listener whose connections are
+// ready for MQTT: handshakes, upgrades and PROXY headers are done, bounded
+// by a timeout, before Accept returns them, so the broker's engine sees
+// the same net.Conn on every transport and none of the work in front of
+// it can hold an accept loop.
+//
+// A plain TCP or unix connection is returned as the socket itself (or a
+// thin wrapper that still exposes its descriptor), so the engine can serve
+// it from its epoll poller; TLS and WebSocket connections expose none and
+// get a reader goroutine.
+//
+// It imports nothing internal: the root package mqttd builds a Config from
+// its own ListenerConfig and hands the Listener to Server.AddListener.
+package listeners

@@ -1,0 +1,491 @@
+package listeners
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Transport types.
+const (
+	TCP  = "tcp"
+	TLS  = "tls"
+	WS   = "ws"
+	WSS  = "wss"
+	Unix = "unix"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultHandshakeTimeout = 10 * time.Second
+	DefaultPath             = "/mqtt"
+	DefaultFileMode         = fs.FileMode(0o660)
+	// DefaultMaxMessageSize bounds a WebSocket message when Config gives
+	// none: the broker's default maximum packet size.
+	DefaultMaxMessageSize = 1 << 20
+	// maxPending bounds the connections of one listener that are still in
+	// their TLS handshake, PROXY header or WebSocket upgrade: past it new
+	// ones are closed at once, so a flood of clients that connect and say
+	// nothing costs at most this many goroutines for HandshakeTimeout.
+	maxPending = 1024
+)
+
+// Config describes one listener. Zero values mean the defaults above.
+type Config struct {
+	// Type is TCP, TLS, WS, WSS or Unix.
+	Type string
+	// Address is host:port for every type but Unix.
+	Address string
+	// Path is the URL path of a WebSocket listener (DefaultPath), or the
+	// socket file of a unix listener.
+	Path string
+	// FileMode is the permission of a unix socket file (DefaultFileMode).
+	FileMode fs.FileMode
+	// TLS holds the keys of TLS and WSS listeners.
+	TLS TLSConfig
+	// AllowedOrigins are the browser origins (scheme://host[:port]) a
+	// WebSocket client may come from besides the listener's own host; "*"
+	// allows any. A client that sends no Origin (not a browser) is let in.
+	AllowedOrigins []string
+	// ProxyProtocol expects a PROXY protocol (v1 or v2) header from the
+	// networks in ProxyTrusted, and takes the client's address from it.
+	ProxyProtocol bool
+	// ProxyTrusted are the networks of the load balancers or reverse
+	// proxies trusted to tell the client's address: by a PROXY header
+	// when ProxyProtocol is set, and by X-Forwarded-For on WebSocket
+	// listeners. A connection from elsewhere that sends a PROXY header
+	// is closed.
+	ProxyTrusted []netip.Prefix
+	// MaxConnections bounds this listener's open connections, counted
+	// from the accept; 0 means no limit of its own.
+	MaxConnections int
+	// HandshakeTimeout bounds a TLS handshake, a PROXY header and a
+	// WebSocket upgrade (DefaultHandshakeTimeout).
+	HandshakeTimeout time.Duration
+	// MaxMessageSize bounds a WebSocket message (DefaultMaxMessageSize):
+	// a larger one closes the connection. Give it the broker's maximum
+	// packet size.
+	MaxMessageSize int64
+	// Logger receives what goes wrong before a connection reaches the
+	// broker: failed handshakes, refused upgrades, refused PROXY headers.
+	Logger zerolog.Logger
+}
+
+// Listener is an open listener. Accept returns connections ready for MQTT.
+type Listener struct {
+	cfg    Config
+	base   net.Listener
+	accept func() (net.Conn, error)
+	certs  *certStore   // TLS and WSS only
+	web    *http.Server // WS and WSS only
+	ready  chan net.Conn
+	failed chan error // the WebSocket server stopped
+	done   chan struct{}
+	once   sync.Once
+
+	open    atomic.Int64 // connections counted against MaxConnections
+	pending atomic.Int64 // connections in their handshake
+	// mu guards handshaking: the connections in their handshake, which
+	// Close closes so that it leaves no goroutine waiting on a client.
+	mu          sync.Mutex
+	handshaking map[net.Conn]struct{}
+	closed      bool
+	// Unix nanos of the last warning of each kind, which a flood of
+	// clients would otherwise repeat.
+	fullWarned atomic.Int64 // MaxConnections or maxPending reached
+	failWarned atomic.Int64 // a handshake, upgrade or PROXY header failed
+}
+
+// Listen opens the listener cfg describes.
+func Listen(cfg Config) (*Listener, error) {
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if cfg.MaxMessageSize <= 0 {
+		cfg.MaxMessageSize = DefaultMaxMessageSize
+	}
+	l := &Listener{cfg: cfg, ready: make(chan net.Conn), failed: make(chan error, 1), done: make(chan struct{}),
+		handshaking: make(map[net.Conn]struct{})}
+	if cfg.Type == TLS || cfg.Type == WSS {
+		cs, err := newCertStore(cfg.TLS)
+		if err != nil {
+			return nil, err
+		}
+		l.certs = cs
+	}
+	var err error
+	switch cfg.Type {
+	case TCP, TLS, WS, WSS:
+		// MQTT has its own keepalive: TCP keepalive on every accepted
+		// socket would only cost setsockopt calls per connection.
+		l.base, err = (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp", cfg.Address)
+	case Unix:
+		l.base, err = listenUnix(cfg.Path, cfg.FileMode)
+	default:
+		return nil, fmt.Errorf("unknown listener type %q", cfg.Type)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var inner net.Listener = rawListener{l}
+	if cfg.ProxyProtocol || cfg.Type == TLS {
+		inner = l.staged()
+	}
+	switch cfg.Type {
+	case WS, WSS:
+		inner = pendingListener{inner, l}
+		if cfg.Type == WSS {
+			inner = tls.NewListener(inner, l.certs.outer)
+		}
+		l.serveWeb(inner)
+		l.accept = l.acceptReady
+	default:
+		l.accept = inner.Accept
+	}
+	return l, nil
+}
+
+// Accept returns the next connection ready for MQTT.
+func (l *Listener) Accept() (net.Conn, error) { return l.accept() }
+
+// Close stops the listener. Connections already returned stay open.
+func (l *Listener) Close() error {
+	var err error
+	l.once.Do(func() {
+		close(l.done)
+		err = l.base.Close()
+		l.mu.Lock()
+		l.closed = true
+		for c := range l.handshaking {
+			c.Close()
+		}
+		l.mu.Unlock()
+		if l.web != nil {
+			// Closes the connections still before their upgrade; the
+			// upgraded ones were hijacked and belong to the broker.
+			l.web.Close()
+		}
+	})
+	return err
+}
+
+// Addr returns the listener's address.
+func (l *Listener) Addr() net.Addr { return l.base.Addr() }
+
+// Reload reads the certificate, key and client CA files of a TLS or WSS
+// listener again; new handshakes use them, open connections keep theirs.
+// When a file is missing or bad the listener keeps what it had and the
+// error says why. Other listeners have nothing to reload.
+func (l *Listener) Reload() error {
+	if l.certs == nil {
+		return nil
+	}
+	return l.certs.reload()
+}
+
+// acceptReady is Accept for listeners whose connections come from
+// goroutines (the WebSocket server).
+func (l *Listener) acceptReady() (net.Conn, error) {
+	select {
+	case c := <-l.ready:
+		return c, nil
+	case err := <-l.failed:
+		return nil, err
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// hand gives a prepared connection to Accept, or closes it if the
+// listener closes first.
+func (l *Listener) hand(c net.Conn) {
+	select {
+	case l.ready <- c:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+// rawListener accepts sockets, applying MaxConnections.
+type rawListener struct{ l *Listener }
+
+func (r rawListener) Accept() (net.Conn, error) {
+	l := r.l
+	for {
+		nc, err := l.base.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.cfg.MaxConnections == 0 && !l.cfg.ProxyProtocol {
+			return nc, nil
+		}
+		sc := &sockConn{Conn: nc}
+		if l.cfg.MaxConnections > 0 {
+			if l.open.Add(1) > int64(l.cfg.MaxConnections) {
+				l.open.Add(-1)
+				nc.Close()
+				l.warn(&l.fullWarned).Str("remote", nc.RemoteAddr().String()).Int("max_connections", l.cfg.MaxConnections).
+					Msg("connection refused: the listener holds its max_connections (logged at most every 10 s)")
+				continue
+			}
+			sc.release = func() { l.open.Add(-1) }
+		}
+		return sc, nil
+	}
+}
+
+func (r rawListener) Close() error   { return r.l.base.Close() }
+func (r rawListener) Addr() net.Addr { return r.l.base.Addr() }
+
+// staged returns a listener whose Accept returns connections once
+// prepare (PROXY header, TLS handshake) has run on them, each in a
+// goroutine of its own bounded by HandshakeTimeout.
+func (l *Listener) staged() net.Listener {
+	s := &stagedListener{l: l, out: make(chan net.Conn), failed: make(chan error, 1)}
+	go s.loop()
+	return s
+}
+
+type stagedListener struct {
+	l      *Listener
+	out    chan net.Conn
+	failed chan error
+}
+
+// loop accepts until the listener closes, backing off on temporary
+// errors (out of descriptors) rather than spinning.
+func (s *stagedListener) loop() {
+	l := s.l
+	var delay time.Duration
+	for {
+		nc, err := rawListener{l}.Accept()
+		if err != nil {
+			select {
+			case <-l.done:
+				return
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				select {
+				case <-time.After(delay):
+				case <-l.done:
+					return
+				}
+				continue
+			}
+			s.failed <- err
+			return
+		}
+		delay = 0
+		if l.pending.Add(1) > maxPending {
+			l.pending.Add(-1)
+			nc.Close()
+			l.warn(&l.fullWarned).Str("remote", nc.RemoteAddr().String()).Int("pending", maxPending).
+				Msg("connection refused: too many connections in their handshake (logged at most every 10 s)")
+			continue
+		}
+		l.mu.Lock()
+		if l.closed { // accepted as Close ran: it would not see this one
+			l.mu.Unlock()
+			l.pending.Add(-1)
+			nc.Close()
+			return
+		}
+		l.handshaking[nc] = struct{}{}
+		l.mu.Unlock()
+		go s.prepare(nc)
+	}
+}
+
+func (s *stagedListener) prepare(nc net.Conn) {
+	l := s.l
+	defer l.pending.Add(-1)
+	c, err := l.prepare(nc)
+	l.mu.Lock()
+	delete(l.handshaking, nc)
+	l.mu.Unlock()
+	if err != nil {
+		nc.Close()
+		l.warn(&l.failWarned).Err(err).Str("remote", nc.RemoteAddr().String()).
+			Msg("connection closed before MQTT (logged at most every 10 s)")
+		return
+	}
+	select {
+	case s.out <- c:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+func (s *stagedListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-s.out:
+		return c, nil
+	case err := <-s.failed:
+		return nil, err
+	case <-s.l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close closes the socket listener. Only the WebSocket server calls it
+// (from Listener.Close, on the listener it serves): the broker closes the
+// Listener itself.
+func (s *stagedListener) Close() error   { return s.l.base.Close() }
+func (s *stagedListener) Addr() net.Addr { return s.l.base.Addr() }
+
+// prepare reads the PROXY header and does the TLS handshake a connection
+// needs before MQTT, within HandshakeTimeout.
+func (l *Listener) prepare(nc net.Conn) (net.Conn, error) {
+	deadline := time.Now().Add(l.cfg.HandshakeTimeout)
+	nc.SetDeadline(deadline)
+	if l.cfg.ProxyProtocol {
+		if err := l.readProxy(nc.(*sockConn)); err != nil {
+			return nil, err
+		}
+	}
+	if l.cfg.Type == TLS {
+		tc := tls.Server(nc, l.certs.outer)
+		if err := tc.Handshake(); err != nil {
+			return nil, fmt.Errorf("TLS handshake: %w", err)
+		}
+		nc = &tlsConn{tc}
+	}
+	nc.SetDeadline(time.Time{})
+	return nc, nil
+}
+
+func isTemporary(err error) bool {
+	t, ok := err.(interface{ Temporary() bool })
+	return ok && t.Temporary()
+}
+
+// warnInterval rate-limits the warnings a flood of clients would repeat.
+const warnInterval = 10 * time.Second
+
+// warn returns a warning event, or nil (which logs nothing) when one of
+// its kind, whose time last holds, was logged within warnInterval.
+func (l *Listener) warn(last *atomic.Int64) *zerolog.Event {
+	now := time.Now().UnixNano()
+	prev := last.Load()
+	if now-prev < int64(warnInterval) || !last.CompareAndSwap(prev, now) {
+		return nil
+	}
+	return l.cfg.Logger.Warn().Str("listener", l.cfg.Type+":"+l.base.Addr().String())
+}
+
+// sockConn is an accepted socket counted against MaxConnections, or whose
+// client address came in a PROXY header. It still exposes the socket's
+// descriptor, so the engine serves it from its poller.
+type sockConn struct {
+	net.Conn
+	remote  net.Addr // from a PROXY header; nil: the socket's peer
+	release func()   // uncounts the connection; nil when not counted
+	once    sync.Once
+}
+
+// RemoteAddr is the client's address: the PROXY header's when there was one.
+func (c *sockConn) RemoteAddr() net.Addr {
+	if c.remote != nil {
+		return c.remote
+	}
+	return c.Conn.RemoteAddr()
+}
+
+// Close closes the socket and uncounts it, once.
+func (c *sockConn) Close() error {
+	err := c.Conn.Close()
+	if c.release != nil {
+		c.once.Do(c.release)
+	}
+	return err
+}
+
+// SyscallConn exposes the socket's descriptor, which the engine's poller
+// reads directly: what the wrapper reads (a PROXY header) was read to
+// its last byte, so nothing is left buffered here.
+func (c *sockConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return sc.SyscallConn()
+}
+
+// SetKeepAliveConfig passes TCP keepalive settings on to the socket, which
+// the engine uses to find dead peers of clients without an MQTT keepalive.
+func (c *sockConn) SetKeepAliveConfig(kc net.KeepAliveConfig) error {
+	return setKeepAlive(c.Conn, kc)
+}
+
+// setKeepAlive sets TCP keepalive on the socket under nc, if it has one.
+func setKeepAlive(nc net.Conn, kc net.KeepAliveConfig) error {
+	switch c := nc.(type) {
+	case *net.TCPConn:
+		return c.SetKeepAliveConfig(kc)
+	case *sockConn:
+		return setKeepAlive(c.Conn, kc)
+	case interface{ NetConn() net.Conn }: // *tls.Conn, *pendingConn
+		return setKeepAlive(c.NetConn(), kc)
+	}
+	return nil
+}
+
+// pendingListener counts the connections it hands the WebSocket server
+// as pending until their upgrade, refusing more than maxPending at once,
+// as the staged listener does for TLS handshakes.
+type pendingListener struct {
+	net.Listener
+	l *Listener
+}
+
+func (p pendingListener) Accept() (net.Conn, error) {
+	l := p.l
+	for {
+		nc, err := p.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.pending.Add(1) > maxPending {
+			l.pending.Add(-1)
+			nc.Close()
+			l.warn(&l.fullWarned).Str("remote", nc.RemoteAddr().String()).Int("pending", maxPending).
+				Msg("connection refused: too many connections before their WebSocket upgrade (logged at most every 10 s)")
+			continue
+		}
+		return &pendingConn{Conn: nc, l: l}, nil
+	}
+}
+
+// pendingConn is a connection counted as pending until it is upgraded or
+// closed.
+type pendingConn struct {
+	net.Conn
+	l    *Listener
+	once sync.Once
+}
+
+// settled uncounts the connection, once.
+func (c *pendingConn) settled() { c.once.Do(func() { c.l.pending.Add(-1) }) }
+
+// Close closes the connection and uncounts it if it was still pending.
+func (c *pendingConn) Close() error {
+	c.settled()
+	return c.Conn.Close()
+}
+
+// NetConn returns the connection under the count.
+func (c *pendingConn) NetConn() net.Conn { return c.Conn }

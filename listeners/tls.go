@@ -1,0 +1,136 @@
+package listeners
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync/atomic"
+)
+
+// TLSConfig holds the keys and policy of a TLS or WSS listener.
+type TLSConfig struct {
+	// CertFile and KeyFile are the server's certificate chain and key, PEM.
+	CertFile, KeyFile string
+	// ClientCAFile holds the CAs (PEM) whose client certificates are
+	// accepted; empty asks clients for none.
+	ClientCAFile string
+	// RequireClientCert refuses clients without a certificate signed by
+	// ClientCAFile (mutual TLS); without it a certificate is verified
+	// when a client offers one.
+	RequireClientCert bool
+	// MinVersion is tls.VersionTLS12 (the default, for 0) or
+	// tls.VersionTLS13; older versions are refused.
+	MinVersion uint16
+	// CipherSuites are the TLS 1.2 cipher suites offered, by id; nil means
+	// Go's defaults. TLS 1.3's suites are not configurable.
+	CipherSuites []uint16
+}
+
+// certStore holds a listener's current tls.Config: Reload swaps it, and
+// each handshake takes the one current when its ClientHello arrives, so
+// connections open over the old certificate are not touched.
+type certStore struct {
+	cfg   TLSConfig
+	cur   atomic.Pointer[tls.Config]
+	outer *tls.Config // what handshakes start with: it hands them cur
+}
+
+func newCertStore(cfg TLSConfig) (*certStore, error) {
+	if cfg.MinVersion == 0 {
+		cfg.MinVersion = tls.VersionTLS12
+	}
+	if cfg.MinVersion < tls.VersionTLS12 {
+		return nil, errors.New("TLS versions before 1.2 are refused")
+	}
+	cs := &certStore{cfg: cfg}
+	conf, err := cs.load()
+	if err != nil {
+		return nil, err
+	}
+	cs.cur.Store(conf)
+	cs.outer = &tls.Config{
+		MinVersion: cfg.MinVersion,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return cs.cur.Load(), nil
+		},
+	}
+	return cs, nil
+}
+
+// load builds a tls.Config from the files as they are now.
+func (cs *certStore) load() (*tls.Config, error) {
+	c := cs.cfg
+	pair, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("certificate %s, key %s: %w", c.CertFile, c.KeyFile, err)
+	}
+	conf := &tls.Config{
+		Certificates: []tls.Certificate{pair},
+		MinVersion:   c.MinVersion,
+		CipherSuites: c.CipherSuites,
+	}
+	if c.ClientCAFile != "" {
+		pem, err := os.ReadFile(c.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("client CA %s: no PEM certificate in it", c.ClientCAFile)
+		}
+		conf.ClientCAs = pool
+		conf.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	if c.RequireClientCert {
+		conf.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return conf, nil
+}
+
+// reload swaps in the files as they are now, or keeps the current
+// config when they do not load.
+func (cs *certStore) reload() error {
+	conf, err := cs.load()
+	if err != nil {
+		return fmt.Errorf("kept the previous certificates: %w", err)
+	}
+	cs.cur.Store(conf)
+	return nil
+}
+
+// tlsConn is a TLS connection whose handshake is done. It passes TCP
+// keepalive settings on to its socket, as the engine's probe of dead peers
+// needs.
+type tlsConn struct{ *tls.Conn }
+
+// SetKeepAliveConfig sets TCP keepalive on the socket under the TLS.
+func (c *tlsConn) SetKeepAliveConfig(kc net.KeepAliveConfig) error {
+	return setKeepAlive(c.NetConn(), kc)
+}
+
+// PeerCommonName returns the Common Name of the verified client
+// certificate of a TLS or WSS connection from a Listener, or "" when the
+// client gave none (or the connection is not TLS). It is the identity
+// that use_identity_as_username-style authentication takes as user name.
+func PeerCommonName(nc net.Conn) string {
+	var tc *tls.Conn
+	switch c := nc.(type) {
+	case *tlsConn:
+		tc = c.Conn
+	case *wsConn:
+		tc, _ = c.ws.NetConn().(*tls.Conn)
+	case *tls.Conn:
+		tc = c
+	}
+	if tc == nil {
+		return ""
+	}
+	chains := tc.ConnectionState().VerifiedChains
+	if len(chains) == 0 || len(chains[0]) == 0 {
+		return ""
+	}
+	return chains[0][0].Subject.CommonName
+}
