@@ -222,14 +222,16 @@ func (c *conn) handlePubrec(p *packets.Pubrec) error {
 	cl.mu.Lock()
 	o, ok := cl.sess.Pubrec(p.PacketID, p.ReasonCode >= 0x80)
 	if ok && cl.stored {
-		if o.Released {
+		switch {
+		case o.Released && o.Msg != nil:
 			// The PUBREL waits for this: sent before it is stored, a crash
 			// would have the PUBLISH sent again, a new message to a client
 			// that completed the first.
 			c.srv.dur.releasedLocked(cl, o, c)
-		} else {
+		case !o.Released:
 			c.srv.dur.removedLocked(cl, o.Seq, c)
 		}
+		// Released before (a PUBREC again after a reconnect): stored so.
 	}
 	cl.mu.Unlock()
 	release := ok && o.Released

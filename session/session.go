@@ -458,7 +458,8 @@ func (s *Session) Puback(id uint16) (seq uint64, ok bool) {
 }
 
 // Pubrec moves a QoS 2 message to the PUBREL step and returns the entry
-// as it was, Released set: a PUBREL is to be sent. With failed (a 5.0
+// as it was, Released set: a PUBREL is to be sent. For an entry released
+// before, the entry returned has no Msg. With failed (a 5.0
 // reason code of 0x80 or above) the message is complete instead, and
 // Released is false. ok is false for an id that is not a QoS 2 message
 // in flight.

@@ -691,3 +691,17 @@ func TestHoldUntilStable(t *testing.T) {
 		t.Fatalf("got %+v (ok %v), want three", got, ok)
 	}
 }
+
+// A PUBREC again for a message already released (after a reconnect, say)
+// asks for the PUBREL again and changes nothing.
+func TestPubrecAgain(t *testing.T) {
+	s := New("c", Config{}.Limits())
+	o := deliver(t, s, "two", 2, true, Send)
+	if !released(s.Pubrec(o.PacketID, false)) {
+		t.Fatal("first PUBREC did not release")
+	}
+	again, ok := s.Pubrec(o.PacketID, false)
+	if !ok || !again.Released || again.Msg != nil || s.Inflight() != 1 {
+		t.Fatalf("second PUBREC: %+v (ok %v), inflight %d", again, ok, s.Inflight())
+	}
+}
