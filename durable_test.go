@@ -227,3 +227,90 @@ func TestSlowStoreBackpressure(t *testing.T) {
 	waitFor(t, "every retained message", func() bool { return srv.Stats().Retained == 20000 })
 	pub.ping()
 }
+
+// recordingStore is an in-memory store that keeps a copy of every batch
+// it applies.
+type recordingStore struct {
+	persistence.Store
+	mu      sync.Mutex
+	batches [][]persistence.Op
+}
+
+func (r *recordingStore) Apply(b *persistence.Batch) error {
+	r.mu.Lock()
+	r.batches = append(r.batches, append([]persistence.Op(nil), b.Ops...))
+	r.mu.Unlock()
+	return r.Store.Apply(b)
+}
+
+// TestQoS2CommittedWhole: an inbound QoS 2 message of a persistent
+// publisher is committed whole: its awaiting-PUBREL id with its entries
+// in every persistent session, never the id in one transaction and an
+// entry in the next (a crash between them would lose the message, or
+// deliver it twice). Three publishers route at once, so their groups
+// overlap.
+func TestQoS2CommittedWhole(t *testing.T) {
+	rs := &recordingStore{Store: persistence.NewMemory()}
+	srv, addr := startServer(t, mqttd.Options{Store: rs})
+	for _, id := range []string{"a", "b"} {
+		c := connectSubscribed(t, &packets.Connect{ClientID: id}, addr, packets.Subscription{Filter: "q/#", Options: qos(2)})
+		c.send(&packets.Disconnect{})
+		c.expectClosed()
+	}
+	const pubs, each = 3, 2000
+	frames := make([][]byte, pubs)
+	for i := range pubs {
+		for j := 1; j <= each; j++ {
+			p := &packets.Publish{QoS: 2, PacketID: uint16(j), Topic: fmt.Sprintf("q/%d", i), Payload: []byte(fmt.Sprint(j))}
+			frames[i], _ = p.Append(frames[i], packets.V311)
+			if j%50 == 0 { // keep under limits.max_awaiting_rel
+				for k := j - 49; k <= j; k++ {
+					frames[i], _ = (&packets.Pubrel{PacketID: uint16(k)}).Append(frames[i], packets.V311)
+				}
+			}
+		}
+	}
+	var conns []*rawConn
+	for i := range pubs {
+		conns = append(conns, connectRaw(t, addr, &packets.Connect{ClientID: fmt.Sprint("p", i)}))
+	}
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() { c.nc.Write(frames[i]) })
+	}
+	wg.Wait()
+	waitFor(t, "every message routed", func() bool { return srv.Stats().MessagesReceived >= pubs*each })
+	for _, c := range conns {
+		c.ping()
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	split := 0
+	for bi, b := range rs.batches {
+		for _, op := range b {
+			if op.Kind != persistence.OpPutAwaitingRel {
+				continue
+			}
+			// The message (its payload is its packet id) and its entries
+			// are in the same batch.
+			var msgID uint64
+			got := map[string]bool{}
+			for _, o := range b {
+				if o.Kind == persistence.OpPutMessage && o.Message.Origin == op.SessionID && string(o.Message.Payload) == fmt.Sprint(op.PacketID) {
+					msgID = o.Message.ID
+				}
+			}
+			for _, o := range b {
+				if o.Kind == persistence.OpPutOutbound && msgID != 0 && o.Outbound.MessageID == msgID {
+					got[o.SessionID] = true
+				}
+			}
+			if !got["a"] || !got["b"] {
+				if split++; split <= 3 {
+					t.Errorf("batch %d: %s's id %d committed without its entries in both sessions (%v)", bi, op.SessionID, op.PacketID, got)
+				}
+			}
+		}
+	}
+	t.Logf("%d commits, %d split", len(rs.batches), split)
+}

@@ -199,6 +199,13 @@ func (c *conn) publishQoS2(p *packets.Publish, v verdict) error {
 		c.srv.dur.oneLocked(persistence.Op{Kind: persistence.OpPutAwaitingRel, SessionID: cl.id, PacketID: p.PacketID}, c)
 	}
 	cl.mu.Unlock()
+	end := func() {
+		if group != 0 {
+			c.srv.dur.commit.End(group)
+			group = 0
+		}
+	}
+	defer end() // should routing panic: an open group would stop every commit
 	if errors.Is(err, session.ErrAwaitingRelFull) {
 		return c.fail(&packets.Error{Code: packets.ReceiveMaximumExceeded, Ref: "§3.3.4",
 			Msg: fmt.Sprintf("more than %d QoS 2 messages awaiting PUBREL", c.srv.opts.Limits.MaxAwaitingRel)})
@@ -210,9 +217,7 @@ func (c *conn) publishQoS2(p *packets.Publish, v verdict) error {
 			cl.mu.Unlock()
 		}
 	}
-	if group != 0 {
-		c.srv.dur.commit.End(group) // before answer, which may wait for a commit
-	}
+	end() // before answer, which may wait for a commit
 	c.answer(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
 	return nil
 }

@@ -132,6 +132,10 @@ func (c *Committer) AddThen(b *Batch, owner Owner, then func()) (ticket uint64) 
 // in one transaction, all or none, whatever other goroutines add
 // meanwhile (those wait with them). The broker groups what one message
 // changes in many sessions.
+//
+// A group opened while others are open starts where the earliest of them
+// does: its units and theirs interleave, and a commit cut at its own
+// start once they closed would split their last units from their first.
 func (c *Committer) Begin() (group uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -139,6 +143,9 @@ func (c *Committer) Begin() (group uint64) {
 		c.groups = make(map[uint64]int)
 	}
 	group = c.added + 1
+	for g := range c.groups {
+		group = min(group, g)
+	}
 	c.groups[group]++
 	return group
 }

@@ -312,3 +312,30 @@ func TestCommitterGroup(t *testing.T) {
 		t.Error("AddThen's callback not called once applied")
 	}
 }
+
+// TestCommitterOverlappingGroups: a group opened while another is open,
+// which then closes first, must not let a commit split the other's units
+// (its last ones come after the second group's start).
+func TestCommitterOverlappingGroups(t *testing.T) {
+	g := &gate{Store: persistence.NewMemory(), entered: make(chan int, 10), release: make(chan struct{}, 10)}
+	c := persistence.NewCommitter(g)
+	first := c.Begin()
+	c.Add(session("first-a"), nil)
+	second := c.Begin()
+	c.Add(session("second"), nil)
+	last := c.Add(session("first-b"), nil)
+	c.End(first)
+	done := make(chan struct{})
+	c.Wait(last, func() { close(done) })
+	select {
+	case n := <-g.entered:
+		t.Fatalf("a commit of %d operations while the second group is open", n)
+	default:
+	}
+	c.End(second)
+	g.release <- struct{}{}
+	<-done
+	if n := <-g.entered; n != 3 {
+		t.Errorf("commit of %d operations, want both groups' 3 together", n)
+	}
+}
