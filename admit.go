@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"time"
+
+	"mqttd/listeners"
 )
 
 // Admission: a connection is accepted only while the broker holds fewer
@@ -21,6 +23,11 @@ const (
 	rejectMaxConnections rejectReason = iota // limits.max_connections reached
 	rejectMaxPerAddress                      // limits.max_connections_per_address reached
 	rejectMemoryPressure                     // the live heap is past 7/8 of limits.max_memory
+	// Refused by a listener before the connection reached the engine
+	// (listeners.Config.Refused).
+	rejectListenerFull // the listener's max_connections reached
+	rejectPending      // 1,024 connections of the listener in their handshake
+	rejectHandshake    // the TLS handshake, PROXY header or WebSocket upgrade failed
 	numRejectReasons
 )
 
@@ -28,6 +35,20 @@ var rejectReasonNames = [numRejectReasons]string{
 	rejectMaxConnections: "max_connections",
 	rejectMaxPerAddress:  "max_connections_per_address",
 	rejectMemoryPressure: "memory_pressure",
+	rejectListenerFull:   listeners.RefusedFull,
+	rejectPending:        listeners.RefusedPending,
+	rejectHandshake:      listeners.RefusedHandshake,
+}
+
+// listenerRefused counts a connection a listener closed before handing
+// it on (the listener logs it).
+func (s *Server) listenerRefused(reason string) {
+	for r, name := range rejectReasonNames {
+		if name == reason {
+			s.stats.rejected[r].Add(1)
+			return
+		}
+	}
 }
 
 func (r rejectReason) String() string { return rejectReasonNames[r] }

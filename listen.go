@@ -241,6 +241,7 @@ func (s *Server) Listen() error {
 		}
 		cfg.MaxMessageSize = int64(s.opts.Limits.MaxPacketSize)
 		cfg.Logger = s.log
+		cfg.Refused = s.listenerRefused
 		l, err := listeners.Listen(cfg)
 		if err == nil {
 			name := fmt.Sprintf("%s:%s", cfg.Type, l.Addr())

@@ -223,8 +223,22 @@ func TestListenerMaxConnections(t *testing.T) {
 	if _, err := second.br.ReadByte(); err == nil || isTimeoutErr(err) {
 		t.Fatalf("a connection past max_connections: read %v, want it closed", err)
 	}
+	if got := srv.Stats().Rejected["listener_max_connections"]; got != 1 {
+		t.Errorf("rejected[listener_max_connections] = %d, want 1", got)
+	}
 	// A second CONNECT is a protocol error: the broker closes the first.
 	first.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, ClientID: "first"})
 	waitFor(t, "the first connection to close", func() bool { return srv.Stats().Connections == 0 })
 	connectRaw(t, addr, &packets.Connect{ClientID: "third", CleanStart: true})
+}
+
+// TestFailedHandshakeCounted: a connection a TLS listener closes before
+// MQTT (here a plain HTTP request) is counted with the connections
+// refused at accept.
+func TestFailedHandshakeCounted(t *testing.T) {
+	cert, key := writeServerCert(t)
+	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{{Type: "tls", Address: "127.0.0.1:0", CertFile: cert, KeyFile: key}}})
+	rc := dialRaw(t, srv.Addrs()[0].String())
+	rc.write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	waitFor(t, "the failed handshake to be counted", func() bool { return srv.Stats().Rejected["handshake_failed"] == 1 })
 }

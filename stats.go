@@ -169,7 +169,8 @@ type Stats struct {
 	Disconnects map[string]uint64
 	// Rejected counts connections closed at accept, by the limit that
 	// refused them: max_connections, max_connections_per_address,
-	// memory_pressure.
+	// memory_pressure; and those a listener closed before MQTT:
+	// listener_max_connections, handshakes_pending, handshake_failed.
 	Rejected map[string]uint64
 }
 

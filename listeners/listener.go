@@ -80,7 +80,19 @@ type Config struct {
 	// Logger receives what goes wrong before a connection reaches the
 	// broker: failed handshakes, refused upgrades, refused PROXY headers.
 	Logger zerolog.Logger
+	// Refused, when set, is told of every connection the listener closes
+	// before handing it on, with why (RefusedFull, RefusedPending,
+	// RefusedHandshake), for the broker to count; Logger has a warning at
+	// most every 10 s.
+	Refused func(reason string)
 }
+
+// Why a listener closed a connection before handing it on (Config.Refused).
+const (
+	RefusedFull      = "listener_max_connections" // the listener held its MaxConnections
+	RefusedPending   = "handshakes_pending"       // 1,024 connections were in their handshake already
+	RefusedHandshake = "handshake_failed"         // the TLS handshake, PROXY header or WebSocket upgrade failed
+)
 
 // Listener is an open listener. Accept returns connections ready for MQTT.
 type Listener struct {
@@ -235,7 +247,7 @@ func (r rawListener) Accept() (net.Conn, error) {
 			if l.open.Add(1) > int64(l.cfg.MaxConnections) {
 				l.open.Add(-1)
 				nc.Close()
-				l.warn(&l.fullWarned).Str("remote", nc.RemoteAddr().String()).Int("max_connections", l.cfg.MaxConnections).
+				l.refuse(RefusedFull, &l.fullWarned).Str("remote", nc.RemoteAddr().String()).Int("max_connections", l.cfg.MaxConnections).
 					Msg("connection refused: the listener holds its max_connections (logged at most every 10 s)")
 				continue
 			}
@@ -293,7 +305,7 @@ func (s *stagedListener) loop() {
 		if l.pending.Add(1) > maxPending {
 			l.pending.Add(-1)
 			nc.Close()
-			l.warn(&l.fullWarned).Str("remote", nc.RemoteAddr().String()).Int("pending", maxPending).
+			l.refuse(RefusedPending, &l.fullWarned).Str("remote", nc.RemoteAddr().String()).Int("pending", maxPending).
 				Msg("connection refused: too many connections in their handshake (logged at most every 10 s)")
 			continue
 		}
@@ -319,7 +331,7 @@ func (s *stagedListener) prepare(nc net.Conn) {
 	l.mu.Unlock()
 	if err != nil {
 		nc.Close()
-		l.warn(&l.failWarned).Err(err).Str("remote", nc.RemoteAddr().String()).
+		l.refuse(RefusedHandshake, &l.failWarned).Err(err).Str("remote", nc.RemoteAddr().String()).
 			Msg("connection closed before MQTT (logged at most every 10 s)")
 		return
 	}
@@ -378,6 +390,15 @@ const warnInterval = 10 * time.Second
 
 // warn returns a warning event, or nil (which logs nothing) when one of
 // its kind, whose time last holds, was logged within warnInterval.
+// refuse counts a connection closed before it was handed on and returns
+// a warning event, unless one was logged within warnInterval.
+func (l *Listener) refuse(reason string, last *atomic.Int64) *zerolog.Event {
+	if l.cfg.Refused != nil {
+		l.cfg.Refused(reason)
+	}
+	return l.warn(last)
+}
+
 func (l *Listener) warn(last *atomic.Int64) *zerolog.Event {
 	now := time.Now().UnixNano()
 	prev := last.Load()
@@ -462,7 +483,7 @@ func (p pendingListener) Accept() (net.Conn, error) {
 		if l.pending.Add(1) > maxPending {
 			l.pending.Add(-1)
 			nc.Close()
-			l.warn(&l.fullWarned).Str("remote", nc.RemoteAddr().String()).Int("pending", maxPending).
+			l.refuse(RefusedPending, &l.fullWarned).Str("remote", nc.RemoteAddr().String()).Int("pending", maxPending).
 				Msg("connection refused: too many connections before their WebSocket upgrade (logged at most every 10 s)")
 			continue
 		}

@@ -48,7 +48,7 @@ func (l *Listener) serveWeb(inner net.Listener) {
 		// of its own, and a payload larger than this one is read past it.
 		ReadBufferSize: readBufferSize,
 		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
-			l.warn(&l.failWarned).Str("remote", r.RemoteAddr).Str("origin", r.Header.Get("Origin")).Int("status", status).
+			l.refuse(RefusedHandshake, &l.failWarned).Str("remote", r.RemoteAddr).Str("origin", r.Header.Get("Origin")).Int("status", status).
 				Err(reason).Msg("WebSocket upgrade refused (logged at most every 10 s)")
 			http.Error(w, http.StatusText(status), status)
 		},
@@ -103,7 +103,7 @@ func upgraded(nc net.Conn) {
 type webLog struct{ l *Listener }
 
 func (w webLog) Write(b []byte) (int, error) {
-	w.l.warn(&w.l.failWarned).Str("detail", strings.TrimSpace(string(b))).
+	w.l.refuse(RefusedHandshake, &w.l.failWarned).Str("detail", strings.TrimSpace(string(b))).
 		Msg("connection closed before MQTT (logged at most every 10 s)")
 	return len(b), nil
 }

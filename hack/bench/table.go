@@ -19,10 +19,12 @@ type metric struct {
 
 // tableMetrics lists, per scenario, what the comparison table shows.
 var tableMetrics = map[string][]metric{
-	"fanin":  {{"rate", "msg/s"}, {"loss_pct", "loss %"}},
-	"fanout": {{"rate", "deliveries/s"}, {"loss_pct", "loss %"}},
-	"qos1":   {{"rate", "msg/s"}, {"loss_pct", "loss %"}},
-	"qos2":   {{"rate", "msg/s"}, {"loss_pct", "loss %"}},
+	"fanin":    {{"rate", "msg/s"}, {"loss_pct", "loss %"}},
+	"fanout":   {{"rate", "deliveries/s"}, {"loss_pct", "loss %"}},
+	"qos1":     {{"rate", "msg/s"}, {"loss_pct", "loss %"}},
+	"qos2":     {{"rate", "msg/s"}, {"loss_pct", "loss %"}},
+	"durable1": {{"rate", "msg/s"}, {"loss_pct", "loss %"}},
+	"durable2": {{"rate", "msg/s"}, {"loss_pct", "loss %"}},
 	"latency": {
 		{"p50_us", "p50 µs (lower is better)"},
 		{"p99_us", "p99 µs (lower is better)"},
@@ -32,7 +34,7 @@ var tableMetrics = map[string][]metric{
 }
 
 // scenarioOrder is the order of the table's rows.
-var scenarioOrder = []string{"fanin", "fanout", "qos1", "qos2", "latency", "conns"}
+var scenarioOrder = []string{"fanin", "fanout", "qos1", "qos2", "durable1", "durable2", "latency", "conns"}
 
 // samples holds every figure read from result lines, by broker, table row
 // and metric, with brokers and rows in the order first seen.
