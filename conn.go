@@ -29,7 +29,6 @@ type conn struct {
 
 	bl        *blockingState // serve's, when not served by events
 	ev        *eventConn     // the poller's, when served by events
-	rstate    atomic.Int32   // readerIdle, readerRunning, ... (reader_linux.go)
 	lastRead  atomic.Int64   // unix nanos of the last bytes read (events)
 	idleLimit atomic.Int64   // nanos without input before closing (events)
 	filedTick atomic.Int64   // the idle wheel's tick this connection is filed under
@@ -41,6 +40,7 @@ type conn struct {
 	// information (Request Problem Information 0): its acks carry no
 	// Reason String [MQTT-3.1.2-29].
 	noProblemInfo bool
+	graceful      bool // DISCONNECT received: the will is discarded
 	// maxOut is the 5.0 client's Maximum Packet Size: a PUBLISH larger
 	// than it is not sent [MQTT-3.1.2-24]. 0 means no limit.
 	maxOut    uint32
@@ -59,7 +59,6 @@ type conn struct {
 	// client first sets one; deliveries read it.
 	aliases atomic.Pointer[topicAliases]
 
-	graceful  bool // DISCONNECT received: the will is discarded
 	closeOnce sync.Once
 	// framing is set while a packet has started to arrive and is not
 	// complete (events): the idle limit is then limits.frame_timeout.
@@ -67,6 +66,9 @@ type conn struct {
 	// idlePos is the connection's place in its idle wheel slot, guarded
 	// by the wheel's lock.
 	idlePos int32
+	// rstate is readerIdle, readerRunning, ... (reader_linux.go); here,
+	// beside the other 4-byte fields, where it costs no padding.
+	rstate atomic.Int32
 
 	dropWarned atomic.Int64 // unix nanos of the last outbox-full warning
 	// held are the acknowledgements waiting for the store (durable.go);

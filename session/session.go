@@ -190,7 +190,6 @@ type Session struct {
 	window int32
 	live   int32  // inflight entries not yet acknowledged
 	seq    uint64 // the Seq the next entry gets
-	stable uint64 // held entries below this Seq may be sent (Stable)
 
 	q           *queues
 	awaitingRel map[uint16]struct{}
@@ -244,6 +243,9 @@ type queues struct {
 	// marked entries are at or after it.
 	resendAt    uint64
 	resendEpoch uint32
+	// stable is the Seq below which held entries may be sent (Stable);
+	// here rather than in Session, which every idle client has.
+	stable uint64
 }
 
 // Subscription is one topic filter a session holds.
@@ -326,7 +328,10 @@ func (s *Session) Deliver(o Outbound, to Target, now time.Time) (Outbound, Resul
 }
 
 // Stable lets the held entries up to seq be sent: they are stored.
-func (s *Session) Stable(seq uint64) { s.stable = max(s.stable, seq+1) }
+func (s *Session) Stable(seq uint64) {
+	q := s.queues()
+	q.stable = max(q.stable, seq+1)
+}
 
 // PacketIDOf is the packet id of the entry with Seq seq. Derived rather
 // than allocated, it is the same after the broker restarts from its
@@ -368,7 +373,7 @@ func (s *Session) NextFit(now time.Time, b *QueueBudget, fit int, expired func(O
 			continue
 		}
 		if (head.QoS > 0 && (s.live >= s.window || !s.free(head.Seq))) || head.Msg.Size() > fit ||
-			(head.held && head.Seq >= s.stable) {
+			(head.held && head.Seq >= s.q.stable) {
 			return Outbound{}, false
 		}
 		o = pending.pop()
