@@ -53,33 +53,8 @@ func (l hidingListener) Accept() (net.Conn, error) {
 // startServer runs a broker on 127.0.0.1:0 for the test and returns its address.
 func startServer(t *testing.T, opts mqttd.Options) (*mqttd.Server, string) {
 	t.Helper()
-	srv, err := mqttd.New(opts)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if listenerWrap != nil {
-		l = listenerWrap(l)
-	}
-	if err := srv.AddListener("test", l); err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve() }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-served; !errors.Is(err, mqttd.ErrServerClosed) {
-			t.Errorf("Serve returned %v", err)
-		}
-	})
-	return srv, l.Addr().String()
+	b := startDurable(t, opts)
+	return b.srv, b.addr
 }
 
 // pahoConnect connects a paho 3.1.1 client; tune adjusts its options.

@@ -15,8 +15,9 @@ import (
 	"mqttd/persistence/bolt"
 )
 
-// durableBroker is a broker on a data dir, stopped and started again by
-// the test.
+// durableBroker is a served broker the test may stop before its end (to
+// start another on the same data dir, say); it is stopped at the end
+// otherwise.
 type durableBroker struct {
 	t      *testing.T
 	srv    *mqttd.Server
@@ -33,6 +34,9 @@ func startDurable(t *testing.T, opts mqttd.Options) *durableBroker {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if listenerWrap != nil {
+		l = listenerWrap(l)
 	}
 	if err := srv.AddListener("test", l); err != nil {
 		t.Fatal(err)
