@@ -140,7 +140,9 @@ func (a *Authenticator) Reload() error {
 
 // Authenticate checks the client's user name and password. A client
 // without a user name gets ErrAnonymous; a wrong password or unknown user
-// auth.ErrBadCredentials; a full queue ErrBusy.
+// auth.ErrBadCredentials; a full queue ErrBusy. A client whose address
+// failed recently first waits (Options.FailureDelay), on its own
+// goroutine, not on a worker.
 func (a *Authenticator) Authenticate(c auth.ClientInfo, password []byte) error {
 	if c.Username == "" {
 		a.anonymous.Add(1)

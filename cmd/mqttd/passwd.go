@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 
 	"mqttd/auth/passwd"
@@ -16,19 +17,19 @@ import (
 // creates, updates and deletes entries of a password file. It returns the
 // exit code.
 func runPasswd(args []string, stdin io.Reader, stderr io.Writer) int {
-	fs := flag.NewFlagSet("mqttd passwd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	create := fs.Bool("c", false, "create the file, replacing any that exists")
-	batch := fs.Bool("b", false, "take the password from the command line")
-	del := fs.Bool("D", false, "delete the user")
-	fs.Usage = func() {
+	flags := flag.NewFlagSet("mqttd passwd", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	create := flags.Bool("c", false, "create the file, replacing any that exists")
+	batch := flags.Bool("b", false, "take the password from the command line")
+	del := flags.Bool("D", false, "delete the user")
+	flags.Usage = func() {
 		fmt.Fprint(stderr, "Usage: mqttd passwd [-c] FILE USER          (prompts for the password)\n"+
 			"       mqttd passwd [-c] -b FILE USER PASSWORD\n"+
 			"       mqttd passwd -D FILE USER\n\n"+
 			"Writes Mosquitto-compatible password files (PBKDF2-SHA512, as mosquitto_passwd).\n\n")
-		fs.PrintDefaults()
+		flags.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -38,17 +39,17 @@ func runPasswd(args []string, stdin io.Reader, stderr io.Writer) int {
 	if *batch {
 		want = 3
 	}
-	if fs.NArg() != want || (*del && (*create || *batch)) {
-		fs.Usage()
+	if flags.NArg() != want || (*del && (*create || *batch)) {
+		flags.Usage()
 		return 2
 	}
-	file, user := fs.Arg(0), fs.Arg(1)
+	file, user := flags.Arg(0), flags.Arg(1)
 	var err error
 	switch {
 	case *del:
 		err = passwd.Delete(file, user)
 	case *batch:
-		err = passwd.Set(file, user, []byte(fs.Arg(2)), *create)
+		err = passwd.Set(file, user, []byte(flags.Arg(2)), *create)
 	default:
 		var pw []byte
 		if pw, err = promptPassword(stdin, stderr); err == nil {
@@ -57,6 +58,9 @@ func runPasswd(args []string, stdin io.Reader, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "mqttd passwd:", err)
+		if errors.Is(err, fs.ErrNotExist) && !*create && !*del {
+			fmt.Fprintln(stderr, "mqttd passwd: -c creates a new file")
+		}
 		return 1
 	}
 	return 0

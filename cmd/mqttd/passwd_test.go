@@ -86,6 +86,9 @@ func TestPasswdCommandUsage(t *testing.T) {
 	if out := runPasswdCmd(t, 1, "-c", "-b", path, "a:b", "pw"); !strings.Contains(out, "':'") {
 		t.Errorf("user a:b: %q", out)
 	}
+	if out := runPasswdCmd(t, 1, "-b", path, "alice", "pw"); !strings.Contains(out, "-c creates") {
+		t.Errorf("updating a missing file: %q", out)
+	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("a refused command wrote the file: %v", err)
 	}
