@@ -110,9 +110,9 @@ func Set(path, user string, password []byte, create bool) error {
 	}
 	entry := user + ":" + h.String()
 	if create {
-		return writeAtomic(path, []string{entry}, 0o600)
+		return writeAtomic(path, []string{entry}, nil)
 	}
-	lines, mode, err := readLines(path)
+	lines, old, err := readLines(path)
 	if err != nil {
 		return err
 	}
@@ -122,13 +122,13 @@ func Set(path, user string, password []byte, create bool) error {
 	} else {
 		lines[i] = entry
 	}
-	return writeAtomic(path, lines, mode)
+	return writeAtomic(path, lines, old)
 }
 
 // Delete removes user's line from the file at path; a user not there is
 // an error.
 func Delete(path, user string) error {
-	lines, mode, err := readLines(path)
+	lines, old, err := readLines(path)
 	if err != nil {
 		return err
 	}
@@ -136,28 +136,28 @@ func Delete(path, user string) error {
 	if i < 0 {
 		return fmt.Errorf("%s: user %q not found", path, user)
 	}
-	return writeAtomic(path, append(lines[:i], lines[i+1:]...), mode)
+	return writeAtomic(path, append(lines[:i], lines[i+1:]...), old)
 }
 
 // readLines reads the file and checks that it parses, so a rewrite never
 // carries a broken line along unnoticed.
-func readLines(path string) ([]string, fs.FileMode, error) {
+func readLines(path string) ([]string, fs.FileInfo, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	if _, err := Parse(bytes.NewReader(data), path); err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	text := strings.TrimSuffix(string(data), "\n")
 	if text == "" {
-		return nil, fi.Mode().Perm(), nil
+		return nil, fi, nil
 	}
-	return strings.Split(text, "\n"), fi.Mode().Perm(), nil
+	return strings.Split(text, "\n"), fi, nil
 }
 
 // find returns the index of user's line, or -1.
@@ -172,8 +172,9 @@ func find(lines []string, user string) int {
 
 // writeAtomic writes lines to a temporary file next to path, syncs it and
 // renames it over path, then syncs the directory so the rename survives a
-// crash.
-func writeAtomic(path string, lines []string, mode fs.FileMode) (err error) {
+// crash. The new file keeps old's mode and owner; without old (a new
+// file) it is 0600, as it holds hashes.
+func writeAtomic(path string, lines []string, old fs.FileInfo) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -192,6 +193,11 @@ func writeAtomic(path string, lines []string, mode fs.FileMode) (err error) {
 	}
 	if _, err = tmp.WriteString(b.String()); err != nil {
 		return err
+	}
+	mode := fs.FileMode(0o600)
+	if old != nil {
+		mode = old.Mode().Perm()
+		keepOwner(tmp, old)
 	}
 	if err = tmp.Chmod(mode); err != nil {
 		return err
