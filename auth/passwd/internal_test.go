@@ -3,6 +3,7 @@ package passwd
 import (
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -86,5 +87,21 @@ func TestUnknownUserChecksADummyOfTheSameCost(t *testing.T) {
 	d := a.table.Load().dummy
 	if !d.pbkdf2 || d.iterations != DefaultIterations || len(d.salt) != saltLen {
 		t.Fatalf("dummy %v does not cost what a default entry costs", d)
+	}
+	// A dearer entry raises the dummy's cost to its own.
+	h := Hash{pbkdf2: true, iterations: 1000, salt: make([]byte, saltLen)}
+	sum, err := h.compute([]byte("pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.sum = sum
+	if err := os.WriteFile(a.path, []byte("bob:"+h.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if d := a.table.Load().dummy; d.iterations != 1000 {
+		t.Fatalf("dummy has %d iterations, want the file's 1000", d.iterations)
 	}
 }
