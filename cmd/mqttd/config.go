@@ -90,7 +90,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cl
 	fs.StringVar(&f.metricsAddr, "metrics", getenv("MQTTD_METRICS"), "HTTP `address` for /metrics, /healthz and /debug/pprof/ (default off; env MQTTD_METRICS)")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: mqttd [flags]\n       mqttd version\n\nRuns the mqttd MQTT broker. With no flags it listens on %s (MQTT) and ws://%s/mqtt (MQTT over WebSocket) and keeps state in ./%s.\n\nFlags:\n",
+		fmt.Fprintf(stderr, "Usage: mqttd [flags]\n       mqttd version\n       mqttd passwd [-c] [-b] [-D] FILE USER [PASSWORD]\n\nRuns the mqttd MQTT broker. With no flags it listens on %s (MQTT) and ws://%s/mqtt (MQTT over WebSocket) and keeps state in ./%s.\n\nFlags:\n",
 			mqttd.DefaultAddress, mqttd.DefaultWebSocketAddress, defaultDataDir)
 		fs.PrintDefaults()
 	}

@@ -39,6 +39,9 @@ func main() {
 
 // run is main without the process: it returns the exit code.
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer, stop <-chan os.Signal) int {
+	if len(args) > 0 && args[0] == "passwd" {
+		return runPasswd(args[1:], os.Stdin, stderr)
+	}
 	f, err := parseFlags(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

@@ -1,0 +1,275 @@
+package passwd
+
+import (
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"mqttd/auth"
+)
+
+// ErrAnonymous is returned for a client without a user name. The password
+// file cannot say whether anonymous clients are welcome; the caller
+// decides (allow_anonymous), and passing the error on refuses the client.
+var ErrAnonymous = fmt.Errorf("passwd: no user name: %w", auth.ErrNotAuthorized)
+
+// ErrBusy is returned when more clients wait for a hash check than
+// Options.MaxQueue: they are refused at once rather than queued without
+// bound.
+var ErrBusy = fmt.Errorf("passwd: too many logins waiting: %w", auth.ErrNotAuthorized)
+
+// Options tune an Authenticator; zero values mean the defaults.
+type Options struct {
+	// Workers is how many hash checks run at once (default GOMAXPROCS).
+	Workers int
+	// MaxQueue is how many checks may wait for a worker before more are
+	// refused with ErrBusy (default 64 × Workers).
+	MaxQueue int
+	// FailureDelay is the wait before checking a client whose address
+	// failed to log in once; it doubles with each further failure up to
+	// MaxFailureDelay (defaults 100ms and 5s). A success clears it.
+	FailureDelay, MaxFailureDelay time.Duration
+	// MaxAddresses bounds how many addresses' failures are remembered
+	// (default 10,000); failures older than ForgetAfter (default 10m)
+	// are forgotten first.
+	MaxAddresses int
+	ForgetAfter  time.Duration
+	// OnFailure, if set, is told of each refused login (never the
+	// password), to log it.
+	OnFailure func(c auth.ClientInfo, err error)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Workers <= 0 {
+		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	if o.MaxQueue <= 0 {
+		o.MaxQueue = 64 * o.Workers
+	}
+	if o.FailureDelay <= 0 {
+		o.FailureDelay = 100 * time.Millisecond
+	}
+	if o.MaxFailureDelay <= 0 {
+		o.MaxFailureDelay = 5 * time.Second
+	}
+	if o.MaxAddresses <= 0 {
+		o.MaxAddresses = 10000
+	}
+	if o.ForgetAfter <= 0 {
+		o.ForgetAfter = 10 * time.Minute
+	}
+	return o
+}
+
+// Stats counts an Authenticator's answers.
+type Stats struct {
+	// Accepted and Failed count checked logins; Failed includes
+	// UnknownUser.
+	Accepted, Failed, UnknownUser uint64
+	// Anonymous counts clients without a user name (not checked).
+	Anonymous uint64
+	// Busy counts clients refused because the queue was full.
+	Busy uint64
+	// Delayed counts logins slowed down after earlier failures.
+	Delayed uint64
+}
+
+// Authenticator checks CONNECT credentials against a password file. It is
+// safe for concurrent use.
+type Authenticator struct {
+	path  string
+	opts  Options
+	table atomic.Pointer[table]
+
+	workers chan struct{}
+	waiting atomic.Int64
+
+	accepted, failed, unknown, anonymous, busy, delayed atomic.Uint64
+
+	failMu   sync.Mutex
+	failures map[string]failure
+}
+
+// table is one loaded file, swapped whole on Reload.
+type table struct {
+	users Users
+	// dummy is checked for unknown users, so they cost what a wrong
+	// password costs.
+	dummy Hash
+}
+
+type failure struct {
+	count int
+	last  time.Time
+}
+
+// New loads the password file at path.
+func New(path string, opts Options) (*Authenticator, error) {
+	a := &Authenticator{path: path, opts: opts.withDefaults(), failures: map[string]failure{}}
+	a.workers = make(chan struct{}, a.opts.Workers)
+	if err := a.Reload(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Reload reads the file again and swaps it in whole. On an error the
+// users loaded before stay in force.
+func (a *Authenticator) Reload() error {
+	users, err := Load(a.path)
+	if err != nil {
+		return err
+	}
+	// The dummy costs as much as the dearest entry, so an unknown user is
+	// never cheaper to try than a known one.
+	dummy, err := NewHash([]byte("dummy"))
+	if err != nil {
+		return err
+	}
+	for _, h := range users {
+		if h.pbkdf2 && h.iterations > dummy.iterations {
+			dummy.iterations = h.iterations
+		}
+	}
+	a.table.Store(&table{users: users, dummy: dummy})
+	return nil
+}
+
+// Authenticate checks the client's user name and password. A client
+// without a user name gets ErrAnonymous; a wrong password or unknown user
+// auth.ErrBadCredentials; a full queue ErrBusy. A client whose address
+// failed recently first waits (Options.FailureDelay), on its own
+// goroutine, not on a worker.
+func (a *Authenticator) Authenticate(c auth.ClientInfo, password []byte) error {
+	if c.Username == "" {
+		a.anonymous.Add(1)
+		return ErrAnonymous
+	}
+	addr := host(c.Remote)
+	// Clients without an address (in-process ones) are not slowed: under
+	// one shared key, one of them failing would slow them all.
+	if d := a.delay(addr); addr != "" && d > 0 {
+		a.delayed.Add(1)
+		t := time.NewTimer(d)
+		<-t.C
+	}
+	ok, known, err := a.check(c.Username, password)
+	switch {
+	case err != nil:
+		a.busy.Add(1)
+	case ok:
+		a.accepted.Add(1)
+		a.forget(addr)
+		return nil
+	default:
+		a.failed.Add(1)
+		if !known {
+			a.unknown.Add(1)
+		}
+		if addr != "" {
+			a.remember(addr)
+		}
+		err = auth.ErrBadCredentials
+	}
+	if a.opts.OnFailure != nil {
+		a.opts.OnFailure(c, err)
+	}
+	return err
+}
+
+// check runs one hash check on a worker.
+func (a *Authenticator) check(user string, password []byte) (ok, known bool, err error) {
+	if a.waiting.Add(1) > int64(a.opts.MaxQueue+a.opts.Workers) {
+		a.waiting.Add(-1)
+		return false, false, ErrBusy
+	}
+	a.workers <- struct{}{}
+	defer func() {
+		<-a.workers
+		a.waiting.Add(-1)
+	}()
+	t := a.table.Load()
+	h, known := t.users[user]
+	if !known {
+		h = t.dummy
+	}
+	// Verify runs for unknown users too; known gates the result after.
+	ok = h.Verify(password)
+	return ok && known, known, nil
+}
+
+// Stats returns the counters.
+func (a *Authenticator) Stats() Stats {
+	return Stats{
+		Accepted:    a.accepted.Load(),
+		Failed:      a.failed.Load(),
+		UnknownUser: a.unknown.Load(),
+		Anonymous:   a.anonymous.Load(),
+		Busy:        a.busy.Load(),
+		Delayed:     a.delayed.Load(),
+	}
+}
+
+// host is the address failures are counted against: the IP without the
+// port, since an attacker picks a new port for each connection.
+func host(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	if h, _, err := net.SplitHostPort(a.String()); err == nil {
+		return h
+	}
+	return a.String()
+}
+
+// delay is how long to wait before checking a client from addr.
+func (a *Authenticator) delay(addr string) time.Duration {
+	a.failMu.Lock()
+	f, ok := a.failures[addr]
+	a.failMu.Unlock()
+	if !ok || time.Since(f.last) > a.opts.ForgetAfter {
+		return 0
+	}
+	d := a.opts.FailureDelay
+	for i := 1; i < f.count && d < a.opts.MaxFailureDelay; i++ {
+		d *= 2
+	}
+	return min(d, a.opts.MaxFailureDelay)
+}
+
+func (a *Authenticator) remember(addr string) {
+	now := time.Now()
+	a.failMu.Lock()
+	defer a.failMu.Unlock()
+	f, ok := a.failures[addr]
+	if !ok && len(a.failures) >= a.opts.MaxAddresses {
+		a.sweepLocked(now)
+	}
+	a.failures[addr] = failure{count: f.count + 1, last: now}
+}
+
+// sweepLocked makes room in a full failures map: forgotten addresses go
+// first, then, if none were old enough, an arbitrary tenth, so many
+// addresses cannot grow the map without bound.
+func (a *Authenticator) sweepLocked(now time.Time) {
+	for k, f := range a.failures {
+		if now.Sub(f.last) > a.opts.ForgetAfter {
+			delete(a.failures, k)
+		}
+	}
+	for k := range a.failures {
+		if len(a.failures) < a.opts.MaxAddresses-a.opts.MaxAddresses/10 {
+			break
+		}
+		delete(a.failures, k)
+	}
+}
+
+func (a *Authenticator) forget(addr string) {
+	a.failMu.Lock()
+	delete(a.failures, addr)
+	a.failMu.Unlock()
+}
