@@ -84,7 +84,8 @@ topic write alice/inbox
 		{alice, read, "public/a", false}, // the anonymous section is not hers
 		{alice, pub, "alice/x/y", true},
 		{alice, will, "alice/status", true},
-		{alice, read, "alice", true}, // "alice/#" matches its parent
+		{alice, auth.Action(0), "alice/x", false}, // an action it does not know is refused
+		{alice, read, "alice", true},              // "alice/#" matches its parent
 		{alice, read, "alice/secret", false},
 		{alice, pub, "alice/secret", false},
 		{alice, sub, "alice/secret", false},

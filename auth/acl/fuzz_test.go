@@ -54,7 +54,7 @@ func FuzzMatch(f *testing.F) {
 		if want := topictrie.Matches(rule, topic); read != want {
 			t.Fatalf("rule %q topic %q: read %v, Matches %v", rule, topic, read, want)
 		}
-		if f, err := topictrie.ParseFilter(filter); err != nil || f.Group != "" {
+		if pf, err := topictrie.ParseFilter(filter); err != nil || pf.Group != "" {
 			return
 		}
 		if rs.Authorize(c, auth.Request{Action: auth.Subscribe, Topic: filter}) && topictrie.Matches(filter, topic) && !read {
