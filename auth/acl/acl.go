@@ -70,7 +70,8 @@ type Rules struct {
 // Authorize answers r for client c: Publish and Will need write access to
 // the topic, Read (a message delivered to c) needs read access to it, and
 // Subscribe needs read access to the whole filter (see the package
-// documentation). A client with no username is an anonymous client.
+// documentation). A client with no username (an empty one counts as none)
+// is an anonymous client.
 func (rs *Rules) Authorize(c auth.ClientInfo, r auth.Request) bool {
 	var need access
 	switch r.Action {

@@ -62,3 +62,34 @@ func FuzzMatch(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPatternIdentity checks that a pattern grants a client only its own
+// level: whatever the username, client id and topic, a granted topic is
+// matched by the pattern expanded for an identity with no +, #, / or
+// leading $.
+func FuzzPatternIdentity(f *testing.F) {
+	f.Add("alice", "c1", "devices/alice/x")
+	f.Add("#", "c1", "devices/x")
+	f.Add("a/b", "c1", "devices/a/b")
+	f.Add("u", "a/b", "clients/a/b/x")
+	f.Add("$SYS", "c", "$SYS/x")
+	rs, err := acl.Parse("fuzz", strings.NewReader("pattern readwrite devices/%u/#\npattern read clients/%c/+/#\npattern read %c\n"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	safe := func(s string) bool { return !strings.ContainsAny(s, "+#/") && !strings.HasPrefix(s, "$") }
+	f.Fuzz(func(t *testing.T, user, id, topic string) {
+		if topictrie.ValidTopicName(topic) != nil {
+			t.Skip()
+		}
+		c := auth.ClientInfo{Username: user, ClientID: id}
+		if rs.Authorize(c, auth.Request{Action: auth.Read, Topic: topic}) {
+			if !safe(user) || !safe(id) {
+				t.Fatalf("user %q client %q granted %q", user, id, topic)
+			}
+			if !topictrie.Matches("devices/"+user+"/#", topic) && !topictrie.Matches("clients/"+id+"/+/#", topic) && topic != id {
+				t.Fatalf("user %q client %q granted %q, which no expansion matches", user, id, topic)
+			}
+		}
+	})
+}
