@@ -50,6 +50,12 @@ const (
 	// Will: the will message of a CONNECT, asked before the client is
 	// accepted; refused, the connection is refused.
 	Will
+	// Read: delivery of a message on Topic to the client, asked for each
+	// retained or queued message the broker is about to send it, so that
+	// a subscription granted on its filter still delivers only the topics
+	// the client may read (and rules changed by a reload apply to messages
+	// already queued).
+	Read
 )
 
 // String names the action.
@@ -61,6 +67,8 @@ func (a Action) String() string {
 		return "subscribe"
 	case Will:
 		return "will"
+	case Read:
+		return "read"
 	}
 	return "unknown"
 }
@@ -68,9 +76,10 @@ func (a Action) String() string {
 // Request is one question to an Authorizer.
 type Request struct {
 	Action Action
-	// Topic is the topic name of a publish or will, or, for a subscribe,
-	// the topic filter without any $share/{group}/ prefix: a shared
-	// subscription is asked about the topics it would receive.
+	// Topic is the topic name of a publish, will or delivered message
+	// (Read), or, for a subscribe, the topic filter without any
+	// $share/{group}/ prefix: a shared subscription is asked about the
+	// topics it would receive.
 	Topic string
 	// Group is the share group of a shared subscription
 	// ($share/{group}/{filter}); empty otherwise.
