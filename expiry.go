@@ -187,8 +187,8 @@ func (s *Server) expireSession(cl *client) {
 	will := s.takeWillLocked(cl) // the session ends before the will's delay
 	dropped := s.dropSessionLocked(cl)
 	s.mu.Unlock()
+	s.stats.sessionsExpired.Add(1) // before the will, which a watcher may take as the sign
 	s.unsubscribeAll(cl, dropped)
 	s.publishWill(will)
-	s.stats.sessionsExpired.Add(1)
 	s.log.Debug().Str("client_id", cl.id).Msg("session expired")
 }
