@@ -561,8 +561,9 @@ func userPropsOf(n, size int) packets.Properties {
 // TestAttackPinnedFrames sends large packets of which the broker keeps a
 // small part: 100 5.0 SUBSCRIBEs of about 1 MB (a 7-byte filter and user
 // properties) each from a persistent session, 100 3.1.1 persistent
-// sessions whose CONNECT is padded to about 256 KB with a will, user name
-// and password (each field is at most 65535 bytes) around a short client
+// sessions whose CONNECT is padded to about 200 KB with a will and a
+// password (each field is at most 65535 bytes; usernames, which sessions
+// keep, are bounded by limits.max_username_length) around a short client
 // id, and 50 retained messages with 64 KB of user properties. What is
 // kept must be copied out of the frames, not pin them.
 func TestAttackPinnedFrames(t *testing.T) {
@@ -608,7 +609,7 @@ func TestAttackPinnedFrames(t *testing.T) {
 	for i := range padded {
 		cp := &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, ClientID: fmt.Sprintf("w%03d", i),
 			WillFlag: true, WillTopic: "will/" + pad, WillPayload: []byte(pad),
-			UsernameFlag: true, Username: pad, PasswordFlag: true, Password: []byte(pad)}
+			UsernameFlag: true, Username: "padded", PasswordFlag: true, Password: []byte(pad)}
 		if i == 0 {
 			t.Logf("CONNECT frame: %d bytes", len(encode(cp, packets.V311)))
 		}
@@ -652,7 +653,8 @@ func TestAttackPinnedFrames(t *testing.T) {
 		rc.nc.Close()
 	}
 	for i := range padded {
-		rc := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: fmt.Sprintf("w%03d", i), CleanStart: true})
+		rc := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: fmt.Sprintf("w%03d", i), CleanStart: true,
+			UsernameFlag: true, Username: "padded"}) // a session is its owner's to end
 		rc.write(encode(&packets.Disconnect{}, packets.V311))
 		rc.expectClosed()
 		rc.nc.Close()

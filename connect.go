@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"mqttd/auth"
+	"mqttd/listeners"
 	"mqttd/packets"
 )
 
@@ -36,6 +37,15 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 	// Kept for the connection's life: copied, so that they do not pin
 	// the CONNECT frame (a large password or will, say).
 	c.info.Username = strings.Clone(cp.Username)
+	g := s.gateOf(c.info.Listener)
+	if g.identity {
+		// The certificate the listener verified names the client.
+		c.info.Username = listeners.PeerCommonName(c.nc)
+		if c.info.Username == "" {
+			c.refuse(authCode(c.version, auth.ErrNotAuthorized))
+			return closing(CloseAuthFailed, errors.New("use_identity_as_username: the client certificate has no common name"))
+		}
+	}
 	if code, err := c.checkConnect(cp); err != nil {
 		if code == 0 {
 			return err
@@ -50,7 +60,7 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 	if cp.Properties.Has(packets.PropAuthMethod) {
 		return c.startAuth(cp)
 	}
-	if err := s.opts.Authenticator.Authenticate(c.info, cp.Password); err != nil {
+	if err := s.authenticate(c, g, cp.Password); err != nil {
 		c.refuse(authCode(c.version, err))
 		return closing(CloseAuthFailed, fmt.Errorf("authentication failed: %w", err))
 	}
@@ -61,7 +71,7 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 // or the session limit refuses it.
 func (c *conn) admit(cp *packets.Connect) error {
 	s := c.srv
-	if cp.WillFlag && (isSys(cp.WillTopic) || !s.opts.Authorizer.Authorize(c.info, auth.Request{Action: auth.Will,
+	if cp.WillFlag && (isSys(cp.WillTopic) || !s.authz.Authorize(c.info, auth.Request{Action: auth.Will,
 		Topic: cp.WillTopic, QoS: cp.WillQoS, Retain: cp.WillRetain})) {
 		c.refuse(authCode(c.version, auth.ErrNotAuthorized))
 		return closing(CloseAuthFailed, fmt.Errorf("will to %q not authorized", cp.WillTopic))
@@ -79,8 +89,19 @@ func (c *conn) admit(cp *packets.Connect) error {
 		c.aliases.Store(&topicAliases{out: newOutAliases(n)})
 	}
 	c.expiry = s.sessionExpiry(c.version, cp)
-	s.storeNewSession(c, cp.CleanStart)
-	if !s.attach(c, cp) {
+	fresh := cp.CleanStart
+	if s.otherUsersSession(c) {
+		if s.opts.Auth.OtherUserSession != OtherUserReplace {
+			return c.refuseOtherUser()
+		}
+		fresh = true // never the other user's session
+	}
+	s.storeNewSession(c, fresh)
+	switch s.attach(c, cp, fresh) {
+	case attachOtherUser: // one came meanwhile
+		s.forgetNewSession(c)
+		return c.refuseOtherUser()
+	case attachNoRoom:
 		code := packets.ConnRefusedServerUnavailable
 		if c.version == packets.V5 {
 			code = packets.QuotaExceeded
@@ -102,6 +123,16 @@ func (c *conn) admit(cp *packets.Connect) error {
 	s.stats.connects.Add(1)
 	c.fields(c.srv.log.Debug()).Uint8("version", byte(c.version)).Bool("clean", cp.CleanStart).Uint16("keepalive", cp.KeepAlive).Msg("client connected")
 	return nil
+}
+
+// refuseOtherUser refuses a client whose client id names another user's
+// session (auth.other_user_session: refuse).
+func (c *conn) refuseOtherUser() error {
+	err := fmt.Errorf("client id %q belongs to another user's session (auth.other_user_session: refuse): %w",
+		c.info.ClientID, auth.ErrNotAuthorized)
+	c.srv.loginFailed(c.info, err)
+	c.refuse(authCode(c.version, auth.ErrNotAuthorized))
+	return closing(CloseAuthFailed, err)
 }
 
 // refuseConnect answers a CONNECT the codec rejected in the form the
@@ -178,6 +209,13 @@ func (c *conn) checkConnect(cp *packets.Connect) (packets.ReasonCode, error) {
 			code = packets.ClientIDNotValid
 		}
 		return code, fmt.Errorf("client id of %d bytes exceeds the limit of %d", len(cp.ClientID), lim.MaxClientIDLength)
+	}
+	if len(cp.Username) > lim.MaxUsernameLength {
+		code := packets.ConnRefusedBadCredentials
+		if v5 {
+			code = packets.BadUsernameOrPassword
+		}
+		return code, fmt.Errorf("username of %d bytes exceeds limits.max_username_length, %d", len(cp.Username), lim.MaxUsernameLength)
 	}
 	if v5 && cp.Properties.Has(packets.PropAuthMethod) && c.srv.methods[cp.Properties.AuthMethod] == nil {
 		// [MQTT-4.12.0-1]

@@ -68,6 +68,14 @@ type ListenerConfig struct {
 	// MaxConnections bounds this listener's open connections (0: only
 	// limits.max_connections applies).
 	MaxConnections int `yaml:"max_connections"`
+
+	// Auth overrides the broker's auth settings for this listener, key by
+	// key: a password file, an ACL file or allow_anonymous of its own.
+	Auth *AuthConfig `yaml:"auth"`
+	// UseIdentityAsUsername makes the common name of the client's
+	// certificate its username, in place of the CONNECT's, on a tls or
+	// wss listener with require_client_cert; no password is asked for.
+	UseIdentityAsUsername bool `yaml:"use_identity_as_username"`
 }
 
 // DefaultWebSocketAddress is where the command listens for MQTT over
@@ -245,7 +253,10 @@ func (s *Server) Listen() error {
 		l, err := listeners.Listen(cfg)
 		if err == nil {
 			name := fmt.Sprintf("%s:%s", cfg.Type, l.Addr())
-			if err = s.AddListener(name, l); err != nil {
+			s.mu.Lock()
+			err = s.addListenerLocked(name, l, &s.opts.Listeners[i])
+			s.mu.Unlock()
+			if err != nil {
 				l.Close()
 			}
 		}
@@ -256,15 +267,22 @@ func (s *Server) Listen() error {
 	return nil
 }
 
-// Reload reads again what listeners read from files (the certificates of
-// tls and wss listeners): new connections use the new files, open ones
-// are not touched. A listener whose files do not load keeps its old ones;
-// the error says which and why.
+// Reload reads again what the broker read from files: the password and
+// ACL files (Options.Auth), and the certificates of tls and wss listeners.
+// New connections use the new files; open ones keep their TLS session,
+// but every subscription is asked about again under the new rules and
+// taken away if they no longer grant it, and messages already queued are
+// delivered only if the client may still read them. A file that does not
+// load leaves its old contents in force (never allowing all instead); the
+// error says which and why.
 func (s *Server) Reload() error {
 	s.mu.Lock()
 	lns := append([]*listener(nil), s.listeners...)
 	s.mu.Unlock()
-	var errs []error
+	errs := []error{s.reloadAuth()}
+	if n := s.recheckSubscriptions(); n > 0 {
+		s.log.Info().Int("subscriptions", n).Msg("subscriptions revoked: the reloaded rules no longer grant them")
+	}
 	for _, ln := range lns {
 		if r, ok := ln.l.(interface{ Reload() error }); ok {
 			if err := r.Reload(); err != nil {

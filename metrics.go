@@ -73,6 +73,12 @@ func newCollector(st *stats, queue *session.QueueBudget) *collector {
 	counter("publish_denied_total", "PUBLISHes refused: by the Authorizer, or to $SYS.", func(s *stats) uint64 { return s.publishDenied.Load() })
 	counter("subscribe_denied_total", "Subscriptions the Authorizer refused.",
 		func(s *stats) uint64 { return s.subscribeDenied.Load() })
+	counter("auth_failures_total", "Logins refused: a bad password, an unknown user, an anonymous client where none is allowed.",
+		func(s *stats) uint64 { return s.authFailures.Load() })
+	counter("deliveries_denied_total", "Messages not delivered to a client the Authorizer does not let read their topic.",
+		func(s *stats) uint64 { return s.readDenied.Load() })
+	counter("subscriptions_revoked_total", "Subscriptions taken away because reloaded auth rules no longer grant them.",
+		func(s *stats) uint64 { return s.subsRevoked.Load() })
 	gauge("wills_delayed", "Wills waiting for their Will Delay Interval.", func(s *stats) int64 { return s.willsDelayed.Load() })
 	counter("wills_published_total", "Will messages published.", func(s *stats) uint64 { return s.willsPublished.Load() })
 	counter("subscriptions_refused_total", "Subscriptions refused: the client held limits.max_subscriptions_per_client.",

@@ -54,10 +54,16 @@ type Options struct {
 	// Registerer receives the broker's Prometheus collectors; nil means
 	// none are registered (they are still counted).
 	Registerer prometheus.Registerer `yaml:"-"`
-	// Authenticator decides on each CONNECT; nil allows everyone.
+	// Auth says who may connect (password file, anonymous clients) and
+	// what they may do (ACL file).
+	Auth Auth `yaml:"auth"`
+
+	// Authenticator decides on each CONNECT instead of Auth's password
+	// file and anonymous rules, for programs with their own accounts.
 	Authenticator auth.Authenticator `yaml:"-"`
-	// Authorizer decides on each publish, subscription and will; nil
-	// allows all.
+	// Authorizer decides on each publish, subscription, will and delivered
+	// message instead of Auth's ACL file; nil (and no ACL file) allows
+	// every topic but $SYS/.
 	Authorizer auth.Authorizer `yaml:"-"`
 	// AuthMethods are the enhanced authentication methods (MQTT 5.0 AUTH)
 	// offered, by name; a client naming one authenticates through it
@@ -103,6 +109,11 @@ type Limits struct {
 	MaxPacketSize int `yaml:"max_packet_size"`
 	// MaxClientIDLength caps client identifiers, in bytes.
 	MaxClientIDLength int `yaml:"max_client_id_length"`
+	// MaxUsernameLength caps usernames, in bytes: a session keeps its
+	// owner's username while offline, and each session is budgeted a few
+	// KB (see DeriveFromMemory). A longer one is refused (5.0 CONNACK
+	// 0x86, 3.1.1 4).
+	MaxUsernameLength int `yaml:"max_username_length"`
 	// ConnectTimeout is how long a new connection has to send CONNECT.
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
 	// MaxKeepAlive is the largest keepalive, in seconds, a 5.0 client is
@@ -200,6 +211,7 @@ const (
 	DefaultAddress           = "127.0.0.1:1883"
 	DefaultMaxPacketSize     = 1 << 20
 	DefaultMaxClientIDLength = 256
+	DefaultMaxUsernameLength = 1024
 	DefaultConnectTimeout    = 10 * time.Second
 	// DefaultMaxKeepAlive is the longest keepalive a 5.0 client is given
 	// when limits.max_keepalive is 0: a device that lost power holds its
@@ -249,6 +261,7 @@ func (o Options) WithDefaults() Options {
 	d := DeriveFromMemory(l.MaxMemory)
 	setDefault(&l.MaxPacketSize, DefaultMaxPacketSize)
 	setDefault(&l.MaxClientIDLength, DefaultMaxClientIDLength)
+	setDefault(&l.MaxUsernameLength, DefaultMaxUsernameLength)
 	setDefault(&l.ConnectTimeout, DefaultConnectTimeout)
 	setDefault(&l.WriteTimeout, DefaultWriteTimeout)
 	setDefault(&l.MaxOutboxBytes, DefaultMaxOutboxBytes)
@@ -271,12 +284,6 @@ func (o Options) WithDefaults() Options {
 	setDefault(&l.MaxSessionExpiry, DefaultMaxSessionExpiry)
 	setDefault(&l.PersistentSessionExpiry, DefaultPersistentSessionExpiry)
 	setDefault(&l.MaxRetainedBytes, d.MaxRetainedBytes)
-	if o.Authenticator == nil {
-		o.Authenticator = auth.AllowAll{}
-	}
-	if o.Authorizer == nil {
-		o.Authorizer = auth.AllowAll{}
-	}
 	return o
 }
 
@@ -299,12 +306,14 @@ func (o Options) Validate() error {
 	if _, ok := parseDurability(o.Durability); !ok {
 		bad("durability", "unknown mode %q (want sync, interval or none)", o.Durability)
 	}
+	o.validateAuth(bad)
 	l := o.Limits
 	for _, f := range []struct {
 		key string
 		v   int
 	}{
 		{"limits.max_client_id_length", l.MaxClientIDLength},
+		{"limits.max_username_length", l.MaxUsernameLength},
 		{"limits.max_outbox_bytes", l.MaxOutboxBytes},
 		{"limits.max_queued", l.MaxQueued},
 		{"limits.max_awaiting_rel", l.MaxAwaitingRel},

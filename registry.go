@@ -2,8 +2,10 @@ package mqttd
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"mqttd/auth"
 	"mqttd/packets"
 	"mqttd/persistence"
 	"mqttd/session"
@@ -42,6 +44,19 @@ type client struct {
 	// handler is set for an inline subscriber (Server.Subscribe), which
 	// has no session or connection.
 	handler Handler
+	// who is the client as the Authorizer knows it: a copy of the info of
+	// its latest connection (or, restored, its client id and username),
+	// asked about each message delivered to it, online or not. The
+	// username is the session's owner's: it never changes.
+	who atomic.Pointer[auth.ClientInfo]
+}
+
+// owner is the username the session belongs to.
+func (cl *client) owner() string {
+	if who := cl.who.Load(); who != nil {
+		return who.Username
+	}
+	return ""
 }
 
 // attach binds the connection to its session in one step under the
@@ -49,17 +64,26 @@ type client struct {
 // taken over and closed [MQTT-3.1.4-2], and its later cleanup sees it no
 // longer owns the session. The CONNACK is queued before the connection
 // becomes visible to publishers, so it is the first packet on the wire.
-// It reports false, changing nothing, when a new session is needed and
-// the broker already holds limits.max_sessions.
-func (s *Server) attach(c *conn, cp *packets.Connect) bool {
+// clean is the CONNECT's Clean Start, or true when it must not resume
+// another user's session. It changes nothing and reports attachNoRoom
+// when a new session is needed and the broker already holds
+// limits.max_sessions, or attachOtherUser when the session is another
+// user's and other_user_session is refuse.
+func (s *Server) attach(c *conn, cp *packets.Connect, clean bool) attachResult {
 	id := c.info.ClientID
-	clean := cp.CleanStart
 	persistent := c.expiry > 0
 	s.mu.Lock()
 	old := s.clients[id]
+	if old != nil && old.owner() != c.info.Username {
+		if s.opts.Auth.OtherUserSession != OtherUserReplace {
+			s.mu.Unlock()
+			return attachOtherUser
+		}
+		clean = true
+	}
 	if old == nil && len(s.clients) >= s.opts.Limits.MaxSessions {
 		s.mu.Unlock()
-		return false
+		return attachNoRoom
 	}
 	var oldConn *conn
 	if old != nil {
@@ -90,6 +114,8 @@ func (s *Server) attach(c *conn, cp *packets.Connect) bool {
 		resumedWill = s.takeWillLocked(old) != nil
 	}
 	s.stats.sessionsOnline.Add(1)
+	who := c.info
+	cl.who.Store(&who)
 	cl.mu.Lock()
 	if at := cl.sess.ExpireAt(); at != 0 {
 		s.expiry.cancel(cl, at) // back in time
@@ -117,7 +143,25 @@ func (s *Server) attach(c *conn, cp *packets.Connect) bool {
 		}()
 	}
 	c.pump()
-	return true
+	return attachOK
+}
+
+// attachResult is what attach did.
+type attachResult uint8
+
+const (
+	attachOK        attachResult = iota
+	attachNoRoom                 // a new session was needed: limits.max_sessions
+	attachOtherUser              // the session is another user's
+)
+
+// otherUsersSession reports whether c's client id names a session another
+// username owns.
+func (s *Server) otherUsersSession(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.clients[c.info.ClientID]
+	return old != nil && old.owner() != c.info.Username
 }
 
 // detach releases the session when its connection ends, unless another
@@ -239,6 +283,14 @@ func (c *conn) pumpFrom(from, owner *conn) {
 		o, ok := cl.sess.NextFit(now, &c.srv.queueBudget, fit, expired)
 		if !ok {
 			return
+		}
+		// Rules reloaded since it was queued, or since the client last
+		// connected, may deny it now: it is completed unsent.
+		if c.srv.readCheck && !o.Released && !c.srv.mayRead(cl, o.Msg, o.QoS, o.Retain) {
+			if o.QoS > 0 {
+				c.srv.discardLocked(cl, o.PacketID, owner)
+			}
+			continue
 		}
 		// Frames for this connection wait for its own flush; another
 		// connection's writer is woken.

@@ -3,6 +3,7 @@ package mqttd
 import (
 	"time"
 
+	"mqttd/auth"
 	"mqttd/persistence"
 	"mqttd/session"
 )
@@ -71,6 +72,7 @@ func (s *Server) restore() error {
 			continue
 		}
 		cl := &client{id: id, sess: session.New(id, s.sessLim), stored: true}
+		cl.who.Store(&auth.ClientInfo{ClientID: id, Username: ss.Session.Username, ProtocolVersion: ss.Session.Version})
 		cl.sess.SetExpireAt(at)
 		for _, sub := range ss.Subscriptions {
 			isNew, err := s.subs.Subscribe(sub.Filter, cl, subOptsOf(sub))

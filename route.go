@@ -6,6 +6,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"mqttd/auth"
 	"mqttd/packets"
 	"mqttd/persistence"
 	"mqttd/session"
@@ -117,6 +118,9 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 		}
 		return
 	}
+	if s.readCheck && !s.mayRead(cl, m, qos, retain) {
+		return
+	}
 	if qos == 0 && len(subIDs) == 0 && s.deliverQoS0(cl, retain, enc) {
 		return
 	}
@@ -124,6 +128,19 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 		full.Msg("message dropped: the session queue is full (limits.max_queued, limits.max_queued_bytes) or all queues are " +
 			"(limits.max_queued_bytes_total); logged at most every 10 s, mqttd_messages_dropped_total{reason=queue_full} counts them all")
 	}
+}
+
+// mayRead asks the Authorizer whether cl may receive m (auth.Read):
+// whatever filter granted the subscription, and whether the message is
+// routed now, retained, queued or resent, a topic the client may not read
+// is not delivered. A denial is counted.
+func (s *Server) mayRead(cl *client, m *session.Message, qos byte, retain bool) bool {
+	who := cl.who.Load()
+	if who == nil || s.authz.Authorize(*who, auth.Request{Action: auth.Read, Topic: m.Topic, QoS: qos, Retain: retain}) {
+		return true
+	}
+	s.stats.readDenied.Add(1)
+	return false
 }
 
 // deliverLocked is deliver through the session, under the client's lock,

@@ -50,6 +50,7 @@ type Server struct {
 	conns     map[*conn]struct{}
 	perAddr   map[netip.Addr]int // open connections by source address (admit.go)
 	listeners []*listener
+	gates     map[string]*gate // how each listener lets clients in, by name (authconfig.go)
 	serving   bool
 	accepting int        // accept loops running
 	failed    chan error // the last listener failed
@@ -65,6 +66,14 @@ type Server struct {
 
 	authsMu sync.Mutex
 	auths   map[*conn]*authState // connections that authenticate through an AuthMethod (enhanced.go)
+
+	// authz decides what clients may do: Options.Authorizer, the ACL
+	// files, or AllowAll. readCheck says it is not AllowAll, so each
+	// delivery asks it too (auth.Read).
+	authz     auth.Authorizer
+	readCheck bool
+	authFiles *authFiles
+	loginLog  burstLimit
 
 	stats        stats
 	queueBudget  session.QueueBudget // the bytes of all session queues
@@ -123,6 +132,7 @@ func New(opts Options) (*Server, error) {
 		auths:   make(map[*conn]*authState),
 		wills:   make(map[*client]*delayedWill),
 		conns:   make(map[*conn]struct{}),
+		gates:   make(map[string]*gate),
 		perAddr: make(map[netip.Addr]int),
 		done:    make(chan struct{}),
 		failed:  make(chan error, 1),
@@ -130,6 +140,9 @@ func New(opts Options) (*Server, error) {
 	s.decode.MaxUserProperties = o.Limits.MaxUserProperties + 1
 	for _, m := range o.AuthMethods {
 		s.methods[m.Name()] = m
+	}
+	if err := s.loadAuthFiles(); err != nil {
+		return nil, err
 	}
 	s.queueBudget.Max = o.Limits.MaxQueuedBytesTotal
 	s.outboxWait.max, s.outboxWait.total = o.Limits.MaxOutboxBytesTotal, &s.stats.outboxBytes
@@ -170,16 +183,27 @@ func (s *Server) closeStore() {
 	}
 }
 
-// AddListener adds an open listener under a name used in logs. It may be
-// called before or while Serve runs; the Server closes l on Shutdown.
+// AddListener adds an open listener under a name used in logs and in
+// auth.ClientInfo.Listener. It may be called before or while Serve runs;
+// the Server closes l on Shutdown. Options.Auth applies to it; unless
+// auth.allow_anonymous says otherwise, clients without a username are let
+// in only when l is on a loopback address, a unix socket or in-process,
+// and no password file is set.
 func (s *Server) AddListener(name string, l net.Listener) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.addListenerLocked(name, l, nil)
+}
+
+// addListenerLocked is AddListener for a listener opened from lc (nil for
+// one the program opened). The caller holds s.mu.
+func (s *Server) addListenerLocked(name string, l net.Listener, lc *ListenerConfig) error {
 	if s.closing.Load() {
 		return ErrServerClosed
 	}
 	ln := &listener{name: name, l: l}
 	s.listeners = append(s.listeners, ln)
+	s.openGateLocked(name, l.Addr(), lc)
 	if s.serving {
 		s.startAcceptLocked(ln)
 	}

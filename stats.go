@@ -35,6 +35,12 @@ type stats struct {
 	connectsRefused atomic.Uint64
 	publishDenied   atomic.Uint64
 	subscribeDenied atomic.Uint64
+	// authFailures counts refused logins; readDenied, messages not
+	// delivered to a client the Authorizer did not let read their topic;
+	// subsRevoked, subscriptions a reload's rules took away.
+	authFailures    atomic.Uint64
+	readDenied      atomic.Uint64
+	subsRevoked     atomic.Uint64
 	willsPublished  atomic.Uint64
 	retainedRefused atomic.Uint64 // retained messages the store had no room for
 	// subscriptions that matched more retained messages than were sent
@@ -139,7 +145,12 @@ type Stats struct {
 	ConnectsRefused  uint64 // CONNECTs refused with a CONNACK error code
 	PublishDenied    uint64 // PUBLISHes refused: by the Authorizer, or to $SYS
 	SubscribeDenied  uint64 // subscriptions the Authorizer refused
-	WillsPublished   uint64
+	AuthFailures     uint64 // logins refused: bad password, unknown user, anonymous where not allowed
+	ReadDenied       uint64 // deliveries the Authorizer refused (auth.Read)
+	// SubscriptionsRevoked counts subscriptions taken away because
+	// reloaded rules no longer grant them.
+	SubscriptionsRevoked uint64
+	WillsPublished       uint64
 	// WillsDelayed is the wills waiting for their Will Delay Interval.
 	WillsDelayed    int64
 	RetainedRefused uint64 // retained messages the store had no room for
@@ -200,6 +211,9 @@ func (s *Server) Stats() Stats {
 		ConnectsRefused:       st.connectsRefused.Load(),
 		PublishDenied:         st.publishDenied.Load(),
 		SubscribeDenied:       st.subscribeDenied.Load(),
+		AuthFailures:          st.authFailures.Load(),
+		ReadDenied:            st.readDenied.Load(),
+		SubscriptionsRevoked:  st.subsRevoked.Load(),
 		WillsPublished:        st.willsPublished.Load(),
 		WillsDelayed:          st.willsDelayed.Load(),
 		RetainedRefused:       st.retainedRefused.Load(),

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/rs/zerolog"
@@ -73,6 +74,8 @@ type cliFlags struct {
 	version     bool
 	// The keys of the tls:// and wss:// listeners given with --listen.
 	tlsCert, tlsKey, tlsClientCA string
+	// auth, over the config's auth block.
+	passwordFile, aclFile, allowAnonymous string
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cliFlags, error) {
@@ -84,6 +87,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cl
 	fs.StringVar(&f.tlsCert, "tls-cert", getenv("MQTTD_TLS_CERT"), "certificate `file` (PEM) of the tls:// and wss:// listeners of --listen (env MQTTD_TLS_CERT)")
 	fs.StringVar(&f.tlsKey, "tls-key", getenv("MQTTD_TLS_KEY"), "private key `file` (PEM) of the tls:// and wss:// listeners of --listen (env MQTTD_TLS_KEY)")
 	fs.StringVar(&f.tlsClientCA, "tls-client-ca", getenv("MQTTD_TLS_CLIENT_CA"), "CA `file` (PEM): the tls:// and wss:// listeners of --listen then require client certificates it signed (mutual TLS; env MQTTD_TLS_CLIENT_CA)")
+	fs.StringVar(&f.passwordFile, "password-file", getenv("MQTTD_PASSWORD_FILE"), "password `file` (mosquitto_passwd's format; see mqttd passwd): clients with a username must give its password (env MQTTD_PASSWORD_FILE)")
+	fs.StringVar(&f.aclFile, "acl-file", getenv("MQTTD_ACL_FILE"), "ACL `file` in Mosquitto's acl_file syntax: what each user may publish and read (env MQTTD_ACL_FILE)")
+	fs.StringVar(&f.allowAnonymous, "allow-anonymous", getenv("MQTTD_ALLOW_ANONYMOUS"), "true or false: let clients without a username in (default: only on loopback listeners without a password file; env MQTTD_ALLOW_ANONYMOUS)")
 	fs.StringVar(&f.dataDir, "data-dir", getenv("MQTTD_DATA_DIR"), "`directory` for durable state (default ./data; env MQTTD_DATA_DIR)")
 	fs.StringVar(&f.logLevel, "log-level", getenv("MQTTD_LOG_LEVEL"), "trace, debug, info, warn or error (default info; env MQTTD_LOG_LEVEL)")
 	fs.StringVar(&f.logFormat, "log-format", getenv("MQTTD_LOG_FORMAT"), "console or json (default console; env MQTTD_LOG_FORMAT)")
@@ -134,6 +140,15 @@ func loadConfig(f cliFlags) (config, error) {
 		}
 	}
 	setIf(&cfg.DataDir, f.dataDir)
+	setIf(&cfg.Auth.PasswordFile, f.passwordFile)
+	setIf(&cfg.Auth.ACLFile, f.aclFile)
+	if f.allowAnonymous != "" {
+		allow, err := strconv.ParseBool(f.allowAnonymous)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--allow-anonymous: want true or false, got %q", f.allowAnonymous))
+		}
+		cfg.Auth.AllowAnonymous = &allow
+	}
 	setIf(&cfg.Log.Level, f.logLevel)
 	setIf(&cfg.Log.Format, f.logFormat)
 	setIf(&cfg.Metrics.Address, f.metricsAddr)

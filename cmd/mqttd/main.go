@@ -156,7 +156,9 @@ func banner(w io.Writer, srv *mqttd.Server, cfg config) {
 	}
 	fmt.Fprintf(w, "  state in %s (durability %s)\n", filepath.Join(cfg.DataDir, mqttd.StoreFile), durability)
 	if local {
-		fmt.Fprintln(w, "  Only this machine can connect. To accept others: mqttd --listen 0.0.0.0:1883 (or listeners: in a --config file).")
+		fmt.Fprintln(w, "  Only this machine can connect. To accept others with passwords:")
+		fmt.Fprintln(w, "    mqttd passwd -c passwords USER && mqttd --listen 0.0.0.0:1883 --password-file passwords")
+		fmt.Fprintln(w, "  (or, on a network you trust, --allow-anonymous true; every setting also goes in a --config file).")
 	}
 }
 
