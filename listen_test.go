@@ -242,3 +242,81 @@ func TestFailedHandshakeCounted(t *testing.T) {
 	rc.write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
 	waitFor(t, "the failed handshake to be counted", func() bool { return srv.Stats().Rejected["handshake_failed"] == 1 })
 }
+
+// clientCA writes a CA certificate for client certificates to a file,
+// and returns it with a function issuing certificates named cn.
+func clientCA(t *testing.T) (caFile string, issue func(cn string) tls.Certificate) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test client CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile = filepath.Join(t.TempDir(), "client-ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	serial := int64(1)
+	return caFile, func(cn string) tls.Certificate {
+		t.Helper()
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		serial++
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	}
+}
+
+// TestUseIdentityAsUsername checks a mutual-TLS listener with
+// use_identity_as_username: the client certificate's common name is the
+// username the ACL sees, whatever username the CONNECT gives, and no
+// password is asked for.
+func TestUseIdentityAsUsername(t *testing.T) {
+	cert, key := writeServerCert(t)
+	caFile, issue := clientCA(t)
+	aclFile := writeFile(t, t.TempDir(), "acl", "user admin\ntopic readwrite #\n\npattern readwrite devices/%u/#\n")
+	srv := listenAll(t, mqttd.Options{Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{ACLFile: aclFile}},
+		Listeners: []mqttd.ListenerConfig{{Type: "tls", Address: "127.0.0.1:0", CertFile: cert, KeyFile: key,
+			ClientCAFile: caFile, RequireClientCert: true, UseIdentityAsUsername: true}}})
+	pemBytes, err := os.ReadFile(cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pemBytes)
+	nc, err := tls.Dial("tcp", srv.Addrs()[0].String(), &tls.Config{RootCAs: pool,
+		Certificates: []tls.Certificate{issue("sensor-7")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	rc := &rawConn{t: t, nc: nc, br: bufio.NewReader(nc), v: packets.V5}
+	rc.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: "s7", CleanStart: true,
+		UsernameFlag: true, Username: "admin"})
+	if ack, ok := rc.read().(*packets.Connack); !ok || ack.ReasonCode != 0 {
+		t.Fatalf("CONNACK %+v", ack)
+	}
+	codes := subscribe(rc, packets.Subscription{Filter: "devices/sensor-7/#"}, packets.Subscription{Filter: "#"},
+		packets.Subscription{Filter: "devices/admin/#"})
+	if codes[0] != 0 || codes[1] != packets.NotAuthorized || codes[2] != packets.NotAuthorized {
+		t.Errorf("SUBACK %v, want [0 0x87 0x87]: the certificate, not the CONNECT, names the client", codes)
+	}
+}
