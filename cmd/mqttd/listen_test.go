@@ -14,13 +14,17 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
+
 	"mqttd"
+	"mqttd/auth/passwd"
 )
 
 func TestListenForms(t *testing.T) {
@@ -130,7 +134,68 @@ func TestSIGHUPReloadsCertificates(t *testing.T) {
 	waitOutput(t, &out, "kept the previous certificates")
 	writeSelfSigned(t, cert, key, "second")
 	stop <- syscall.SIGHUP
-	waitOutput(t, &out, "reloaded the listeners' certificates")
+	waitOutput(t, &out, "and the listeners' certificates on SIGHUP")
+	stop <- syscall.SIGTERM
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("exit code %d:\n%s", c, out.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("mqttd did not stop within 15 s of SIGTERM")
+	}
+}
+
+// TestSIGHUPReloadsAuth runs the command with a password file given in
+// its config and adds a user on SIGHUP: refused before, let in after. A
+// password file broken meanwhile keeps the users it had.
+func TestSIGHUPReloadsAuth(t *testing.T) {
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "passwords")
+	if err := passwd.Set(pw, "alice", []byte("a-secret"), true); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "mqttd.yaml")
+	os.WriteFile(cfg, []byte("listeners:\n  - address: 127.0.0.1:0\nauth:\n  password_file: "+pw+"\n"), 0o600)
+	stop := make(chan os.Signal, 1)
+	var out syncBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run([]string{"--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--log-format", "json"},
+			noEnv, io.Discard, &out, stop)
+	}()
+	waitOutput(t, &out, "MQTT listening on")
+	waitOutput(t, &out, "listener open to users of "+pw+" only")
+	addr := regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+)`).FindStringSubmatch(out.String())[1]
+	login := func(user, password string) error {
+		c := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("c-" + user).
+			SetUsername(user).SetPassword(password).SetAutoReconnect(false).SetConnectRetry(false))
+		tok := c.Connect()
+		if !tok.WaitTimeout(10 * time.Second) {
+			t.Fatal("connect timed out")
+		}
+		if tok.Error() == nil {
+			c.Disconnect(10)
+		}
+		return tok.Error()
+	}
+	if err := login("bob", "b-secret"); err == nil {
+		t.Fatal("bob let in before he was added")
+	}
+	if err := passwd.Set(pw, "bob", []byte("b-secret"), false); err != nil {
+		t.Fatal(err)
+	}
+	stop <- syscall.SIGHUP
+	waitOutput(t, &out, "reloaded the password and ACL files")
+	if err := login("bob", "b-secret"); err != nil {
+		t.Fatalf("bob after SIGHUP: %v", err)
+	}
+	os.WriteFile(pw, []byte("no colon here\n"), 0o600)
+	stop <- syscall.SIGHUP
+	waitOutput(t, &out, "password file kept as it was")
+	if err := login("alice", "a-secret"); err != nil {
+		t.Fatalf("alice after a broken reload: %v", err)
+	}
 	stop <- syscall.SIGTERM
 	select {
 	case c := <-code:

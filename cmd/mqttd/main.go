@@ -114,7 +114,7 @@ func wait(srv *mqttd.Server, stop <-chan os.Signal, served <-chan error, log zer
 				if err := srv.Reload(); err != nil {
 					log.Error().Err(err).Msg("reload on SIGHUP failed")
 				} else {
-					log.Info().Msg("reloaded the listeners' certificates on SIGHUP")
+					log.Info().Msg("reloaded the password and ACL files and the listeners' certificates on SIGHUP")
 				}
 				continue
 			}
