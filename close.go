@@ -63,7 +63,8 @@ func (r CloseReason) String() string {
 	return "unknown"
 }
 
-// quiet reports whether a close is routine, logged at debug level only.
+// quiet reports whether a close is routine: logged at debug level only
+// for a connection that never completed CONNECT.
 func (r CloseReason) quiet() bool {
 	switch r {
 	case CloseClientDisconnect, CloseClientClosed, CloseTakenOver, CloseShutdown:

@@ -139,11 +139,20 @@ func (c *conn) closeWith(err error) {
 	c.closeOnce.Do(func() {
 		reason := reasonOf(err)
 		c.srv.stats.disconnects[reason].Add(1)
+		// A client that connected gets one line at info whatever the
+		// reason; a connection that never did (a port scan, a health
+		// check) only when something went wrong. Shutdown logs once for
+		// all of them.
+		connected := c.connected.Load()
 		ev := c.srv.log.Info()
-		if reason.quiet() {
+		if reason == CloseShutdown || !connected && reason.quiet() {
 			ev = c.srv.log.Debug()
 		}
-		c.fields(ev).Stringer("reason", reason).Str("detail", err.Error()).Msg("connection closed")
+		msg := "connection closed"
+		if connected {
+			msg = "client disconnected"
+		}
+		c.fields(ev).Stringer("reason", reason).Str("detail", err.Error()).Msg(msg)
 		c.out.close(&c.srv.stats.outboxBytes)
 		c.closeSocket()
 		if c.srv.outboxWait.n.Load() > 0 {

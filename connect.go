@@ -121,7 +121,8 @@ func (c *conn) admit(cp *packets.Connect) error {
 	c.connected.Store(true)
 	c.startKeepAlive()
 	s.stats.connects.Add(1)
-	c.fields(c.srv.log.Debug()).Uint8("version", byte(c.version)).Bool("clean", cp.CleanStart).Uint16("keepalive", cp.KeepAlive).Msg("client connected")
+	c.fields(c.srv.log.Info()).Str("username", c.info.Username).Uint8("version", byte(c.version)).Bool("clean", cp.CleanStart).
+		Uint32("session_expiry", c.expiry).Uint16("keepalive", cp.KeepAlive).Msg("client connected")
 	return nil
 }
 

@@ -133,6 +133,8 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool) attachResult {
 	s.unsubscribeAll(old, dropped)
 	s.publishWill(endedWill)
 	if oldConn != nil {
+		s.log.Info().Str("client_id", id).Str("remote", c.info.Remote.String()).Str("old_remote", oldConn.info.Remote.String()).
+			Bool("session_kept", present).Msg("session taken over by a new connection")
 		// On its own goroutine: telling a 5.0 client may wait for its
 		// outbox to drain, and the new client's CONNACK must not wait.
 		s.writers.Add(1)

@@ -360,6 +360,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
+	s.log.Info().Int("connections", len(conns)).Msg("shutting down: closing every connection")
 	// In parallel: each may wait up to a second for a 5.0 client's
 	// DISCONNECT to drain.
 	for _, c := range conns {
