@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/rs/zerolog"
-	"go.yaml.in/yaml/v3"
 
 	"mqttd"
 )
@@ -96,7 +94,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cl
 	fs.StringVar(&f.metricsAddr, "metrics", getenv("MQTTD_METRICS"), "HTTP `address` for /metrics, /healthz and /debug/pprof/ (default off; env MQTTD_METRICS)")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: mqttd [flags]\n       mqttd version\n       mqttd passwd [-c] [-b] [-D] FILE USER [PASSWORD]\n\nRuns the mqttd MQTT broker. With no flags it listens on %s (MQTT) and ws://%s/mqtt (MQTT over WebSocket) and keeps state in ./%s.\n\nFlags:\n",
+		fmt.Fprintf(stderr, "Usage: mqttd [flags]\n       mqttd version\n       mqttd passwd [-c] [-b] [-D] FILE USER [PASSWORD]\n       mqttd check-config FILE\n\nRuns the mqttd MQTT broker. With no flags it listens on %s (MQTT) and ws://%s/mqtt (MQTT over WebSocket) and keeps state in ./%s.\n\nFlags:\n",
 			mqttd.DefaultAddress, mqttd.DefaultWebSocketAddress, defaultDataDir)
 		fs.PrintDefaults()
 	}
@@ -124,10 +122,8 @@ func loadConfig(f cliFlags) (config, error) {
 		if err != nil {
 			return cfg, err
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-			return cfg, fmt.Errorf("%s: %w", f.config, err)
+		if err := decodeConfig(f.config, data, &cfg); err != nil {
+			return cfg, err
 		}
 	}
 	var errs []error
