@@ -73,7 +73,7 @@ func sourceAddr(a net.Addr) netip.Addr {
 // admitLocked counts a new connection from src, or says why it is
 // refused. The caller holds s.mu.
 func (s *Server) admitLocked(src netip.Addr) (rejectReason, bool) {
-	lim := s.opts.Limits
+	lim := s.limits()
 	if s.stats.memoryPressure.Load() {
 		return rejectMemoryPressure, false
 	}
@@ -110,8 +110,8 @@ func (s *Server) reject(nc net.Conn, r rejectReason, listener string) {
 		return
 	}
 	s.log.Warn().Stringer("reason", r).Str("remote", nc.RemoteAddr().String()).Str("listener", listener).
-		Int("max_connections", s.opts.Limits.MaxConnections).
-		Int("max_connections_per_address", s.opts.Limits.MaxConnectionsPerAddress).
+		Int("max_connections", s.limits().MaxConnections).
+		Int("max_connections_per_address", s.limits().MaxConnectionsPerAddress).
 		Int64("max_memory", s.opts.Limits.MaxMemory).
 		Msg("connection refused: limit reached (logged at most every 10 s; mqttd_connections_rejected_total counts them all)")
 }

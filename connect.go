@@ -110,7 +110,7 @@ func (c *conn) admit(cp *packets.Connect) error {
 		s.stats.sessionsRefused.Add(1) // before the CONNACK the client sees
 		c.refuse(code)
 		if !rateLimited(&s.sessionsWarned) {
-			c.fields(s.log.Warn()).Int("max_sessions", s.opts.Limits.MaxSessions).
+			c.fields(s.log.Warn()).Int("max_sessions", s.limits().MaxSessions).
 				Msg("new session refused: the broker holds its maximum (logged at most every 10 s; mqttd_sessions_refused_total counts them all)")
 		}
 		return closing(CloseConnectRefused, errors.New("no room for a new session: limits.max_sessions"))
@@ -189,7 +189,7 @@ func (c *conn) refuse(code packets.ReasonCode) {
 // when the client's version has none and the connection is closed
 // without an answer.
 func (c *conn) checkConnect(cp *packets.Connect) (packets.ReasonCode, error) {
-	lim := c.srv.opts.Limits
+	lim := c.srv.limits()
 	v5 := c.version == packets.V5
 	if cp.ClientID == "" {
 		if c.version == packets.V31 {
@@ -245,7 +245,7 @@ func (c *conn) checkConnect(cp *packets.Connect) (packets.ReasonCode, error) {
 // limits.max_session_expiry; for 3.1/3.1.1, limits.persistent_session_expiry
 // for clean session 0; 0 for a clean session.
 func (s *Server) sessionExpiry(v packets.Version, cp *packets.Connect) uint32 {
-	lim := s.opts.Limits
+	lim := s.limits()
 	if v == packets.V5 {
 		return min(cp.Properties.SessionExpiry, uint32(lim.MaxSessionExpiry/time.Second))
 	}
@@ -324,8 +324,8 @@ func (s *Server) connackProperties(c *conn, cp *packets.Connect) packets.Propert
 // maxKeepAlive is the longest keepalive, in seconds, a 5.0 client is
 // given: limits.max_keepalive, or DefaultMaxKeepAlive where it is 0.
 func (s *Server) maxKeepAlive() int {
-	if s.opts.Limits.MaxKeepAlive != 0 {
-		return s.opts.Limits.MaxKeepAlive
+	if s.limits().MaxKeepAlive != 0 {
+		return s.limits().MaxKeepAlive
 	}
 	return DefaultMaxKeepAlive
 }

@@ -335,7 +335,7 @@ func (c *conn) handleDisconnect(p *packets.Disconnect) error {
 			// by DISCONNECT (§3.14.2.2.2); the close is then abnormal.
 			return c.protocolError("§3.14.2.2.2", "DISCONNECT sets a Session Expiry Interval after CONNECT had none")
 		}
-		c.expiry = min(p.Properties.SessionExpiry, uint32(c.srv.opts.Limits.MaxSessionExpiry/time.Second))
+		c.expiry = min(p.Properties.SessionExpiry, uint32(c.srv.limits().MaxSessionExpiry/time.Second))
 		if c.expiry == 0 {
 			c.cl.mu.Lock()
 			if c.cl.conn == c { // not if a newer connection took the session over

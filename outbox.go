@@ -243,7 +243,7 @@ func (c *conn) runWriter() {
 // writeLoop is the connection's writer while it holds the outbox's writing
 // role: it writes everything pending, one write per batch, then refills
 // the outbox from the session queue, until nothing is left.
-func (c *conn) writeLoop() { c.writeWithin(c.srv.opts.Limits.WriteTimeout) }
+func (c *conn) writeLoop() { c.writeWithin(c.srv.limits().WriteTimeout) }
 
 // writeWithin is writeLoop with each write bounded by timeout.
 func (c *conn) writeWithin(timeout time.Duration) {

@@ -92,7 +92,7 @@ func (c *conn) serve() {
 		}
 	}()
 	c.bl = &blockingState{br: bufio.NewReaderSize(countingReader{c}, blockingReadBufSize)}
-	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.Limits.ConnectTimeout))
+	c.nc.SetReadDeadline(time.Now().Add(c.srv.limits().ConnectTimeout))
 	for {
 		if err := c.readOne(); err != nil {
 			c.flushAnswers()
@@ -148,7 +148,7 @@ func (c *conn) readBody(n int) ([]byte, error) {
 	}
 	framed := c.cl != nil
 	if framed {
-		deadline := time.Now().Add(s.opts.Limits.FrameTimeout)
+		deadline := time.Now().Add(s.limits().FrameTimeout)
 		if c.keepAlive > 0 {
 			slack := min(c.keepAlive/2, time.Second)
 			deadline = minTime(deadline, c.bl.deadlineSet.Add(c.keepAlive*3/2+slack))

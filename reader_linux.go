@@ -78,7 +78,7 @@ func (c *conn) startEvent(pl *poller) bool {
 	}
 	c.ev = ev
 	c.touch()
-	c.setIdleLimit(c.srv.opts.Limits.ConnectTimeout)
+	c.setIdleLimit(c.srv.limits().ConnectTimeout)
 	if err := pl.add(ev.fd, c); err != nil {
 		c.ev = nil
 		return false
@@ -286,7 +286,7 @@ func (c *conn) trackFrame(completed bool) {
 	c.framing.Store(partial)
 	limit := c.keepAlive * 3 / 2
 	if partial {
-		if frame := c.srv.opts.Limits.FrameTimeout; limit == 0 || frame < limit {
+		if frame := c.srv.limits().FrameTimeout; limit == 0 || frame < limit {
 			limit = frame
 		}
 	}

@@ -81,7 +81,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool) attachResult {
 		}
 		clean = true
 	}
-	if old == nil && len(s.clients) >= s.opts.Limits.MaxSessions {
+	if old == nil && len(s.clients) >= s.limits().MaxSessions {
 		s.mu.Unlock()
 		return attachNoRoom
 	}

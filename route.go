@@ -331,7 +331,7 @@ func (s *Server) retainRoom(m *session.Message) bool {
 	if s.stats.memoryPressure.Load() && (count > s.stats.retained.Load() || bytes > s.stats.retainedBytes.Load()) {
 		return false // nothing that grows the store under memory pressure
 	}
-	return count <= int64(s.opts.Limits.MaxRetained) && bytes <= s.opts.Limits.MaxRetainedBytes
+	return count <= int64(s.limits().MaxRetained) && bytes <= s.limits().MaxRetainedBytes
 }
 
 // refuseRetained counts a retained message the store had no room for.
@@ -339,7 +339,7 @@ func (s *Server) refuseRetained(m *session.Message) {
 	s.stats.retainedRefused.Add(1)
 	if !rateLimited(&s.retainWarned) {
 		s.log.Warn().Str("topic", m.Topic).Int("size", m.Size()).
-			Int("max_retained", s.opts.Limits.MaxRetained).Int64("max_retained_bytes", s.opts.Limits.MaxRetainedBytes).
+			Int("max_retained", s.limits().MaxRetained).Int64("max_retained_bytes", s.limits().MaxRetainedBytes).
 			Msg("retained message not kept: the retained store is full (logged at most every 10 s; mqttd_retained_refused_total counts them all)")
 	}
 }

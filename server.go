@@ -70,6 +70,11 @@ type Server struct {
 	// authz decides what clients may do: Options.Authorizer, the ACL
 	// files, or AllowAll. readCheck says it is not AllowAll, so each
 	// delivery asks it too (auth.Read).
+	// lim is the limits in force (reload.go): Options.Limits, changed by
+	// SetLimits for those read where they are used.
+	lim   atomic.Pointer[Limits]
+	limMu sync.Mutex // one SetLimits at a time
+
 	authz     auth.Authorizer
 	readCheck bool
 	authFiles *authFiles
@@ -137,6 +142,8 @@ func New(opts Options) (*Server, error) {
 		done:    make(chan struct{}),
 		failed:  make(chan error, 1),
 	}
+	lim := o.Limits
+	s.lim.Store(&lim)
 	s.decode.MaxUserProperties = o.Limits.MaxUserProperties + 1
 	for _, m := range o.AuthMethods {
 		s.methods[m.Name()] = m

@@ -71,7 +71,7 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 			codes[i] = c.refusal(packets.UnspecifiedError)
 			continue
 		}
-		if max := s.opts.Limits.MaxSubscriptionsPerClient; cl.sess.SubscriptionCount() >= max && !cl.sess.Subscribed(sub.Filter) {
+		if max := s.limits().MaxSubscriptionsPerClient; cl.sess.SubscriptionCount() >= max && !cl.sess.Subscribed(sub.Filter) {
 			cl.mu.Unlock()
 			codes[i] = c.refusal(packets.QuotaExceeded)
 			s.stats.subscriptionsRefused.Add(1)

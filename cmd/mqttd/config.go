@@ -201,13 +201,16 @@ func setIf(dst *string, v string) {
 	}
 }
 
-// newLogger builds the logger the config asks for, writing to w.
+// newLogger builds the logger the config asks for, writing to w. The
+// level is zerolog's global one, which a SIGHUP can change: the broker
+// keeps its own copy of the logger.
 func newLogger(lc logConfig, w io.Writer) zerolog.Logger {
 	level, _ := zerolog.ParseLevel(lc.Level)
+	zerolog.SetGlobalLevel(level)
 	if lc.Format == "console" {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !isTerminal(w)}
 	}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+	return zerolog.New(w).With().Timestamp().Logger()
 }
 
 func isTerminal(w io.Writer) bool {

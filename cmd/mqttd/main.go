@@ -89,7 +89,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 	banner(stderr, srv, cfg)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve() }()
-	serveErr := wait(srv, stop, served, log)
+	serveErr := wait(&reloader{srv: srv, flags: f, running: cfg, log: log}, stop, served)
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if metricsSrv != nil {
@@ -108,17 +108,14 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 }
 
 // wait runs until a signal other than SIGHUP arrives or Serve returns
-// (its error, then). SIGHUP reloads the listeners' certificates.
-func wait(srv *mqttd.Server, stop <-chan os.Signal, served <-chan error, log zerolog.Logger) error {
+// (its error, then). SIGHUP reloads what can change while running.
+func wait(r *reloader, stop <-chan os.Signal, served <-chan error) error {
+	log := r.log
 	for {
 		select {
 		case s := <-stop:
 			if s == syscall.SIGHUP {
-				if err := srv.Reload(); err != nil {
-					log.Error().Err(err).Msg("reload on SIGHUP failed")
-				} else {
-					log.Info().Msg("reloaded the password and ACL files and the listeners' certificates on SIGHUP")
-				}
+				r.reload()
 				continue
 			}
 			log.Info().Str("signal", s.String()).Msg("shutting down")
@@ -140,7 +137,7 @@ func banner(w io.Writer, srv *mqttd.Server, cfg config) {
 		how := "tcp"
 		if i < len(cfg.Listeners) { // Listen opened them in order
 			lc := cfg.Listeners[i]
-			how = lc.Type
+			how = cmp.Or(lc.Type, "tcp")
 			if lc.Type == "ws" || lc.Type == "wss" {
 				how = fmt.Sprintf("%s://%s%s", lc.Type, a, cmp.Or(lc.Path, "/mqtt"))
 			}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"syscall"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+)
+
+// TestSIGHUPReloadsConfig changes the config file of a running command
+// and sends SIGHUP: a limit read where it is used (max_connections) and
+// log.level apply at once; a limit built in at start (max_inflight) and a
+// listener are named as needing a restart; a file with a problem changes
+// nothing.
+func TestSIGHUPReloadsConfig(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "mqttd.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(cfg, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("listeners:\n  - address: 127.0.0.1:0\nlimits:\n  max_connections: 100\n")
+	stop := make(chan os.Signal, 1)
+	var out syncBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run([]string{"--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--log-format", "json"},
+			noEnv, io.Discard, &out, stop)
+	}()
+	waitOutput(t, &out, "MQTT listening on")
+	addr := regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+)`).FindStringSubmatch(out.String())[1]
+
+	write("listeners:\n  - address: 127.0.0.1:1\nlimits:\n  max_connections: 1\n  max_inflight: 5\nlog:\n  level: debug\n")
+	stop <- syscall.SIGHUP
+	waitOutput(t, &out, `"applied":["limits.max_connections","log.level"],"needs_restart":["limits.max_inflight","listeners"]`)
+
+	// One connection is now the most; a second is closed at once, which
+	// the debug level, now on, logs.
+	first := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("first").SetAutoReconnect(false))
+	if tok := first.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("first connection: %v", tok.Error())
+	}
+	defer first.Disconnect(10)
+	second, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	second.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := second.Read(make([]byte, 1)); err == nil {
+		t.Error("a connection past max_connections got bytes, want it closed")
+	}
+	waitOutput(t, &out, "max_connections")
+
+	write("limits:\n  max_connections: lots\n")
+	stop <- syscall.SIGHUP
+	waitOutput(t, &out, "config file not reloaded")
+
+	stop <- syscall.SIGTERM
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("exit code %d:\n%s", c, out.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("mqttd did not stop within 15 s of SIGTERM")
+	}
+}
