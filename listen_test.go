@@ -320,3 +320,28 @@ func TestUseIdentityAsUsername(t *testing.T) {
 		t.Errorf("SUBACK %v, want [0 0x87 0x87]: the certificate, not the CONNECT, names the client", codes)
 	}
 }
+
+// TestPerListenerAuth opens two listeners from Options, the second with
+// an auth block of its own: a password file there (which refuses
+// anonymous clients) and an ACL; the first keeps the broker's settings
+// (anonymous clients, every topic).
+func TestPerListenerAuth(t *testing.T) {
+	dir := t.TempDir()
+	pw := writePasswords(t, dir, "alice")
+	aclFile := writeFile(t, dir, "acl", "user alice\ntopic read sensors/#\n")
+	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{
+		{Address: "127.0.0.1:0"},
+		{Address: "127.0.0.1:0", Auth: &mqttd.AuthConfig{PasswordFile: pw, ACLFile: aclFile}},
+	}})
+	open, guarded := srv.Addrs()[0].String(), srv.Addrs()[1].String()
+	rc := connectAs(t, open, packets.V5, as("anon", "", ""))
+	if codes := subscribe(rc, packets.Subscription{Filter: "#"}); codes[0] != 0 {
+		t.Errorf("open listener: SUBACK %v", codes)
+	}
+	expectRefused(t, guarded, packets.V5, as("anon2", "", ""), packets.NotAuthorized)
+	alice := connectAs(t, guarded, packets.V5, as("alice", "alice", "pw-alice"))
+	if codes := subscribe(alice, packets.Subscription{Filter: "#"}, packets.Subscription{Filter: "sensors/#"}); codes[0] != packets.NotAuthorized || codes[1] != 0 {
+		t.Errorf("guarded listener: SUBACK %v, want [0x87 0]", codes)
+	}
+	expectNothing(rc)
+}
