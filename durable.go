@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -125,6 +126,7 @@ func (d *durable) add(b *persistence.Batch, owner *conn, covers bool) {
 		d.commit.Flush()
 		return
 	}
+	owner.holdAnswers()
 	if !covers {
 		d.track(owner, d.commit.Add(b, nil), false)
 		return
@@ -132,18 +134,30 @@ func (d *durable) add(b *persistence.Batch, owner *conn, covers bool) {
 	d.track(owner, d.commit.Add(b, owner), true)
 }
 
+// holdAnswers makes sure the reader's connection has its heldAnswers
+// before it adds a unit: once added, the unit may be voided (Voided) from
+// another goroutine, which reads it.
+func (c *conn) holdAnswers() {
+	if c.held == nil {
+		c.held = new(heldAnswers)
+	}
+}
+
 // track records a unit owner's reader added, for it to be committed at
 // the end of the read and, if it covers the next answer, for that answer
-// to wait for it.
+// to wait for it, unless it is voided first.
 func (d *durable) track(owner *conn, ticket uint64, covers bool) {
 	h := owner.held
-	if h == nil {
-		h = new(heldAnswers)
-		owner.held = h
-	}
 	h.added = ticket
 	if covers {
 		h.last = ticket
+		h.mu.Lock()
+		if i := slices.Index(h.early, ticket); i >= 0 {
+			h.early = slices.Delete(h.early, i, i+1)
+		} else {
+			h.pending = append(h.pending, ticket)
+		}
+		h.mu.Unlock()
 	}
 }
 
@@ -194,12 +208,13 @@ func (d *durable) deliveredLocked(cl *client, o session.Outbound, pm *persistenc
 		d.add(&b, owner, true)
 		return
 	}
-	t := d.commit.AddThen(&b, owner, then)
 	if owner == nil {
+		d.commit.AddThen(&b, nil, then)
 		d.commit.Flush()
 		return
 	}
-	d.track(owner, t, true)
+	owner.holdAnswers()
+	d.track(owner, d.commit.AddThen(&b, owner, then), true)
 }
 
 // stableThen is what lets a held QoS 2 entry of cl go once it is stored
@@ -269,6 +284,25 @@ type heldAnswers struct {
 	mu       sync.Mutex
 	queue    []heldAnswer
 	failures []storeFailure
+	// pending are the tickets of the covering units neither applied nor
+	// voided yet, in the order added; early are those voided before the
+	// reader tracked them.
+	pending []uint64
+	early   []uint64
+}
+
+// pendingIn reports whether a covering unit in (from, to] still waits.
+// The caller holds h.mu.
+func (h *heldAnswers) pendingIn(from, to uint64) bool {
+	for _, t := range h.pending {
+		if t > from && t <= to {
+			return true
+		}
+		if t > to {
+			break
+		}
+	}
+	return false
 }
 
 // heldAnswer is an answer that covers the units (from, to]; to is 0 for
@@ -302,9 +336,12 @@ func (c *conn) answer(p packets.Packet) {
 	}
 	h.mu.Lock()
 	switch {
-	case h.last > h.answered:
+	case h.last > h.answered && (len(h.queue) > 0 || h.pendingIn(h.answered, h.last)):
 		h.queue = append(h.queue, heldAnswer{p, h.answered, h.last})
 		h.answered = h.last
+	case h.last > h.answered: // its units were voided: nothing to wait for
+		h.answered = h.last
+		c.send(p)
 	case len(h.queue) > 0:
 		h.queue = append(h.queue, heldAnswer{p: p})
 	default:
@@ -350,12 +387,41 @@ func (c *conn) commitHeld(wait bool) {
 // anything else, and anything for 3.1.1, which has no way to say it,
 // closes the connection, unacknowledged.
 func (c *conn) releaseHeld(t uint64) {
+	c.releaseWith(t, func(h *heldAnswers) {
+		n := 0
+		for n < len(h.pending) && h.pending[n] <= t {
+			n++
+		}
+		h.pending = slices.Delete(h.pending, 0, n)
+	})
+}
+
+// Voided is told by the Committer when every operation of a unit this
+// connection's reader added was cancelled before a commit took it (the
+// subscribers acknowledged what it stored for them): the answers that
+// wait only for it are sent at once.
+func (c *conn) Voided(ticket uint64) {
+	c.releaseWith(0, func(h *heldAnswers) {
+		if i := slices.Index(h.pending, ticket); i >= 0 {
+			h.pending = slices.Delete(h.pending, i, i+1)
+		} else {
+			h.early = append(h.early, ticket)
+		}
+	})
+}
+
+// releaseWith updates the pending units (settle, under h.mu) and sends the
+// answers at the head of the queue that no longer wait for any; t is the
+// ticket up to which every unit is applied, whose failures are then
+// forgotten.
+func (c *conn) releaseWith(t uint64, settle func(h *heldAnswers)) {
 	h := c.held
 	var refusedQoS2 []uint16
 	var fatal error
 	h.mu.Lock()
+	settle(h)
 	n := 0
-	for n < len(h.queue) && h.queue[n].to <= t {
+	for n < len(h.queue) && (h.queue[n].to == 0 || !h.pendingIn(h.queue[n].from, h.queue[n].to)) {
 		e := h.queue[n]
 		n++
 		if err := h.failedIn(e.from, e.to); err != nil {

@@ -314,3 +314,53 @@ func TestQoS2CommittedWhole(t *testing.T) {
 	}
 	t.Logf("%d commits, %d split", len(rs.batches), split)
 }
+
+// TestAcknowledgedBeforeCommitNeedsNoCommit: while one commit is held, a
+// QoS 1 message for an online persistent subscriber that acknowledges it
+// before the next commit takes it leaves nothing to store, and its
+// publisher gets its PUBACK at once, without waiting for any commit; one
+// its subscriber has not acknowledged waits for the commit. Restarted,
+// the broker has nothing queued for the subscriber.
+func TestAcknowledgedBeforeCommitNeedsNoCommit(t *testing.T) {
+	g := newGatedStore()
+	_, addr := startServer(t, mqttd.Options{Store: g})
+	sub := connectRaw(t, addr, &packets.Connect{ClientID: "sub", CleanStart: false})
+	sub.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "t/#", Options: packets.SubOptions{QoS: 1}}}})
+	sub.read()
+	slow := connectRaw(t, addr, &packets.Connect{ClientID: "slow", CleanStart: false})
+	slow.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "slow/#", Options: packets.SubOptions{QoS: 1}}}})
+	slow.read()
+	pub := connectRaw(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
+	other := connectRaw(t, addr, &packets.Connect{ClientID: "other", CleanStart: true})
+
+	g.hold()
+	other.send(&packets.Publish{QoS: 1, PacketID: 1, Topic: "slow/x", Payload: []byte("held")})
+	<-g.entered // a commit is held: what is added now waits for the next
+
+	for i := range 3 {
+		id := uint16(10 + i)
+		pub.send(&packets.Publish{QoS: 1, PacketID: id, Topic: "t/a", Payload: []byte{byte(i)}})
+		p, ok := sub.read().(*packets.Publish)
+		if !ok {
+			t.Fatalf("subscriber got %+v", p)
+		}
+		sub.send(&packets.Puback{PacketID: p.PacketID})
+		if ack, ok := pub.read().(*packets.Puback); !ok || ack.PacketID != id {
+			t.Fatalf("message %d: got %+v, want its PUBACK while the commit is still held", i, ack)
+		}
+	}
+	pub.send(&packets.Publish{QoS: 1, PacketID: 20, Topic: "t/b", Payload: []byte("unacked")})
+	if p, ok := sub.read().(*packets.Publish); !ok || p.Topic != "t/b" {
+		t.Fatalf("subscriber got %+v", p)
+	}
+	if got := pub.ping(); len(got) != 0 {
+		t.Fatalf("a message its subscriber has not acknowledged was acknowledged before its commit: %+v", got)
+	}
+	g.release()
+	if ack, ok := pub.read().(*packets.Puback); !ok || ack.PacketID != 20 {
+		t.Fatalf("after the commit got %+v, want PUBACK 20", ack)
+	}
+	if ack, ok := other.read().(*packets.Puback); !ok || ack.PacketID != 1 {
+		t.Fatalf("got %+v, want PUBACK 1", ack)
+	}
+}

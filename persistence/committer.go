@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"errors"
+	"sort"
 	"sync"
 )
 
@@ -45,6 +46,11 @@ type Committer struct {
 	applied uint64 // every unit up to this ticket is applied or failed
 	running bool
 	stats   CommitStats
+	// voided are the units a cancellation emptied while c.mu was held,
+	// for their owners to be told once it is released.
+	voided []unit
+	// building counts the live operations of the unit addLocked is adding.
+	building int
 }
 
 // Owner is told when a unit it added failed, before any Wait covering
@@ -54,10 +60,22 @@ type Owner interface {
 	StoreFailed(ticket uint64, err error)
 }
 
+// Voider is an Owner that is also told when every operation of a unit it
+// added was cancelled while waiting (an outbound entry its subscriber
+// acknowledged before the commit took it): nothing of the unit is left to
+// store, so what it covers need not wait for a commit. Voided is called
+// from the goroutine whose Add cancelled the last operation, with no lock
+// of the Committer held; it must not block.
+type Voider interface {
+	Owner
+	Voided(ticket uint64)
+}
+
 type unit struct {
 	end    int
 	ticket uint64
 	owner  Owner
+	live   int // operations not cancelled
 }
 
 type waiter struct {
@@ -103,19 +121,60 @@ func NewCommitter(s Store) *Committer { return &Committer{store: s} }
 func (c *Committer) Add(b *Batch, owner Owner) (ticket uint64) {
 	c.mu.Lock()
 	ticket = c.addLocked(b, owner)
+	voided := c.takeVoidedLocked()
 	c.mu.Unlock()
+	tellVoided(voided)
 	return ticket
 }
 
-// addLocked is Add. The caller holds c.mu.
+// addLocked is Add. The caller holds c.mu and then tells the owners of
+// the units it emptied (takeVoidedLocked).
 func (c *Committer) addLocked(b *Batch, owner Owner) (ticket uint64) {
+	c.building = 0
 	for i := range b.Ops {
 		c.addOpLocked(&b.Ops[i])
 	}
 	c.added++
-	c.units = append(c.units, unit{end: len(c.next.Ops), ticket: c.added, owner: owner})
+	c.units = append(c.units, unit{end: len(c.next.Ops), ticket: c.added, owner: owner, live: c.building})
 	c.stats.Batches++
 	return c.added
+}
+
+// voidLocked cancels the waiting operation at next.Ops[at], and notes its
+// unit for its owner to be told once no live operation is left in it. The
+// caller holds c.mu.
+func (c *Committer) voidLocked(at int) {
+	c.next.Ops[at] = Op{Kind: opVoid}
+	c.stats.Cancelled++
+	i := sort.Search(len(c.units), func(i int) bool { return c.units[i].end > at })
+	if i == len(c.units) {
+		c.building-- // in the unit being added
+		return
+	}
+	u := &c.units[i]
+	if u.live--; u.live == 0 && u.owner != nil {
+		if _, ok := u.owner.(Voider); ok {
+			c.voided = append(c.voided, *u)
+		}
+	}
+}
+
+// takeVoidedLocked returns the units emptied since it was last called.
+// The caller holds c.mu.
+func (c *Committer) takeVoidedLocked() []unit {
+	if len(c.voided) == 0 {
+		return nil
+	}
+	v := c.voided
+	c.voided = nil
+	return v
+}
+
+// tellVoided tells the owners of emptied units; no lock is held.
+func tellVoided(units []unit) {
+	for _, u := range units {
+		u.owner.(Voider).Voided(u.ticket)
+	}
 }
 
 // AddThen is Add that calls then, from the committer's goroutine, once
@@ -124,7 +183,9 @@ func (c *Committer) AddThen(b *Batch, owner Owner, then func()) (ticket uint64) 
 	c.mu.Lock()
 	ticket = c.addLocked(b, owner)
 	c.waiters = append(c.waiters, waiter{ticket, then})
+	voided := c.takeVoidedLocked()
 	c.mu.Unlock()
+	tellVoided(voided)
 	return ticket
 }
 
@@ -228,16 +289,14 @@ func (c *Committer) addOpLocked(op *Op) {
 		k := outKey{op.SessionID, op.Outbound.Seq}
 		p, replaced := c.puts[k]
 		if replaced {
-			c.next.Ops[p.at] = Op{Kind: opVoid}
-			c.stats.Cancelled++
+			c.voidLocked(p.at)
 		}
 		c.puts[k] = pendingPut{at: len(c.next.Ops), created: p.created || !replaced && !op.Outbound.Released}
 	case OpDeleteOutbound:
 		k := outKey{op.SessionID, op.Seq}
 		if p, ok := c.puts[k]; ok {
 			delete(c.puts, k)
-			c.next.Ops[p.at] = Op{Kind: opVoid}
-			c.stats.Cancelled++
+			c.voidLocked(p.at)
 			if p.created {
 				c.stats.Cancelled++
 				return // nothing of the entry was stored
@@ -253,6 +312,11 @@ func (c *Committer) addOpLocked(op *Op) {
 		}
 	}
 	c.next.Ops = append(c.next.Ops, *op)
+	if op.Kind != OpPutMessage {
+		// A message is stored only for the entries and retained messages
+		// that refer to it: alone it is nothing a unit must wait for.
+		c.building++
+	}
 }
 
 // Wait calls done once every unit up to ticket is applied (or failed, and

@@ -3,6 +3,7 @@ package persistence_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -337,5 +338,77 @@ func TestCommitterOverlappingGroups(t *testing.T) {
 	<-done
 	if n := <-g.entered; n != 3 {
 		t.Errorf("commit of %d operations, want both groups' 3 together", n)
+	}
+}
+
+// voids records the tickets a Voider was told of.
+type voids struct {
+	failures
+	mu sync.Mutex
+	t  []uint64
+}
+
+func (v *voids) Voided(ticket uint64) {
+	v.mu.Lock()
+	v.t = append(v.t, ticket)
+	v.mu.Unlock()
+}
+
+func (v *voids) told() []uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]uint64(nil), v.t...)
+}
+
+// TestCommitterTellsVoidedUnits: a unit whose every operation is cancelled
+// while it waits (its messages do not count: alone they are not kept) is
+// told to its owner at once; one with an operation left, or one a commit
+// already took, is not.
+func TestCommitterTellsVoidedUnits(t *testing.T) {
+	g := &gate{Store: persistence.NewMemory(), entered: make(chan int, 10), release: make(chan struct{}, 10)}
+	c := persistence.NewCommitter(g)
+	add := func(owner persistence.Owner, f func(b *persistence.Batch)) uint64 {
+		var b persistence.Batch
+		f(&b)
+		return c.Add(&b, owner)
+	}
+	for _, id := range []string{"s", "s2"} {
+		add(nil, func(b *persistence.Batch) { b.PutSession(persistence.Session{ID: id}) })
+	}
+	put := func(session string, seq uint64) func(b *persistence.Batch) {
+		return func(b *persistence.Batch) {
+			b.PutMessage(&persistence.Message{ID: seq, Topic: "t"})
+			b.PutOutbound(session, persistence.Outbound{Seq: seq, MessageID: seq, QoS: 1})
+		}
+	}
+	del := func(session string, seq uint64) func(b *persistence.Batch) {
+		return func(b *persistence.Batch) { b.DeleteOutbound(session, seq) }
+	}
+	v := &voids{}
+	taken := add(v, put("s", 1))
+	c.Flush()
+	<-g.entered // the commit holding entry 1 runs
+	add(nil, del("s", 1))
+
+	one := add(v, put("s", 2))
+	both := add(v, func(b *persistence.Batch) { put("s", 3)(b); put("s2", 3)(b) })
+	add(nil, del("s", 2))
+	if got := v.told(); len(got) != 1 || got[0] != one {
+		t.Fatalf("told %v, want [%d]: only the unit whose one entry was acknowledged", got, one)
+	}
+	add(nil, del("s", 3))
+	if got := v.told(); len(got) != 1 {
+		t.Fatalf("told %v: unit %d still has an entry for s2", got, both)
+	}
+	add(nil, del("s2", 3))
+	if got := v.told(); len(got) != 2 || got[1] != both {
+		t.Fatalf("told %v, want [%d %d]", got, one, both)
+	}
+	for range 2 {
+		g.release <- struct{}{}
+	}
+	c.Sync()
+	if got := v.told(); len(got) != 2 || slices.Contains(got, taken) {
+		t.Errorf("told %v: unit %d, which a commit took, is applied, not voided", got, taken)
 	}
 }
