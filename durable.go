@@ -30,6 +30,13 @@ import (
 // StoreFile is the name of the bbolt file the broker keeps in DataDir.
 const StoreFile = "mqttd.db"
 
+// commitDelay is how long a commit that would store outbound entries
+// waits for their subscribers to acknowledge them first: an entry put and
+// acknowledged before its commit is never written, and its publisher's
+// PUBACK needs no fsync (Committer.SetDelay). A loopback round trip to an
+// online subscriber takes a small part of it.
+const commitDelay = 300 * time.Microsecond
+
 // maxHeld bounds the acknowledgements a connection has waiting for a
 // commit: a client that publishes past it waits for the commit, so that
 // one ignoring flow control cannot make the broker hold without bound.

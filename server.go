@@ -166,6 +166,7 @@ func New(opts Options) (*Server, error) {
 	if d != nil {
 		s.dur = d
 		d.commit = persistence.NewCommitter(checkedStore{d.store, s})
+		d.commit.SetDelay(commitDelay)
 		s.stats.committer = d.commit
 		if err := s.restore(); err != nil {
 			s.closeStore()

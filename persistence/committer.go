@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"time"
 )
 
 // Committer applies the batches many goroutines add to one log with as
@@ -51,6 +52,11 @@ type Committer struct {
 	voided []unit
 	// building counts the live operations of the unit addLocked is adding.
 	building int
+	// delay is how long a commit that would store outbound entries waits
+	// for them to be acknowledged first (SetDelay); putsGone is signalled
+	// when no put is left waiting.
+	delay    time.Duration
+	putsGone chan struct{}
 }
 
 // Owner is told when a unit it added failed, before any Wait covering
@@ -112,7 +118,17 @@ type CommitStats struct {
 
 // NewCommitter returns a Committer applying to s. It starts no goroutine
 // until something is to be committed.
-func NewCommitter(s Store) *Committer { return &Committer{store: s} }
+func NewCommitter(s Store) *Committer {
+	return &Committer{store: s, putsGone: make(chan struct{}, 1)}
+}
+
+// SetDelay makes a commit that would store outbound entries wait up to d
+// first, or until each of them was acknowledged and so cancelled (see
+// Voider), whichever comes first: an online subscriber's acknowledgement
+// usually takes far less than a commit's fsync, and a commit left with
+// nothing to store is not made at all. Entries for offline sessions are
+// stored up to d later. Call it before the first Add.
+func (c *Committer) SetDelay(d time.Duration) { c.delay = d }
 
 // Add appends b's operations, copied (b may be reused at once), as one
 // unit, and returns its ticket: tickets increase in the order units are
@@ -296,6 +312,12 @@ func (c *Committer) addOpLocked(op *Op) {
 		k := outKey{op.SessionID, op.Seq}
 		if p, ok := c.puts[k]; ok {
 			delete(c.puts, k)
+			if len(c.puts) == 0 {
+				select {
+				case c.putsGone <- struct{}{}:
+				default:
+				}
+			}
 			c.voidLocked(p.at)
 			if p.created {
 				c.stats.Cancelled++
@@ -399,8 +421,30 @@ func (c *Committer) run() {
 	var round Batch
 	var units []unit
 	var ready []waiter
+	var timer *time.Timer
+	waited := false
 	for {
 		c.mu.Lock()
+		if c.delay > 0 && len(c.puts) > 0 && !waited {
+			select {
+			case <-c.putsGone: // stale: from before these puts
+			default:
+			}
+			c.mu.Unlock()
+			if timer == nil {
+				timer = time.NewTimer(c.delay)
+			} else {
+				timer.Reset(c.delay)
+			}
+			select {
+			case <-c.putsGone:
+				timer.Stop()
+			case <-timer.C:
+			}
+			waited = true
+			continue
+		}
+		waited = false
 		n := c.cutLocked()
 		if n == 0 {
 			c.running = false
