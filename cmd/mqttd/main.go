@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -184,22 +183,4 @@ func serveMetrics(addr string, reg *prometheus.Registry, errLog io.Writer) (*htt
 		}
 	}()
 	return hs, nil
-}
-
-// version is the module version when built from a tagged module, else the
-// VCS revision, else "dev".
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "dev"
-	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			return "dev-" + s.Value[:12]
-		}
-	}
-	return "dev"
 }
