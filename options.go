@@ -1,6 +1,7 @@
 package mqttd
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -48,6 +49,11 @@ type Options struct {
 	Limits Limits `yaml:"limits"`
 	// Protocol tunes MQTT 5.0 features.
 	Protocol Protocol `yaml:"protocol"`
+	// Version and Commit name this build in the mqttd_build_info metric.
+	// Empty means what Go's build information
+	// says: the module's version (or "dev") and VCS revision.
+	Version string `yaml:"-"`
+	Commit  string `yaml:"-"`
 
 	// Logger receives the broker's logs; the zero Logger discards them.
 	Logger zerolog.Logger `yaml:"-"`
@@ -253,6 +259,11 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.Protocol.ResponseInformation == "" {
 		o.Protocol.ResponseInformation = DefaultResponseInformation
+	}
+	if o.Version == "" || o.Commit == "" {
+		version, commit := buildVersion()
+		o.Version = cmp.Or(o.Version, version)
+		o.Commit = cmp.Or(o.Commit, commit)
 	}
 	l := &o.Limits
 	if l.MaxMemory == 0 {

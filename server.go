@@ -148,7 +148,7 @@ func New(opts Options) (*Server, error) {
 	s.outboxWait.max, s.outboxWait.total = o.Limits.MaxOutboxBytesTotal, &s.stats.outboxBytes
 	s.readers = newReaderPool(s.done)
 	if o.Registerer != nil {
-		if err := o.Registerer.Register(newCollector(&s.stats, &s.queueBudget)); err != nil {
+		if err := o.Registerer.Register(newCollector(&s.stats, &s.queueBudget, s.sessLim, o)); err != nil {
 			return nil, err
 		}
 	}
