@@ -39,6 +39,7 @@ type Server struct {
 	idle    *idleWheel
 	expiry  *expiryWheel
 	memory  *memoryWatch
+	sys     *sysTree
 	readers *readerPool
 
 	// mu is the registry lock: clients, conns and listeners. Lock order:
@@ -127,6 +128,7 @@ func New(opts Options) (*Server, error) {
 		idle:    newIdleWheel(),
 		expiry:  newExpiryWheel(),
 		memory:  newMemoryWatch(),
+		sys:     newSysTree(o.SysInterval),
 		clients: make(map[string]*client),
 		methods: make(map[string]auth.Method),
 		auths:   make(map[*conn]*authState),
@@ -244,6 +246,7 @@ func (s *Server) Serve() error {
 	s.idle.start()
 	s.expiry.start(s)
 	s.memory.start(s)
+	s.sys.start(s)
 	s.serving = true
 	for _, ln := range s.listeners {
 		s.startAcceptLocked(ln)
@@ -379,6 +382,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.poller.close()
 		s.expiry.close()
 		s.memory.close()
+		s.sys.close() // before the writers: its deliveries may start some
 		s.writers.Wait()
 		s.closeStore()
 		close(finished)
