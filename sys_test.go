@@ -65,7 +65,8 @@ func readSys(t *testing.T, rc *rawConn, retained bool) map[string]string {
 // of known sizes delivered twice each, two retained) and then subscribes
 // to $SYS/broker/#: the values that arrive are what the script did. They
 // arrive live, none retained, which shows nothing was published while
-// nobody listened; a later subscriber (paho) gets them as retained.
+// nobody listened; a later subscriber (paho) gets them as retained, and
+// not a value a client tried to put there.
 func TestSysAfterWorkload(t *testing.T) {
 	srv, addr := startServer(t, mqttd.Options{SysInterval: 20 * time.Millisecond, Version: "v9.9.9-test"})
 	p1 := connectRawSession(t, addr, "p1", false, false)
@@ -138,6 +139,13 @@ func TestSysAfterWorkload(t *testing.T) {
 		t.Errorf("Stats: %d retained, %d received: $SYS values must count as neither", st.Retained, st.MessagesReceived)
 	}
 
+	// $SYS stays read-only with the tree on: a client's value is refused
+	// and does not replace the broker's.
+	forger := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "forger", CleanStart: true})
+	if code := publishQoS1(forger, 1, "$SYS/broker/uptime", true); code != packets.NotAuthorized {
+		t.Errorf("a client's retained $SYS/broker/uptime: PUBACK %#x, want 0x87", byte(code))
+	}
+
 	// A later subscriber gets the values retained at once; with paho.
 	var mu sync.Mutex
 	retained := make(map[string]string)
@@ -158,6 +166,9 @@ func TestSysAfterWorkload(t *testing.T) {
 	defer mu.Unlock()
 	if v := retained["$SYS/broker/retained messages/count"]; v != "2" {
 		t.Errorf("retained messages/count retained as %q, want 2", v)
+	}
+	if v := retained["$SYS/broker/uptime"]; !strings.HasSuffix(v, " seconds") {
+		t.Errorf("uptime retained as %q", v)
 	}
 }
 
