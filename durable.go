@@ -107,10 +107,13 @@ type checkedStore struct {
 func (cs checkedStore) Apply(b *persistence.Batch) error {
 	start := time.Now()
 	err := cs.Store.Apply(b)
+	took := time.Since(start)
 	st := &cs.s.stats
 	st.storeCommits.Add(1)
 	st.storeOps.Add(uint64(b.Len()))
-	st.storeCommitNanos.Add(uint64(time.Since(start)))
+	st.storeCommitNanos.Add(uint64(took))
+	st.storeCommitSeconds.observe(&storeCommitSecondsBounds, took.Seconds())
+	st.storeCommitOps.observe(&storeCommitOpsBounds, float64(b.Len()))
 	if err != nil {
 		st.storeErrors.Add(1)
 		if !rateLimited(&cs.s.storeWarned) {

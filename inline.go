@@ -48,6 +48,9 @@ var inlineIDs atomic.Uint64
 // wildcards; qos is 0, 1 or 2; props, which may be nil, are the 5.0
 // properties forwarded to subscribers (a topic alias or subscription
 // identifier in them is ignored). topic, payload and props are copied.
+// While the broker publishes its $SYS tree (Options.SysInterval), a
+// retained message under $SYS/broker/ is refused: it would take the place
+// of the broker's own value.
 func (s *Server) Publish(topic string, payload []byte, qos byte, retain bool, props *packets.Properties) error {
 	if s.closing.Load() {
 		return ErrServerClosed
@@ -57,6 +60,9 @@ func (s *Server) Publish(topic string, payload []byte, qos byte, retain bool, pr
 	}
 	if err := s.topics.ValidTopicName(topic); err != nil {
 		return fmt.Errorf("mqttd: %w", err)
+	}
+	if retain && s.sys.on() && strings.HasPrefix(topic, sysPrefix) {
+		return fmt.Errorf("mqttd: %s is the broker's $SYS tree: a message retained there would replace its values", topic)
 	}
 	var p packets.Properties
 	if props != nil {
@@ -97,6 +103,9 @@ func (s *Server) Subscribe(filter string, h Handler) (unsubscribe func(), err er
 				deliverInline(h, it.Value, true)
 			}
 		}
+	}
+	if wakesSys(f.Topic) {
+		s.sys.wakeUp()
 	}
 	var once atomic.Bool
 	return func() {

@@ -1,6 +1,8 @@
 package mqttd
 
 import (
+	"runtime"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"mqttd/session"
@@ -17,6 +19,10 @@ type collector struct {
 	// first descs.
 	values                         []statValue
 	dropped, disconnects, rejected *prometheus.Desc
+	// buildInfo is the constant mqttd_build_info metric.
+	buildInfo prometheus.Metric
+	// commitSeconds and commitOps are the store's histograms.
+	commitSeconds, commitOps *prometheus.Desc
 }
 
 // statValue is one metric read from stats.
@@ -25,7 +31,9 @@ type statValue struct {
 	read func(*stats) float64
 }
 
-func newCollector(st *stats, queue *session.QueueBudget) *collector {
+// newCollector exports st, the queues' bytes, the windows of the sessions
+// made with sess, and the build o names.
+func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o Options) *collector {
 	c := &collector{st: st}
 	add := func(name, help string, kind prometheus.ValueType, read func(*stats) float64) {
 		c.descs = append(c.descs, prometheus.NewDesc("mqttd_"+name, help, nil, nil))
@@ -40,6 +48,10 @@ func newCollector(st *stats, queue *session.QueueBudget) *collector {
 	gauge("connections", "Open network connections.", func(s *stats) int64 { return s.connections.Load() })
 	gauge("sessions", "Client sessions kept, online or not.", func(s *stats) int64 { return s.sessions.Load() })
 	gauge("sessions_online", "Client sessions with a connection.", func(s *stats) int64 { return s.sessionsOnline.Load() })
+	gauge("sessions_offline", "Persistent sessions kept while their client is away.", func(s *stats) int64 {
+		online := s.sessionsOnline.Load() // first: a session counts in sessions before it goes online
+		return max(s.sessions.Load()-online, 0)
+	})
 	gauge("subscriptions", "Subscriptions held by sessions.", func(s *stats) int64 { return s.subscriptions.Load() })
 	gauge("retained_messages", "Retained messages.", func(s *stats) int64 { return s.retained.Load() })
 	gauge("retained_bytes", "Topic, payload and properties bytes of the retained messages.",
@@ -47,6 +59,8 @@ func newCollector(st *stats, queue *session.QueueBudget) *collector {
 	gauge("queued_messages", "Messages waiting in session queues.", func(s *stats) int64 { return s.queued.Load() })
 	gauge("queued_bytes", "Topic, payload and properties bytes of the messages waiting in session queues, each counted once.",
 		func(*stats) int64 { return queue.Bytes() })
+	gauge("inflight_messages", "QoS 1/2 messages sent to clients (or to be sent again when they come back) and not completely acknowledged.",
+		func(*stats) int64 { return sess.Inflight() })
 	gauge("outbox_bytes", "Bytes waiting to be written to connections.", func(s *stats) int64 { return s.outboxBytes.Load() })
 	gauge("incoming_bytes", "Bytes of packets that have started to arrive and are not complete yet.",
 		func(s *stats) int64 { return s.incomingBytes.Load() })
@@ -108,6 +122,14 @@ func newCollector(st *stats, queue *session.QueueBudget) *collector {
 		func(s *stats) uint64 { return s.storeRefused.Load() })
 	counter("connection_panics_total", "Connection handlers that panicked (a bug).",
 		func(s *stats) uint64 { return s.panics.Load() })
+	c.commitSeconds = prometheus.NewDesc("mqttd_store_commit_duration_seconds",
+		"Store transactions by the time they took (an fsync included at durability sync).", nil, nil)
+	c.commitOps = prometheus.NewDesc("mqttd_store_commit_operations",
+		"Store transactions by their operations: many clients' changes share one commit.", nil, nil)
+	c.buildInfo = prometheus.MustNewConstMetric(prometheus.NewDesc("mqttd_build_info",
+		"Always 1: the version and commit of this build of mqttd, and the Go version that built it.",
+		nil, prometheus.Labels{"version": o.Version, "commit": o.Commit, "goversion": runtime.Version()}),
+		prometheus.GaugeValue, 1)
 	c.dropped = prometheus.NewDesc("mqttd_messages_dropped_total", "Deliveries dropped, by reason.", []string{"reason"}, nil)
 	c.disconnects = prometheus.NewDesc("mqttd_disconnects_total", "Connections closed, by reason.", []string{"reason"}, nil)
 	c.rejected = prometheus.NewDesc("mqttd_connections_rejected_total",
@@ -123,6 +145,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.dropped
 	ch <- c.disconnects
 	ch <- c.rejected
+	ch <- c.commitSeconds
+	ch <- c.commitOps
+	ch <- c.buildInfo.Desc()
 }
 
 // Collect implements prometheus.Collector.
@@ -139,4 +164,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for r := range numRejectReasons {
 		ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(c.st.rejected[r].Load()), r.String())
 	}
+	ch <- c.st.storeCommitSeconds.metric(c.commitSeconds, &storeCommitSecondsBounds, float64(c.st.storeCommitNanos.Load())/1e9)
+	ch <- c.st.storeCommitOps.metric(c.commitOps, &storeCommitOpsBounds, float64(c.st.storeOps.Load()))
+	ch <- c.buildInfo
 }

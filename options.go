@@ -1,6 +1,7 @@
 package mqttd
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -48,6 +49,18 @@ type Options struct {
 	Limits Limits `yaml:"limits"`
 	// Protocol tunes MQTT 5.0 features.
 	Protocol Protocol `yaml:"protocol"`
+	// SysInterval is how often the broker publishes its $SYS/broker/
+	// topics (Mosquitto's names: clients, messages, bytes, load, uptime,
+	// ...), each only when its value changed, and none while nobody
+	// subscribes to $SYS. 0 means DefaultSysInterval; a negative value
+	// (-1s in the YAML file) turns $SYS off, as sys_interval 0 does in
+	// Mosquitto.
+	SysInterval time.Duration `yaml:"sys_interval"`
+	// Version and Commit name this build in $SYS/broker/version and the
+	// mqttd_build_info metric. Empty means what Go's build information
+	// says: the module's version (or "dev") and VCS revision.
+	Version string `yaml:"-"`
+	Commit  string `yaml:"-"`
 
 	// Logger receives the broker's logs; the zero Logger discards them.
 	Logger zerolog.Logger `yaml:"-"`
@@ -89,6 +102,13 @@ type Protocol struct {
 	// ServerMoved makes the move permanent (0x9D) rather than temporary.
 	ServerMoved bool `yaml:"server_moved"`
 }
+
+// DefaultSysInterval is the default Options.SysInterval, Mosquitto's.
+const DefaultSysInterval = 10 * time.Second
+
+// minSysInterval is the shortest SysInterval: shorter would keep a CPU
+// busy publishing, and SysInterval: 10 is 10 ns, surely meant as seconds.
+const minSysInterval = time.Millisecond
 
 // DefaultResponseInformation is the default Protocol.ResponseInformation.
 const DefaultResponseInformation = "responses/"
@@ -254,6 +274,12 @@ func (o Options) WithDefaults() Options {
 	if o.Protocol.ResponseInformation == "" {
 		o.Protocol.ResponseInformation = DefaultResponseInformation
 	}
+	setDefault(&o.SysInterval, DefaultSysInterval)
+	if o.Version == "" || o.Commit == "" {
+		version, commit := buildVersion()
+		o.Version = cmp.Or(o.Version, version)
+		o.Commit = cmp.Or(o.Commit, commit)
+	}
 	l := &o.Limits
 	if l.MaxMemory == 0 {
 		l.MaxMemory = DefaultMaxMemory()
@@ -307,6 +333,9 @@ func (o Options) Validate() error {
 		bad("durability", "unknown mode %q (want sync, interval or none)", o.Durability)
 	}
 	o.validateAuth(bad)
+	if o.SysInterval > 0 && o.SysInterval < minSysInterval {
+		bad("sys_interval", "%s is too short (at least %s; -1s turns $SYS off)", o.SysInterval, minSysInterval)
+	}
 	l := o.Limits
 	for _, f := range []struct {
 		key string

@@ -66,6 +66,12 @@ func (s *Server) publish(m *session.Message, owner *conn) (clients int) {
 	if m.Retain {
 		s.storeRetained(m, owner)
 	}
+	return s.route(m, owner)
+}
+
+// route is publish without counting m as received or retaining it: the
+// broker's $SYS values (sys.go) are neither.
+func (s *Server) route(m *session.Message, owner *conn) (clients int) {
 	r := routerPool.Get().(*router)
 	r.matches = s.subs.Match(m.Topic, r.matches[:0])
 	r.enc.reset(m, owner)

@@ -39,6 +39,7 @@ type Server struct {
 	idle    *idleWheel
 	expiry  *expiryWheel
 	memory  *memoryWatch
+	sys     *sysTree
 	readers *readerPool
 
 	// mu is the registry lock: clients, conns and listeners. Lock order:
@@ -132,6 +133,7 @@ func New(opts Options) (*Server, error) {
 		idle:    newIdleWheel(),
 		expiry:  newExpiryWheel(),
 		memory:  newMemoryWatch(),
+		sys:     newSysTree(o.SysInterval),
 		clients: make(map[string]*client),
 		methods: make(map[string]auth.Method),
 		auths:   make(map[*conn]*authState),
@@ -155,7 +157,7 @@ func New(opts Options) (*Server, error) {
 	s.outboxWait.max, s.outboxWait.total = o.Limits.MaxOutboxBytesTotal, &s.stats.outboxBytes
 	s.readers = newReaderPool(s.done)
 	if o.Registerer != nil {
-		if err := o.Registerer.Register(newCollector(&s.stats, &s.queueBudget)); err != nil {
+		if err := o.Registerer.Register(newCollector(&s.stats, &s.queueBudget, s.sessLim, o)); err != nil {
 			return nil, err
 		}
 	}
@@ -252,6 +254,7 @@ func (s *Server) Serve() error {
 	s.idle.start()
 	s.expiry.start(s)
 	s.memory.start(s)
+	s.sys.start(s)
 	s.serving = true
 	for _, ln := range s.listeners {
 		s.startAcceptLocked(ln)
@@ -388,6 +391,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.poller.close()
 		s.expiry.close()
 		s.memory.close()
+		s.sys.close() // before the writers: its deliveries may start some
 		s.writers.Wait()
 		s.closeStore()
 		close(finished)

@@ -8,8 +8,8 @@ import (
 
 // stats are the broker's counters and gauges. They are kept in atomics on
 // the paths that change them and read by the Prometheus collector
-// (metrics.go) and Server.Stats, and later by $SYS, so that no two views
-// of the broker can disagree.
+// (metrics.go), Server.Stats and the $SYS topics (sys.go), so that no two
+// views of the broker can disagree.
 type stats struct {
 	// The counters bumped for every message, each on a cache line of its
 	// own: readers and writers on every core touch them.
@@ -59,6 +59,9 @@ type stats struct {
 	storeErrors          atomic.Uint64 // transactions that failed
 	storeRefused         atomic.Uint64 // acknowledgements refused, or connections closed, for a failed commit
 	storeBackpressure    atomic.Uint64 // reads that waited for a commit: too much waited for one
+	// storeCommitSeconds and storeCommitOps are the commits by duration
+	// and by operations: their sums are storeCommitNanos and storeOps.
+	storeCommitSeconds, storeCommitOps histogram
 	// committer counts what it never applied; nil without a store.
 	committer   *persistence.Committer
 	dropped     [numDropReasons]atomic.Uint64
@@ -118,6 +121,9 @@ type Stats struct {
 	Retained       int64 // retained messages
 	RetainedBytes  int64 // their topic, payload and properties bytes
 	Queued         int64 // messages waiting in session queues
+	// Inflight is the QoS 1/2 messages sent to clients (or to be sent
+	// again when they come back) and not completely acknowledged.
+	Inflight int64
 	// QueuedBytes is the topic, payload and properties bytes of the
 	// queued messages, each counted once however many queues hold it.
 	QueuedBytes int64
@@ -196,6 +202,7 @@ func (s *Server) Stats() Stats {
 		Retained:              st.retained.Load(),
 		RetainedBytes:         st.retainedBytes.Load(),
 		Queued:                st.queued.Load(),
+		Inflight:              s.sessLim.Inflight(),
 		QueuedBytes:           s.queueBudget.Bytes(),
 		OutboxBytes:           st.outboxBytes.Load(),
 		IncomingBytes:         st.incomingBytes.Load(),

@@ -37,6 +37,7 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 	// per listing (500 x "#" against 20,000 retained messages was 10
 	// million sends).
 	var retainedAt map[string]int
+	wakeSys := false
 	if len(p.Subscriptions) > 1 {
 		retainedAt = make(map[string]int)
 	}
@@ -99,6 +100,7 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 		}
 		if isNew {
 			s.stats.subscriptions.Add(1)
+			wakeSys = wakeSys || wakesSys(f.Topic)
 		}
 		codes[i] = packets.ReasonCode(opts.qos)
 		// Shared subscriptions get no retained messages (§4.8.2); retain
@@ -121,6 +123,11 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 	budget := s.opts.Limits.MaxInflight + s.opts.Limits.MaxQueued
 	for _, r := range sendRetained {
 		c.sendRetained(r.filter.Topic, r.opts, &budget)
+	}
+	// After the retained messages: fresher values published meanwhile
+	// must not be overtaken by the older ones retained.
+	if wakeSys {
+		s.sys.wakeUp()
 	}
 	return nil
 }

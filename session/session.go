@@ -213,6 +213,12 @@ type limits struct {
 	maxInflight, maxQueued, maxAwaitingRel int32
 	queueQoS0                              bool
 	maxQueuedBytes                         int64
+	// inflight counts the entries in the windows of every session sharing
+	// these limits, for the broker's gauge: kept here because every change
+	// of a window reaches it, with the session's lock held. On a cache
+	// line of its own, since every delivery reads the limits above.
+	_        [64]byte
+	inflight atomic.Int64
 }
 
 // Limits are a Config with its defaults applied, for New. Make them once
@@ -222,14 +228,19 @@ type Limits struct{ l limits }
 // Limits applies c's defaults.
 func (c Config) Limits() *Limits {
 	c = c.withDefaults()
-	return &Limits{limits{
-		maxInflight:    int32(c.MaxInflight),
-		maxQueued:      int32(min(c.MaxQueued, 1<<31-1)),
-		maxAwaitingRel: int32(min(c.MaxAwaitingRel, 1<<31-1)),
-		queueQoS0:      c.QueueQoS0,
-		maxQueuedBytes: c.MaxQueuedBytes,
-	}}
+	l := new(Limits)
+	l.l.maxInflight = int32(c.MaxInflight)
+	l.l.maxQueued = int32(min(c.MaxQueued, 1<<31-1))
+	l.l.maxAwaitingRel = int32(min(c.MaxAwaitingRel, 1<<31-1))
+	l.l.queueQoS0 = c.QueueQoS0
+	l.l.maxQueuedBytes = c.MaxQueuedBytes
+	return l
 }
+
+// Inflight reports how many QoS 1/2 messages are in the windows of the
+// sessions made with l, online or not: sent (or to be sent again) and
+// not completely acknowledged.
+func (l *Limits) Inflight() int64 { return l.l.inflight.Load() }
 
 // queues are the outbound messages: those in the window in send order
 // (entries acknowledged out of order are tombstoned) and those waiting.
@@ -438,6 +449,7 @@ func (s *Session) Clear(b *QueueBudget) {
 	for s.Queued() > 0 {
 		s.unqueue(s.q.pending.pop(), b)
 	}
+	s.lim.inflight.Add(-int64(s.live))
 	s.q, s.live = nil, 0
 	s.awaitingRel, s.subs, s.subIndex = nil, nil, nil
 }
@@ -449,6 +461,7 @@ func (s *Session) enter(o Outbound) Outbound {
 	o.Released = false
 	s.queues().inflight.push(o)
 	s.live++
+	s.lim.inflight.Add(1)
 	return o
 }
 
@@ -526,6 +539,7 @@ func (s *Session) complete(i int) (seq uint64) {
 	seq = e.Seq
 	s.q.inflight.remove(i)
 	s.live--
+	s.lim.inflight.Add(-1)
 	return seq
 }
 
@@ -555,6 +569,7 @@ func (s *Session) Restore(o Outbound, b *QueueBudget) {
 		o.PacketID = PacketIDOf(o.Seq)
 		s.queues().inflight.push(o)
 		s.live++
+		s.lim.inflight.Add(1)
 		return
 	}
 	o.PacketID, o.resend = 0, false

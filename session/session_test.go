@@ -705,3 +705,53 @@ func TestPubrecAgain(t *testing.T) {
 		t.Fatalf("second PUBREC: %+v (ok %v), inflight %d", again, ok, s.Inflight())
 	}
 }
+
+// TestLimitsCountInflight follows the windows of two sessions sharing
+// their limits through every way in and out (sent, pumped from the
+// queue, restored, acknowledged, refused, discarded, taken, cleared):
+// Limits.Inflight is always the sum of their Inflight.
+func TestLimitsCountInflight(t *testing.T) {
+	lim := Config{MaxInflight: 3}.Limits()
+	a, b := New("a", lim), New("b", lim)
+	check := func(step string) {
+		t.Helper()
+		if got, want := lim.Inflight(), int64(a.Inflight()+b.Inflight()); got != want {
+			t.Fatalf("%s: Limits.Inflight %d, the windows hold %d", step, got, want)
+		}
+	}
+	a1 := deliver(t, a, "a1", 1, true, Send)
+	a2 := deliver(t, a, "a2", 2, true, Send)
+	a3 := deliver(t, a, "a3", 2, true, Send)
+	deliver(t, a, "a4", 1, true, Queued)
+	deliver(t, a, "a0", 0, true, Queued) // QoS 0 never enters the window
+	b1 := deliver(t, b, "b1", 1, true, Send)
+	check("sent")
+	if lim.Inflight() != 4 {
+		t.Fatalf("Limits.Inflight %d after four QoS 1/2 sends, want 4", lim.Inflight())
+	}
+	done(a.Puback(a1.PacketID))
+	check("puback")
+	if _, ok, _ := a.Next(t0, nil); !ok {
+		t.Fatal("a4 not pumped into the freed window")
+	}
+	check("pumped")
+	a.Pubrec(a2.PacketID, false) // released: still in flight until PUBCOMP
+	check("pubrec")
+	done(a.Pubcomp(a2.PacketID))
+	check("pubcomp")
+	a.Pubrec(a3.PacketID, true) // refused: complete
+	check("refused pubrec")
+	done(b.Discard(b1.PacketID))
+	check("discard")
+	b.Restore(Outbound{Msg: msg("r", 2), QoS: 2, Seq: 7, Released: true}, nil)
+	deliver(t, b, "b2", 1, true, Send)
+	check("restored")
+	b.TakeIf(func(o *Outbound) bool { return o.QoS == 1 }, nil)
+	check("taken")
+	a.Clear(nil)
+	b.Clear(nil)
+	check("cleared")
+	if lim.Inflight() != 0 {
+		t.Fatalf("Limits.Inflight %d after every session cleared, want 0", lim.Inflight())
+	}
+}

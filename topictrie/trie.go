@@ -81,6 +81,17 @@ func (t *Trie[K, V]) Len() int {
 	return t.count
 }
 
+// SubscribedUnder reports whether any subscription's filter (a shared
+// one's without its $share/{group}/ prefix) has level as its first level.
+// Only such filters can match a topic whose first level starts with $
+// [MQTT-4.7.2-1], so the broker asks it of "$SYS" to learn, without a
+// Match, whether anybody could receive its $SYS topics.
+func (t *Trie[K, V]) SubscribedUnder(level string) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.root.children.get(level) != nil // prune removes the empty ones
+}
+
 // Subscribe subscribes key to filter with value, which replaces the value of
 // an existing subscription of key to the same filter. A filter of the form
 // $share/{group}/{filter} makes key a member of that share group. It reports

@@ -305,3 +305,32 @@ func TestOptionsStrategyUsed(t *testing.T) {
 		t.Errorf("Options.Limits not applied: %v", err)
 	}
 }
+
+// TestSubscribedUnder follows $SYS subscriptions, plain and shared, in and
+// out: wildcards at the first level and other $ levels do not count, and
+// the level is gone once its last subscription is.
+func TestSubscribedUnder(t *testing.T) {
+	tr := New[int, opts](Options{})
+	for i, f := range []string{"#", "+/broker", "$SYSX/a", "a/$SYS"} {
+		if _, err := tr.Subscribe(f, i, opts{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tr.SubscribedUnder("$SYS") {
+		t.Fatal("SubscribedUnder($SYS) with no filter starting with $SYS")
+	}
+	for _, f := range []string{"$SYS/broker/uptime", "$share/g/$SYS/#", "$SYS"} {
+		if _, err := tr.Subscribe(f, 9, opts{}); err != nil {
+			t.Fatal(err)
+		}
+		if !tr.SubscribedUnder("$SYS") {
+			t.Errorf("SubscribedUnder($SYS) false with %q subscribed", f)
+		}
+		if !tr.Unsubscribe(f, 9) {
+			t.Fatalf("Unsubscribe(%q) found nothing", f)
+		}
+		if tr.SubscribedUnder("$SYS") {
+			t.Errorf("SubscribedUnder($SYS) true after %q left", f)
+		}
+	}
+}

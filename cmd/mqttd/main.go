@@ -71,6 +71,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 	opts := cfg.Options
 	opts.Logger = log
 	opts.Registerer = reg
+	opts.Version = version() // $SYS/broker/version and mqttd_build_info say what `mqttd version` says
 	srv, err := mqttd.New(opts)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot start")
