@@ -71,7 +71,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 	opts := cfg.Options
 	opts.Logger = log
 	opts.Registerer = reg
-	opts.Version = version() // $SYS/broker/version and mqttd_build_info say what `mqttd version` says
+	// $SYS/broker/version and mqttd_build_info name the build as `mqttd
+	// version` does, stamp included.
+	b := thisBuild()
+	opts.Version, opts.Commit = b.version, b.commit
 	srv, err := mqttd.New(opts)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot start")

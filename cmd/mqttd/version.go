@@ -63,7 +63,10 @@ func (b build) String() string {
 }
 
 // version describes this binary: see build.String.
-func version() string {
+func version() string { return thisBuild().String() }
+
+// thisBuild is this binary's build: the stamp, else the build info.
+func thisBuild() build {
 	bi, _ := debug.ReadBuildInfo()
-	return buildOf(releaseVersion, releaseCommit, bi).String()
+	return buildOf(releaseVersion, releaseCommit, bi)
 }
