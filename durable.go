@@ -99,6 +99,7 @@ type checkedStore struct {
 func (cs checkedStore) Apply(b *persistence.Batch) error {
 	start := time.Now()
 	err := cs.Store.Apply(b)
+	cs.s.storeHealth.record(err)
 	st := &cs.s.stats
 	st.storeCommits.Add(1)
 	st.storeOps.Add(uint64(b.Len()))
