@@ -108,6 +108,7 @@ func (cs checkedStore) Apply(b *persistence.Batch) error {
 	start := time.Now()
 	err := cs.Store.Apply(b)
 	took := time.Since(start)
+	cs.s.storeHealth.record(err)
 	st := &cs.s.stats
 	st.storeCommits.Add(1)
 	st.storeOps.Add(uint64(b.Len()))

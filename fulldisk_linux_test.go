@@ -14,8 +14,9 @@ import (
 
 // TestFullDisk runs the store on a small tmpfs and fills it: a message a
 // persistent session must keep is then refused (5.0 PUBACK 0x97), while
-// clean sessions go on being served; once space is freed, messages are
-// stored and acknowledged again.
+// clean sessions go on being served, and Ready says the store fails;
+// once space is freed, Ready finds out by itself (its probe commits), and
+// messages are stored and acknowledged again.
 func TestFullDisk(t *testing.T) {
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=2m"); err != nil {
@@ -64,6 +65,9 @@ func TestFullDisk(t *testing.T) {
 	if !refused {
 		t.Fatal("no message refused on a full disk")
 	}
+	if err := b.srv.Ready(); err == nil || !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("on a full disk: Ready() = %v, want the store's ENOSPC", err)
+	}
 	pub.send(&packets.Publish{QoS: 1, PacketID: 100, Topic: "free/x", Payload: []byte("no store needed")})
 	if ack, ok := pub.read().(*packets.Puback); !ok || ack.ReasonCode != packets.Success {
 		t.Errorf("a message for a clean session on a full disk: %+v, want PUBACK 0", ack)
@@ -75,6 +79,8 @@ func TestFullDisk(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
+	// With no traffic: a broker taken out of service gets none.
+	waitFor(t, "Ready() == nil once space is freed", func() bool { return b.srv.Ready() == nil })
 	pub.send(&packets.Publish{QoS: 1, PacketID: 101, Topic: "keep/y", Payload: []byte("room again")})
 	if ack, ok := pub.read().(*packets.Puback); !ok || ack.ReasonCode != packets.Success {
 		t.Errorf("once space is freed: %+v, want PUBACK 0", ack)

@@ -87,6 +87,7 @@ type Server struct {
 	rejectWarned atomic.Int64 // unix nanos of the last rejected-connection warning
 	retainWarned atomic.Int64 // unix nanos of the last retained-store-full warning
 	storeWarned  atomic.Int64 // unix nanos of the last store-error warning
+	storeHealth  storeHealth  // whether the store takes writes (Ready)
 
 	// dur is the store's side of the broker (durable.go); nil when
 	// nothing is kept.
@@ -105,6 +106,9 @@ type Server struct {
 type listener struct {
 	name string
 	l    net.Listener
+	// stopped is why its accept loop ended before Shutdown (Ready);
+	// guarded by Server.mu.
+	stopped error
 }
 
 // New returns a Server for opts, or every problem with opts. It opens the
@@ -277,6 +281,7 @@ func (s *Server) startAcceptLocked(ln *listener) {
 		err := s.acceptLoop(ln)
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		ln.stopped = err
 		if s.accepting--; s.accepting == 0 && err != nil {
 			select {
 			case s.failed <- fmt.Errorf("mqttd: every listener failed, the last one %s: %w", ln.name, err):

@@ -231,6 +231,30 @@ func (n *rnode[T]) all(root bool, into []Item[T], limit int) []Item[T] {
 	return into
 }
 
+// All yields every retained topic and its value, $ topics included, in
+// no particular order. It holds the read lock until the loop ends, so the
+// loop must be short and must not change r; a caller that needs more
+// copies what it needs and works on the copy.
+func (r *Retained[T]) All(yield func(topic string, v T) bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	r.root.each(yield)
+}
+
+// each yields the value of n and of every node below it, and reports
+// whether to go on. Its depth is bounded by Limits.MaxLevels.
+func (n *rnode[T]) each(yield func(string, T) bool) bool {
+	if n.topic != "" && !yield(n.topic, n.value) {
+		return false
+	}
+	for _, c := range n.children.all {
+		if !c.each(yield) {
+			return false
+		}
+	}
+	return true
+}
+
 func (n *rnode[T]) appendTo(into []Item[T]) []Item[T] {
 	if n.topic != "" {
 		into = append(into, Item[T]{Topic: n.topic, Value: n.value})

@@ -171,3 +171,35 @@ func TestRetainedMatchN(t *testing.T) {
 		t.Errorf("MatchN into a slice already past n: %d items, want the 5 given", len(got))
 	}
 }
+
+func TestRetainedAll(t *testing.T) {
+	r := NewRetained[string](Limits{})
+	topics := []string{"a", "a/b", "a//c", "/", "$SYS/broker/uptime", "$x", "b/$y"}
+	for _, tp := range topics {
+		if _, err := r.Set(tp, tp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.Delete("a/b")
+	var got []string
+	for topic, v := range r.All {
+		if v != topic {
+			t.Errorf("%q carries %q", topic, v)
+		}
+		got = append(got, topic)
+	}
+	slices.Sort(got)
+	want := []string{"$SYS/broker/uptime", "$x", "/", "a", "a//c", "b/$y"}
+	if !slices.Equal(got, want) {
+		t.Errorf("All yielded %q, want %q ($ topics too, not the deleted one)", got, want)
+	}
+	n := 0
+	for range r.All {
+		if n++; n == 2 {
+			break
+		}
+	}
+	if _, err := r.Set("after/break", "x"); err != nil { // the lock was released
+		t.Fatal(err)
+	}
+}

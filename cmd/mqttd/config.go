@@ -30,9 +30,14 @@ type logConfig struct {
 }
 
 type metricsConfig struct {
-	// Address serves /metrics, /healthz and /debug/pprof/ over HTTP when
-	// set; keep it on a private address.
+	// Address serves /metrics, /healthz, /readyz and the JSON API
+	// (/api/v1/) over HTTP when set (http.go).
 	Address string `yaml:"address"`
+	// Token is the bearer token the JSON API and pprof require; without
+	// one they are served only on a loopback address.
+	Token string `yaml:"token"`
+	// PProf serves /debug/pprof/ too.
+	PProf bool `yaml:"pprof"`
 }
 
 const defaultDataDir = "data"
@@ -74,6 +79,9 @@ type cliFlags struct {
 	tlsCert, tlsKey, tlsClientCA string
 	// auth, over the config's auth block.
 	passwordFile, aclFile, allowAnonymous string
+	// The metrics address's token and pprof, over the config's metrics block.
+	metricsToken string
+	pprof        boolFlag
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cliFlags, error) {
@@ -91,7 +99,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cl
 	fs.StringVar(&f.dataDir, "data-dir", getenv("MQTTD_DATA_DIR"), "`directory` for durable state (default ./data; env MQTTD_DATA_DIR)")
 	fs.StringVar(&f.logLevel, "log-level", getenv("MQTTD_LOG_LEVEL"), "trace, debug, info, warn or error (default info; env MQTTD_LOG_LEVEL)")
 	fs.StringVar(&f.logFormat, "log-format", getenv("MQTTD_LOG_FORMAT"), "console or json (default console; env MQTTD_LOG_FORMAT)")
-	fs.StringVar(&f.metricsAddr, "metrics", getenv("MQTTD_METRICS"), "HTTP `address` for /metrics, /healthz and /debug/pprof/ (default off; env MQTTD_METRICS)")
+	fs.StringVar(&f.metricsAddr, "metrics", getenv("MQTTD_METRICS"), "HTTP `address` for /metrics, /healthz, /readyz and the JSON API /api/v1/ (default off; env MQTTD_METRICS)")
+	fs.StringVar(&f.metricsToken, "metrics-token", getenv("MQTTD_METRICS_TOKEN"), "bearer `token` the JSON API and pprof require; without one they are served only when --metrics is a loopback address (env MQTTD_METRICS_TOKEN)")
+	f.pprof = boolFlag(getenv("MQTTD_PPROF"))
+	fs.Var(&f.pprof, "pprof", "serve /debug/pprof/ on the --metrics address too (env MQTTD_PPROF)")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: mqttd [flags]\n       mqttd version\n       mqttd passwd [-c] [-b] [-D] FILE USER [PASSWORD]\n       mqttd check-config FILE\n\nRuns the mqttd MQTT broker. With no flags it listens on %s (MQTT) and ws://%s/mqtt (MQTT over WebSocket) and keeps state in ./%s.\n\nFlags:\n",
@@ -147,7 +158,7 @@ func loadConfig(f cliFlags) (config, error) {
 	}
 	setIf(&cfg.Log.Level, f.logLevel)
 	setIf(&cfg.Log.Format, f.logFormat)
-	setIf(&cfg.Metrics.Address, f.metricsAddr)
+	errs = append(errs, f.applyMetrics(&cfg.Metrics))
 	if _, err := zerolog.ParseLevel(cfg.Log.Level); err != nil || cfg.Log.Level == "" {
 		errs = append(errs, fmt.Errorf("log.level: unknown level %q (want trace, debug, info, warn or error)", cfg.Log.Level))
 	}

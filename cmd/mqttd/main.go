@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -20,7 +18,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"mqttd"
@@ -84,12 +81,16 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 		log.Error().Err(err).Msg("cannot listen")
 		return 1
 	}
-	metricsSrv, err := serveMetrics(cfg.Metrics.Address, reg, stderr)
+	metricsSrv, metricsAddr, err := serveHTTP(cfg.Metrics, srv, reg, log)
 	if err != nil {
 		log.Error().Err(err).Str("address", cfg.Metrics.Address).Msg("cannot serve metrics")
 		return 1
 	}
-	banner(stderr, srv, cfg)
+	shown := cfg
+	if metricsAddr != nil {
+		shown.Metrics.Address = metricsAddr.String() // the port :0 became
+	}
+	banner(stderr, srv, shown)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve() }()
 	serveErr := wait(&reloader{srv: srv, flags: f, running: cfg, log: log}, stop, served)
@@ -163,28 +164,4 @@ func banner(w io.Writer, srv *mqttd.Server, cfg config) {
 		fmt.Fprintln(w, "    mqttd passwd -c passwords USER && mqttd --listen 0.0.0.0:1883 --password-file passwords")
 		fmt.Fprintln(w, "  (or, on a network you trust, --allow-anonymous true; every setting also goes in a --config file).")
 	}
-}
-
-func serveMetrics(addr string, reg *prometheus.Registry, errLog io.Writer) (*http.Server, error) {
-	if addr == "" {
-		return nil, nil
-	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
-			fmt.Fprintln(errLog, "mqttd: metrics server:", err)
-		}
-	}()
-	return hs, nil
 }

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"mqttd"
+)
+
+// HTTP on the metrics address (metrics.address, --metrics): /metrics,
+// /healthz and /readyz, open to whoever reaches the address, since
+// Prometheus and orchestrators scrape them without credentials; and the
+// read-only JSON API under /api/v1/ and, with metrics.pprof, the
+// profiles under /debug/pprof/, which show what clients do and cost the
+// broker CPU, so they need metrics.token unless the address is loopback.
+
+// Pages of the JSON API: ?limit=N items (defaultPage when not given, at
+// most maxPage) after ?after=CURSOR.
+const (
+	defaultPage = 100
+	maxPage     = 1000
+)
+
+// retainedPayloadMax is how much of each payload /api/v1/retained shows
+// with ?payload=true: enough to recognise a message, and a page of 1,000
+// stays around a megabyte.
+const retainedPayloadMax = 1024
+
+// httpOptions say what the handler serves besides the broker's state.
+type httpOptions struct {
+	pprof bool
+	// token, when set, is required (Authorization: Bearer) by the API
+	// and pprof.
+	token string
+	// exposed is set when the address is not a loopback one: without a
+	// token the API and pprof are then not served at all.
+	exposed bool
+}
+
+// httpOptionsFor decides from the address listened on (the one bound,
+// so that a host name or :port is judged by what it became) and returns
+// a warning for the log when the API cannot be used as configured.
+func httpOptionsFor(addr net.Addr, mc metricsConfig) (o httpOptions, warning string) {
+	ta, ok := addr.(*net.TCPAddr)
+	o = httpOptions{pprof: mc.PProf, token: mc.Token, exposed: !ok || !ta.IP.IsLoopback()}
+	if o.exposed && o.token == "" {
+		warning = "the metrics address is not a loopback address and metrics.token is not set: " +
+			"/api/v1/ and /debug/pprof/ answer 403; /metrics, /healthz and /readyz are open to whoever can reach it"
+	}
+	return o, warning
+}
+
+// newHTTPHandler serves the endpoints of the metrics address.
+func newHTTPHandler(srv *mqttd.Server, reg *prometheus.Registry, o httpOptions) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := srv.Ready(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready:\n%v\n", err)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	g := newGuard(o)
+	mux.Handle("GET /api/v1/clients", g.wrap(func(w http.ResponseWriter, r *http.Request) {
+		after, limit, ok := pageOf(w, r)
+		if !ok {
+			return
+		}
+		page, next := srv.Clients(after, limit)
+		writeJSON(w, http.StatusOK, struct {
+			Clients []mqttd.ClientState `json:"clients"`
+			Next    string              `json:"next,omitempty"`
+		}{page, next})
+	}))
+	mux.Handle("GET /api/v1/clients/{id}/subscriptions", g.wrap(func(w http.ResponseWriter, r *http.Request) {
+		after, limit, ok := pageOf(w, r)
+		if !ok {
+			return
+		}
+		id := r.PathValue("id")
+		page, next, found := srv.Subscriptions(id, after, limit)
+		if !found {
+			writeError(w, http.StatusNotFound, "no session with client id %q", id)
+			return
+		}
+		if page == nil {
+			page = []mqttd.SubscriptionState{}
+		}
+		writeJSON(w, http.StatusOK, struct {
+			Subscriptions []mqttd.SubscriptionState `json:"subscriptions"`
+			Next          string                    `json:"next,omitempty"`
+		}{page, next})
+	}))
+	mux.Handle("GET /api/v1/retained", g.wrap(func(w http.ResponseWriter, r *http.Request) {
+		after, limit, ok := pageOf(w, r)
+		if !ok {
+			return
+		}
+		payloadMax := 0
+		if v := r.URL.Query().Get("payload"); v != "" {
+			with, err := strconv.ParseBool(v)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "payload: want true or false, got %q", v)
+				return
+			}
+			if with {
+				payloadMax = retainedPayloadMax
+			}
+		}
+		page, next := srv.RetainedTopics(after, limit, payloadMax)
+		writeJSON(w, http.StatusOK, struct {
+			Retained []mqttd.RetainedState `json:"retained"`
+			Next     string                `json:"next,omitempty"`
+		}{page, next})
+	}))
+	if o.pprof {
+		mux.Handle("/debug/pprof/", g.wrap(pprof.Index))
+		mux.Handle("/debug/pprof/cmdline", g.wrap(pprof.Cmdline))
+		mux.Handle("/debug/pprof/profile", g.wrap(pprof.Profile))
+		mux.Handle("/debug/pprof/symbol", g.wrap(pprof.Symbol))
+		mux.Handle("/debug/pprof/trace", g.wrap(pprof.Trace))
+	}
+	return mux
+}
+
+// guard lets a request through to the API or pprof, or answers it.
+type guard struct {
+	httpOptions
+	tokenSum [sha256.Size]byte
+}
+
+func newGuard(o httpOptions) *guard {
+	return &guard{httpOptions: o, tokenSum: sha256.Sum256([]byte(o.token))}
+}
+
+func (g *guard) wrap(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case g.token != "":
+			if !g.tokenGiven(r) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="mqttd"`)
+				writeError(w, http.StatusUnauthorized, "this needs the token of metrics.token: Authorization: Bearer TOKEN")
+				return
+			}
+		case g.exposed:
+			writeError(w, http.StatusForbidden, "not served: the metrics address is not a loopback address and "+
+				"metrics.token (--metrics-token, MQTTD_METRICS_TOKEN) is not set")
+			return
+		case !loopbackHost(r.Host):
+			// A web page whose host name its DNS turns into 127.0.0.1
+			// (DNS rebinding) would otherwise read the API through the
+			// browser of someone on this machine.
+			writeError(w, http.StatusForbidden, "Host %q is not localhost or a loopback address: "+
+				"without metrics.token only requests to those are served", r.Host)
+			return
+		}
+		h(w, r)
+	})
+}
+
+// tokenGiven compares the request's bearer token with the configured one
+// in time that does not depend on either: their hashes are compared, so
+// not even the length leaks.
+func (g *guard) tokenGiven(r *http.Request) bool {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	return subtle.ConstantTimeCompare(sum[:], g.tokenSum[:]) == 1
+}
+
+// loopbackHost reports whether a Host header names this machine:
+// localhost or a loopback address, with or without a port.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(host, ".")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && a.IsLoopback()
+}
+
+// pageOf reads ?after= and ?limit=, answering a bad limit itself.
+func pageOf(w http.ResponseWriter, r *http.Request) (after string, limit int, ok bool) {
+	q := r.URL.Query()
+	limit = defaultPage
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, "limit: want a number from 1 to %d, got %q", maxPage, v)
+			return "", 0, false
+		}
+		limit = min(n, maxPage)
+	}
+	return q.Get("after"), limit, true
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, format string, args ...any) {
+	writeJSON(w, code, struct {
+		Error string `json:"error"`
+	}{fmt.Sprintf(format, args...)})
+}
+
+// serveHTTP serves the metrics address, when one is configured, and
+// returns the server (nil without an address) and the address it bound.
+func serveHTTP(mc metricsConfig, srv *mqttd.Server, reg *prometheus.Registry, log zerolog.Logger) (*http.Server, net.Addr, error) {
+	if mc.Address == "" {
+		return nil, nil, nil
+	}
+	l, err := net.Listen("tcp", mc.Address)
+	if err != nil {
+		return nil, nil, err
+	}
+	o, warning := httpOptionsFor(l.Addr(), mc)
+	if warning != "" {
+		log.Warn().Str("address", l.Addr().String()).Msg(warning)
+	}
+	hs := &http.Server{Handler: newHTTPHandler(srv, reg, o), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("the metrics address stopped serving")
+		}
+	}()
+	return hs, l.Addr(), nil
+}
+
+// applyMetrics applies the flags of the metrics address over the file.
+func (f cliFlags) applyMetrics(mc *metricsConfig) error {
+	var errs []error
+	setIf(&mc.Address, f.metricsAddr)
+	setIf(&mc.Token, f.metricsToken)
+	if f.pprof != "" {
+		on, err := strconv.ParseBool(string(f.pprof))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--pprof (MQTTD_PPROF): want true or false, got %q", f.pprof))
+		}
+		mc.PProf = on
+	}
+	// A bearer token travels in a header as RFC 6750's b64token; any other
+	// character would make a token nobody can send.
+	if strings.ContainsFunc(mc.Token, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("-._~+/=", r))
+	}) {
+		errs = append(errs, errors.New("metrics.token: use only letters, digits and -._~+/= (a bearer token is sent in a header)"))
+	}
+	return errors.Join(errs...)
+}
+
+// boolFlag is a flag that may be given bare (--pprof) or with a value
+// (--pprof=false), and that remembers whether it was given at all, so
+// that it overrides the config file only then; applyMetrics parses it.
+type boolFlag string
+
+func (b *boolFlag) String() string     { return string(*b) }
+func (b *boolFlag) Set(v string) error { *b = boolFlag(v); return nil }
+func (b *boolFlag) IsBoolFlag() bool   { return true }

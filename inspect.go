@@ -1,0 +1,383 @@
+package mqttd
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"mqttd/packets"
+	"mqttd/persistence"
+	"mqttd/session"
+)
+
+// Looking at the broker from outside: whether it is ready to serve, and
+// read-only listings of its sessions, their subscriptions and the
+// retained topics, for operators (cmd/mqttd serves them over HTTP).
+//
+// A listing is paged in a stable order (by client id, filter or topic,
+// compared as bytes): a page is the items after a cursor, the last item
+// of the page before. There is no index kept in that order, as keeping
+// one would cost every CONNECT; a page costs instead, per request, one
+// pass over all the items (client pointers copied under Server.mu, about
+// a millisecond per 100,000 sessions; retained topics walked under the
+// retained store's read lock, which holds up only publishers of retained
+// messages), a pointer or three of memory per item after the cursor, and
+// O(n log limit) comparisons outside any lock. Session locks are taken
+// one at a time, only for the items of the page.
+
+// ClientState is one session the broker holds, online or not, as Clients
+// reports it.
+type ClientState struct {
+	ID string `json:"id"`
+	// Username is the session's owner: the username its client connected
+	// with; "" for an anonymous client.
+	Username string `json:"username"`
+	// Connected is set while a connection has the session.
+	Connected bool `json:"connected"`
+	// Remote is the address of the client's connection, or of its last
+	// one while offline; "" for a session restored from the store whose
+	// client has not come back since.
+	Remote string `json:"remote"`
+	// Listener is the name of the listener of that connection.
+	Listener string `json:"listener"`
+	// Protocol is the MQTT version the client last connected with: "3.1",
+	// "3.1.1" or "5.0".
+	Protocol string `json:"protocol"`
+	// KeepAlive is the connection's keepalive in seconds, as granted (0:
+	// none); 0 while offline.
+	KeepAlive int `json:"keepalive"`
+	// Persistent is set when the session outlives its connection (3.1.1
+	// clean session 0, 5.0 Session Expiry Interval above 0); a clean
+	// session ends with its connection.
+	Persistent bool `json:"persistent"`
+	// ExpiresAt is when an offline session ends unless its client comes
+	// back; zero while connected.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Inflight counts the QoS 1/2 messages sent to the client and not
+	// yet acknowledged.
+	Inflight int `json:"inflight"`
+	// Queued counts the messages waiting for room in that window, or for
+	// the client to come back; QueuedBytes is their topic, payload and
+	// properties bytes.
+	Queued      int `json:"queued"`
+	QueuedBytes int `json:"queued_bytes"`
+	// Subscriptions counts the session's subscriptions.
+	Subscriptions int `json:"subscriptions"`
+}
+
+// SubscriptionState is one subscription of a session, as Subscriptions
+// reports it.
+type SubscriptionState struct {
+	// Filter is the topic filter as subscribed, with its $share/group/
+	// prefix for a shared subscription.
+	Filter string `json:"filter"`
+	// QoS is the maximum QoS granted.
+	QoS byte `json:"qos"`
+	// NoLocal, RetainAsPublished and RetainHandling are the 5.0
+	// subscription options (false, false and 0 for 3.x clients).
+	NoLocal           bool `json:"no_local"`
+	RetainAsPublished bool `json:"retain_as_published"`
+	RetainHandling    byte `json:"retain_handling"`
+	// ID is the 5.0 Subscription Identifier; 0 when none.
+	ID uint32 `json:"subscription_id,omitempty"`
+}
+
+// RetainedState is one retained message, as RetainedTopics reports it.
+type RetainedState struct {
+	Topic string `json:"topic"`
+	// QoS is the QoS it was published with.
+	QoS byte `json:"qos"`
+	// PayloadSize is the length of its payload in bytes.
+	PayloadSize int `json:"payload_size"`
+	// Payload is the start of the payload, when RetainedTopics was asked
+	// for it: at most its payloadMax bytes.
+	Payload []byte `json:"payload,omitempty"`
+	// ExpiresAt is when a 5.0 message's Message Expiry Interval ends;
+	// zero when it never expires.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// Clients returns the sessions whose client ids sort after after, at
+// most limit of them (every one when limit is 0 or less), in the order
+// of their ids, and next: the id to give as after for the next page, or
+// "" when this page is the last. Sessions that start or end meanwhile may
+// or may not be listed; the others are listed exactly once across pages.
+func (s *Server) Clients(after string, limit int) (page []ClientState, next string) {
+	cls, next := firstPage(s.clientsAfter(after), limit, func(cl *client) string { return cl.id })
+	page = make([]ClientState, 0, len(cls))
+	for _, cl := range cls {
+		if st, ok := clientState(cl); ok {
+			page = append(page, st)
+		}
+	}
+	return page, next
+}
+
+// clientsAfter is the part of Clients done under the registry lock: the
+// clients whose ids sort after after, in no order.
+func (s *Server) clientsAfter(after string) []*client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cls := make([]*client, 0, len(s.clients))
+	for id, cl := range s.clients {
+		if id > after {
+			cls = append(cls, cl)
+		}
+	}
+	return cls
+}
+
+// clientState reads cl under its lock; ok is false when its session has
+// ended since the registry was read.
+func clientState(cl *client) (st ClientState, ok bool) {
+	st.ID = cl.id
+	if who := cl.who.Load(); who != nil {
+		st.Username, st.Listener = who.Username, who.Listener
+		st.Protocol = protocolName(packets.Version(who.ProtocolVersion))
+		if who.Remote != nil {
+			st.Remote = who.Remote.String()
+		}
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.dropped {
+		return st, false
+	}
+	if c := cl.conn; c != nil {
+		// Set before attach made c the session's connection, and not
+		// changed since.
+		st.Connected, st.KeepAlive = true, int(c.keepAlive/time.Second)
+	}
+	st.Persistent = !cl.clean
+	if at := cl.sess.ExpireAt(); at != 0 {
+		st.ExpiresAt = time.Unix(0, at).UTC()
+	}
+	st.Inflight, st.Queued, st.QueuedBytes = cl.sess.Inflight(), cl.sess.Queued(), cl.sess.QueuedBytes()
+	st.Subscriptions = cl.sess.SubscriptionCount()
+	return st, true
+}
+
+func protocolName(v packets.Version) string {
+	switch v {
+	case packets.V31:
+		return "3.1"
+	case packets.V311:
+		return "3.1.1"
+	case packets.V5:
+		return "5.0"
+	}
+	return ""
+}
+
+// Subscriptions returns the subscriptions of the session of clientID
+// whose filters sort after after, at most limit of them (every one when
+// limit is 0 or less), in the order of their filters, and the filter to
+// give as after for the next page ("" after the last). ok is false when
+// the broker holds no session for clientID.
+func (s *Server) Subscriptions(clientID, after string, limit int) (page []SubscriptionState, next string, ok bool) {
+	s.mu.Lock()
+	cl := s.clients[clientID]
+	s.mu.Unlock()
+	if cl == nil {
+		return nil, "", false
+	}
+	cl.mu.Lock()
+	if cl.dropped {
+		cl.mu.Unlock()
+		return nil, "", false
+	}
+	var subs []SubscriptionState
+	cl.sess.Subscriptions(func(sub session.Subscription) {
+		if sub.Filter > after {
+			o := sub.Options
+			subs = append(subs, SubscriptionState{Filter: sub.Filter, QoS: o.QoS, NoLocal: o.NoLocal,
+				RetainAsPublished: o.RetainAsPublished, RetainHandling: o.RetainHandling, ID: sub.ID})
+		}
+	})
+	cl.mu.Unlock()
+	page, next = firstPage(subs, limit, func(s SubscriptionState) string { return s.Filter })
+	return page, next, true
+}
+
+// RetainedTopics returns the retained messages whose topics sort after
+// after, at most limit of them (every one when limit is 0 or less), in
+// the order of their topics, $ topics included, and the topic to give as
+// after for the next page ("" after the last). payloadMax above 0 copies
+// up to that many bytes of each payload into Payload.
+func (s *Server) RetainedTopics(after string, limit, payloadMax int) (page []RetainedState, next string) {
+	type item struct {
+		topic string
+		m     *session.Message
+	}
+	var items []item
+	for topic, m := range s.retain.All {
+		if topic > after {
+			items = append(items, item{topic, m})
+		}
+	}
+	items, next = firstPage(items, limit, func(it item) string { return it.topic })
+	now := time.Now()
+	page = make([]RetainedState, 0, len(items))
+	for _, it := range items {
+		m := it.m
+		if m.Expired(now) {
+			continue // not sent to subscribers any more; removed when next matched
+		}
+		r := RetainedState{Topic: it.topic, QoS: m.QoS, PayloadSize: len(m.Payload), ExpiresAt: m.Expiry}
+		if payloadMax > 0 {
+			// A copy: a caller must not be able to change what is routed.
+			r.Payload = slices.Clone(m.Payload[:min(len(m.Payload), payloadMax)])
+		}
+		page = append(page, r)
+	}
+	return page, next
+}
+
+// firstPage orders items by key and cuts the first limit of them (all
+// when limit is 0 or less); next is the key of the last one kept when
+// more follow. Keys are unique.
+func firstPage[T any](items []T, limit int, key func(T) string) (page []T, next string) {
+	cmp := func(a, b T) int { return strings.Compare(key(a), key(b)) }
+	if limit <= 0 || len(items) <= limit {
+		slices.SortFunc(items, cmp)
+		return items, ""
+	}
+	items = leastSorted(items, limit, cmp)
+	return items, key(items[limit-1])
+}
+
+// leastSorted returns the n least of items (n < len(items)), sorted, in
+// items' first n places. It keeps a max-heap of the n least seen so far:
+// O(len(items) log n) comparisons where sorting everything would cost
+// O(len(items) log len(items)), and most items lose to the heap's top
+// after one.
+func leastSorted[T any](items []T, n int, cmp func(a, b T) int) []T {
+	h := items[:n]
+	for i := n/2 - 1; i >= 0; i-- {
+		siftDown(h, i, cmp)
+	}
+	for _, x := range items[n:] {
+		if cmp(x, h[0]) < 0 {
+			h[0] = x
+			siftDown(h, 0, cmp)
+		}
+	}
+	slices.SortFunc(h, cmp)
+	return h
+}
+
+// siftDown restores the max-heap order of h below i.
+func siftDown[T any](h []T, i int, cmp func(a, b T) int) {
+	for {
+		big, l, r := i, 2*i+1, 2*i+2
+		if l < len(h) && cmp(h[l], h[big]) > 0 {
+			big = l
+		}
+		if r < len(h) && cmp(h[r], h[big]) > 0 {
+			big = r
+		}
+		if big == i {
+			return
+		}
+		h[i], h[big] = h[big], h[i]
+		i = big
+	}
+}
+
+// Ready returns nil when the broker serves as it should: Serve runs,
+// every listener accepts connections, and the store takes writes (no
+// commit has failed since the last one that succeeded). Otherwise it
+// returns what is not ready, one error per problem (errors.Join).
+//
+// While commits fail it also starts, at most every probeInterval, a
+// probe: a commit that writes and deletes a record no client can have.
+// A broker taken out of service as not ready gets no traffic to commit,
+// so without the probe it would never find out that the disk has room
+// again.
+func (s *Server) Ready() error {
+	var errs []error
+	s.mu.Lock()
+	switch {
+	case s.closing.Load():
+		errs = append(errs, errors.New("shutting down"))
+	case !s.serving:
+		errs = append(errs, errors.New("not serving yet"))
+	case len(s.listeners) == 0:
+		errs = append(errs, errors.New("no listener"))
+	}
+	for _, ln := range s.listeners {
+		if ln.stopped != nil {
+			errs = append(errs, fmt.Errorf("listener %s stopped: %w", ln.name, ln.stopped))
+		}
+	}
+	s.mu.Unlock()
+	if f := s.storeHealth.failed.Load(); f != nil && s.dur != nil {
+		if !s.closing.Load() {
+			s.probeStore()
+		}
+		errs = append(errs, fmt.Errorf("store: commits have failed for %s: %w", time.Since(f.since).Round(time.Second), f.err))
+	}
+	return errors.Join(errs...)
+}
+
+// storeHealth is what Ready knows of the store.
+type storeHealth struct {
+	// failed is set while commits fail: from the first failure after a
+	// success, with the last error. Only the committer's goroutine, one
+	// at a time, stores it.
+	failed  atomic.Pointer[storeFailing]
+	probing atomic.Bool  // a probe waits for its commit
+	probed  atomic.Int64 // unix nanos the last probe started
+}
+
+type storeFailing struct {
+	err   error
+	since time.Time
+}
+
+// record notes a commit's outcome. A unit that does not hold together
+// (a bug, which the committer finds and fails alone) says nothing of
+// whether the store takes writes.
+func (h *storeHealth) record(err error) {
+	switch {
+	case err == nil:
+		if h.failed.Load() != nil {
+			h.failed.Store(nil)
+		}
+	case errors.Is(err, persistence.ErrNoSession), errors.Is(err, persistence.ErrNoMessage), errors.Is(err, persistence.ErrBadOp):
+	default:
+		since := time.Now()
+		if f := h.failed.Load(); f != nil {
+			since = f.since
+		}
+		h.failed.Store(&storeFailing{err: err, since: since})
+	}
+}
+
+// probeInterval bounds how often Ready probes a failing store: each probe
+// is a commit, an fsync with durability sync.
+const probeInterval = time.Second
+
+// probeSession is the session a probe stores and deletes in one
+// transaction, so that none is ever kept. No client can have it: MQTT
+// strings never hold U+0000 [MQTT-1.5.4-2].
+const probeSession = "\x00mqttd readiness probe"
+
+// probeStore starts a probe unless one waits or one started within
+// probeInterval. Its outcome reaches storeHealth through checkedStore,
+// as every commit's does.
+func (s *Server) probeStore() {
+	h := &s.storeHealth
+	now := time.Now().UnixNano()
+	if now-h.probed.Load() < int64(probeInterval) || !h.probing.CompareAndSwap(false, true) {
+		return
+	}
+	h.probed.Store(now)
+	var b persistence.Batch
+	b.PutSession(persistence.Session{ID: probeSession})
+	b.DeleteSession(probeSession)
+	s.dur.commit.Submit(&b, func(error) { h.probing.Store(false) })
+}
