@@ -108,7 +108,8 @@ type gate struct {
 	passwd    *passwd.Authenticator
 	anonymous bool // clients without a username are let in
 	identity  bool // the username is the client certificate's common name
-	// local: only this machine can reach the listener.
+	// local: only this machine can reach the listener (not through a
+	// proxy that others reach).
 	local bool
 }
 
@@ -198,6 +199,11 @@ func (s *Server) openGateLocked(name string, addr net.Addr, lc *ListenerConfig) 
 	o := s.opts
 	c := o.Auth.AuthConfig
 	g := &gate{local: localOnly(addr)}
+	if lc != nil && (lc.ProxyProtocol || len(lc.ProxyTrusted) > 0) {
+		// Behind a load balancer or reverse proxy on this machine, the
+		// clients are whoever reaches the proxy.
+		g.local = false
+	}
 	if lc != nil {
 		c = o.Auth.merge(lc.Auth)
 		g.identity = lc.UseIdentityAsUsername
@@ -234,24 +240,24 @@ func (s *Server) setListenerACL(name string, a *acl.Authorizer) {
 }
 
 // localOnly reports whether only this machine can reach a listener at
-// addr: a loopback address, a unix socket, or no network address at all
-// (an in-process listener).
+// addr: a loopback IP address or a unix socket. Anything else, a name
+// included, counts as reachable from elsewhere: the default must fail
+// closed.
 func localOnly(addr net.Addr) bool {
-	if addr == nil {
-		return true
-	}
 	switch a := addr.(type) {
 	case *net.TCPAddr:
 		return a.IP.IsLoopback()
 	case *net.UnixAddr:
 		return true
+	case nil:
+		return false
 	}
 	host, _, err := net.SplitHostPort(addr.String())
 	if err != nil {
-		return true // not host:port: not reachable over a network
+		return false
 	}
 	ip := net.ParseIP(host)
-	return ip == nil && host != "" || ip != nil && ip.IsLoopback()
+	return ip != nil && ip.IsLoopback()
 }
 
 // logGate says at start who may connect to a listener, and warns about a
@@ -293,15 +299,18 @@ func (s *Server) logGate(name string, g *gate, c AuthConfig) {
 	e.Str("listener", name).Msg(msg)
 }
 
-// gateOf returns the gate of a listener by name; listeners always have
-// one, but a connection made through a test's newConn may not.
+// closedGate lets nobody in without a password file: the gate of a
+// connection whose listener has none, which only a test's newConn makes.
+var closedGate = &gate{}
+
+// gateOf returns the gate of a listener by name.
 func (s *Server) gateOf(name string) *gate {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if g := s.gates[name]; g != nil {
 		return g
 	}
-	return &gate{anonymous: true, local: true}
+	return closedGate
 }
 
 // authenticate checks a CONNECT's credentials for its listener: a custom

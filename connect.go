@@ -89,17 +89,15 @@ func (c *conn) admit(cp *packets.Connect) error {
 		c.aliases.Store(&topicAliases{out: newOutAliases(n)})
 	}
 	c.expiry = s.sessionExpiry(c.version, cp)
-	fresh := cp.CleanStart
-	if s.otherUsersSession(c) {
-		if s.opts.Auth.OtherUserSession != OtherUserReplace {
-			return c.refuseOtherUser()
-		}
-		fresh = true // never the other user's session
+	fresh, ok := s.claimSession(c, cp.CleanStart)
+	if !ok {
+		return c.refuseOtherUser()
 	}
-	s.storeNewSession(c, fresh)
 	switch s.attach(c, cp, fresh) {
-	case attachOtherUser: // one came meanwhile
-		s.forgetNewSession(c)
+	case attachOtherUser:
+		// Another user's session came meanwhile: the record stored for
+		// this client is the other's now (attach stored it after), so
+		// nothing is to be taken out.
 		return c.refuseOtherUser()
 	case attachNoRoom:
 		code := packets.ConnRefusedServerUnavailable

@@ -251,6 +251,17 @@ func (d *durable) removedLocked(cl *client, seq uint64, owner *conn) {
 	d.add(&b, owner, false)
 }
 
+// handedLocked records that an entry of cl went to another member of its
+// share group. Unlike an acknowledgement it cancels nothing waiting: the
+// publisher's answer still waits for the entry to be stored here, until
+// the other member's copy is. The caller holds cl.mu.
+func (d *durable) handedLocked(cl *client, seq uint64) {
+	var ops [1]persistence.Op
+	b := persistence.Batch{Ops: ops[:0]}
+	b.DeleteHandedOutbound(cl.id, seq)
+	d.add(&b, nil, false)
+}
+
 // releasedLocked records that a stored session's QoS 2 entry got its
 // PUBREC: after a restart its PUBREL is sent, not the PUBLISH, which the
 // client would take for a new message. The caller holds cl.mu.
@@ -528,36 +539,57 @@ func (c *conn) refuseStored(p packets.Packet, err error) (ok bool, refused packe
 	return false, nil
 }
 
-// storeNewSession stores the record of a persistent session its client
-// is about to start, and waits for the commit: the CONNACK is not sent
-// until then, so that a crash just after it cannot leave the client
-// counting on a session the broker forgot. A session already stored,
-// which the client resumes, needs no wait.
-func (s *Server) storeNewSession(c *conn, cleanStart bool) {
+// claimSession decides whether c may have the session its client id
+// names: not another username's when other_user_session is refuse (ok
+// false); a fresh one (fresh) for a clean start, or instead of another
+// username's under replace. A persistent session that is not resumed has
+// its record stored before the CONNACK, so that a crash just after it
+// cannot leave the client counting on a session the broker forgot; it is
+// added under the registry lock with the decision, so that it reaches the
+// store before anything a later claimant of the id (which attach orders
+// under the same lock) stores, and a fresh one deletes what the id held
+// in the same transaction, so that no crash leaves the newcomer the old
+// session's contents.
+func (s *Server) claimSession(c *conn, cleanStart bool) (fresh, ok bool) {
 	id := c.info.ClientID
-	if s.dur == nil || c.expiry == 0 || !keyFits(id) {
-		return
-	}
+	fresh = cleanStart
 	s.mu.Lock()
-	resumed := false
-	if cl := s.clients[id]; cl != nil && !cleanStart {
-		cl.mu.Lock()
-		resumed = cl.stored
-		cl.mu.Unlock()
+	old := s.clients[id]
+	if old != nil && old.owner() != c.info.Username {
+		if s.opts.Auth.OtherUserSession != OtherUserReplace {
+			s.mu.Unlock()
+			return false, false
+		}
+		fresh = true // never the other user's session
 	}
-	s.mu.Unlock()
-	if resumed {
-		return
+	if s.dur == nil || c.expiry == 0 || !keyFits(id) {
+		s.mu.Unlock()
+		return fresh, true
 	}
-	var ops [1]persistence.Op
+	if old != nil && !fresh {
+		old.mu.Lock()
+		resumed := old.stored
+		old.mu.Unlock()
+		if resumed {
+			s.mu.Unlock()
+			return fresh, true
+		}
+	}
+	var ops [2]persistence.Op
 	b := persistence.Batch{Ops: ops[:0]}
+	if old != nil {
+		b.DeleteSession(id)
+	}
 	b.PutSession(persistence.Session{ID: id, Username: c.info.Username, Version: byte(c.version), Expiry: c.expiry})
+	t := s.dur.commit.Add(&b, nil)
+	s.mu.Unlock()
 	done := make(chan struct{})
-	s.dur.commit.Wait(s.dur.commit.Add(&b, nil), func() { close(done) })
+	s.dur.commit.Wait(t, func() { close(done) })
 	<-done
+	return fresh, true
 }
 
-// forgetNewSession takes out the record storeNewSession stored for a
+// forgetNewSession takes out the record claimSession stored for a
 // session the broker then had no room for (attach refuses only when there
 // was no session of that id).
 func (s *Server) forgetNewSession(c *conn) {

@@ -364,3 +364,75 @@ func TestAcknowledgedBeforeCommitNeedsNoCommit(t *testing.T) {
 		t.Fatalf("got %+v, want PUBACK 1", ack)
 	}
 }
+
+// TestHandedOffNotAcknowledgedEarly: a QoS 1 message for a share group of
+// persistent sessions whose member leaves before the commit is handed to
+// the other member; its publisher's PUBACK still waits for the commit
+// (handing it off is not acknowledging it), and the other member gets it.
+func TestHandedOffNotAcknowledgedEarly(t *testing.T) {
+	g := newGatedStore()
+	srv, addr := startServer(t, mqttd.Options{Store: g})
+	share := &packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "$share/g/t", Options: packets.SubOptions{QoS: 1}}}}
+	m1 := connectRaw(t, addr, &packets.Connect{ClientID: "m1", CleanStart: false})
+	m1.send(share)
+	m1.read()
+	m2 := connectRaw(t, addr, &packets.Connect{ClientID: "m2", CleanStart: false})
+	slow := connectRaw(t, addr, &packets.Connect{ClientID: "slow", CleanStart: false})
+	slow.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "slow", Options: packets.SubOptions{QoS: 1}}}})
+	slow.read()
+	pub := connectRaw(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
+	other := connectRaw(t, addr, &packets.Connect{ClientID: "other", CleanStart: true})
+
+	g.hold()
+	other.send(&packets.Publish{QoS: 1, PacketID: 1, Topic: "slow", Payload: []byte("held")})
+	<-g.entered
+	pub.send(&packets.Publish{QoS: 1, PacketID: 5, Topic: "t", Payload: []byte("m")})
+	if p, ok := m1.read().(*packets.Publish); !ok || p.Topic != "t" {
+		t.Fatalf("m1 got %+v", p)
+	}
+	m2.send(share) // joins the group; its SUBACK waits for the commit
+	m2.ping()
+	m1.nc.Close() // leaves without acknowledging: handed to m2
+	if p, ok := m2.read().(*packets.Publish); !ok || p.Topic != "t" {
+		t.Fatalf("m2 got %+v, want the message handed over", p)
+	}
+	waitFor(t, "the hand-off done", func() bool { return srv.Stats().SharedHandedOff == 1 })
+	if got := pub.ping(); len(got) != 0 {
+		t.Fatalf("the publisher got %+v before the commit: a hand-off is not an acknowledgement", got)
+	}
+	g.release()
+	if ack, ok := pub.read().(*packets.Puback); !ok || ack.PacketID != 5 {
+		t.Fatalf("after the commit got %+v, want PUBACK 5", ack)
+	}
+}
+
+// TestReplacedSessionStoredWhole: under other_user_session: replace, the
+// newcomer's session record is committed in the same transaction as the
+// deletion of everything the other user's session held, so no crash can
+// leave the newcomer owning the old subscriptions.
+func TestReplacedSessionStoredWhole(t *testing.T) {
+	rec := &recordingStore{Store: persistence.NewMemory()}
+	_, addr := startServer(t, mqttd.Options{Store: rec, Auth: mqttd.Auth{OtherUserSession: mqttd.OtherUserReplace}})
+	bob := connectRaw(t, addr, &packets.Connect{ClientID: "dev", UsernameFlag: true, Username: "bob"})
+	bob.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "bob/secret/#", Options: packets.SubOptions{QoS: 1}}}})
+	bob.read()
+	connectRaw(t, addr, &packets.Connect{ClientID: "dev", UsernameFlag: true, Username: "alice"}).ping()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for i, b := range rec.batches {
+		for j, op := range b {
+			if op.Kind != persistence.OpPutSession || op.Session.Username != "alice" {
+				continue
+			}
+			deleted := false
+			for _, before := range b[:j] {
+				deleted = deleted || before.Kind == persistence.OpDeleteSession && before.SessionID == "dev"
+			}
+			if !deleted {
+				t.Errorf("batch %d stores alice's record without deleting bob's session first: %+v", i, b)
+			}
+			return
+		}
+	}
+	t.Fatal("alice's session record was never stored")
+}

@@ -157,15 +157,6 @@ const (
 	attachOtherUser              // the session is another user's
 )
 
-// otherUsersSession reports whether c's client id names a session another
-// username owns.
-func (s *Server) otherUsersSession(c *conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old := s.clients[c.info.ClientID]
-	return old != nil && old.owner() != c.info.Username
-}
-
 // detach releases the session when its connection ends, unless another
 // connection took it over; a clean session ends here.
 func (s *Server) detach(c *conn) {

@@ -68,11 +68,6 @@ func (s *Server) takeSharedLocked(cl *client) []handoff {
 		return v.take
 	}, &s.queueBudget)
 	s.accountQueueLocked(cl)
-	if cl.stored {
-		for _, o := range taken {
-			s.dur.removedLocked(cl, o.Seq, nil)
-		}
-	}
 	out := make([]handoff, len(taken))
 	for i, o := range taken {
 		out[i] = handoff{o, filters[i]}
@@ -114,6 +109,7 @@ func (s *Server) handOffShared(cl *client, handed []handoff) {
 			func(k *client) bool { return k == cl })
 		if !ok {
 			s.stats.dropped[dropNoMember].Add(1) // the last other member left meanwhile
+			s.forgetHanded(cl, h.o.Seq)
 			continue
 		}
 		opts := sub.Value
@@ -123,6 +119,18 @@ func (s *Server) handOffShared(cl *client, handed []handoff) {
 		}
 		enc.reset(m, nil)
 		s.deliver(sub.Key, m, min(opts.qos, m.QoS), opts.retainAsPub && m.Retain, ids, &enc, clock)
-		s.stats.sharedHandedOff.Add(1)
+		s.forgetHanded(cl, h.o.Seq)
+		s.stats.sharedHandedOff.Add(1) // once the store knows too
 	}
+}
+
+// forgetHanded takes out of the store an entry of cl handed to another
+// member: only now, after that member's copy was added, so that a crash
+// in between leaves the message in one session or both, never in none.
+func (s *Server) forgetHanded(cl *client, seq uint64) {
+	cl.mu.Lock()
+	if cl.stored {
+		s.dur.handedLocked(cl, seq)
+	}
+	cl.mu.Unlock()
 }

@@ -310,7 +310,9 @@ func (c *Committer) addOpLocked(op *Op) {
 		c.puts[k] = pendingPut{at: len(c.next.Ops), created: p.created || !replaced && !op.Outbound.Released}
 	case OpDeleteOutbound:
 		k := outKey{op.SessionID, op.Seq}
-		if p, ok := c.puts[k]; ok {
+		if p, ok := c.puts[k]; ok && op.Handed {
+			delete(c.puts, k) // stored, then deleted: never cancelled
+		} else if ok {
 			delete(c.puts, k)
 			if len(c.puts) == 0 {
 				select {

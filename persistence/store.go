@@ -175,6 +175,11 @@ type Op struct {
 	MessageID    uint64
 	Message      *Message
 	Will         *Will
+	// Handed marks an OpDeleteOutbound of an entry handed to another
+	// session rather than acknowledged: it never cancels the waiting put
+	// it follows (Committer), so what acknowledged that put still waits
+	// for it to be stored.
+	Handed bool
 }
 
 // Batch is a list of changes applied together. The zero Batch is empty
@@ -223,6 +228,12 @@ func (b *Batch) PutOutbound(session string, o Outbound) {
 // DeleteOutbound removes the outbound entry seq of a session.
 func (b *Batch) DeleteOutbound(session string, seq uint64) {
 	b.Ops = append(b.Ops, Op{Kind: OpDeleteOutbound, SessionID: session, Seq: seq})
+}
+
+// DeleteHandedOutbound removes an entry handed to another session (see
+// Op.Handed).
+func (b *Batch) DeleteHandedOutbound(session string, seq uint64) {
+	b.Ops = append(b.Ops, Op{Kind: OpDeleteOutbound, SessionID: session, Seq: seq, Handed: true})
 }
 
 // PutAwaitingRel records an inbound QoS 2 packet id awaiting PUBREL.
