@@ -324,6 +324,12 @@ func (s *Server) authenticate(c *conn, g *gate, password []byte) error {
 		}
 		return err
 	}
+	if g.passwd == nil && !g.identity && c.info.Username != "" && len(s.authFiles.passwd) > 0 {
+		// Usernames are checked on other listeners: one that cannot be
+		// checked here is taken as anonymous, so that it cannot pass for
+		// a user there (their sessions, their ACL rules).
+		c.info.Username = ""
+	}
 	var err error
 	switch {
 	case g.identity:

@@ -308,9 +308,12 @@ type heldAnswers struct {
 	failures []storeFailure
 	// pending are the tickets of the covering units neither applied nor
 	// voided yet, in the order added; early are those voided before the
-	// reader tracked them.
+	// reader tracked them. applied is the ticket up to which every unit
+	// is applied: a unit voided is told after its commit may have been
+	// made (empty), and is then nothing to wait for.
 	pending []uint64
 	early   []uint64
+	applied uint64
 }
 
 // pendingIn reports whether a covering unit in (from, to] still waits.
@@ -415,6 +418,8 @@ func (c *conn) releaseHeld(t uint64) {
 			n++
 		}
 		h.pending = slices.Delete(h.pending, 0, n)
+		h.applied = max(h.applied, t)
+		h.early = slices.DeleteFunc(h.early, func(e uint64) bool { return e <= t })
 	})
 }
 
@@ -426,7 +431,7 @@ func (c *conn) Voided(ticket uint64) {
 	c.releaseWith(0, func(h *heldAnswers) {
 		if i := slices.Index(h.pending, ticket); i >= 0 {
 			h.pending = slices.Delete(h.pending, i, i+1)
-		} else {
+		} else if ticket > h.applied {
 			h.early = append(h.early, ticket)
 		}
 	})

@@ -1,6 +1,7 @@
 package mqttd
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -76,7 +77,19 @@ func (c *conn) connectStep(st *authState, data []byte) error {
 		return nil
 	}
 	cp := st.cp
-	c.info.Username = strings.Clone(st.x.Username())
+	user := st.x.Username()
+	if c.srv.gateOf(c.info.Listener).identity {
+		// The certificate names the client there; a method must not
+		// name it otherwise.
+		c.refuse(authCode(c.version, auth.ErrNotAuthorized))
+		return closing(CloseAuthFailed, errors.New("enhanced authentication on a use_identity_as_username listener"))
+	}
+	if max := c.srv.limits().MaxUsernameLength; len(user) > max {
+		c.refuse(authCode(c.version, auth.ErrBadCredentials))
+		return closing(CloseAuthFailed, fmt.Errorf("%s named a username of %d bytes, over limits.max_username_length %d",
+			st.method.Name(), len(user), max))
+	}
+	c.info.Username = strings.Clone(user)
 	st.x, st.cp, st.out = nil, nil, out
 	return c.admit(cp)
 }

@@ -324,7 +324,8 @@ func TestUseIdentityAsUsername(t *testing.T) {
 // TestPerListenerAuth opens two listeners from Options, the second with
 // an auth block of its own: a password file there (which refuses
 // anonymous clients) and an ACL; the first keeps the broker's settings
-// (anonymous clients, every topic).
+// (anonymous clients, every topic), where a username, which it cannot
+// check, is taken as anonymous.
 func TestPerListenerAuth(t *testing.T) {
 	dir := t.TempDir()
 	pw := writePasswords(t, dir, "alice")
@@ -344,4 +345,8 @@ func TestPerListenerAuth(t *testing.T) {
 		t.Errorf("guarded listener: SUBACK %v, want [0x87 0]", codes)
 	}
 	expectNothing(rc)
+	// On the open listener a username is not checked, while the guarded
+	// one checks it: there it counts as anonymous, and cannot pass for
+	// alice (her session, her rules).
+	expectRefused(t, open, packets.V5, as("alice", "alice", ""), packets.NotAuthorized)
 }
