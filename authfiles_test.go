@@ -541,3 +541,30 @@ func TestAuthMosquittoClients(t *testing.T) {
 		t.Errorf("paho.golang publish to a denied topic: reason %#x, want 0x87", r.ReasonCode)
 	}
 }
+
+// TestACLShareGroupPicksAReader: a share group whose members have
+// different read access gives each message to a member that may read it,
+// not to the one the round robin reached; with no such member, nobody.
+func TestACLShareGroupPicksAReader(t *testing.T) {
+	_, addr, _ := aclServer(t, mqttd.Options{})
+	writer := connectAs(t, addr, packets.V5, as("writer", "writer", ""))
+	group := packets.Subscription{Filter: "$share/g/sensors/#", Options: packets.SubOptions{QoS: 1}}
+	alice := connectAs(t, addr, packets.V5, as("alice", "alice", "")) // denied sensors/secret
+	spy := connectAs(t, addr, packets.V5, as("spy", "spy", ""))       // reads everything
+	for _, rc := range []*rawConn{alice, spy} {
+		if codes := subscribe(rc, group); codes[0] != 1 {
+			t.Fatalf("SUBACK %v", codes)
+		}
+	}
+	for i := range 4 {
+		publishQoS1(writer, uint16(1+i), "sensors/secret", false)
+		p := expectPublish(spy, "sensors/secret")
+		spy.send(&packets.Puback{PacketID: p.PacketID})
+	}
+	expectNothing(alice)
+
+	spy.send(&packets.Disconnect{})
+	spy.expectClosed()
+	publishQoS1(writer, 9, "sensors/secret", false)
+	expectNothing(alice)
+}

@@ -38,6 +38,7 @@ func subOptsOf(sub persistence.Subscription) subOpts {
 // per connection, so idle connections do not carry it.
 type router struct {
 	matches []topictrie.Sub[*client, subOpts]
+	alt     [1]topictrie.Sub[*client, subOpts] // another share group member
 	enc     encoded
 	now     time.Time // read once per message, and only when needed
 }
@@ -82,6 +83,7 @@ func (s *Server) route(m *session.Message, owner *conn) (clients int) {
 		}
 	})
 	clear(r.matches) // drop references to clients that may leave
+	clear(r.alt[:])
 	r.enc.reset(nil, nil)
 	routerPool.Put(r)
 	return clients
@@ -92,6 +94,18 @@ func (s *Server) route(m *session.Message, owner *conn) (clients int) {
 // every subscription identifier [MQTT-3.3.4-4]. It reports whether any
 // subscription was for m (No Local leaves some out).
 func (s *Server) deliverRun(r *router, m *session.Message, run []topictrie.Sub[*client, subOpts]) bool {
+	if s.readCheck && run[0].Group != "" && !s.readable(run[0].Key, m) {
+		// The member picked may not read it: another of the group takes it.
+		sub := run[0]
+		alt, ok := s.subs.ShareMember(sub.Group, sub.Filter, topictrie.Message{Topic: m.Topic},
+			func(k *client) bool { return !s.readable(k, m) })
+		if !ok {
+			s.stats.readDenied.Add(1)
+			return false
+		}
+		r.alt[0] = alt
+		run = r.alt[:]
+	}
 	target := run[0].Key
 	var qos byte
 	var retain, matched bool
@@ -134,6 +148,13 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 		full.Msg("message dropped: the session queue is full (limits.max_queued, limits.max_queued_bytes) or all queues are " +
 			"(limits.max_queued_bytes_total); logged at most every 10 s, mqttd_messages_dropped_total{reason=queue_full} counts them all")
 	}
+}
+
+// readable is mayRead without counting a denial: for choosing among the
+// members of a share group.
+func (s *Server) readable(cl *client, m *session.Message) bool {
+	who := cl.who.Load()
+	return who == nil || s.authz.Authorize(*who, auth.Request{Action: auth.Read, Topic: m.Topic, QoS: m.QoS, Retain: m.Retain})
 }
 
 // mayRead asks the Authorizer whether cl may receive m (auth.Read):

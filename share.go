@@ -106,7 +106,7 @@ func (s *Server) handOffShared(cl *client, handed []handoff) {
 	for _, h := range handed {
 		m := h.o.Msg
 		sub, ok := s.subs.ShareMember(h.f.Group, h.f.Topic, topictrie.Message{Topic: m.Topic},
-			func(k *client) bool { return k == cl })
+			func(k *client) bool { return k == cl || s.readCheck && !s.readable(k, m) })
 		if !ok {
 			s.stats.dropped[dropNoMember].Add(1) // the last other member left meanwhile
 			s.forgetHanded(cl, h.o.Seq)
