@@ -276,12 +276,13 @@ func (d *durable) releasedLocked(cl *client, o session.Outbound, owner *conn) {
 	d.add(&b, owner, true)
 }
 
-// sessionLocked writes a stored session's record. The caller holds cl.mu.
-func (d *durable) sessionLocked(cl *client, username string, version packets.Version, expiry uint32, owner *conn) {
+// sessionLocked writes a stored session's record, as connection c (its
+// latest) and expiry make it. The caller holds cl.mu.
+func (d *durable) sessionLocked(cl *client, c *conn, expiry uint32, owner *conn) {
 	var ops [1]persistence.Op
 	b := persistence.Batch{Ops: ops[:0]}
-	b.PutSession(persistence.Session{ID: cl.id, Username: username, Version: byte(version),
-		Expiry: expiry, ExpireAt: cl.sess.ExpireAt()})
+	b.PutSession(persistence.Session{ID: cl.id, Username: c.info.Username, Version: byte(c.version),
+		Expiry: expiry, ExpireAt: cl.sess.ExpireAt(), Listener: c.info.Listener})
 	d.add(&b, owner, true)
 }
 
@@ -585,7 +586,8 @@ func (s *Server) claimSession(c *conn, cleanStart bool) (fresh, ok bool) {
 	if old != nil {
 		b.DeleteSession(id)
 	}
-	b.PutSession(persistence.Session{ID: id, Username: c.info.Username, Version: byte(c.version), Expiry: c.expiry})
+	b.PutSession(persistence.Session{ID: id, Username: c.info.Username, Version: byte(c.version), Expiry: c.expiry,
+		Listener: c.info.Listener})
 	t := s.dur.commit.Add(&b, nil)
 	s.mu.Unlock()
 	done := make(chan struct{})
@@ -627,5 +629,5 @@ func (s *Server) storeSessionLocked(c *conn, cl *client, persistent, willDropped
 		s.dur.oneLocked(persistence.Op{Kind: persistence.OpDeleteWill, SessionID: cl.id}, nil)
 	}
 	cl.stored = true
-	s.dur.sessionLocked(cl, c.info.Username, c.version, c.expiry, nil)
+	s.dur.sessionLocked(cl, c, c.expiry, nil)
 }

@@ -350,3 +350,62 @@ func TestPerListenerAuth(t *testing.T) {
 	// alice (her session, her rules).
 	expectRefused(t, open, packets.V5, as("alice", "alice", ""), packets.NotAuthorized)
 }
+
+// TestRestoredSessionKeepsItsListener: a persistent session restored at
+// start is judged, while still offline, by the ACL of the listener its
+// client last came through, as it was before the restart.
+func TestRestoredSessionKeepsItsListener(t *testing.T) {
+	dir := t.TempDir()
+	strict := writeFile(t, dir, "strict.acl", "topic read public/#\n")
+	open := writeFile(t, dir, "open.acl", "topic readwrite #\n")
+	// The same address both times: a listener's name, which the session
+	// keeps, is its type and address.
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := free.Addr().String()
+	free.Close()
+	if err := os.Mkdir(filepath.Join(dir, "data"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	opts := mqttd.Options{DataDir: filepath.Join(dir, "data"), Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{ACLFile: strict}},
+		Listeners: []mqttd.ListenerConfig{{Address: addr, Auth: &mqttd.AuthConfig{ACLFile: open}}}}
+	run := func() (*mqttd.Server, func()) {
+		srv, err := mqttd.New(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Listen(); err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve() }()
+		return srv, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := srv.Shutdown(ctx); err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			<-served
+		}
+	}
+	_, stop := run()
+	dev := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "dev"})
+	if codes := subscribe(dev, packets.Subscription{Filter: "t/#", Options: packets.SubOptions{QoS: 1}}); codes[0] != 1 {
+		t.Fatalf("SUBACK %v", codes)
+	}
+	dev.send(&packets.Disconnect{})
+	dev.expectClosed()
+	stop()
+
+	srv, stop := run()
+	defer stop()
+	pub := connectAs(t, addr, packets.V311, as("pub", "", ""))
+	publishQoS1(pub, 1, "t/x", false)
+	back := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "dev"})
+	expectPublish(back, "t/x")
+	if n := srv.Stats().ReadDenied; n != 0 {
+		t.Errorf("%d deliveries denied: the restored session was judged by the broker's ACL, not its listener's", n)
+	}
+}

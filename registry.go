@@ -176,7 +176,7 @@ func (s *Server) detach(c *conn) {
 		cl.sess.SetExpireAt(at)
 		s.expiry.schedule(cl, at)
 		if cl.stored {
-			s.dur.sessionLocked(cl, c.info.Username, c.version, c.expiry, nil)
+			s.dur.sessionLocked(cl, c, c.expiry, nil)
 		}
 	}
 	cl.mu.Unlock()

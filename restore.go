@@ -72,7 +72,8 @@ func (s *Server) restore() error {
 			continue
 		}
 		cl := &client{id: id, sess: session.New(id, s.sessLim), stored: true}
-		cl.who.Store(&auth.ClientInfo{ClientID: id, Username: ss.Session.Username, ProtocolVersion: ss.Session.Version})
+		cl.who.Store(&auth.ClientInfo{ClientID: id, Username: ss.Session.Username, ProtocolVersion: ss.Session.Version,
+			Listener: ss.Session.Listener})
 		cl.sess.SetExpireAt(at)
 		for _, sub := range ss.Subscriptions {
 			isNew, err := s.subs.Subscribe(sub.Filter, cl, subOptsOf(sub))

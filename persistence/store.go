@@ -48,6 +48,9 @@ type Session struct {
 	// ExpireAt is when the offline session ends, in unix nanoseconds; 0
 	// while its client is connected.
 	ExpireAt int64
+	// Listener names the listener its client last connected through,
+	// whose rules (a per-listener ACL) apply to it while it is offline.
+	Listener string
 }
 
 // Subscription is one subscription of a session.

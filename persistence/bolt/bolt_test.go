@@ -2,6 +2,7 @@ package bolt
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -128,10 +129,21 @@ func TestCodecRoundTrip(t *testing.T) {
 			t.Errorf("will %d:\n got  %+v, %v\n want %+v", m.ID, gw, err, w)
 		}
 	}
-	for _, s := range []persistence.Session{{ID: "x"}, {ID: "y", Username: "ü", Version: 5, Expiry: 0xFFFFFFFF, ExpireAt: -1}} {
+	for _, s := range []persistence.Session{{ID: "x"}, {ID: "y", Username: "ü", Version: 5, Expiry: 0xFFFFFFFF, ExpireAt: -1,
+		Listener: "tls:0.0.0.0:8883"}} {
 		if got, err := decodeSession(s.ID, encodeSession(&s)); err != nil || got != s {
 			t.Errorf("session: got %+v, %v; want %+v", got, err, s)
 		}
+	}
+	// A session record of format 1 (no listener), as files written before
+	// format 2 hold.
+	v1 := appendString([]byte{recV1}, "bob")
+	v1 = append(v1, 4)
+	v1 = binary.AppendUvarint(v1, 60)
+	v1 = binary.AppendVarint(v1, 7)
+	if got, err := decodeSession("old", v1); err != nil ||
+		got != (persistence.Session{ID: "old", Username: "bob", Version: 4, Expiry: 60, ExpireAt: 7}) {
+		t.Errorf("format 1 session: got %+v, %v", got, err)
 	}
 	for qos := range byte(4) {
 		for rh := range byte(4) {

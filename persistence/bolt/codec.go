@@ -15,7 +15,8 @@ import (
 //	message       1, flags, varint Expiry, str Topic, str Origin,
 //	              [uvarint Properties.Present, properties], payload
 //	will          1, varint At, uvarint message ID, then a message from flags on
-//	session       1, str Username, Version, uvarint Expiry, varint ExpireAt
+//	session       2, str Username, Version, uvarint Expiry, varint ExpireAt,
+//	              str Listener (version 1: without Listener)
 //	subscription  1, options byte, uvarint subscription ID
 //	outbound      1, flags, uvarint MessageID, uvarint PacketID,
 //	              uvarint count, count × uvarint subscription ID
@@ -264,20 +265,30 @@ func decodeMessage(r *reader, m *persistence.Message) {
 	r.b = nil
 }
 
+// sessionV2 is the session record's format since it keeps the listener.
+const sessionV2 = 2
+
 func encodeSession(s *persistence.Session) []byte {
-	dst := make([]byte, 0, 24+len(s.Username))
-	dst = appendString(append(dst, recV1), s.Username)
+	dst := make([]byte, 0, 24+len(s.Username)+len(s.Listener))
+	dst = appendString(append(dst, sessionV2), s.Username)
 	dst = append(dst, s.Version)
 	dst = binary.AppendUvarint(dst, uint64(s.Expiry))
-	return binary.AppendVarint(dst, s.ExpireAt)
+	dst = binary.AppendVarint(dst, s.ExpireAt)
+	return appendString(dst, s.Listener)
 }
 
 func decodeSession(id string, v []byte) (persistence.Session, error) {
 	r := reader{b: v}
-	r.version()
+	format := r.byte()
+	if format != recV1 && format != sessionV2 && r.err == nil {
+		r.err = fmt.Errorf("%w: session record format %d, this build reads %d and %d", errRecord, format, recV1, sessionV2)
+	}
 	s := persistence.Session{ID: id, Username: r.string(), Version: r.byte()}
 	s.Expiry = uint32(r.uvarint())
 	s.ExpireAt = r.varint()
+	if format == sessionV2 {
+		s.Listener = r.string()
+	}
 	return s, r.done()
 }
 

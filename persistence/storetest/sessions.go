@@ -19,7 +19,7 @@ func testEmpty(t *testing.T, h *harness) {
 }
 
 func testSessions(t *testing.T, h *harness) {
-	a := persistence.Session{ID: "a", Username: "alice", Version: 4}
+	a := persistence.Session{ID: "a", Username: "alice", Version: 4, Listener: "tcp:127.0.0.1:1883"}
 	b := persistence.Session{
 		ID: "b", Username: "bob", Version: 5, Expiry: 0xFFFFFFFF,
 		ExpireAt: time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC).UnixNano(),
