@@ -302,8 +302,9 @@ const outboxFloor = 64 << 10
 
 // fit returns the size of the largest delivery (by Message.Size) the
 // outbox takes now, -1 for none: any size while the outbox is under its
-// own bound and all outboxes together under theirs; past the latter, up
-// to outboxFloor. global reports that the latter limited the answer; the
+// own bound and all outboxes together hold less than that bound under
+// theirs; closer, what is left under theirs; past it, up to outboxFloor.
+// global reports that the bound of all outboxes limited the answer; the
 // connection is then on the list of those woken when writes free room,
 // so that its session queue moves again.
 func (c *conn) fit() (fit int, global bool) {
@@ -318,12 +319,19 @@ func (c *conn) fit() (fit int, global bool) {
 		return -1, false
 	}
 	s := c.srv
-	if s.stats.outboxBytes.Load() < s.opts.Limits.MaxOutboxBytesTotal {
-		return math.MaxInt, false
+	room := s.opts.Limits.MaxOutboxBytesTotal - s.stats.outboxBytes.Load()
+	if room >= int64(o.max) {
+		return math.MaxInt, false // only the connection's own bound applies
 	}
 	if !o.waiting {
 		o.waiting = true
 		s.outboxWait.add(c)
+	}
+	if room > outboxFloor {
+		// What is left under the bound of all outboxes, not any size:
+		// large deliveries to many connections must not take the total
+		// far past it.
+		return int(room), true
 	}
 	return outboxFloor - pending - 1, true
 }

@@ -286,14 +286,14 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 }
 
 // refuseQoS0 says whether a QoS 0 frame of size bytes for tc is dropped
-// without waiting, and why: every outbox together is past its bound and
-// tc's has no room of its own for it, or memory is short and tc already
-// has a backlog.
+// without waiting, and why: it would take every outbox together past
+// their bound and tc's has no room of its own for it, or memory is short
+// and tc already has a backlog.
 func (s *Server) refuseQoS0(tc *conn, size int) (dropReason, bool) {
 	// Atomic loads first, so that the common case takes no second lock
 	// of the subscriber's outbox: in fan-in every publisher contends for
 	// that one.
-	if s.stats.outboxBytes.Load() >= s.opts.Limits.MaxOutboxBytesTotal {
+	if s.stats.outboxBytes.Load()+int64(size) > s.opts.Limits.MaxOutboxBytesTotal {
 		if fit, global := tc.fit(); global && fit < size {
 			return dropOutboxTotal, true
 		}
