@@ -3,7 +3,6 @@ package mqttd_test
 import (
 	"bufio"
 	"context"
-	"errors"
 	"io"
 	"net"
 	"os"
@@ -149,18 +148,7 @@ func startWide(t *testing.T, opts mqttd.Options) (*mqttd.Server, string) {
 	if err := srv.AddListener("wide", wideListener{l}); err != nil {
 		t.Fatal(err)
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve() }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-served; !errors.Is(err, mqttd.ErrServerClosed) {
-			t.Errorf("Serve returned %v", err)
-		}
-	})
+	serveForTest(t, srv)
 	return srv, l.Addr().String()
 }
 

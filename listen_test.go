@@ -64,6 +64,13 @@ func listenAll(t *testing.T, opts mqttd.Options) *mqttd.Server {
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}
+	serveForTest(t, srv)
+	return srv
+}
+
+// serveForTest serves srv until the test ends, then shuts it down and
+// checks that Serve returned for that.
+func serveForTest(t *testing.T, srv *mqttd.Server) {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve() }()
 	t.Cleanup(func() {
@@ -76,7 +83,6 @@ func listenAll(t *testing.T, opts mqttd.Options) *mqttd.Server {
 			t.Errorf("Serve returned %v", err)
 		}
 	})
-	return srv
 }
 
 // TestListenTransports sends a message from a TCP publisher to

@@ -120,29 +120,60 @@ func TestSIGHUPReloadsCertificates(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	writeSelfSigned(t, cert, key, "first")
-	stop := make(chan os.Signal, 1)
-	var out syncBuffer
-	code := make(chan int, 1)
-	go func() {
-		code <- run([]string{"--listen", "tls://127.0.0.1:0", "--tls-cert", cert, "--tls-key", key,
-			"--data-dir", filepath.Join(dir, "data"), "--log-format", "json"}, noEnv, io.Discard, &out, stop)
-	}()
-	waitOutput(t, &out, "MQTT listening on")
+	c := startCommand(t, "--listen", "tls://127.0.0.1:0", "--tls-cert", cert, "--tls-key", key,
+		"--data-dir", filepath.Join(dir, "data"))
 	os.WriteFile(cert, []byte("not a certificate"), 0o600)
-	stop <- syscall.SIGHUP
-	waitOutput(t, &out, "reload on SIGHUP failed")
-	waitOutput(t, &out, "kept the previous certificates")
+	c.sig <- syscall.SIGHUP
+	c.wait("reload on SIGHUP failed")
+	c.wait("kept the previous certificates")
 	writeSelfSigned(t, cert, key, "second")
-	stop <- syscall.SIGHUP
-	waitOutput(t, &out, "and the listeners' certificates on SIGHUP")
-	stop <- syscall.SIGTERM
+	c.sig <- syscall.SIGHUP
+	c.wait("and the listeners' certificates on SIGHUP")
+	c.stop()
+}
+
+// command is the mqttd command running in a test through run, with what
+// it prints.
+type command struct {
+	t    *testing.T
+	sig  chan os.Signal
+	out  syncBuffer
+	code chan int
+}
+
+// startCommand runs the command with args (and JSON logs) and waits until
+// it listens.
+func startCommand(t *testing.T, args ...string) *command {
+	t.Helper()
+	c := &command{t: t, sig: make(chan os.Signal, 1), code: make(chan int, 1)}
+	args = append(args, "--log-format", "json")
+	go func() { c.code <- run(args, noEnv, io.Discard, &c.out, c.sig) }()
+	c.wait("MQTT listening on")
+	return c
+}
+
+// wait waits until the output says want.
+func (c *command) wait(want string) {
+	c.t.Helper()
+	waitOutput(c.t, &c.out, want)
+}
+
+// mqttAddr is the first MQTT address the command printed.
+func (c *command) mqttAddr() string {
+	return regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+)`).FindStringSubmatch(c.out.String())[1]
+}
+
+// stop sends SIGTERM and checks that the command exits with 0 in time.
+func (c *command) stop() {
+	c.t.Helper()
+	c.sig <- syscall.SIGTERM
 	select {
-	case c := <-code:
-		if c != 0 {
-			t.Fatalf("exit code %d:\n%s", c, out.String())
+	case code := <-c.code:
+		if code != 0 {
+			c.t.Fatalf("exit code %d:\n%s", code, c.out.String())
 		}
 	case <-time.After(15 * time.Second):
-		t.Fatal("mqttd did not stop within 15 s of SIGTERM")
+		c.t.Fatal("mqttd did not stop within 15 s of SIGTERM")
 	}
 }
 
@@ -157,25 +188,18 @@ func TestSIGHUPReloadsAuth(t *testing.T) {
 	}
 	cfg := filepath.Join(dir, "mqttd.yaml")
 	os.WriteFile(cfg, []byte("listeners:\n  - address: 127.0.0.1:0\nauth:\n  password_file: "+pw+"\n"), 0o600)
-	stop := make(chan os.Signal, 1)
-	var out syncBuffer
-	code := make(chan int, 1)
-	go func() {
-		code <- run([]string{"--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--log-format", "json"},
-			noEnv, io.Discard, &out, stop)
-	}()
-	waitOutput(t, &out, "MQTT listening on")
-	waitOutput(t, &out, "listener open to users of "+pw+" only")
-	addr := regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+)`).FindStringSubmatch(out.String())[1]
+	c := startCommand(t, "--config", cfg, "--data-dir", filepath.Join(dir, "data"))
+	c.wait("listener open to users of " + pw + " only")
+	addr := c.mqttAddr()
 	login := func(user, password string) error {
-		c := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("c-" + user).
+		pc := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("c-" + user).
 			SetUsername(user).SetPassword(password).SetAutoReconnect(false).SetConnectRetry(false))
-		tok := c.Connect()
+		tok := pc.Connect()
 		if !tok.WaitTimeout(10 * time.Second) {
 			t.Fatal("connect timed out")
 		}
 		if tok.Error() == nil {
-			c.Disconnect(10)
+			pc.Disconnect(10)
 		}
 		return tok.Error()
 	}
@@ -185,24 +209,16 @@ func TestSIGHUPReloadsAuth(t *testing.T) {
 	if err := passwd.Set(pw, "bob", []byte("b-secret"), false); err != nil {
 		t.Fatal(err)
 	}
-	stop <- syscall.SIGHUP
-	waitOutput(t, &out, "reloaded the password and ACL files")
+	c.sig <- syscall.SIGHUP
+	c.wait("reloaded the password and ACL files")
 	if err := login("bob", "b-secret"); err != nil {
 		t.Fatalf("bob after SIGHUP: %v", err)
 	}
 	os.WriteFile(pw, []byte("no colon here\n"), 0o600)
-	stop <- syscall.SIGHUP
-	waitOutput(t, &out, "password file kept as it was")
+	c.sig <- syscall.SIGHUP
+	c.wait("password file kept as it was")
 	if err := login("alice", "a-secret"); err != nil {
 		t.Fatalf("alice after a broken reload: %v", err)
 	}
-	stop <- syscall.SIGTERM
-	select {
-	case c := <-code:
-		if c != 0 {
-			t.Fatalf("exit code %d:\n%s", c, out.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("mqttd did not stop within 15 s of SIGTERM")
-	}
+	c.stop()
 }

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"io"
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"syscall"
 	"testing"
 	"time"
@@ -27,19 +25,12 @@ func TestSIGHUPReloadsConfig(t *testing.T) {
 		}
 	}
 	write("listeners:\n  - address: 127.0.0.1:0\nlimits:\n  max_connections: 100\n")
-	stop := make(chan os.Signal, 1)
-	var out syncBuffer
-	code := make(chan int, 1)
-	go func() {
-		code <- run([]string{"--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--log-format", "json"},
-			noEnv, io.Discard, &out, stop)
-	}()
-	waitOutput(t, &out, "MQTT listening on")
-	addr := regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+)`).FindStringSubmatch(out.String())[1]
+	c := startCommand(t, "--config", cfg, "--data-dir", filepath.Join(dir, "data"))
+	addr := c.mqttAddr()
 
 	write("listeners:\n  - address: 127.0.0.1:1\nlimits:\n  max_connections: 1\n  max_inflight: 5\nlog:\n  level: debug\n")
-	stop <- syscall.SIGHUP
-	waitOutput(t, &out, `"applied":["limits.max_connections","log.level"],"needs_restart":["limits.max_inflight","listeners"]`)
+	c.sig <- syscall.SIGHUP
+	c.wait(`"applied":["limits.max_connections","log.level"],"needs_restart":["limits.max_inflight","listeners"]`)
 
 	// One connection is now the most; a second is closed at once, which
 	// the debug level, now on, logs.
@@ -57,19 +48,11 @@ func TestSIGHUPReloadsConfig(t *testing.T) {
 	if _, err := second.Read(make([]byte, 1)); err == nil {
 		t.Error("a connection past max_connections got bytes, want it closed")
 	}
-	waitOutput(t, &out, "max_connections")
+	c.wait("max_connections")
 
 	write("limits:\n  max_connections: lots\n")
-	stop <- syscall.SIGHUP
-	waitOutput(t, &out, "config file not reloaded")
+	c.sig <- syscall.SIGHUP
+	c.wait("config file not reloaded")
 
-	stop <- syscall.SIGTERM
-	select {
-	case c := <-code:
-		if c != 0 {
-			t.Fatalf("exit code %d:\n%s", c, out.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("mqttd did not stop within 15 s of SIGTERM")
-	}
+	c.stop()
 }
