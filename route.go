@@ -153,8 +153,7 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 // readable is mayRead without counting a denial: for choosing among the
 // members of a share group.
 func (s *Server) readable(cl *client, m *session.Message) bool {
-	who := cl.who.Load()
-	return who == nil || s.authz.Authorize(*who, auth.Request{Action: auth.Read, Topic: m.Topic, QoS: m.QoS, Retain: m.Retain})
+	return s.readableAs(cl, m, m.QoS, m.Retain)
 }
 
 // mayRead asks the Authorizer whether cl may receive m (auth.Read):
@@ -162,12 +161,18 @@ func (s *Server) readable(cl *client, m *session.Message) bool {
 // routed now, retained, queued or resent, a topic the client may not read
 // is not delivered. A denial is counted.
 func (s *Server) mayRead(cl *client, m *session.Message, qos byte, retain bool) bool {
-	who := cl.who.Load()
-	if who == nil || s.authz.Authorize(*who, auth.Request{Action: auth.Read, Topic: m.Topic, QoS: qos, Retain: retain}) {
+	if s.readableAs(cl, m, qos, retain) {
 		return true
 	}
 	s.stats.readDenied.Add(1)
 	return false
+}
+
+// readableAs is the Authorizer's answer for cl receiving m at qos and
+// retain.
+func (s *Server) readableAs(cl *client, m *session.Message, qos byte, retain bool) bool {
+	who := cl.who.Load()
+	return who == nil || s.authz.Authorize(*who, auth.Request{Action: auth.Read, Topic: m.Topic, QoS: qos, Retain: retain})
 }
 
 // deliverLocked is deliver through the session, under the client's lock,
