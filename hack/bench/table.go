@@ -30,11 +30,22 @@ var tableMetrics = map[string][]metric{
 		{"p99_us", "p99 µs (lower is better)"},
 		{"p999_us", "p99.9 µs (lower is better)"},
 	},
-	"conns": {{"rate", "connects/s"}, {"broker_cpu_us_per_conn", "broker CPU µs/conn (lower is better)"}, {"bytes_per_conn", "RSS bytes/conn (lower is better)"}},
+	"conns": {
+		{"rate", "connects/s"},
+		{"broker_cpu_us_per_conn", "broker CPU µs/conn (lower is better)"},
+		{"bytes_per_conn", "RSS bytes/conn (lower is better)"},
+	},
+	"device": {
+		{"cpu_us_per_msg", "broker CPU µs/msg (lower is better)"},
+		{"p50_us", "p50 µs (lower is better)"},
+		{"p99_us", "p99 µs (lower is better)"},
+		{"rss_per_conn", "RSS bytes/device (lower is better)"},
+		{"loss_pct", "loss %"},
+	},
 }
 
 // scenarioOrder is the order of the table's rows.
-var scenarioOrder = []string{"fanin", "fanout", "qos1", "qos2", "durable1", "durable2", "latency", "conns"}
+var scenarioOrder = []string{"fanin", "fanout", "qos1", "qos2", "durable1", "durable2", "latency", "conns", "device"}
 
 // samples holds every figure read from result lines, by broker, table row
 // and metric, with brokers and rows in the order first seen.
@@ -61,8 +72,14 @@ func readSamples(in io.Reader) (*samples, error) {
 			s.brokers = append(s.brokers, b)
 		}
 		row := scen
-		if scen == "latency" {
+		switch scen {
+		case "latency":
 			row += " qos" + f["qos"]
+		case "device":
+			row += " n=" + f["devices"] + " rate=" + f["rate"]
+		}
+		if t := f["transport"]; t != "" && t != "tcp" {
+			row += " " + t
 		}
 		if !slices.Contains(s.rows, row) {
 			s.rows = append(s.rows, row)
@@ -80,31 +97,40 @@ func readSamples(in io.Reader) (*samples, error) {
 	return s, sc.Err()
 }
 
-// writeTable writes the median of each metric per broker and, with two
-// brokers, the ratio of the second's median to the first's.
+// writeTable writes the median of each metric per broker and the ratio of
+// the second broker's median to each other broker's: compare writes
+// Mosquitto's lines first, then mqttd's, then FlashMQ's, so the ratios are
+// mqttd/Mosquitto and mqttd/FlashMQ.
 func writeTable(in io.Reader, out io.Writer) error {
 	s, err := readSamples(in)
 	if err != nil {
 		return err
 	}
+	var others []int
+	for i := range s.brokers {
+		if i != 1 && len(s.brokers) > 1 {
+			others = append(others, i)
+		}
+	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	header := "scenario\tmetric\t" + strings.Join(s.brokers, "\t") + "\t"
-	if len(s.brokers) == 2 {
-		header += s.brokers[1] + "/" + s.brokers[0] + "\t"
+	for _, o := range others {
+		header += s.brokers[1] + "/" + s.brokers[o] + "\t"
 	}
 	fmt.Fprintln(tw, header)
 	for _, row := range s.rows {
 		for _, m := range tableMetrics[strings.Fields(row)[0]] {
 			line := row + "\t" + m.label + "\t"
 			var meds []float64
+			var have []bool
 			for _, b := range s.brokers {
 				vs := s.get(b, row, m.key)
 				med, ok := median(vs)
-				meds = append(meds, med)
+				meds, have = append(meds, med), append(have, ok)
 				line += formatMedian(med, ok, len(vs)) + "\t"
 			}
-			if len(s.brokers) == 2 {
-				line += ratio(meds[1], meds[0], len(s.get(s.brokers[1], row, m.key)) > 0) + "\t"
+			for _, o := range others {
+				line += ratio(meds[1], meds[o], have[1] && have[o]) + "\t"
 			}
 			fmt.Fprintln(tw, line)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -45,5 +46,43 @@ func TestMedian(t *testing.T) {
 	}
 	if m, _ := median([]float64{4, 1, 3, 2}); m != 2.5 {
 		t.Errorf("median of 1..4 = %v, want 2.5", m)
+	}
+}
+
+func TestWriteTableThreeBrokersDeviceAndTransport(t *testing.T) {
+	in := strings.Join([]string{
+		"broker=mosquitto round=1 scenario=qos1 rate=100 loss_pct=0.00",
+		"broker=mqttd round=1 scenario=qos1 rate=600 loss_pct=0.00",
+		"broker=flashmq round=1 scenario=qos1 rate=400 loss_pct=0.00",
+		"broker=mosquitto round=1 scenario=device devices=5000 rate=1000 cpu_us_per_msg=40 p50_us=100 p99_us=300 rss_per_conn=1000 loss_pct=0.00",
+		"broker=mqttd round=1 scenario=device devices=5000 rate=1000 cpu_us_per_msg=20 p50_us=90 p99_us=250 rss_per_conn=2000 loss_pct=0.00",
+		"broker=flashmq round=1 scenario=device devices=5000 rate=1000 cpu_us_per_msg=10 p50_us=80 p99_us=200 rss_per_conn=1000 loss_pct=0.00",
+		"broker=mqttd round=1 scenario=device devices=10000 rate=10000 cpu_us_per_msg=15 p50_us=120 p99_us=400 rss_per_conn=2000 loss_pct=0.00",
+		"broker=mosquitto round=1 scenario=qos1 rate=50 loss_pct=0.00 transport=tls",
+		"broker=mqttd round=1 scenario=qos1 rate=200 loss_pct=0.00 transport=tls",
+	}, "\n")
+	var out bytes.Buffer
+	if err := writeTable(strings.NewReader(in), &out); err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for line := range strings.Lines(out.String()) {
+		rows = append(rows, strings.Join(strings.Fields(line), " "))
+	}
+	for _, want := range []string{
+		"scenario metric mosquitto mqttd flashmq mqttd/mosquitto mqttd/flashmq",
+		"qos1 msg/s 100 (n=1) 600 (n=1) 400 (n=1) 6.00 1.50",
+		"qos1 tls msg/s 50 (n=1) 200 (n=1) - 4.00 -",
+		"device n=5000 rate=1000 broker CPU µs/msg (lower is better) 40 (n=1) 20 (n=1) 10 (n=1) 0.50 2.00",
+		"device n=5000 rate=1000 RSS bytes/device (lower is better) 1000 (n=1) 2000 (n=1) 1000 (n=1) 2.00 2.00",
+		"device n=10000 rate=10000 p50 µs (lower is better) - 120 (n=1) - - -",
+	} {
+		if !slices.Contains(rows, want) {
+			t.Errorf("no row %q in:\n%s", want, out.String())
+		}
+	}
+	if i, j := slices.Index(rows, "qos1 msg/s 100 (n=1) 600 (n=1) 400 (n=1) 6.00 1.50"),
+		slices.Index(rows, "device n=5000 rate=1000 p50 µs (lower is better) 100 (n=1) 90 (n=1) 80 (n=1) 0.90 1.12"); i < 0 || j < i {
+		t.Errorf("qos1 row at %d, device p50 row at %d: want both, qos1 first", i, j)
 	}
 }
