@@ -187,6 +187,40 @@ func TestScenariosAgainstMosquitto(t *testing.T) {
 			t.Errorf("rss_before_kb=%v rss_after_kb=%v, want both > 0", b, a)
 		}
 	})
+	t.Run("device", func(t *testing.T) {
+		// 20 devices at 100 msg/s: each publishes every 200 ms, once in the
+		// warm-up and then 30 times in all over the measured 300 ms.
+		lines := runBench(t, append([]string{"-scenario", "device", "-devices", "20", "-rate", "100", "-duration", "300ms",
+			"-settle", "300ms", "-pid", strconv.Itoa(pid)}, common...)...)
+		if len(lines) != 1 || lines[0]["scenario"] != "device" {
+			t.Fatalf("want one device line, got %v", lines)
+		}
+		m := lines[0]
+		if got := number(t, m, "msgs"); got != 30 {
+			t.Errorf("msgs=%v, want 30 in the measured interval", got)
+		}
+		sent := number(t, m, "sent")
+		if sent != 50 {
+			t.Errorf("sent=%v, want 20 in the warm-up and 30 after", sent)
+		}
+		for _, k := range []string{"delivered_qos1", "delivered_qos0", "acked"} {
+			if got := number(t, m, k); got != sent {
+				t.Errorf("%s=%v, want %v", k, got, sent)
+			}
+		}
+		if l, e := number(t, m, "loss_pct"), number(t, m, "errors"); l != 0 || e != 0 {
+			t.Errorf("loss_pct=%v errors=%v, want 0", l, e)
+		}
+		if p50, p99 := number(t, m, "p50_us"), number(t, m, "p99_us"); p50 <= 0 || p50 > p99 || p99 > 1e6 {
+			t.Errorf("p50=%v p99=%v µs are not ordered or exceed 1 s", p50, p99)
+		}
+		if c := number(t, m, "cpu_us_per_msg"); c < 0 {
+			t.Errorf("cpu_us_per_msg=%v", c)
+		}
+		if b, a := number(t, m, "rss_before_kb"), number(t, m, "rss_after_kb"); b <= 0 || a <= 0 {
+			t.Errorf("rss_before_kb=%v rss_after_kb=%v, want both > 0", b, a)
+		}
+	})
 }
 
 func TestScenarioLossIsReportedNotHung(t *testing.T) {

@@ -48,7 +48,12 @@ func conns(cfg config) (*result, error) {
 		}
 	}()
 	start := time.Now()
-	connected, firstErr := dialAll(cfg, clients, spread, deadline)
+	connected, firstErr := dialAll(cfg, clients, spread, deadline, dialPlan{
+		name: "c",
+		setup: func(i int, c *client) error {
+			return c.subscribe(fmt.Sprintf("bench/conns/%d", i), 0)
+		},
+	})
 	secs := time.Since(start).Seconds()
 	var cpuAfter time.Duration
 	if cfg.pid > 0 {
@@ -80,9 +85,17 @@ func conns(cfg config) (*result, error) {
 	return r.int("errors", int64(n)-connected), nil
 }
 
-// dialAll fills clients with connected, subscribed clients using a bounded
-// number of concurrent dials; it stops starting new dials at the deadline.
-func dialAll(cfg config, clients []*client, spread bool, deadline time.Time) (int64, error) {
+// dialPlan says how dialAll opens client i.
+type dialPlan struct {
+	name      string // client i's id is the run id, "-", name and i
+	keepalive uint16
+	// setup, when set, runs on each connected client; an error closes it.
+	setup func(i int, c *client) error
+}
+
+// dialAll fills clients with connected clients using a bounded number of
+// concurrent dials; it stops starting new dials at the deadline.
+func dialAll(cfg config, clients []*client, spread bool, deadline time.Time, plan dialPlan) (int64, error) {
 	id := runID()
 	jobs := make(chan int)
 	var connected atomic.Int64
@@ -92,13 +105,14 @@ func dialAll(cfg config, clients []*client, spread bool, deadline time.Time) (in
 	for range orDefault(cfg.concurrency, 64) {
 		wg.Go(func() {
 			for i := range jobs {
-				o := dialOptions{addr: cfg.addr, transport: cfg.transport, clientID: fmt.Sprintf("%s-c%d", id, i), bufSize: 64, deadline: deadline}
+				o := dialOptions{addr: cfg.addr, transport: cfg.transport, clientID: fmt.Sprintf("%s-%s%d", id, plan.name, i),
+					keepalive: plan.keepalive, bufSize: 64, deadline: deadline}
 				if spread {
 					o.local = net.IPv4(127, 0, 0, byte(1+i%sourceAddrs))
 				}
 				c, err := dial(o)
-				if err == nil {
-					if err = c.subscribe(fmt.Sprintf("bench/conns/%d", i), 0); err != nil {
+				if err == nil && plan.setup != nil {
+					if err = plan.setup(i, c); err != nil {
 						c.conn.Close()
 					}
 				}

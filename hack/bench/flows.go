@@ -24,11 +24,12 @@ type config struct {
 	size        int // payload bytes
 	window      int // unacknowledged QoS 1/2 messages per publisher
 	qos         int // latency: -1 runs QoS 0 then QoS 1
-	rate        int // latency: messages per second
+	rate        int // latency, device: messages per second
 	duration    time.Duration
+	devices     int
 	conns       int
-	concurrency int // conns: dials in flight
-	pid         int // conns: broker process whose RSS is measured
+	concurrency int // conns, device: dials in flight
+	pid         int // conns, device: broker process whose CPU time and RSS are measured
 	settle      time.Duration
 	log         io.Writer
 }

@@ -8,7 +8,8 @@
 // WebSocket instead of TCP.
 //
 // Scenarios: fanin, fanout, qos1, qos2, durable1, durable2 (qos1 and qos2 with a
-// persistent subscriber), latency, conns. Every scenario is
+// persistent subscriber), latency, conns, device (many clients each publishing
+// QoS 1 to its own topic every few seconds). Every scenario is
 // bounded by -timeout and reports undelivered messages as loss. It exits 1
 // when a scenario cannot run or reports errors.
 package main
@@ -40,7 +41,7 @@ func parseArgs(args []string, stderr io.Writer) (command, error) {
 	fs.SetOutput(stderr)
 	var c command
 	cfg := &c.cfg
-	fs.StringVar(&c.scenario, "scenario", "", "fanin, fanout, qos1, qos2, durable1, durable2, latency or conns")
+	fs.StringVar(&c.scenario, "scenario", "", "fanin, fanout, qos1, qos2, durable1, durable2, latency, conns or device")
 	fs.BoolVar(&c.freeport, "freeport", false, "print a free TCP port on 127.0.0.1 and exit")
 	fs.StringVar(&c.table, "table", "", "print the medians table of a file of broker=NAME result lines and exit")
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:1883", "broker address (host:port)")
@@ -54,12 +55,13 @@ func parseArgs(args []string, stderr io.Writer) (command, error) {
 	fs.IntVar(&cfg.size, "size", 64, "payload bytes (at least 8)")
 	fs.IntVar(&cfg.window, "window", 100, "unacknowledged QoS 1/2 messages per publisher")
 	fs.IntVar(&cfg.qos, "qos", -1, "latency: QoS 0 or 1 (default both, one line each)")
-	fs.IntVar(&cfg.rate, "rate", 1000, "latency: messages per second")
-	fs.DurationVar(&cfg.duration, "duration", 5*time.Second, "latency: how long to publish")
+	fs.IntVar(&cfg.rate, "rate", 1000, "latency, device: messages per second (device: of all devices together)")
+	fs.DurationVar(&cfg.duration, "duration", 0, "latency: how long to publish (default 5s); device: how long to measure after the warm-up (default 10s)")
+	fs.IntVar(&cfg.devices, "devices", 10000, "device: clients, each publishing every devices/rate seconds")
 	fs.IntVar(&cfg.conns, "conns", 10000, "conns: clients to open")
-	fs.IntVar(&cfg.concurrency, "concurrency", 64, "conns: dials in flight")
-	fs.IntVar(&cfg.pid, "pid", 0, "conns: broker pid, to report its RSS growth per connection")
-	fs.DurationVar(&cfg.settle, "settle", 5*time.Second, "conns: longest wait for the broker's RSS to settle")
+	fs.IntVar(&cfg.concurrency, "concurrency", 64, "conns, device: dials in flight")
+	fs.IntVar(&cfg.pid, "pid", 0, "conns, device: broker pid, to report its CPU time and RSS growth per connection")
+	fs.DurationVar(&cfg.settle, "settle", 5*time.Second, "conns, device: longest wait for the broker's RSS to settle")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -97,6 +99,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		var results []*result
 		results, err = runScenario(c.scenario, c.cfg)
 		for _, r := range results {
+			if k := c.cfg.transport.kind; k != "tcp" {
+				r.add("transport", k)
+			}
 			fmt.Fprintln(stdout, r)
 			if n, _ := r.num("errors"); n > 0 {
 				err = errors.Join(err, fmt.Errorf("%s: %v errors", c.scenario, n))
@@ -133,6 +138,8 @@ func runScenario(name string, cfg config) ([]*result, error) {
 		return one(qosFlow(cfg, 2, true))
 	case "conns":
 		return one(conns(cfg))
+	case "device":
+		return one(deviceWorkload(cfg))
 	case "latency":
 		levels := []byte{0, 1}
 		if cfg.qos >= 0 {
@@ -148,7 +155,7 @@ func runScenario(name string, cfg config) ([]*result, error) {
 		}
 		return out, nil
 	}
-	return nil, fmt.Errorf("unknown scenario %q (want fanin, fanout, qos1, qos2, durable1, durable2, latency or conns)", name)
+	return nil, fmt.Errorf("unknown scenario %q (want fanin, fanout, qos1, qos2, durable1, durable2, latency, conns or device)", name)
 }
 
 func printTable(path string, out io.Writer) error {
