@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -66,7 +67,13 @@ func (t transport) open(conn net.Conn, addr string, deadline time.Time) (net.Con
 			Subprotocols:     []string{"mqtt"},
 			HandshakeTimeout: time.Until(deadline),
 			ReadBufferSize:   512,
-			WriteBufferSize:  512,
+			// Each Write goes out as one frame: FlashMQ 1.26 closes a
+			// connection that sends a continuation frame, which gorilla
+			// writes for a message larger than its buffer. The pool holds
+			// the buffer only while a message is written, so an idle
+			// client does not keep 64 KiB.
+			WriteBufferSize: wsWriteBuffer,
+			WriteBufferPool: wsWritePool,
 		}
 		ws, _, err := d.Dial(t.kind+"://"+addr+"/mqtt", nil)
 		if err != nil {
@@ -77,6 +84,12 @@ func (t transport) open(conn net.Conn, addr string, deadline time.Time) (net.Con
 	}
 	return conn, nil
 }
+
+// wsWriteBuffer is the largest message sent as one frame: the throughput
+// clients' writes are at most bufSize.
+const wsWriteBuffer = bufSize
+
+var wsWritePool = &sync.Pool{}
 
 // wsStream is a WebSocket as a byte stream: each Write is one binary
 // message, and Read reads the messages one after another. Deadlines and
