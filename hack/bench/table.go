@@ -98,24 +98,28 @@ func readSamples(in io.Reader) (*samples, error) {
 }
 
 // writeTable writes the median of each metric per broker and the ratio of
-// the second broker's median to each other broker's: compare writes
-// Mosquitto's lines first, then mqttd's, then FlashMQ's, so the ratios are
-// mqttd/Mosquitto and mqttd/FlashMQ.
+// mqttd's median to each other broker's. Without mqttd (it did not build or
+// start) the second broker seen takes its place, so that a run of two
+// other brokers still compares them.
 func writeTable(in io.Reader, out io.Writer) error {
 	s, err := readSamples(in)
 	if err != nil {
 		return err
 	}
+	subj := slices.Index(s.brokers, "mqttd")
+	if subj < 0 {
+		subj = 1
+	}
 	var others []int
 	for i := range s.brokers {
-		if i != 1 && len(s.brokers) > 1 {
+		if i != subj && len(s.brokers) > 1 {
 			others = append(others, i)
 		}
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	header := "scenario\tmetric\t" + strings.Join(s.brokers, "\t") + "\t"
 	for _, o := range others {
-		header += s.brokers[1] + "/" + s.brokers[o] + "\t"
+		header += s.brokers[subj] + "/" + s.brokers[o] + "\t"
 	}
 	fmt.Fprintln(tw, header)
 	for _, row := range s.rows {
@@ -130,7 +134,7 @@ func writeTable(in io.Reader, out io.Writer) error {
 				line += formatMedian(med, ok, len(vs)) + "\t"
 			}
 			for _, o := range others {
-				line += ratio(meds[1], meds[o], have[1] && have[o]) + "\t"
+				line += ratio(meds[subj], meds[o], have[subj] && have[o]) + "\t"
 			}
 			fmt.Fprintln(tw, line)
 		}

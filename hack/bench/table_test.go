@@ -86,3 +86,16 @@ func TestWriteTableThreeBrokersDeviceAndTransport(t *testing.T) {
 		t.Errorf("qos1 row at %d, device p50 row at %d: want both, qos1 first", i, j)
 	}
 }
+
+func TestWriteTableRatiosAreMqttdsWhicheverComesFirst(t *testing.T) {
+	in := "broker=mqttd scenario=qos1 rate=600\nbroker=flashmq scenario=qos1 rate=300\n"
+	var out bytes.Buffer
+	if err := writeTable(strings.NewReader(in), &out); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Fields(out.String())
+	want := strings.Fields("scenario metric mqttd flashmq mqttd/flashmq qos1 msg/s 600 (n=1) 300 (n=1) 2.00 qos1 loss % - - -")
+	if !slices.Equal(got, want) {
+		t.Errorf("table %q, want fields %q", out.String(), want)
+	}
+}
