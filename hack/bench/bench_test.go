@@ -186,6 +186,11 @@ func TestScenariosAgainstMosquitto(t *testing.T) {
 		if b, a := number(t, m, "rss_before_kb"), number(t, m, "rss_after_kb"); b <= 0 || a <= 0 {
 			t.Errorf("rss_before_kb=%v rss_after_kb=%v, want both > 0", b, a)
 		}
+		for _, k := range []string{"broker_cpu_pct", "gen_cpu_pct", "gen_cpu_us_per_conn"} {
+			if v := number(t, m, k); v < 0 {
+				t.Errorf("%s=%v, want ≥ 0", k, v)
+			}
+		}
 	})
 	t.Run("device", func(t *testing.T) {
 		// 20 devices at 100 msg/s: each publishes every 200 ms, once in the

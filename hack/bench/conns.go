@@ -47,6 +47,10 @@ func conns(cfg config) (*result, error) {
 			}
 		}
 	}()
+	genBefore, err := processCPU(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	connected, firstErr := dialAll(cfg, clients, spread, deadline, dialPlan{
 		name: "c",
@@ -55,6 +59,10 @@ func conns(cfg config) (*result, error) {
 		},
 	})
 	secs := time.Since(start).Seconds()
+	genAfter, err := processCPU(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
 	var cpuAfter time.Duration
 	if cfg.pid > 0 {
 		if cpuAfter, err = processCPU(cfg.pid); err != nil {
@@ -67,6 +75,10 @@ func conns(cfg config) (*result, error) {
 
 	r := newResult("conns").int("conns", int64(n)).int("connected", connected).
 		float("secs", secs).int("rate", int64(float64(connected)/secs))
+	// The generator's CPU per connection beside the broker's shows which of
+	// the two bounds connects/s: the one near 100% of its core.
+	r.float("gen_cpu_us_per_conn", float64((genAfter-genBefore).Microseconds())/float64(max(connected, 1))).
+		float("gen_cpu_pct", 100*(genAfter-genBefore).Seconds()/secs)
 	if cfg.pid > 0 {
 		after, err := settledRSS(cfg.pid, cfg.settle, deadline)
 		if err != nil {
@@ -80,7 +92,8 @@ func conns(cfg config) (*result, error) {
 		// The generator's one CPU can be the bottleneck of connects/s; the
 		// broker's CPU time per connection compares brokers regardless.
 		r.int("rss_before_kb", before>>10).int("rss_after_kb", after>>10).int("bytes_per_conn", perConn).
-			float("broker_cpu_us_per_conn", cpuPerConn)
+			float("broker_cpu_us_per_conn", cpuPerConn).
+			float("broker_cpu_pct", 100*(cpuAfter-cpuBefore).Seconds()/secs)
 	}
 	return r.int("errors", int64(n)-connected), nil
 }

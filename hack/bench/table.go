@@ -33,6 +33,8 @@ var tableMetrics = map[string][]metric{
 	"conns": {
 		{"rate", "connects/s"},
 		{"broker_cpu_us_per_conn", "broker CPU µs/conn (lower is better)"},
+		{"broker_cpu_pct", "broker CPU % of the run (100: broker-bound)"},
+		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
 		{"bytes_per_conn", "RSS bytes/conn (lower is better)"},
 	},
 	"device": {
