@@ -21,22 +21,42 @@ func (s *Store) Apply(b *persistence.Batch) (err error) {
 	if b.Len() == 0 {
 		return nil // no transaction: bbolt writes a meta page even for an empty one
 	}
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer s.guard(&err)
-	err = s.db.Update(func(tx *bbolt.Tx) error {
-		a := newApplier(tx, s.path)
+	if s.wal != nil {
+		return s.logApply(b)
+	}
+	err = s.update(func(a *applier) error {
 		for i := range b.Ops {
 			op := &b.Ops[i]
 			if err := a.apply(op); err != nil {
 				return fmt.Errorf("bolt: op %d (%s): %w", i, kindName(op.Kind), err)
 			}
 		}
-		return a.finish()
+		return nil
 	})
 	if err == nil {
 		s.committed()
 	}
 	return err
+}
+
+// update runs fn in one bbolt transaction and writes the counts it
+// changed.
+func (s *Store) update(fn func(a *applier) error) error {
+	return s.updateTx(func(tx *bbolt.Tx) error {
+		a := newApplier(tx, s.path)
+		if err := fn(a); err != nil {
+			return err
+		}
+		return a.finish()
+	})
+}
+
+// updateTx runs fn in one bbolt transaction, damage met there being
+// ErrCorrupt.
+func (s *Store) updateTx(fn func(tx *bbolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer s.guard(&err)
+	return s.db.Update(fn)
 }
 
 // applier is one batch being applied.
@@ -144,9 +164,17 @@ func (a *applier) putMessage(m *persistence.Message) error {
 	if err != nil {
 		return err
 	}
-	a.added[m.ID] = v
+	return a.putEncodedMessage(m.ID, v)
+}
+
+// putEncodedMessage is putMessage of a message record already encoded.
+func (a *applier) putEncodedMessage(id uint64, v []byte) error {
+	if a.stored(id) {
+		return nil
+	}
+	a.added[id] = v
 	// Counted from 0, so that finish drops it if nothing refers to it.
-	a.counts[m.ID] = &count{}
+	a.counts[id] = &count{}
 	return nil
 }
 

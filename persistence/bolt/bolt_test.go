@@ -596,6 +596,7 @@ func TestIdleWritesNothing(t *testing.T) {
 		apply(t, s, func(b *persistence.Batch) { b.PutSession(persistence.Session{ID: "c"}) })
 		s.Close()
 		before, _ := os.ReadFile(path)
+		logBefore, _ := os.ReadFile(path + walSuffix)
 		s = mustOpen(t, path, Options{Durability: d, syncEvery: time.Millisecond})
 		load(t, s)
 		var empty persistence.Batch
@@ -608,6 +609,9 @@ func TestIdleWritesNothing(t *testing.T) {
 		}
 		if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
 			t.Errorf("%s: opening, loading and closing changed the file", d)
+		}
+		if after, _ := os.ReadFile(path + walSuffix); !bytes.Equal(logBefore, after) {
+			t.Errorf("%s: opening, loading and closing changed the log", d)
 		}
 	}
 }
@@ -663,39 +667,54 @@ func fileSize(t *testing.T, path string) int64 {
 // spaces make the batches collide: sessions deleted and put back, entries
 // replaced, messages released and taken again within a batch.
 func TestAgainstMemory(t *testing.T) {
-	s, _ := openTemp(t, Options{Durability: None})
+	for _, d := range []Durability{None, Sync} {
+		t.Run(d.String(), func(t *testing.T) { againstMemory(t, d) })
+	}
+}
+
+// againstMemory is TestAgainstMemory with durability d: under Sync, Apply
+// answers from the shadow and the applier applies the log later.
+func againstMemory(t *testing.T, d Durability) {
+	s, _ := openTemp(t, Options{Durability: d})
 	mem := persistence.NewMemory()
 	r := rand.New(rand.NewPCG(7, 8))
-	sessions := []string{"a", "ab", "b"}
-	sentinels := []error{persistence.ErrNoSession, persistence.ErrNoMessage, persistence.ErrBadOp}
 	failed := 0
 	for i := range 1000 {
-		var b persistence.Batch
-		if r.IntN(3) > 0 {
-			// Or most batches would fail for want of a session.
-			b.PutSession(persistence.Session{ID: sessions[r.IntN(len(sessions))]})
-		}
-		for range 1 + r.IntN(5) {
-			randomOp(r, &b, sessions[r.IntN(len(sessions))])
-		}
-		errS, errM := s.Apply(&b), mem.Apply(&b)
-		for _, e := range sentinels {
-			if errors.Is(errS, e) != errors.Is(errM, e) {
-				t.Fatalf("batch %d %+v: Store: %v, Memory: %v", i, b.Ops, errS, errM)
-			}
-		}
-		if (errS == nil) != (errM == nil) {
-			t.Fatalf("batch %d: Store: %v, Memory: %v", i, errS, errM)
-		}
-		if errS != nil {
+		if !applyBoth(t, r, i, s, mem) {
 			failed++
 		}
 		got, want := normalise(load(t, s)), normalise(must(mem.Load()))
 		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("batch %d %+v:\n Store  %+v\n Memory %+v", i, b.Ops, got, want)
+			t.Fatalf("after batch %d:\n Store  %+v\n Memory %+v", i, got, want)
 		}
 	}
 	t.Logf("1000 batches, %d failed", failed)
+}
+
+// applyBoth applies batch i of random operations on a few sessions to s
+// and to mem, which must both take it or both refuse it alike; it reports
+// whether they took it.
+func applyBoth(t *testing.T, r *rand.Rand, i int, s *Store, mem *persistence.Memory) bool {
+	t.Helper()
+	sessions := []string{"a", "ab", "b"}
+	var b persistence.Batch
+	if r.IntN(3) > 0 {
+		// Or most batches would fail for want of a session.
+		b.PutSession(persistence.Session{ID: sessions[r.IntN(len(sessions))]})
+	}
+	for range 1 + r.IntN(5) {
+		randomOp(r, &b, sessions[r.IntN(len(sessions))])
+	}
+	errS, errM := s.Apply(&b), mem.Apply(&b)
+	for _, e := range []error{persistence.ErrNoSession, persistence.ErrNoMessage, persistence.ErrBadOp} {
+		if errors.Is(errS, e) != errors.Is(errM, e) {
+			t.Fatalf("batch %d %+v: Store: %v, Memory: %v", i, b.Ops, errS, errM)
+		}
+	}
+	if (errS == nil) != (errM == nil) {
+		t.Fatalf("batch %d: Store: %v, Memory: %v", i, errS, errM)
+	}
+	return errS == nil
 }
 
 // normalise makes empty slices nil, which the contract holds alike.
@@ -806,7 +825,7 @@ func TestFileDoesNotGrow(t *testing.T) {
 		total = 100_000 // the million runs in hack/test's 32-bit pass
 	}
 	const perBatch = 1000
-	s, path := openTemp(t, Options{Durability: None})
+	s, path := openTemp(t, Options{})
 	var b persistence.Batch
 	b.PutSession(persistence.Session{ID: "device", Expiry: 3600})
 	if err := s.Apply(&b); err != nil {
@@ -834,5 +853,8 @@ func TestFileDoesNotGrow(t *testing.T) {
 	t.Logf("file after %d messages: %d KiB (%d KiB after %d)", total, size>>10, size1>>10, 10*perBatch)
 	if size > 2*size1 {
 		t.Errorf("the file grew from %d to %d bytes while holding the same %d messages", size1, size, perBatch)
+	}
+	if log := fileSize(t, path+walSuffix); log > walMaxSize {
+		t.Errorf("the log grew to %d bytes, past its bound of %d", log, walMaxSize)
 	}
 }

@@ -239,6 +239,10 @@ func MoveAside(path string) (string, error) {
 	if err := os.Rename(path, dst); err != nil {
 		return "", fmt.Errorf("bolt: move %s aside: %w", path, err)
 	}
+	// The log holds changes of that file and of no other.
+	if err := moveWALAside(path, dst); err != nil {
+		return dst, fmt.Errorf("bolt: moved %s to %s, but not its log: %w", path, dst, err)
+	}
 	if err := syncDir(filepath.Dir(path)); err != nil {
 		return dst, fmt.Errorf("bolt: moved %s to %s, but: %w", path, dst, err)
 	}

@@ -378,10 +378,13 @@ func decodeOutbound(seq uint64, v []byte) (persistence.Outbound, error) {
 
 func encodeWill(w *persistence.Will) ([]byte, error) {
 	m := &w.Message
-	dst := make([]byte, 0, 32+len(m.Topic)+len(m.Origin)+len(m.Payload))
+	return appendWill(make([]byte, 0, 32+len(m.Topic)+len(m.Origin)+len(m.Payload)), w)
+}
+
+func appendWill(dst []byte, w *persistence.Will) ([]byte, error) {
 	dst = binary.AppendVarint(append(dst, recV1), w.At)
-	dst = binary.AppendUvarint(dst, m.ID)
-	return appendMessage(dst, m)
+	dst = binary.AppendUvarint(dst, w.Message.ID)
+	return appendMessage(dst, &w.Message)
 }
 
 func decodeWill(v []byte) (*persistence.Will, error) {

@@ -2,7 +2,8 @@
 //
 // Layout (schema version 1), one bucket each:
 //
-//	meta       "version" → schema version (uvarint)
+//	meta       "version" → schema version (uvarint); "walseq" → the last
+//	           log record applied (uvarint)
 //	messages   message ID (8 bytes big-endian) → message record
 //	refs       message ID → reference count (uvarint)
 //	retained   topic → message ID (8 bytes big-endian)
@@ -22,6 +23,12 @@
 // Reference counts are kept apart from the messages so that an
 // acknowledgement rewrites a few bytes, not the payload: bbolt rewrites a
 // whole value to change any of it.
+//
+// Under Sync, Apply does not commit to bbolt: it writes the batch to a log
+// beside the file (path + "-wal") and fdatasyncs that, and a goroutine
+// applies the log to the file later, many batches per transaction,
+// recording in "meta" ("walseq") the last one applied; Open replays what
+// the file lacks. wal.go has the log's format and rules.
 //
 // Records are varints (encoding/binary) behind a format version byte; the
 // 5.0 properties are in the packets codec's wire form (see codec.go).

@@ -19,6 +19,11 @@ import (
 // (a record it cannot decode, an entry of no session, a reference to a
 // missing message) is ErrCorrupt naming the file.
 func (s *Store) Load() (snap *persistence.Snapshot, err error) {
+	if s.wal != nil {
+		if err := s.checkpoint(0); err != nil {
+			return nil, err
+		}
+	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer s.guard(&err)
 	err = s.db.View(func(tx *bbolt.Tx) error {

@@ -1,0 +1,42 @@
+package bolt
+
+import (
+	"path/filepath"
+	"testing"
+
+	"mqttd/persistence"
+)
+
+// BenchmarkApplySync measures one Apply under Sync of what a commit
+// carries in the durable1 benchmark: 100 messages of 64 bytes, each put
+// with its outbound entry to one session, and the deletes of the 100
+// before, which their subscriber acknowledged.
+func BenchmarkApplySync(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "b.db"), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var batch persistence.Batch
+	batch.PutSession(persistence.Session{ID: "sub", Expiry: 3600})
+	if err := s.Apply(&batch); err != nil {
+		b.Fatal(err)
+	}
+	payload := make([]byte, 64)
+	id := uint64(0)
+	b.ResetTimer()
+	for range b.N {
+		batch.Reset()
+		for range 100 {
+			id++
+			batch.PutMessage(&persistence.Message{ID: id, Topic: "bench/durable", Payload: payload, QoS: 1})
+			batch.PutOutbound("sub", persistence.Outbound{Seq: id, MessageID: id, QoS: 1})
+			if id > 100 {
+				batch.DeleteOutbound("sub", id-100)
+			}
+		}
+		if err := s.Apply(&batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

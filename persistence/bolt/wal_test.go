@@ -1,0 +1,216 @@
+package bolt
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"go.etcd.io/bbolt"
+
+	"mqttd/persistence"
+)
+
+// crash leaves s as a kill -9 would: what Apply logged is in the log, the
+// file holds what the applier had applied, and nothing more is written.
+func crash(t *testing.T, s *Store) {
+	t.Helper()
+	s.closeOnce.Do(func() {
+		close(s.walStop)
+		<-s.walStopped
+		if err := s.wal.f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// bbolt writes nothing at Close: its commits are already synced.
+		if err := s.db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// records lists the offsets and sequence numbers of the log's records of
+// its current generation.
+func records(t *testing.T, path string) (offs []int64, seqs []uint64) {
+	t.Helper()
+	b, err := os.ReadFile(path + walSuffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, ok := readWALHeader(b)
+	if !ok {
+		t.Fatal("bad log header")
+	}
+	for off := int64(walHeaderSize); ; {
+		seq, _, next := readRecord(b, off, gen)
+		if next == 0 {
+			return offs, seqs
+		}
+		offs, seqs = append(offs, off), append(seqs, seq)
+		off = next
+	}
+}
+
+// TestWALReplay applies random batches to a Sync store and to
+// persistence.Memory, crashing the store now and then with part of what
+// it took only in the log and part applied to the file: reopened, it must
+// Load what Memory holds, and refuse what Memory refuses throughout (the
+// shadow's checks against the applier's).
+func TestWALReplay(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store.db")
+	s := mustOpen(t, path, Options{})
+	defer func() { _ = s.Close() }()
+	mem := persistence.NewMemory()
+	r := rand.New(rand.NewPCG(3, 4))
+	crashes, logged := 0, 0
+	for i := range 600 {
+		applyBoth(t, r, i, s, mem)
+		switch r.IntN(40) {
+		case 0:
+			// Applied to the file, the log going on or starting over.
+			if err := s.checkpoint(r.IntN(2)); err != nil {
+				t.Fatal(err)
+			}
+		case 1:
+			_, seqs := records(t, path)
+			logged += len(seqs)
+			crash(t, s)
+			crashes++
+			s = mustOpen(t, path, Options{})
+		}
+	}
+	_, seqs := records(t, path)
+	logged += len(seqs)
+	crash(t, s)
+	s = mustOpen(t, path, Options{})
+	got, want := normalise(load(t, s)), normalise(must(mem.Load()))
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("after replay:\n Store  %+v\n Memory %+v", got, want)
+	}
+	if crashes < 5 || logged < 50 {
+		t.Fatalf("%d crashes with %d records replayed: the test did not test", crashes, logged)
+	}
+	t.Logf("%d crashes, %d records replayed", crashes+1, logged)
+}
+
+// TestWALTornRecord: a record cut short by a crash (its Apply had not
+// returned) is dropped with nothing after it; the records before it are
+// replayed.
+func TestWALTornRecord(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store.db")
+	s := mustOpen(t, path, Options{})
+	apply(t, s, func(b *persistence.Batch) { b.PutSession(persistence.Session{ID: "c"}) })
+	apply(t, s, func(b *persistence.Batch) { b.PutSubscription("c", persistence.Subscription{Filter: "a"}) })
+	apply(t, s, func(b *persistence.Batch) { b.PutSubscription("c", persistence.Subscription{Filter: "b"}) })
+	offs, _ := records(t, path)
+	crash(t, s)
+	if len(offs) != 3 {
+		t.Fatalf("%d records in the log, want 3", len(offs))
+	}
+	f, err := os.OpenFile(path+walSuffix, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0xff}, offs[2]+walRecordHeader+2); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	s = mustOpen(t, path, Options{})
+	defer s.Close()
+	snap := load(t, s)
+	if len(snap.Sessions) != 1 || len(snap.Sessions[0].Subscriptions) != 1 || snap.Sessions[0].Subscriptions[0].Filter != "a" {
+		t.Fatalf("after a torn last record: %+v", snap.Sessions)
+	}
+}
+
+// TestWALGap: a log whose records start after the file's last is missing
+// acknowledged changes; Open says so, naming the log, rather than start
+// from a state that never was.
+func TestWALGap(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store.db")
+	s := mustOpen(t, path, Options{})
+	apply(t, s, func(b *persistence.Batch) { b.PutSession(persistence.Session{ID: "c"}) })
+	// Applied, and the log started over (as it does once half full).
+	if err := s.checkpoint(1); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, func(b *persistence.Batch) { b.PutSubscription("c", persistence.Subscription{Filter: "a"}) })
+	apply(t, s, func(b *persistence.Batch) { b.PutSubscription("c", persistence.Subscription{Filter: "b"}) })
+	_, seqs := records(t, path)
+	crash(t, s)
+	if len(seqs) != 2 || seqs[0] != 2 {
+		t.Fatalf("records %v, want 2 and 3", seqs)
+	}
+	setMeta(t, path, func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyWALSeq, binary.AppendUvarint(nil, 0))
+	})
+	_, err := Open(path, Options{})
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path+walSuffix) {
+		t.Fatalf("Open: %v, want ErrCorrupt naming the log", err)
+	}
+}
+
+// TestWALBesideNewFile: a log left beside a file that was removed belongs
+// to that file, not to the new one.
+func TestWALBesideNewFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store.db")
+	s := mustOpen(t, path, Options{})
+	apply(t, s, func(b *persistence.Batch) { b.PutSession(persistence.Session{ID: "c"}) })
+	crash(t, s)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, path, Options{})
+	defer s.Close()
+	if snap := load(t, s); len(snap.Sessions) != 0 {
+		t.Fatalf("a new file took the old log: %+v", snap.Sessions)
+	}
+}
+
+// TestWALGrows: a batch larger than the log grows it, and comes back
+// after a crash.
+func TestWALGrows(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store.db")
+	s := mustOpen(t, path, Options{})
+	payload := bytes.Repeat([]byte{7}, 3*walInitialSize)
+	apply(t, s, func(b *persistence.Batch) {
+		b.PutSession(persistence.Session{ID: "c"})
+		b.PutMessage(&persistence.Message{ID: 1, Topic: "big", Payload: payload, QoS: 1})
+		b.PutOutbound("c", persistence.Outbound{Seq: 1, MessageID: 1, QoS: 1})
+	})
+	crash(t, s)
+	if st, err := os.Stat(path + walSuffix); err != nil || st.Size() < int64(len(payload)) {
+		t.Fatalf("log: %v, %v", st, err)
+	}
+	s = mustOpen(t, path, Options{})
+	defer s.Close()
+	snap := load(t, s)
+	if m := snap.Messages[1]; m == nil || !bytes.Equal(m.Payload, payload) {
+		t.Fatal("the large message did not come back")
+	}
+}
+
+// TestWALMovedAside: MoveAside takes the log along, so that the empty
+// store that follows does not replay it.
+func TestWALMovedAside(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store.db")
+	s := mustOpen(t, path, Options{})
+	apply(t, s, func(b *persistence.Batch) { b.PutSession(persistence.Session{ID: "c"}) })
+	crash(t, s)
+	moved, err := MoveAside(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path + walSuffix + strings.TrimPrefix(moved, path)); err != nil {
+		t.Errorf("log not moved along: %v", err)
+	}
+	s = mustOpen(t, path, Options{})
+	defer s.Close()
+	if snap := load(t, s); len(snap.Sessions) != 0 {
+		t.Fatalf("the new store replayed the old log: %+v", snap.Sessions)
+	}
+}
