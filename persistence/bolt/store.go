@@ -136,6 +136,10 @@ type Store struct {
 	walHurry   chan struct{}
 	walStop    chan struct{}
 	walStopped chan struct{}
+	// failErr is the last checkpoint's failure and failAt when it came
+	// (under amu).
+	failErr error
+	failAt  time.Time
 
 	closeOnce sync.Once
 	closeErr  error
@@ -178,11 +182,15 @@ func Open(path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("bolt: %s: %w", path, err)
 		}
 	}
+	var walErr error
 	if opts.Durability == Sync {
-		if err := s.startWAL(!existed); err != nil {
-			_ = db.Close()
-			return nil, err
-		}
+		walErr = s.startWAL()
+	} else {
+		walErr = s.openWAL(false) // a log a Sync run left, applied
+	}
+	if walErr != nil {
+		_ = db.Close()
+		return nil, walErr
 	}
 	if opts.Durability == Interval {
 		s.kick = make(chan struct{}, 1)
@@ -306,8 +314,12 @@ func (s *Store) Close() error {
 		if s.wal != nil {
 			close(s.walStop)
 			<-s.walStopped
-			if s.walErr.Load() == nil {
-				errs = append(errs, s.checkpoint(0))
+			if p := s.walErr.Load(); p != nil {
+				errs = append(errs, *p)
+			} else {
+				s.amu.Lock()
+				errs = append(errs, s.checkpointLocked(0))
+				s.amu.Unlock()
 			}
 			errs = append(errs, s.wal.f.Close())
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -34,11 +35,18 @@ import (
 //
 // The log file (the store's path + "-wal"):
 //
-//	header, at 0, walHeaderSize bytes: magic, version, generation (8 bytes
-//	little-endian), CRC-32C of those
+//	header, at 0, a block of its own (walHeaderSize bytes, so that writing
+//	records never rewrites it): magic, version, salt (8 bytes), generation
+//	(8), CRC-32C of those (4); integers little-endian
 //	records from walHeaderSize on, back to back: payload length (4), CRC-32C
-//	of the generation, sequence and payload (4), generation (8), sequence
-//	number (8), payload (the batch, walcodec.go)
+//	of the salt, generation, sequence and payload (4), generation (8),
+//	sequence number (8), payload (the batch, walcodec.go)
+//
+// The salt is random, made with the bbolt file and kept in its meta bucket
+// ("walsalt"): a log that is not the file's own (left beside a file that
+// was removed or moved aside) has another, and is not read. Being secret,
+// it also keeps a payload a client chose, left in the file by an older
+// generation, from reading as a record.
 //
 // A new generation starts the log over: the records of the last one that
 // are still in the file are not of it, so reading stops at them. Reading
@@ -49,7 +57,7 @@ const (
 	walSuffix       = "-wal"
 	walMagic        = "mqttdWAL"
 	walVersion      = 1
-	walHeaderSize   = 512
+	walHeaderSize   = 4096
 	walRecordHeader = 24
 	// The log is made walInitialSize long and doubles, up to walMaxSize,
 	// while it fills faster than the applier empties it; a record longer
@@ -64,10 +72,14 @@ const (
 	// walSmallRest is how much of the log a checkpoint applies while it
 	// holds up Apply: what came while it applied the rest.
 	walSmallRest = 64 << 10
+	// walRetryAfter is how long a failed checkpoint's error stands before
+	// the next one tries again.
+	walRetryAfter = time.Second
 )
 
 var (
 	keyWALSeq  = []byte("walseq")
+	keyWALSalt = []byte("walsalt")
 	castagnoli = crc32.MakeTable(crc32.Castagnoli)
 )
 
@@ -77,6 +89,7 @@ type wal struct {
 	f    *os.File
 	path string
 	size int64
+	salt uint64
 	gen  uint64
 	off  int64  // where the next record goes
 	seq  uint64 // the last record's sequence number
@@ -92,17 +105,29 @@ type wal struct {
 	rbuf       []byte
 }
 
-// openWAL opens or makes the log and applies to the bbolt file what it
-// holds that the file does not. fresh says the bbolt file was just made:
-// a log left beside it belongs to the file it replaced.
-func (s *Store) openWAL(fresh bool) (err error) {
+// openWAL opens the log, or makes it, and applies to the bbolt file what
+// it holds that the file does not. keep is false under another durability
+// than Sync, which does not write the log: then a log that a Sync run
+// left is applied and removed, the file synced first.
+func (s *Store) openWAL(keep bool) (err error) {
 	path := s.path + walSuffix
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	salt, applied, err := s.walMeta(keep)
+	if err != nil {
+		return err
+	}
+	flag := os.O_RDWR
+	if keep {
+		flag |= os.O_CREATE
+	}
+	f, err := os.OpenFile(path, flag, 0o600)
+	if !keep && errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("bolt: open %s: %w", path, err)
 	}
 	defer func() {
-		if err != nil {
+		if err != nil || !keep {
 			_ = f.Close()
 		}
 	}()
@@ -110,17 +135,25 @@ func (s *Store) openWAL(fresh bool) (err error) {
 	if err != nil {
 		return fmt.Errorf("bolt: %s: %w", path, err)
 	}
-	w := &wal{f: f, path: path, size: st.Size(), reset: time.Now()}
-	applied, err := s.walSeq()
-	if err != nil {
-		return err
-	}
+	w := &wal{f: f, path: path, size: st.Size(), salt: salt, reset: time.Now()}
 	w.seq, w.appliedSeq = applied, applied
 	goOn := false
-	if !fresh && w.size > 0 {
+	if salt != 0 && w.size > 0 {
 		if goOn, err = s.replay(w); err != nil {
 			return err
 		}
+	}
+	if !keep {
+		if salt == 0 {
+			return nil // not this file's log: nothing of it is read
+		}
+		if err := s.db.Sync(); err != nil {
+			return fmt.Errorf("bolt: %s: fsync after replaying %s: %w", s.path, path, err)
+		}
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("bolt: remove %s once applied: %w", path, err)
+		}
+		return syncDir(filepath.Dir(path))
 	}
 	if w.size < walInitialSize {
 		goOn = false
@@ -140,10 +173,42 @@ func (s *Store) openWAL(fresh bool) (err error) {
 	return nil
 }
 
+// walMeta reads the file's log salt and the sequence number of the last
+// record it holds. A file without a salt gets one when make is set; else
+// salt is 0: the file has had no log.
+func (s *Store) walMeta(make bool) (salt, seq uint64, err error) {
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(keyWALSalt); v != nil {
+			if len(v) != 8 {
+				return fmt.Errorf("bolt: %s: %w: bad walsalt in meta", s.path, ErrCorrupt)
+			}
+			salt = binary.LittleEndian.Uint64(v)
+		}
+		if v := meta.Get(keyWALSeq); v != nil {
+			var n int
+			if seq, n = uvarint(v); n <= 0 {
+				return fmt.Errorf("bolt: %s: %w: bad walseq in meta", s.path, ErrCorrupt)
+			}
+		}
+		return nil
+	})
+	if err != nil || salt != 0 || !make {
+		return salt, seq, err
+	}
+	for salt == 0 {
+		salt = rand.Uint64()
+	}
+	err = s.db.Update(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyWALSalt, binary.LittleEndian.AppendUint64(nil, salt))
+	})
+	return salt, seq, err
+}
+
 // startWAL opens the log (openWAL), reads the shadow and starts the
 // applier.
-func (s *Store) startWAL(fresh bool) error {
-	if err := s.openWAL(fresh); err != nil {
+func (s *Store) startWAL() error {
+	if err := s.openWAL(true); err != nil {
 		return err
 	}
 	if err := s.readShadow(); err != nil {
@@ -169,22 +234,6 @@ func (s *Store) readShadow() (err error) {
 	})
 }
 
-// walSeq reads the sequence number of the last record the file holds.
-func (s *Store) walSeq() (seq uint64, err error) {
-	err = s.db.View(func(tx *bbolt.Tx) error {
-		v := tx.Bucket(bucketMeta).Get(keyWALSeq)
-		if v == nil {
-			return nil
-		}
-		var n int
-		if seq, n = uvarint(v); n <= 0 {
-			return fmt.Errorf("bolt: %s: %w: bad walseq in meta", s.path, ErrCorrupt)
-		}
-		return nil
-	})
-	return seq, err
-}
-
 // replay applies the records after the file's last. goOn reports a log
 // that new records can follow as it is (w.off set), so that an idle
 // broker's restart writes nothing; otherwise it must start over.
@@ -193,17 +242,18 @@ func (s *Store) replay(w *wal) (goOn bool, err error) {
 	if _, err := w.f.ReadAt(buf, 0); err != nil {
 		return false, fmt.Errorf("bolt: read %s: %w", w.path, err)
 	}
-	gen, ok := readWALHeader(buf)
-	if !ok {
-		// Only a crash while the log started over leaves a bad header,
-		// and it starts over only once the file holds all of it.
+	salt, gen, ok := readWALHeader(buf)
+	if !ok || salt != w.salt {
+		// Another file's log, or a header cut short by a crash while the
+		// log started over, which it does only once the file holds all of
+		// it: nothing to replay.
 		return false, nil
 	}
 	w.gen = gen
 	var recs [][]byte
 	last, end := uint64(0), int64(walHeaderSize)
 	for {
-		seq, payload, next := readRecord(buf, end, gen)
+		seq, payload, next := readRecord(buf, end, salt, gen)
 		if next == 0 || (last != 0 && seq != last+1) {
 			break
 		}
@@ -231,17 +281,35 @@ func (s *Store) replay(w *wal) (goOn bool, err error) {
 	return true, nil
 }
 
-func readWALHeader(b []byte) (gen uint64, ok bool) {
-	if len(b) < walHeaderSize || string(b[:8]) != walMagic || b[8] != walVersion {
-		return 0, false
+// walHeader is the log's header for salt and gen.
+func walHeader(salt, gen uint64) []byte {
+	h := make([]byte, walHeaderSize)
+	copy(h, walMagic)
+	h[8] = walVersion
+	binary.LittleEndian.PutUint64(h[9:17], salt)
+	binary.LittleEndian.PutUint64(h[17:25], gen)
+	binary.LittleEndian.PutUint32(h[25:29], crc32.Checksum(h[:25], castagnoli))
+	return h
+}
+
+func readWALHeader(b []byte) (salt, gen uint64, ok bool) {
+	if len(b) < walHeaderSize || string(b[:8]) != walMagic || b[8] != walVersion ||
+		crc32.Checksum(b[:25], castagnoli) != binary.LittleEndian.Uint32(b[25:29]) {
+		return 0, 0, false
 	}
-	gen = binary.LittleEndian.Uint64(b[9:17])
-	return gen, crc32.Checksum(b[:17], castagnoli) == binary.LittleEndian.Uint32(b[17:21])
+	return binary.LittleEndian.Uint64(b[9:17]), binary.LittleEndian.Uint64(b[17:25]), true
+}
+
+// recordSum is a record's CRC: of the salt, its header after the CRC, and
+// its payload.
+func recordSum(salt uint64, rec []byte) uint32 {
+	sum := crc32.Checksum(binary.LittleEndian.AppendUint64(make([]byte, 0, 8), salt), castagnoli)
+	return crc32.Update(sum, castagnoli, rec[8:])
 }
 
 // readRecord reads the record of generation gen at off in b; next is 0
 // where there is none.
-func readRecord(b []byte, off int64, gen uint64) (seq uint64, payload []byte, next int64) {
+func readRecord(b []byte, off int64, salt, gen uint64) (seq uint64, payload []byte, next int64) {
 	if off+walRecordHeader > int64(len(b)) {
 		return 0, nil, 0
 	}
@@ -251,8 +319,7 @@ func readRecord(b []byte, off int64, gen uint64) (seq uint64, payload []byte, ne
 		return 0, nil, 0
 	}
 	end := off + walRecordHeader + n
-	sum := crc32.Update(crc32.Checksum(h[8:24], castagnoli), castagnoli, b[off+walRecordHeader:end])
-	if sum != binary.LittleEndian.Uint32(h[4:8]) {
+	if recordSum(salt, b[off:end]) != binary.LittleEndian.Uint32(h[4:8]) {
 		return 0, nil, 0
 	}
 	return binary.LittleEndian.Uint64(h[16:24]), b[off+walRecordHeader : end], end
@@ -278,15 +345,11 @@ func (w *wal) grow(size int64) error {
 }
 
 // startOver begins a new generation. Everything the log holds must be in
-// the file.
+// the file. Should it fail, the header on disk may be either generation's,
+// so the caller takes no more records.
 func (w *wal) startOver() error {
-	w.gen++
-	h := make([]byte, walHeaderSize)
-	copy(h, walMagic)
-	h[8] = walVersion
-	binary.LittleEndian.PutUint64(h[9:17], w.gen)
-	binary.LittleEndian.PutUint32(h[17:21], crc32.Checksum(h[:17], castagnoli))
-	if _, err := w.f.WriteAt(h, 0); err != nil {
+	gen := w.gen + 1
+	if _, err := w.f.WriteAt(walHeader(w.salt, gen), 0); err != nil {
 		return fmt.Errorf("bolt: write %s: %w", w.path, err)
 	}
 	// Durable before the first record of the generation is written: with
@@ -294,6 +357,7 @@ func (w *wal) startOver() error {
 	if err := fdatasync(w.f); err != nil {
 		return fmt.Errorf("bolt: %s: fdatasync: %w", w.path, err)
 	}
+	w.gen = gen
 	w.off = walHeaderSize
 	w.applied.Store(walHeaderSize)
 	w.reset = time.Now()
@@ -321,7 +385,10 @@ func (s *Store) logApply(b *persistence.Batch) error {
 			if err != nil {
 				s.shadow.rollback()
 				// After a failed fdatasync the kernel may have dropped
-				// the pages: nothing written since can be trusted.
+				// the pages: nothing written since can be trusted. The
+				// record itself may yet be on disk and replayed at the
+				// next start, as a bbolt commit whose fsync failed may
+				// be: a failed Apply means "not known to be kept".
 				err = fmt.Errorf("%w; commits since may be lost, so the store takes no more", err)
 				s.walErr.CompareAndSwap(nil, &err)
 				s.wmu.Unlock()
@@ -377,7 +444,7 @@ func (w *wal) write(rec []byte) error {
 	binary.LittleEndian.PutUint32(h[0:4], uint32(len(rec)-walRecordHeader))
 	binary.LittleEndian.PutUint64(h[8:16], w.gen)
 	binary.LittleEndian.PutUint64(h[16:24], w.seq+1)
-	binary.LittleEndian.PutUint32(h[4:8], crc32.Checksum(rec[8:], castagnoli))
+	binary.LittleEndian.PutUint32(h[4:8], recordSum(w.salt, rec))
 	if _, err := w.f.WriteAt(rec, w.off); err != nil {
 		return fmt.Errorf("bolt: write %s: %w", w.path, err)
 	}
@@ -440,6 +507,19 @@ func (s *Store) walLoop() {
 func (s *Store) checkpoint(need int) error {
 	s.amu.Lock()
 	defer s.amu.Unlock()
+	// After a failure (a full disk) the next tries wait a while: each is a
+	// whole bbolt transaction, and every Apply asks for one once the log
+	// is half full.
+	if s.failErr != nil && time.Since(s.failAt) < walRetryAfter {
+		return s.failErr
+	}
+	err := s.checkpointLocked(need)
+	s.failErr, s.failAt = err, time.Now()
+	return err
+}
+
+// checkpointLocked is checkpoint; the caller holds s.amu.
+func (s *Store) checkpointLocked(need int) error {
 	w := s.wal
 	// Most of it without holding up Apply, until what comes meanwhile is
 	// little; then the rest.
@@ -460,9 +540,10 @@ func (s *Store) checkpoint(need int) error {
 		return err
 	}
 	half := w.off-walHeaderSize >= w.size/2
-	if need == 0 && !half {
-		// Starting over costs an fdatasync; while the log has room, new
-		// records follow the applied ones.
+	if !half && w.off+int64(need) <= w.size {
+		// Starting over costs an fdatasync; while the log has room (it
+		// may have started over while this waited), new records follow
+		// the applied ones.
 		return nil
 	}
 	size := w.size
@@ -477,7 +558,11 @@ func (s *Store) checkpoint(need int) error {
 			return err // too large for the log as it is
 		}
 	}
-	return w.startOver()
+	if err := w.startOver(); err != nil {
+		s.walErr.CompareAndSwap(nil, &err)
+		return err
+	}
+	return nil
 }
 
 // applyLog applies the records up to end, the last of which is last, to
@@ -498,7 +583,7 @@ func (s *Store) applyLog(end int64, last uint64) error {
 	}
 	var recs [][]byte
 	for off := int64(0); off < n; {
-		_, payload, next := readRecord(buf, off, w.gen)
+		_, payload, next := readRecord(buf, off, w.salt, w.gen)
 		if next == 0 {
 			return fmt.Errorf("bolt: %s: %w: a record written at %d does not read back", w.path, ErrCorrupt, from+off)
 		}
