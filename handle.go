@@ -17,14 +17,6 @@ func (c *conn) handle(p packets.Packet) error {
 	switch p := p.(type) {
 	case *packets.Publish:
 		return c.handlePublish(p)
-	case *packets.Puback:
-		return c.ack(p.Type(), p.PacketID, (*session.Session).Puback)
-	case *packets.Pubrec:
-		return c.handlePubrec(p)
-	case *packets.Pubrel:
-		c.handlePubrel(p)
-	case *packets.Pubcomp:
-		return c.ack(p.Type(), p.PacketID, (*session.Session).Pubcomp)
 	case *packets.Subscribe:
 		return c.handleSubscribe(p)
 	case *packets.Unsubscribe:
@@ -118,7 +110,7 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 		if v.code == packets.Success {
 			v = c.route(p)
 		}
-		c.answer(&packets.Puback{PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
+		c.answerAck(&packets.Ack{Type: packets.TypePuback, PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
 	case 2:
 		return c.publishQoS2(p, v)
 	}
@@ -183,7 +175,7 @@ func (c *conn) ackCode(code packets.ReasonCode) packets.ReasonCode {
 // id: the client's next PUBLISH with it is a new message [MQTT-4.3.3-9].
 func (c *conn) publishQoS2(p *packets.Publish, v verdict) error {
 	if v.code != packets.Success {
-		c.answer(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
+		c.answerAck(&packets.Ack{Type: packets.TypePubrec, PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
 		return nil
 	}
 	cl := c.cl
@@ -218,11 +210,25 @@ func (c *conn) publishQoS2(p *packets.Publish, v verdict) error {
 		}
 	}
 	end() // before answer, which may wait for a commit
-	c.answer(&packets.Pubrec{PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
+	c.answerAck(&packets.Ack{Type: packets.TypePubrec, PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
 	return nil
 }
 
-func (c *conn) handlePubrec(p *packets.Pubrec) error {
+// handleAck acts on a PUBACK, PUBREC, PUBREL or PUBCOMP.
+func (c *conn) handleAck(a *packets.Ack) error {
+	switch a.Type {
+	case packets.TypePuback:
+		return c.ack(a.Type, a.PacketID, (*session.Session).Puback)
+	case packets.TypePubrec:
+		return c.handlePubrec(a)
+	case packets.TypePubrel:
+		c.handlePubrel(a)
+		return nil
+	}
+	return c.ack(a.Type, a.PacketID, (*session.Session).Pubcomp)
+}
+
+func (c *conn) handlePubrec(p *packets.Ack) error {
 	cl := c.cl
 	cl.mu.Lock()
 	o, ok := cl.sess.Pubrec(p.PacketID, p.ReasonCode >= 0x80)
@@ -241,14 +247,14 @@ func (c *conn) handlePubrec(p *packets.Pubrec) error {
 	cl.mu.Unlock()
 	release := ok && o.Released
 	if !ok {
-		if err := c.wrongAck(p.Type(), p.PacketID); err != nil {
+		if err := c.wrongAck(p.Type, p.PacketID); err != nil {
 			return err
 		}
 	}
 	if release {
-		c.answer(&packets.Pubrel{PacketID: p.PacketID})
+		c.answerAck(&packets.Ack{Type: packets.TypePubrel, PacketID: p.PacketID})
 	} else if !ok && p.ReasonCode < 0x80 && c.version == packets.V5 {
-		c.answer(&packets.Pubrel{PacketID: p.PacketID, ReasonCode: packets.PacketIDNotFound})
+		c.answerAck(&packets.Ack{Type: packets.TypePubrel, PacketID: p.PacketID, ReasonCode: packets.PacketIDNotFound})
 	}
 	c.pump()
 	return nil
@@ -256,7 +262,7 @@ func (c *conn) handlePubrec(p *packets.Pubrec) error {
 
 // handlePubrel always answers with PUBCOMP; for an unknown id 5.0 says
 // so with 0x92 (§4.3.3).
-func (c *conn) handlePubrel(p *packets.Pubrel) {
+func (c *conn) handlePubrel(p *packets.Ack) {
 	cl := c.cl
 	cl.mu.Lock()
 	found := c.pubrelLocked(p.PacketID)
@@ -265,7 +271,7 @@ func (c *conn) handlePubrel(p *packets.Pubrel) {
 	if !found && c.version == packets.V5 {
 		code = packets.PacketIDNotFound
 	}
-	c.answer(&packets.Pubcomp{PacketID: p.PacketID, ReasonCode: code})
+	c.answerAck(&packets.Ack{Type: packets.TypePubcomp, PacketID: p.PacketID, ReasonCode: code})
 }
 
 // pubrelLocked releases an inbound QoS 2 packet id, and reports whether

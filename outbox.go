@@ -144,6 +144,21 @@ func (c *conn) send(p packets.Packet) {
 	})
 }
 
+// sendEither sends p, or else a.
+func (c *conn) sendEither(p packets.Packet, a *packets.Ack) {
+	if p != nil {
+		c.send(p)
+		return
+	}
+	c.enqueue(deferred, func(b []byte) []byte {
+		b, err := a.Append(b, c.version)
+		if err != nil {
+			c.fields(c.srv.log.Error()).Err(err).Stringer("type", a.Type).Msg("cannot encode packet")
+		}
+		return b
+	})
+}
+
 // sendNow queues p and writes everything queued from the reader goroutine
 // itself; used right before the reader closes the connection.
 func (c *conn) sendNow(p packets.Packet) {

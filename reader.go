@@ -34,6 +34,15 @@ func (c *conn) dispatch(fh packets.FixedHeader, body []byte, pub *packets.Publis
 		*pub = packets.Publish{} // drop references to the body
 		return err
 	}
+	if packets.IsAck(fh.Type) {
+		// On the stack: Decode allocates each packet, and a QoS 1 message
+		// costs a PUBACK in and one out.
+		var a packets.Ack
+		if err := dec.DecodeAck(fh, body, c.version, &a); err != nil {
+			return c.readError(err)
+		}
+		return c.handleAck(&a)
+	}
 	p, err := dec.Decode(fh, body, c.version)
 	if err != nil {
 		return c.readError(err)

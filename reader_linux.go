@@ -260,8 +260,13 @@ func (c *conn) consume(b []byte, pub *packets.Publish) (frames int, err error) {
 			}
 			return frames, nil
 		}
-		// A copy that is not zeroed first, unlike make then copy.
-		body := bytes.Clone(b[n : n+fh.Remaining])
+		body := b[n : n+fh.Remaining]
+		if !packets.IsAck(fh.Type) || fh.Remaining > 4 {
+			// A copy that is not zeroed first, unlike make then copy. An
+			// acknowledgement without properties has nothing decoded from
+			// it that outlives dispatch.
+			body = bytes.Clone(body)
+		}
 		b = b[n+fh.Remaining:]
 		frames++
 		if err := c.dispatch(fh, body, pub); err != nil {

@@ -1,5 +1,7 @@
 package packets
 
+import "fmt"
+
 // PUBACK, PUBREC, PUBREL and PUBCOMP share one layout (§3.4-§3.7): packet
 // identifier, then in 5.0 an optional reason code and optional properties.
 // They share the code below; each type has its own methods.
@@ -86,4 +88,61 @@ func (p *Pubcomp) Size(v Version) int { return frameSize(ackRemaining(v, p.Reaso
 // Append appends the PUBCOMP for version v, in its shortest 5.0 form.
 func (p *Pubcomp) Append(dst []byte, v Version) ([]byte, error) {
 	return appendAck(dst, v, byte(TypePubcomp)<<4, p.PacketID, p.ReasonCode, &p.Properties)
+}
+
+// Ack is what PUBACK, PUBREC, PUBREL and PUBCOMP carry; Type says which.
+// DecodeAck and AppendAck work on it in place, so that the commonest
+// packets after PUBLISH cost the broker no allocation.
+type Ack struct {
+	Type       Type
+	PacketID   uint16
+	ReasonCode ReasonCode
+	Properties Properties
+}
+
+// IsAck reports whether t is PUBACK, PUBREC, PUBREL or PUBCOMP.
+func IsAck(t Type) bool { return t >= TypePuback && t <= TypePubcomp }
+
+// DecodeAck is Decode for a frame of one of the four acknowledgements
+// (IsAck), decoded into a. As with Decode, the strings of a.Properties
+// share body's memory; a body of 4 bytes or less has no properties.
+func (l Limits) DecodeAck(fh FixedHeader, body []byte, v Version, a *Ack) error {
+	if !IsAck(fh.Type) || len(body) != fh.Remaining {
+		return malformed("§2.1.4", "not a whole acknowledgement frame")
+	}
+	if v == 0 {
+		return protocolErr("[MQTT-3.1.0-1]", "first packet is "+fh.Type.String()+", not CONNECT")
+	}
+	if err := checkFlags(fh, v); err != nil {
+		return err
+	}
+	*a = Ack{Type: fh.Type}
+	return decodeAck(&decoder{b: body, maxUser: l.MaxUserProperties}, v, fh.Type, &a.PacketID, &a.ReasonCode, &a.Properties)
+}
+
+// Packet returns a as the packet of its type.
+func (a *Ack) Packet() Packet {
+	switch a.Type {
+	case TypePubrec:
+		return &Pubrec{a.PacketID, a.ReasonCode, a.Properties}
+	case TypePubrel:
+		return &Pubrel{a.PacketID, a.ReasonCode, a.Properties}
+	case TypePubcomp:
+		return &Pubcomp{a.PacketID, a.ReasonCode, a.Properties}
+	}
+	return &Puback{a.PacketID, a.ReasonCode, a.Properties}
+}
+
+// Append appends the acknowledgement for version v, as its packet's
+// Append does.
+func (a *Ack) Append(dst []byte, v Version) ([]byte, error) {
+	first := byte(a.Type) << 4
+	switch a.Type {
+	case TypePubrel:
+		first |= 0x02
+	case TypePuback, TypePubrec, TypePubcomp:
+	default:
+		return dst, fmt.Errorf("packets: %s is not an acknowledgement", a.Type)
+	}
+	return appendAck(dst, v, first, a.PacketID, a.ReasonCode, &a.Properties)
 }

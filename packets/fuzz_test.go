@@ -80,11 +80,35 @@ func FuzzDecode(f *testing.F) {
 		v := fuzzVersions[int(vi)%len(fuzzVersions)]
 		fh := packets.FixedHeader{Type: packets.Type(first >> 4), Flags: first & 0x0F, Remaining: len(body)}
 		p, err := packets.Decode(fh, bytes.Clone(body), v)
+		if packets.IsAck(fh.Type) {
+			checkDecodeAck(t, fh, body, v, p, err)
+		}
 		if err != nil {
 			return
 		}
 		checkReencode(t, p, v, 1+packets.VarIntSize(len(body))+len(body))
 	})
+}
+
+// checkDecodeAck holds DecodeAck to what Decode made of the same frame:
+// the same error, or the same packet, encoded alike.
+func checkDecodeAck(t *testing.T, fh packets.FixedHeader, body []byte, v packets.Version, p packets.Packet, err error) {
+	t.Helper()
+	var a packets.Ack
+	aerr := packets.Limits{}.DecodeAck(fh, bytes.Clone(body), v, &a)
+	if (err == nil) != (aerr == nil) || err != nil && err.Error() != aerr.Error() {
+		t.Fatalf("Decode: %v; DecodeAck: %v", err, aerr)
+	}
+	if err != nil {
+		return
+	}
+	if got := a.Packet(); !reflect.DeepEqual(got, p) {
+		t.Fatalf("DecodeAck %+v, Decode %+v", got, p)
+	}
+	want, _ := p.Append(nil, v)
+	if got, err := a.Append(nil, v); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("Ack.Append %x, %v; packet's Append %x", got, err, want)
+	}
 }
 
 // fixtureProps collects every Properties value in a packet struct.
