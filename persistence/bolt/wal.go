@@ -157,9 +157,10 @@ func (s *Store) openWAL(keep bool) (err error) {
 	}
 	if w.size < walInitialSize {
 		goOn = false
-		if err := w.grow(walInitialSize); err != nil {
+		if err := w.grow(w.size, walInitialSize); err != nil {
 			return err
 		}
+		w.size = walInitialSize
 		if err := syncDir(filepath.Dir(path)); err != nil {
 			return fmt.Errorf("bolt: %s: %w", path, err)
 		}
@@ -325,22 +326,42 @@ func readRecord(b []byte, off int64, salt, gen uint64) (seq uint64, payload []by
 	return binary.LittleEndian.Uint64(h[16:24]), b[off+walRecordHeader : end], end
 }
 
-// grow makes the log size bytes long, writing its new blocks so that
-// records written there later change no metadata, and fsyncs it.
-func (w *wal) grow(size int64) error {
+// due reports whether the log is to start over: it is half full, or has
+// no room for a record of need bytes. The caller holds s.wmu.
+func (w *wal) due(need int) bool {
+	return w.off-walHeaderSize >= w.size/2 || w.off+int64(need) > w.size
+}
+
+// sizeFor is how long the log is to be when it starts over for a record
+// of need bytes: twice as long when it filled within a second of its last
+// start, and long enough for that record. The caller holds s.wmu.
+func (w *wal) sizeFor(need int) int64 {
+	size := w.size
+	if time.Since(w.reset) < time.Second {
+		size = min(2*size, walMaxSize)
+	}
+	for walHeaderSize+int64(need) > size {
+		size *= 2
+	}
+	return size
+}
+
+// grow writes the log's blocks from from to to, so that records written
+// there later change no metadata, and fsyncs it; the caller then sets
+// w.size.
+func (w *wal) grow(from, to int64) error {
 	zeros := make([]byte, 1<<20)
-	for at := w.size; at < size; {
-		n := min(int64(len(zeros)), size-at)
+	for at := from; at < to; {
+		n := min(int64(len(zeros)), to-at)
 		if _, err := w.f.WriteAt(zeros[:n], at); err != nil {
-			_ = w.f.Truncate(w.size)
-			return fmt.Errorf("bolt: grow %s to %d bytes: %w", w.path, size, err)
+			_ = w.f.Truncate(from)
+			return fmt.Errorf("bolt: grow %s to %d bytes: %w", w.path, to, err)
 		}
 		at += n
 	}
 	if err := w.f.Sync(); err != nil {
 		return fmt.Errorf("bolt: grow %s: fsync: %w", w.path, err)
 	}
-	w.size = size
 	return nil
 }
 
@@ -501,9 +522,8 @@ func (s *Store) walLoop() {
 }
 
 // checkpoint applies the whole log to the file. When the log is half
-// full, or has no room for a record of need bytes, it starts over: twice
-// as long when it filled within a second of its last start, and long
-// enough for that record.
+// full, or has no room for a record of need bytes, it starts over, at the
+// size sizeFor gives.
 func (s *Store) checkpoint(need int) error {
 	s.amu.Lock()
 	defer s.amu.Unlock()
@@ -534,29 +554,33 @@ func (s *Store) checkpointLocked(need int) error {
 			return err
 		}
 	}
+	// A larger log is written (grow) before Apply is held up: records go
+	// only below w.size meanwhile.
+	s.wmu.Lock()
+	due, from, to := w.due(need), w.size, w.sizeFor(need)
+	s.wmu.Unlock()
+	if due && to > from {
+		if err := w.grow(from, to); err != nil && walHeaderSize+int64(need) > from {
+			return err // too large for the log as it is
+		} else if err == nil {
+			s.wmu.Lock()
+			w.size = to
+			s.wmu.Unlock()
+		}
+	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if err := s.applyLog(w.off, w.seq); err != nil {
 		return err
 	}
-	half := w.off-walHeaderSize >= w.size/2
-	if !half && w.off+int64(need) <= w.size {
+	if !due {
 		// Starting over costs an fdatasync; while the log has room (it
-		// may have started over while this waited), new records follow
-		// the applied ones.
+		// may have started over while this call waited for s.amu), new
+		// records follow the applied ones.
 		return nil
 	}
-	size := w.size
-	if time.Since(w.reset) < time.Second {
-		size = min(2*size, walMaxSize)
-	}
-	for walHeaderSize+int64(need) > size {
-		size *= 2
-	}
-	if size > w.size {
-		if err := w.grow(size); err != nil && walHeaderSize+int64(need) > w.size {
-			return err // too large for the log as it is
-		}
+	if walHeaderSize+int64(need) > w.size {
+		return fmt.Errorf("bolt: %s: a record of %d bytes does not fit the log", w.path, need)
 	}
 	if err := w.startOver(); err != nil {
 		s.walErr.CompareAndSwap(nil, &err)
