@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"mqttd/persistence"
 )
@@ -411,4 +413,51 @@ func TestCommitterTellsVoidedUnits(t *testing.T) {
 	if got := v.told(); len(got) != 2 || slices.Contains(got, taken) {
 		t.Errorf("told %v: unit %d, which a commit took, is applied, not voided", got, taken)
 	}
+}
+
+// TestCommitterWaitsForQoS1Only: SetDelay's wait is for QoS 1 entries,
+// which their subscriber's PUBACK deletes. A commit holding only a QoS 2
+// entry goes at once; one holding a QoS 1 entry waits until the entry's
+// delete cancels it, or the delay has passed. Virtual time: the delay is
+// an hour, and nothing may wait for it.
+func TestCommitterWaitsForQoS1Only(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := persistence.NewMemory()
+		if err := mem.Apply(session("s")); err != nil {
+			t.Fatal(err)
+		}
+		c := persistence.NewCommitter(mem)
+		c.SetDelay(time.Hour)
+		deliver := func(seq uint64, qos byte) *persistence.Batch {
+			var b persistence.Batch
+			b.PutMessage(&persistence.Message{ID: seq, Topic: "t", QoS: qos})
+			b.PutOutbound("s", persistence.Outbound{Seq: seq, MessageID: seq, QoS: qos})
+			return &b
+		}
+		done := make(chan uint64, 2)
+
+		start := time.Now()
+		c.Submit(deliver(1, 2), func(error) { done <- 1 })
+		synctest.Wait()
+		if len(done) != 1 || time.Since(start) != 0 {
+			t.Fatalf("a QoS 2 entry waited %v for acknowledgements", time.Since(start))
+		}
+		<-done
+
+		c.Submit(deliver(2, 1), func(error) { done <- 2 })
+		synctest.Wait()
+		if len(done) != 0 {
+			t.Fatal("a QoS 1 entry was committed without waiting for its PUBACK")
+		}
+		var del persistence.Batch
+		del.DeleteOutbound("s", 2)
+		c.Add(&del, nil)
+		synctest.Wait()
+		if len(done) != 1 || time.Since(start) != 0 {
+			t.Fatalf("the commit still waited after the entry was acknowledged (%v)", time.Since(start))
+		}
+		if st := c.Stats(); st.Cancelled == 0 {
+			t.Errorf("the acknowledged entry was not cancelled: %+v", st)
+		}
+	})
 }
