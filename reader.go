@@ -31,7 +31,7 @@ func (c *conn) dispatch(fh packets.FixedHeader, body []byte, pub *packets.Publis
 		} else {
 			err = c.readError(err)
 		}
-		*pub = packets.Publish{} // drop references to the body
+		pub.Reset() // drop references to the body
 		return err
 	}
 	if packets.IsAck(fh.Type) {

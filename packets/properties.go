@@ -75,6 +75,19 @@ type Properties struct {
 	SharedSubAvailable   byte
 }
 
+// isZero reports whether every field of p is zero.
+func (p *Properties) isZero() bool {
+	return p.Present == 0 && p.PayloadFormat == 0 && p.MessageExpiry == 0 && p.ContentType == "" &&
+		p.ResponseTopic == "" && p.CorrelationData == nil && p.SubscriptionIDs == nil &&
+		p.SessionExpiry == 0 && p.AssignedClientID == "" && p.ServerKeepAlive == 0 &&
+		p.AuthMethod == "" && p.AuthData == nil && p.RequestProblemInfo == 0 && p.WillDelay == 0 &&
+		p.RequestResponseInfo == 0 && p.ResponseInfo == "" && p.ServerReference == "" &&
+		p.ReasonString == "" && p.ReceiveMaximum == 0 && p.TopicAliasMaximum == 0 &&
+		p.TopicAlias == 0 && p.MaximumQoS == 0 && p.RetainAvailable == 0 && p.User == nil &&
+		p.MaximumPacketSize == 0 && p.WildcardSubAvailable == 0 && p.SubIDAvailable == 0 &&
+		p.SharedSubAvailable == 0
+}
+
 // Has reports whether property id is present.
 func (p *Properties) Has(id PropID) bool { return p.Present&(1<<id) != 0 }
 

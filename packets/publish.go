@@ -33,8 +33,26 @@ func (l Limits) DecodePublish(fh FixedHeader, body []byte, v Version, p *Publish
 	if fh.Type != TypePublish || len(body) != fh.Remaining {
 		return malformed("§2.1.4", "not a whole PUBLISH frame")
 	}
-	*p = Publish{}
+	p.Reset()
 	return p.decode(fh.Flags, &decoder{b: body, maxUser: l.MaxUserProperties}, v)
+}
+
+// Reset makes p the zero Publish, writing only the fields that are not
+// zero: clearing the whole struct costs a write barrier for each of its
+// pointers while the GC runs (a tenth of the broker's CPU in a fan-in
+// profile, at two clears per message), and most PUBLISH packets carry no
+// properties.
+func (p *Publish) Reset() {
+	if !p.Properties.isZero() {
+		p.Properties = Properties{}
+	}
+	p.Dup, p.QoS, p.Retain, p.PacketID = false, 0, false, 0
+	if p.Topic != "" {
+		p.Topic = ""
+	}
+	if p.Payload != nil {
+		p.Payload = nil
+	}
 }
 
 func (p *Publish) decode(flags byte, d *decoder, v Version) error {
