@@ -16,8 +16,10 @@ import (
 // way on every transport.
 
 // dispatch decodes and handles one whole frame. The body is the frame's
-// own copy, which the decoded packet keeps. PUBLISH, the packet that
-// matters for speed, is decoded into pub, the reader's reused struct.
+// own copy, which the decoded packet keeps, except for an acknowledgement
+// without properties, which the epoll reader leaves in its read buffer:
+// acknowledgement handlers keep nothing of the packet. PUBLISH, the packet
+// that matters for speed, is decoded into pub, the reader's reused struct.
 func (c *conn) dispatch(fh packets.FixedHeader, body []byte, pub *packets.Publish) error {
 	dec := c.srv.decode
 	if c.cl == nil {

@@ -32,11 +32,18 @@ func TestPropertiesIsZero(t *testing.T) {
 	}
 }
 
-// TestPublishReset: a Publish with every field set comes back zero.
+// TestPublishReset: a Publish with every field set comes back zero (a
+// field added to Publish must be added to Reset too).
 func TestPublishReset(t *testing.T) {
 	p := Publish{Dup: true, QoS: 1, Retain: true, Topic: "t", PacketID: 7, Payload: []byte{}}
 	p.Properties.ContentType = "c"
 	p.Properties.User = []UserProperty{{Key: "k"}}
+	v := reflect.ValueOf(&p).Elem()
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Fatalf("field %s is not set by this test: set it", v.Type().Field(i).Name)
+		}
+	}
 	p.Reset()
 	if !reflect.DeepEqual(p, Publish{}) {
 		t.Fatalf("after Reset: %+v", p)

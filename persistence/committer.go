@@ -313,17 +313,19 @@ func (c *Committer) addOpLocked(op *Op) {
 		}
 		k := outKey{op.SessionID, op.Outbound.Seq}
 		p, replaced := c.puts[k]
-		if replaced {
-			c.forgetPutLocked(k, p)
-			c.voidLocked(p.at)
-		}
 		np := pendingPut{
 			at:      len(c.next.Ops),
 			created: p.created || !replaced && !op.Outbound.Released,
 			quick:   op.Outbound.QoS == 1 && !op.Outbound.Released,
 		}
+		// Counted before the put it replaces is forgotten, so that the
+		// wait is not told that no QoS 1 put is left when this is one.
 		if np.quick {
 			c.quick++
+		}
+		if replaced {
+			c.forgetPutLocked(k, p)
+			c.voidLocked(p.at)
 		}
 		c.puts[k] = np
 	case OpDeleteOutbound:

@@ -461,3 +461,45 @@ func TestCommitterWaitsForQoS1Only(t *testing.T) {
 		}
 	})
 }
+
+// TestCommitterReplacedQoS1PutKeepsWaiting: a QoS 1 entry put again while
+// SetDelay's wait runs (the same Seq, still unreleased) is still a QoS 1
+// entry waiting for its PUBACK, so the wait goes on. A first version
+// counted the replaced put out before the new one in, told the wait that
+// no QoS 1 put was left, and stored the entry at once. The broker puts a
+// QoS 1 entry once; the Committer's contract holds for any caller.
+func TestCommitterReplacedQoS1PutKeepsWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := persistence.NewMemory()
+		if err := mem.Apply(session("s")); err != nil {
+			t.Fatal(err)
+		}
+		c := persistence.NewCommitter(mem)
+		c.SetDelay(time.Hour)
+		put := func(pid uint16) *persistence.Batch {
+			var b persistence.Batch
+			b.PutMessage(&persistence.Message{ID: 1, Topic: "t", QoS: 1})
+			b.PutOutbound("s", persistence.Outbound{Seq: 1, MessageID: 1, QoS: 1, PacketID: pid})
+			return &b
+		}
+		done := make(chan struct{}, 2)
+		start := time.Now()
+		c.Submit(put(0), func(error) { done <- struct{}{} })
+		synctest.Wait()
+		if len(done) != 0 {
+			t.Fatal("a QoS 1 entry was committed without waiting for its PUBACK")
+		}
+		c.Add(put(7), nil) // the same entry, put again: still QoS 1, unreleased
+		synctest.Wait()
+		if len(done) != 0 {
+			t.Fatalf("replacing a waiting QoS 1 put ended the wait after %v: the entry is stored before its PUBACK could cancel it", time.Since(start))
+		}
+		var del persistence.Batch
+		del.DeleteOutbound("s", 1)
+		c.Add(&del, nil)
+		synctest.Wait()
+		if len(done) != 1 {
+			t.Fatal("the commit still waits after the entry was acknowledged")
+		}
+	})
+}
