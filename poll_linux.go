@@ -84,36 +84,59 @@ func (pl *poller) remove(fd int, c *conn) {
 
 // run fetches events without blocking and parks in the network poller
 // when there are none, until the epoll descriptor is closed.
+//
+// It stays in one RawConn.Read: the network poller records an edge of the
+// epoll descriptor that comes while its events are handled, so a fetch
+// that did not fill the buffer can park at once. Returning to call Read
+// again would first throw that record away (Read resets it), and would
+// need a fetch that finds nothing before parking: one epoll_wait more per
+// wakeup.
 func (pl *poller) run(raw syscall.RawConn) {
 	defer close(pl.done)
 	events := make([]unix.EpollEvent, 256)
 	ready := make([]*conn, 0, len(events))
-	var n int
-	wait := func(fd uintptr) bool {
-		var err error
-		n, err = unix.EpollWait(int(fd), events, 0)
-		return n > 0 || (err != nil && !errors.Is(err, unix.EINTR))
-	}
-	for {
-		if err := raw.Read(wait); err != nil {
-			return // closed
-		}
-		ready = ready[:0]
-		pl.mu.Lock()
-		for _, ev := range events[:max(n, 0)] {
-			if c := pl.conns[ev.Fd]; c != nil {
-				if ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-					c.hup.Store(true) // the reader must read to the end
-				}
-				ready = append(ready, c)
+	failed := false
+	fetch := func(fd uintptr) bool {
+		for {
+			n, err := unix.EpollWait(int(fd), events, 0)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil {
+				failed = true // closed
+				return true
+			}
+			ready = pl.wake(events[:n], ready)
+			if n < len(events) {
+				return false
 			}
 		}
-		pl.mu.Unlock()
-		for _, c := range ready {
-			c.wakeReader()
-		}
-		clear(ready)
 	}
+	for !failed {
+		if err := raw.Read(fetch); err != nil {
+			return // closed
+		}
+	}
+}
+
+// wake hands each ready connection to a reader.
+func (pl *poller) wake(events []unix.EpollEvent, ready []*conn) []*conn {
+	ready = ready[:0]
+	pl.mu.Lock()
+	for _, ev := range events {
+		if c := pl.conns[ev.Fd]; c != nil {
+			if ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+				c.hup.Store(true) // the reader must read to the end
+			}
+			ready = append(ready, c)
+		}
+	}
+	pl.mu.Unlock()
+	for _, c := range ready {
+		c.wakeReader()
+	}
+	clear(ready)
+	return ready
 }
 
 // close stops the poller goroutine and releases the epoll descriptor; a
