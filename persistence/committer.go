@@ -117,7 +117,8 @@ type CommitStats struct {
 	Ops     uint64 // operations applied
 	Failed  uint64 // units that failed
 	// Cancelled counts operations never applied: outbound entries put and
-	// deleted while both waited for the same commit.
+	// deleted while both waited for the same commit, and the puts of
+	// messages nothing else in their commit referred to then.
 	Cancelled uint64
 }
 
@@ -453,6 +454,7 @@ func (c *Committer) run() {
 	var units []unit
 	var ready []waiter
 	var timer *time.Timer
+	refs := make(map[uint64]struct{})
 	waited := false
 	for {
 		c.mu.Lock()
@@ -485,8 +487,9 @@ func (c *Committer) run() {
 		}
 		units = c.takeLocked(n, &round, units)
 		c.mu.Unlock()
-		dropVoid(&round, units)
+		dropped := dropVoid(&round, units, refs)
 		c.mu.Lock()
+		c.stats.Cancelled += uint64(dropped)
 		c.stats.Commits++
 		c.stats.Ops += uint64(len(round.Ops))
 		c.mu.Unlock()
@@ -552,21 +555,44 @@ func (c *Committer) commit(round *Batch, units []unit) (failed int) {
 }
 
 // dropVoid takes the cancelled operations out of a round, moving the
-// units' ends.
-func dropVoid(round *Batch, units []unit) {
+// units' ends, and the messages no operation left in the round refers to:
+// the store would drop them at the end of the round anyway (a message
+// already stored stays as it is whether put again or not), and every
+// unit that refers to a message puts it too. A round whose entries were
+// all acknowledged in time is then empty, and costs no commit at all. It
+// reports how many messages it dropped; refs is scratch.
+func dropVoid(round *Batch, units []unit, refs map[uint64]struct{}) (dropped int) {
+	clear(refs)
+	for i := range round.Ops {
+		switch op := &round.Ops[i]; op.Kind {
+		case OpPutOutbound:
+			refs[op.Outbound.MessageID] = struct{}{}
+		case OpPutRetained:
+			refs[op.MessageID] = struct{}{}
+		}
+	}
 	n, start := 0, 0
 	for i := range units {
 		for j := start; j < units[i].end; j++ {
-			if round.Ops[j].Kind != opVoid {
-				round.Ops[n] = round.Ops[j]
-				n++
+			op := &round.Ops[j]
+			if op.Kind == opVoid {
+				continue
 			}
+			if op.Kind == OpPutMessage {
+				if _, ok := refs[op.Message.ID]; !ok {
+					dropped++
+					continue
+				}
+			}
+			round.Ops[n] = *op
+			n++
 		}
 		start = units[i].end
 		units[i].end = n
 	}
 	clear(round.Ops[n:])
 	round.Ops = round.Ops[:n]
+	return dropped
 }
 
 func malformed(err error) bool {

@@ -250,8 +250,8 @@ func TestCommitterCancelsPutAndDelete(t *testing.T) {
 		f(&b)
 		c.Add(&b, nil)
 	}
-	// Entry 2 comes and goes while waiting; entry 1, stored, is released
-	// and then completed.
+	// Entry 2 comes and goes while waiting, and its message with it; entry
+	// 1, stored, is released and then completed.
 	add(func(b *persistence.Batch) {
 		b.PutMessage(&persistence.Message{ID: 2, Topic: "u"})
 		b.PutOutbound("s", persistence.Outbound{Seq: 2, MessageID: 2, QoS: 1})
@@ -263,8 +263,8 @@ func TestCommitterCancelsPutAndDelete(t *testing.T) {
 	add(func(b *persistence.Batch) { b.DeleteOutbound("s", 1) })
 	g.release <- struct{}{}
 	c.Sync()
-	if n := <-g.entered; n != 2 {
-		t.Errorf("second commit of %d operations, want 2 (message 2, unreferenced, and the delete of entry 1)", n)
+	if n := <-g.entered; n != 1 {
+		t.Errorf("second commit of %d operations, want 1: the delete of entry 1 (message 2, which nothing left refers to, is not put)", n)
 	}
 	snap, err := g.Load()
 	if err != nil {
@@ -502,4 +502,56 @@ func TestCommitterReplacedQoS1PutKeepsWaiting(t *testing.T) {
 			t.Fatal("the commit still waits after the entry was acknowledged")
 		}
 	})
+}
+
+// TestCommitterSkipsRoundOfVoidedUnits: when every entry of a round was
+// acknowledged before its commit, the messages they carried are referred
+// to by nothing left, and the round reaches no store at all: no
+// transaction, no fsync. A message another live unit of the round refers
+// to is kept.
+func TestCommitterSkipsRoundOfVoidedUnits(t *testing.T) {
+	g := &gate{Store: persistence.NewMemory(), entered: make(chan int, 10), release: make(chan struct{}, 10)}
+	c := persistence.NewCommitter(g)
+	g.release <- struct{}{}
+	c.Add(session("s"), nil)
+	c.Sync()
+	<-g.entered
+
+	deliver := func(seq, msg uint64) {
+		var b persistence.Batch
+		b.PutMessage(&persistence.Message{ID: msg, Topic: "t"})
+		b.PutOutbound("s", persistence.Outbound{Seq: seq, MessageID: msg, QoS: 1})
+		c.Add(&b, nil)
+	}
+	ack := func(seq uint64) {
+		var b persistence.Batch
+		b.DeleteOutbound("s", seq)
+		c.Add(&b, nil)
+	}
+	deliver(1, 1)
+	deliver(2, 2)
+	ack(1)
+	ack(2)
+	g.release <- struct{}{} // so that a commit made all the same does not hang
+	c.Sync()
+	if len(g.entered) != 0 {
+		t.Fatalf("a round of acknowledged entries reached the store with %d operations", <-g.entered)
+	}
+	<-g.release
+
+	deliver(3, 3)
+	deliver(4, 3) // the same message to a second entry, which stays
+	ack(3)
+	g.release <- struct{}{}
+	c.Sync()
+	if n := <-g.entered; n != 3 {
+		t.Fatalf("commit of %d operations, want 3: message 3 as both units put it (entry 4 refers to it) and entry 4; entry 3 came and went", n)
+	}
+	snap, err := g.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Sessions[0].Outbound) != 1 || snap.Messages[3] == nil {
+		t.Fatalf("left %+v", snap)
+	}
 }
