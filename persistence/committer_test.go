@@ -422,12 +422,7 @@ func TestCommitterTellsVoidedUnits(t *testing.T) {
 // an hour, and nothing may wait for it.
 func TestCommitterWaitsForQoS1Only(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		mem := persistence.NewMemory()
-		if err := mem.Apply(session("s")); err != nil {
-			t.Fatal(err)
-		}
-		c := persistence.NewCommitter(mem)
-		c.SetDelay(time.Hour)
+		c := delayedCommitter(t)
 		deliver := func(seq uint64, qos byte) *persistence.Batch {
 			var b persistence.Batch
 			b.PutMessage(&persistence.Message{ID: seq, Topic: "t", QoS: qos})
@@ -470,12 +465,7 @@ func TestCommitterWaitsForQoS1Only(t *testing.T) {
 // QoS 1 entry once; the Committer's contract holds for any caller.
 func TestCommitterReplacedQoS1PutKeepsWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		mem := persistence.NewMemory()
-		if err := mem.Apply(session("s")); err != nil {
-			t.Fatal(err)
-		}
-		c := persistence.NewCommitter(mem)
-		c.SetDelay(time.Hour)
+		c := delayedCommitter(t)
 		put := func(pid uint16) *persistence.Batch {
 			var b persistence.Batch
 			b.PutMessage(&persistence.Message{ID: 1, Topic: "t", QoS: 1})
@@ -554,4 +544,17 @@ func TestCommitterSkipsRoundOfVoidedUnits(t *testing.T) {
 	if len(snap.Sessions[0].Outbound) != 1 || snap.Messages[3] == nil {
 		t.Fatalf("left %+v", snap)
 	}
+}
+
+// delayedCommitter is a Committer on a Memory holding session "s", with
+// an hour's SetDelay: run in virtual time, nothing may wait for it.
+func delayedCommitter(t *testing.T) *persistence.Committer {
+	t.Helper()
+	mem := persistence.NewMemory()
+	if err := mem.Apply(session("s")); err != nil {
+		t.Fatal(err)
+	}
+	c := persistence.NewCommitter(mem)
+	c.SetDelay(time.Hour)
+	return c
 }

@@ -29,18 +29,7 @@ func TestWALStaleLogBesideNewFile(t *testing.T) {
 	if err := os.Remove(path); err != nil { // an operator removes the store, not its log
 		t.Fatal(err)
 	}
-	s = mustOpen(t, path, Options{})
-	if snap := load(t, s); len(snap.Sessions) != 0 {
-		t.Fatalf("first Open of the new file: %+v", snap.Sessions)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s = mustOpen(t, path, Options{})
-	defer s.Close()
-	if snap := load(t, s); len(snap.Sessions) != 0 {
-		t.Fatalf("second Open of the new file replayed the removed store's log: %+v", snap.Sessions)
-	}
+	openTwiceEmpty(t, path)
 }
 
 // TestWALFailedStartOver: a start-over whose header write (or its
