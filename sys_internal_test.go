@@ -69,8 +69,7 @@ func TestSysNothingWithoutSubscriber(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const interval = 10 * time.Millisecond
 		s := startSys(t, interval)
-		time.Sleep(100*interval + interval/2)
-		synctest.Wait()
+		advance(100*interval + interval/2)
 		if n := s.retain.Len(); n != 0 {
 			t.Fatalf("%d topics retained with nobody subscribed to $SYS", n)
 		}
@@ -107,13 +106,11 @@ func TestSysNothingWithoutSubscriber(t *testing.T) {
 			t.Errorf("$SYS values counted as retained or received: %+v", st)
 		}
 
-		time.Sleep(50 * interval) // within the same second of uptime
-		synctest.Wait()
+		advance(50 * interval) // within the same second of uptime
 		if n, got := w.take(); n != 0 {
 			t.Errorf("%d messages in intervals in which nothing changed: %v", n, got)
 		}
-		time.Sleep(time.Second)
-		synctest.Wait()
+		advance(time.Second)
 		if n, got := w.take(); n != 1 || got[sysPrefix+"uptime"] != "2 seconds" {
 			t.Errorf("a second later: %d messages %v, want the uptime alone", n, got)
 		}
@@ -135,8 +132,7 @@ func TestSysLoads(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(time.Second + time.Millisecond)
-		synctest.Wait()
+		advance(time.Second + time.Millisecond)
 		load := func(latest map[string]string, name string) float64 {
 			t.Helper()
 			v, err := strconv.ParseFloat(latest[sysPrefix+"load/"+name], 64)
@@ -162,8 +158,7 @@ func TestSysLoads(t *testing.T) {
 				got[sysPrefix+"messages/received"], got[sysPrefix+"load/messages/sent/1min"])
 		}
 		first := load(got, "messages/received/1min")
-		time.Sleep(time.Minute)
-		synctest.Wait()
+		advance(time.Minute)
 		_, got = w.take()
 		if v, want := load(got, "messages/received/1min"), first/math.E; math.Abs(v-want) > 0.01 {
 			t.Errorf("1-minute load %v a quiet minute later, want %v/e = %.2f", v, first, want)
@@ -192,4 +187,12 @@ func TestSysForeignRetainedReplaced(t *testing.T) {
 			t.Errorf("the replaced message still counted: %d retained, %d bytes", st.Retained, st.RetainedBytes)
 		}
 	})
+}
+
+// advance moves a synctest bubble's fake clock on by d, then waits until
+// every goroutine of the bubble has done what that time brought: in real
+// time it returns at once, as soon as they are blocked again.
+func advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
 }
