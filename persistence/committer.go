@@ -1,7 +1,6 @@
 package persistence
 
 import (
-	"errors"
 	"sort"
 	"sync"
 	"time"
@@ -530,7 +529,7 @@ func (c *Committer) commit(round *Batch, units []unit) (failed int) {
 	if err == nil {
 		return 0
 	}
-	if len(units) == 1 || !malformed(err) {
+	if len(units) == 1 || !Malformed(err) {
 		for _, u := range units {
 			if u.owner != nil {
 				u.owner.StoreFailed(u.ticket, err)
@@ -593,8 +592,4 @@ func dropVoid(round *Batch, units []unit, refs map[uint64]struct{}) (dropped int
 	clear(round.Ops[n:])
 	round.Ops = round.Ops[:n]
 	return dropped
-}
-
-func malformed(err error) bool {
-	return errors.Is(err, ErrNoSession) || errors.Is(err, ErrNoMessage) || errors.Is(err, ErrBadOp)
 }

@@ -284,6 +284,13 @@ var (
 	ErrBadOp = errors.New("persistence: malformed operation")
 )
 
+// Malformed reports whether err says a batch does not hold together
+// (ErrNoSession, ErrNoMessage, ErrBadOp), as opposed to a failure of the
+// storage under it.
+func Malformed(err error) bool {
+	return errors.Is(err, ErrNoSession) || errors.Is(err, ErrNoMessage) || errors.Is(err, ErrBadOp)
+}
+
 // MaxKeyLength bounds a session ID, a subscription's filter and a
 // retained topic, in bytes: a store keys records by them (bbolt's keys
 // are at most 32 KiB, a session's ID and a filter together). The broker

@@ -657,17 +657,12 @@ func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64) error {
 		}
 		return tx.Bucket(bucketMeta).Put(keyWALSeq, binary.AppendUvarint(nil, last))
 	})
-	if err != nil && (errors.Is(err, ErrCorrupt) || malformed(err)) {
+	if err != nil && (errors.Is(err, ErrCorrupt) || persistence.Malformed(err)) {
 		// The shadow took what the file refuses: they disagree, and no
 		// later record can be trusted to apply either.
 		s.walErr.CompareAndSwap(nil, &err)
 	}
 	return err
-}
-
-func malformed(err error) bool {
-	return errors.Is(err, persistence.ErrNoSession) || errors.Is(err, persistence.ErrNoMessage) ||
-		errors.Is(err, persistence.ErrBadOp)
 }
 
 // moveWALAside moves the log of a file moved aside along with it.
