@@ -58,6 +58,16 @@ type Committer struct {
 	// signalled when no quick put is left waiting.
 	delay    time.Duration
 	putsGone chan struct{}
+
+	// The committing goroutine's scratch, kept from one run to the next so
+	// that each run does not grow its buffers again from nothing: only
+	// the goroutine that set running touches them, and it is handed over
+	// under c.mu.
+	round Batch
+	taken []unit
+	ready []waiter
+	refs  map[uint64]struct{}
+	timer *time.Timer
 }
 
 // Owner is told when a unit it added failed, before any Wait covering
@@ -447,13 +457,16 @@ func (c *Committer) Stats() CommitStats {
 	return c.stats
 }
 
+// keptOps is the most operations a round's buffer keeps room for between
+// runs (~250 KB).
+const keptOps = 1024
+
 // run commits rounds until nothing is left to commit.
 func (c *Committer) run() {
-	var round Batch
-	var units []unit
-	var ready []waiter
-	var timer *time.Timer
-	refs := make(map[uint64]struct{})
+	round := &c.round
+	if c.refs == nil {
+		c.refs = make(map[uint64]struct{})
+	}
 	waited := false
 	for {
 		c.mu.Lock()
@@ -463,15 +476,15 @@ func (c *Committer) run() {
 			default:
 			}
 			c.mu.Unlock()
-			if timer == nil {
-				timer = time.NewTimer(c.delay)
+			if c.timer == nil {
+				c.timer = time.NewTimer(c.delay)
 			} else {
-				timer.Reset(c.delay)
+				c.timer.Reset(c.delay)
 			}
 			select {
 			case <-c.putsGone:
-				timer.Stop()
-			case <-timer.C:
+				c.timer.Stop()
+			case <-c.timer.C:
 			}
 			waited = true
 			continue
@@ -479,26 +492,30 @@ func (c *Committer) run() {
 		waited = false
 		n := c.cutLocked()
 		if n == 0 {
+			if cap(round.Ops) > keptOps {
+				round.Ops = nil // a burst's: not kept while idle
+			}
 			c.running = false
 			c.blocked = len(c.units) > 0
 			c.mu.Unlock()
 			return
 		}
-		units = c.takeLocked(n, &round, units)
+		c.taken = c.takeLocked(n, round, c.taken)
+		units := c.taken
 		c.mu.Unlock()
-		dropped := dropVoid(&round, units, refs)
+		dropped := dropVoid(round, units, c.refs)
 		c.mu.Lock()
 		c.stats.Cancelled += uint64(dropped)
 		c.stats.Commits++
 		c.stats.Ops += uint64(len(round.Ops))
 		c.mu.Unlock()
 
-		failed := c.commit(&round, units)
+		failed := c.commit(round, units)
 
 		c.mu.Lock()
 		c.stats.Failed += uint64(failed)
 		c.applied = units[len(units)-1].ticket
-		ready = ready[:0]
+		ready := c.ready[:0]
 		kept := c.waiters[:0]
 		for _, w := range c.waiters {
 			if w.ticket <= c.applied {
@@ -509,6 +526,7 @@ func (c *Committer) run() {
 		}
 		clear(c.waiters[len(kept):])
 		c.waiters = kept
+		c.ready = ready
 		c.mu.Unlock()
 		for _, w := range ready {
 			w.done()
