@@ -211,10 +211,11 @@ func (d *durable) deliveredLocked(cl *client, o session.Outbound, pm *persistenc
 	if pm == nil {
 		pm = d.stored(o.Msg)
 	}
-	var ops [2]persistence.Op
-	b := persistence.Batch{Ops: ops[:0]}
-	b.PutMessage(pm) // kept once: a message already stored stays as it is
-	b.PutOutbound(cl.id, outboundOf(o, pm.ID))
+	ops := [2]persistence.Op{
+		{Kind: persistence.OpPutMessage, Message: pm}, // kept once: a message already stored stays as it is
+		{Kind: persistence.OpPutOutbound, SessionID: cl.id, Outbound: outboundOf(o, pm.ID)},
+	}
+	b := persistence.Batch{Ops: ops[:]}
 	if then == nil {
 		d.add(&b, owner, true)
 		return
@@ -245,10 +246,8 @@ func (s *Server) stableThen(cl *client, seq uint64) func() {
 // removedLocked deletes entry seq of a stored session: acknowledged,
 // expired, discarded or handed to another session. The caller holds cl.mu.
 func (d *durable) removedLocked(cl *client, seq uint64, owner *conn) {
-	var ops [1]persistence.Op
-	b := persistence.Batch{Ops: ops[:0]}
-	b.DeleteOutbound(cl.id, seq)
-	d.add(&b, owner, false)
+	ops := [1]persistence.Op{{Kind: persistence.OpDeleteOutbound, SessionID: cl.id, Seq: seq}}
+	d.add(&persistence.Batch{Ops: ops[:]}, owner, false)
 }
 
 // handedLocked records that an entry of cl went to another member of its
@@ -256,34 +255,31 @@ func (d *durable) removedLocked(cl *client, seq uint64, owner *conn) {
 // publisher's answer still waits for the entry to be stored here, until
 // the other member's copy is. The caller holds cl.mu.
 func (d *durable) handedLocked(cl *client, seq uint64) {
-	var ops [1]persistence.Op
-	b := persistence.Batch{Ops: ops[:0]}
-	b.DeleteHandedOutbound(cl.id, seq)
-	d.add(&b, nil, false)
+	ops := [1]persistence.Op{{Kind: persistence.OpDeleteOutbound, SessionID: cl.id, Seq: seq, Handed: true}}
+	d.add(&persistence.Batch{Ops: ops[:]}, nil, false)
 }
 
 // releasedLocked records that a stored session's QoS 2 entry got its
 // PUBREC: after a restart its PUBREL is sent, not the PUBLISH, which the
 // client would take for a new message. The caller holds cl.mu.
 func (d *durable) releasedLocked(cl *client, o session.Outbound, owner *conn) {
-	var ops [2]persistence.Op
-	b := persistence.Batch{Ops: ops[:0]}
 	pm := d.stored(o.Msg)
-	// Put again in case it is not stored: the store keeps the first.
-	b.PutMessage(pm)
 	o.Released = true
-	b.PutOutbound(cl.id, outboundOf(o, pm.ID))
-	d.add(&b, owner, true)
+	ops := [2]persistence.Op{
+		// Put again in case it is not stored: the store keeps the first.
+		{Kind: persistence.OpPutMessage, Message: pm},
+		{Kind: persistence.OpPutOutbound, SessionID: cl.id, Outbound: outboundOf(o, pm.ID)},
+	}
+	d.add(&persistence.Batch{Ops: ops[:]}, owner, true)
 }
 
 // sessionLocked writes a stored session's record, as connection c (its
 // latest) and expiry make it. The caller holds cl.mu.
 func (d *durable) sessionLocked(cl *client, c *conn, expiry uint32, owner *conn) {
-	var ops [1]persistence.Op
-	b := persistence.Batch{Ops: ops[:0]}
-	b.PutSession(persistence.Session{ID: cl.id, Username: c.info.Username, Version: byte(c.version),
-		Expiry: expiry, ExpireAt: cl.sess.ExpireAt(), Listener: c.info.Listener})
-	d.add(&b, owner, true)
+	d.oneLocked(persistence.Op{Kind: persistence.OpPutSession, SessionID: cl.id, Session: persistence.Session{
+		ID: cl.id, Username: c.info.Username, Version: byte(c.version),
+		Expiry: expiry, ExpireAt: cl.sess.ExpireAt(), Listener: c.info.Listener,
+	}}, owner)
 }
 
 // oneLocked adds a unit of one operation on a stored session. The caller
@@ -304,8 +300,11 @@ type heldAnswers struct {
 	answered uint64 // the last ticket an answer covers
 	waited   uint64 // the last ticket the reader waited for
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// queue[head:] are the answers held, oldest first: released from the
+	// head without moving the rest.
 	queue    []heldAnswer
+	head     int
 	failures []storeFailure
 	// pending are the tickets of the covering units neither applied nor
 	// voided yet, in the order added; early are those voided before the
@@ -332,10 +331,48 @@ func (h *heldAnswers) pendingIn(from, to uint64) bool {
 }
 
 // heldAnswer is an answer that covers the units (from, to]; to is 0 for
-// one held only to keep its place behind another.
+// one held only to keep its place behind another. An acknowledgement
+// without properties, the usual one, is held as its fields, not as a
+// packet on the heap: p is then nil.
 type heldAnswer struct {
 	p        packets.Packet
+	ack      packets.Type
+	id       uint16
+	code     packets.ReasonCode
 	from, to uint64
+}
+
+// packet returns the answer as a packet.
+func (e *heldAnswer) packet() packets.Packet {
+	if e.p != nil {
+		return e.p
+	}
+	a := packets.Ack{Type: e.ack, PacketID: e.id, ReasonCode: e.code}
+	return a.Packet()
+}
+
+// appendTo appends the answer's frame for version v.
+func (e *heldAnswer) appendTo(b []byte, v packets.Version) []byte {
+	if e.p != nil {
+		b, _ = e.p.Append(b, v)
+		return b
+	}
+	a := packets.Ack{Type: e.ack, PacketID: e.id, ReasonCode: e.code}
+	b, _ = a.Append(b, v)
+	return b
+}
+
+// held reports how many answers are held. The caller holds h.mu.
+func (h *heldAnswers) held() int { return len(h.queue) - h.head }
+
+// push holds e behind the others. The caller holds h.mu.
+func (h *heldAnswers) push(e heldAnswer) {
+	if h.head > 0 && len(h.queue) == cap(h.queue) {
+		n := copy(h.queue, h.queue[h.head:])
+		clear(h.queue[n:])
+		h.queue, h.head = h.queue[:n], 0
+	}
+	h.queue = append(h.queue, e)
 }
 
 type storeFailure struct {
@@ -357,7 +394,7 @@ func (c *conn) StoreFailed(ticket uint64, err error) {
 func (c *conn) answer(p packets.Packet) { c.answerEither(p, nil) }
 
 // answerAck is answer for an acknowledgement, which becomes a packet on
-// the heap only when it must wait: most go at once, so that answering a
+// the heap only when it carries properties and must wait: answering a
 // QoS 1 PUBLISH allocates nothing.
 func (c *conn) answerAck(a *packets.Ack) { c.answerEither(nil, a) }
 
@@ -371,23 +408,25 @@ func (c *conn) answerEither(p packets.Packet, a *packets.Ack) {
 	h.mu.Lock()
 	queue, from, to := false, uint64(0), uint64(0)
 	switch {
-	case h.last > h.answered && (len(h.queue) > 0 || h.pendingIn(h.answered, h.last)):
+	case h.last > h.answered && (h.held() > 0 || h.pendingIn(h.answered, h.last)):
 		queue, from, to = true, h.answered, h.last
 		h.answered = h.last
 	case h.last > h.answered: // its units were voided: nothing to wait for
 		h.answered = h.last
-	case len(h.queue) > 0:
+	case h.held() > 0:
 		queue = true
 	}
-	if !queue {
+	switch {
+	case !queue:
 		c.sendEither(p, a) // under mu: in order with a release's frames
-	} else {
-		if p == nil {
-			p = a.Packet()
-		}
-		h.queue = append(h.queue, heldAnswer{p, from, to})
+	case p == nil && a.Properties.IsZero():
+		h.push(heldAnswer{ack: a.Type, id: a.PacketID, code: a.ReasonCode, from: from, to: to})
+	case p == nil:
+		h.push(heldAnswer{p: a.Packet(), from: from, to: to})
+	default:
+		h.push(heldAnswer{p: p, from: from, to: to})
 	}
-	full := len(h.queue) >= maxHeld
+	full := h.held() >= maxHeld
 	h.mu.Unlock()
 	if full {
 		c.commitHeld(true)
@@ -462,13 +501,12 @@ func (c *conn) releaseWith(t uint64, settle func(h *heldAnswers)) {
 	var fatal error
 	h.mu.Lock()
 	settle(h)
-	n := 0
+	start, n := h.head, h.head
 	for n < len(h.queue) && (h.queue[n].to == 0 || !h.pendingIn(h.queue[n].from, h.queue[n].to)) {
-		e := h.queue[n]
-		n++
+		e := &h.queue[n]
 		if err := h.failedIn(e.from, e.to); err != nil {
 			var ok bool
-			if ok, e.p = c.refuseStored(e.p, err); !ok {
+			if ok, e.p = c.refuseStored(e.packet(), err); !ok {
 				fatal = err
 				break
 			}
@@ -477,17 +515,24 @@ func (c *conn) releaseWith(t uint64, settle func(h *heldAnswers)) {
 				refusedQoS2 = append(refusedQoS2, rec.PacketID)
 			}
 		}
+		n++
+	}
+	if sent := h.queue[start:n]; len(sent) > 0 {
 		c.enqueue(woken, func(b []byte) []byte {
-			b, _ = e.p.Append(b, c.version)
+			for i := range sent {
+				b = sent[i].appendTo(b, c.version)
+			}
 			return b
 		})
 	}
 	if fatal != nil {
 		n = len(h.queue) // nothing after the one that failed is sent
 	}
-	rest := copy(h.queue, h.queue[n:])
-	clear(h.queue[rest:])
-	h.queue = h.queue[:rest]
+	clear(h.queue[start:n])
+	if n == len(h.queue) {
+		h.queue, n = h.queue[:0], 0
+	}
+	h.head = n
 	kept := h.failures[:0]
 	for _, f := range h.failures {
 		if f.ticket > t {

@@ -365,6 +365,77 @@ func TestAcknowledgedBeforeCommitNeedsNoCommit(t *testing.T) {
 	}
 }
 
+// TestVoidedAnswersKeepTheirOrder: while a commit is held, the PUBACKs of
+// messages their persistent subscriber acknowledges go out as the
+// acknowledgements come, each once and in the order of the PUBLISHes
+// [MQTT-4.6.0-2]: one whose message was acknowledged first waits behind
+// the one before it, and what is released leaves the rest held.
+func TestVoidedAnswersKeepTheirOrder(t *testing.T) {
+	g := newGatedStore()
+	_, addr := startServer(t, mqttd.Options{Store: g})
+	sub := connectRaw(t, addr, &packets.Connect{ClientID: "sub", CleanStart: false})
+	sub.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "t/#", Options: packets.SubOptions{QoS: 1}}}})
+	sub.read()
+	slow := connectRaw(t, addr, &packets.Connect{ClientID: "slow", CleanStart: false})
+	slow.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "slow/#", Options: packets.SubOptions{QoS: 1}}}})
+	slow.read()
+	pub := connectRaw(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
+	other := connectRaw(t, addr, &packets.Connect{ClientID: "other", CleanStart: true})
+
+	g.hold()
+	other.send(&packets.Publish{QoS: 1, PacketID: 1, Topic: "slow/x", Payload: []byte("held")})
+	<-g.entered // a commit is held: what is added now waits for the next
+
+	delivered := map[byte]uint16{} // payload: the subscriber's packet id
+	for i := range 4 {
+		pub.send(&packets.Publish{QoS: 1, PacketID: uint16(10 + i), Topic: "t/a", Payload: []byte{byte(i)}})
+	}
+	for range 4 {
+		p, ok := sub.read().(*packets.Publish)
+		if !ok {
+			t.Fatalf("subscriber got %+v", p)
+		}
+		delivered[p.Payload[0]] = p.PacketID
+	}
+	acks := func(step string, want ...uint16) {
+		t.Helper()
+		sub.ping() // the subscriber's PUBACK is handled
+		var got []uint16
+		for _, p := range pub.ping() {
+			ack, ok := p.(*packets.Puback)
+			if !ok {
+				t.Fatalf("%s: publisher got %+v", step, p)
+			}
+			got = append(got, ack.PacketID)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: publisher got PUBACKs %v, want %v", step, got, want)
+		}
+	}
+	sub.send(&packets.Puback{PacketID: delivered[1]})
+	acks("second acknowledged first")
+	sub.send(&packets.Puback{PacketID: delivered[0]})
+	acks("first acknowledged", 10, 11)
+	pub.send(&packets.Publish{QoS: 1, PacketID: 14, Topic: "t/a", Payload: []byte{4}})
+	if p, ok := sub.read().(*packets.Publish); !ok {
+		t.Fatalf("subscriber got %+v", p)
+	} else {
+		delivered[4] = p.PacketID
+	}
+	sub.send(&packets.Puback{PacketID: delivered[3]})
+	acks("fourth acknowledged before the third")
+	sub.send(&packets.Puback{PacketID: delivered[2]})
+	acks("third acknowledged", 12, 13)
+	sub.send(&packets.Puback{PacketID: delivered[4]})
+	acks("fifth acknowledged", 14)
+
+	g.release()
+	if ack, ok := other.read().(*packets.Puback); !ok || ack.PacketID != 1 {
+		t.Fatalf("got %+v, want PUBACK 1", ack)
+	}
+	acks("after the commit")
+}
+
 // TestHandedOffNotAcknowledgedEarly: a QoS 1 message for a share group of
 // persistent sessions whose member leaves before the commit is handed to
 // the other member; its publisher's PUBACK still waits for the commit

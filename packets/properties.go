@@ -75,8 +75,8 @@ type Properties struct {
 	SharedSubAvailable   byte
 }
 
-// isZero reports whether every field of p is zero.
-func (p *Properties) isZero() bool {
+// IsZero reports whether every field of p is zero.
+func (p *Properties) IsZero() bool {
 	return p.Present == 0 && p.PayloadFormat == 0 && p.MessageExpiry == 0 && p.ContentType == "" &&
 		p.ResponseTopic == "" && p.CorrelationData == nil && p.SubscriptionIDs == nil &&
 		p.SessionExpiry == 0 && p.AssignedClientID == "" && p.ServerKeepAlive == 0 &&

@@ -5,11 +5,11 @@ import (
 	"testing"
 )
 
-// TestPropertiesIsZero sets each field of Properties in turn: isZero
+// TestPropertiesIsZero sets each field of Properties in turn: IsZero
 // must see every one, or Publish.Reset would leave a field of an earlier
 // packet behind (a field added to Properties must be added there too).
 func TestPropertiesIsZero(t *testing.T) {
-	if p := (Properties{}); !p.isZero() {
+	if p := (Properties{}); !p.IsZero() {
 		t.Fatal("the zero Properties is not zero")
 	}
 	typ := reflect.TypeFor[Properties]()
@@ -26,8 +26,8 @@ func TestPropertiesIsZero(t *testing.T) {
 		default:
 			t.Fatalf("field %s of kind %s: teach this test to set it", typ.Field(i).Name, f.Kind())
 		}
-		if p.isZero() {
-			t.Errorf("isZero misses %s", typ.Field(i).Name)
+		if p.IsZero() {
+			t.Errorf("IsZero misses %s", typ.Field(i).Name)
 		}
 	}
 }

@@ -43,7 +43,7 @@ func (l Limits) DecodePublish(fh FixedHeader, body []byte, v Version, p *Publish
 // profile, at two clears per message), and most PUBLISH packets carry no
 // properties.
 func (p *Publish) Reset() {
-	if !p.Properties.isZero() {
+	if !p.Properties.IsZero() {
 		p.Properties = Properties{}
 	}
 	p.Dup, p.QoS, p.Retain, p.PacketID = false, 0, false, 0
