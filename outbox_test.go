@@ -245,6 +245,33 @@ func TestOutboxBound(t *testing.T) {
 	})
 }
 
+// TestOutboxGrowsByDoubling: an outbox filled with small frames while
+// nobody writes (a subscriber's backlog) grows its buffer by doubling, not
+// by append's 1.25x steps, each of which copied everything held so far.
+func TestOutboxGrowsByDoubling(t *testing.T) {
+	s := newTestServer(t, Options{})
+	srvEnd, _ := pipePair(t)
+	c := newConn(s, srvEnd, "test")
+	frame := fill('f', 64)
+	grown, last := 0, 0
+	for range (512 << 10) / len(frame) {
+		c.enqueue(deferred, appendBytes(frame))
+		if n := cap(snapshot(c).buf.b); n != last {
+			if last != 0 && n < 2*last {
+				t.Fatalf("the buffer grew from %d to %d bytes, want at least double", last, n)
+			}
+			grown, last = grown+1, n
+		}
+	}
+	if st := snapshot(c); st.buffered != 512<<10 {
+		t.Fatalf("%d bytes buffered, want %d", st.buffered, 512<<10)
+	}
+	if grown > 9 {
+		t.Errorf("the buffer grew %d times on its way to 512 KiB", grown)
+	}
+	c.out.close(&s.stats.outboxBytes)
+}
+
 // TestOutboxBufferSwap checks the writer's buffer swap: the buffer a
 // write finished with becomes the outbox's next buffer (the spare), so a
 // steady stream of frames moves between two buffers without taking more

@@ -298,17 +298,8 @@ func (c *conn) trackFrame(completed bool) {
 	c.watchIdle(limit)
 }
 
-// appendDoubling appends src to dst, at least doubling the capacity when it
-// must grow: append's own growth slows to 1.25x for large slices, which made
-// a 1 MiB frame arriving in 16 KiB reads allocate five times its size.
-func appendDoubling(dst, src []byte) []byte {
-	if len(dst)+len(src) > cap(dst) {
-		grown := make([]byte, len(dst), max(2*cap(dst), len(dst)+len(src)))
-		copy(grown, dst)
-		dst = grown
-	}
-	return append(dst, src...)
-}
+// appendDoubling appends src to dst, growing it as growDoubling does.
+func appendDoubling(dst, src []byte) []byte { return append(growDoubling(dst, len(src)), src...) }
 
 // touch records that bytes arrived, for the keepalive timer.
 func (c *conn) touch() { c.lastRead.Store(time.Now().UnixNano()) }
