@@ -231,12 +231,58 @@ func (c *conn) consume(b []byte, pub *packets.Publish) (frames int, err error) {
 	ev := c.ev
 	held := cap(ev.partial)
 	defer func() { c.srv.stats.incomingBytes.Add(int64(cap(ev.partial) - held)) }()
-	carried := len(ev.partial) > 0
-	if carried {
-		ev.partial = appendDoubling(ev.partial, b)
-		b = ev.partial
-		ev.partial = nil
+	if len(ev.partial) == 0 {
+		return c.frames(b, false, held, pub)
 	}
+	if fh, hn, need := c.carriedNeeds(b); need > 0 {
+		// The carried frame ends in this read: only its own bytes join
+		// it, and the rest of the read is handled where it is. Appending
+		// the whole read to it instead allocated a read buffer's worth at
+		// nearly every wakeup of a client that streams. The frame's
+		// slice is its own, so its body is not copied again, unless it
+		// is the tail of a much larger one it would keep alive.
+		frame := append(ev.partial, b[:need]...)
+		ev.partial = nil
+		body := frame[hn:]
+		if cap(frame) > 2*len(frame) {
+			body = bytes.Clone(body)
+		}
+		if err := c.dispatch(fh, body, pub); err != nil {
+			return 1, err
+		}
+		frames, err := c.frames(b[need:], false, held, pub)
+		return frames + 1, err
+	}
+	b = appendDoubling(ev.partial, b)
+	ev.partial = nil
+	return c.frames(b, true, held, pub)
+}
+
+// carriedNeeds parses the header of the frame carried from an earlier
+// read and returns how many bytes of b complete it; need is 0 when its
+// header is not whole yet or is malformed (the frames that follow say
+// so), or when the frame does not end within b.
+func (c *conn) carriedNeeds(b []byte) (fh packets.FixedHeader, hn, need int) {
+	var head [5]byte // the longest fixed header
+	n := copy(head[:], c.ev.partial)
+	n += copy(head[n:], b)
+	fh, hn, err := packets.ParseFixedHeader(head[:n], c.version, c.srv.opts.Limits.MaxPacketSize)
+	if err != nil || hn == 0 {
+		return fh, 0, 0
+	}
+	need = hn + fh.Remaining - len(c.ev.partial)
+	if need <= 0 || need > len(b) {
+		return fh, 0, 0
+	}
+	return fh, hn, need
+}
+
+// frames handles the whole frames in b and keeps an incomplete last one.
+// owned says b is the connection's own (carried) slice, not the read
+// buffer: an incomplete frame then stays where it is. held is the
+// capacity carried when the read began.
+func (c *conn) frames(b []byte, owned bool, held int, pub *packets.Publish) (frames int, err error) {
+	ev := c.ev
 	maxSize := c.srv.opts.Limits.MaxPacketSize
 	for len(b) > 0 {
 		fh, n, err := packets.ParseFixedHeader(b, c.version, maxSize)
@@ -249,7 +295,7 @@ func (c *conn) consume(b []byte, pub *packets.Publish) (frames int, err error) {
 			// already carried stay where they are (frames decoded from
 			// them were copied out), so a large frame arriving in many
 			// reads is appended to, not copied again at every read.
-			if carried {
+			if owned {
 				ev.partial = b
 			} else {
 				ev.partial = append([]byte(nil), b...)
