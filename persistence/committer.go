@@ -458,7 +458,8 @@ func (c *Committer) Stats() CommitStats {
 }
 
 // keptOps is the most operations a round's buffer keeps room for between
-// runs (~250 KB).
+// runs (~250 KB); the units, waiters and referenced messages of a round
+// are kept to as many.
 const keptOps = 1024
 
 // run commits rounds until nothing is left to commit.
@@ -467,7 +468,7 @@ func (c *Committer) run() {
 	if c.refs == nil {
 		c.refs = make(map[uint64]struct{})
 	}
-	waited := false
+	waited, bigRefs := false, false
 	for {
 		c.mu.Lock()
 		if c.delay > 0 && c.quick > 0 && !waited {
@@ -492,8 +493,19 @@ func (c *Committer) run() {
 		waited = false
 		n := c.cutLocked()
 		if n == 0 {
+			// A burst's scratch is not kept while idle, its units, waiters
+			// and map of referenced messages no more than its operations.
 			if cap(round.Ops) > keptOps {
-				round.Ops = nil // a burst's: not kept while idle
+				round.Ops = nil
+			}
+			if cap(c.taken) > keptOps {
+				c.taken = nil
+			}
+			if cap(c.ready) > keptOps {
+				c.ready = nil
+			}
+			if bigRefs {
+				c.refs = nil // a cleared map keeps its room
 			}
 			c.running = false
 			c.blocked = len(c.units) > 0
@@ -504,6 +516,7 @@ func (c *Committer) run() {
 		units := c.taken
 		c.mu.Unlock()
 		dropped := dropVoid(round, units, c.refs)
+		bigRefs = bigRefs || len(c.refs) > keptOps
 		c.mu.Lock()
 		c.stats.Cancelled += uint64(dropped)
 		c.stats.Commits++
