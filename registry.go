@@ -261,7 +261,15 @@ func (c *conn) pumpFrom(from, owner *conn) {
 		return
 	}
 	defer c.srv.accountQueueLocked(cl)
-	now := time.Now()
+	// Read once, and only for a message that can expire: the clock was
+	// 5% of the broker's CPU in qos1.
+	var now time.Time
+	clock := func() time.Time {
+		if now.IsZero() {
+			now = time.Now()
+		}
+		return now
+	}
 	expired := func(o session.Outbound) {
 		c.srv.stats.dropped[dropExpired].Add(1)
 		if cl.stored {
@@ -273,7 +281,7 @@ func (c *conn) pumpFrom(from, owner *conn) {
 		if fit < 0 {
 			return
 		}
-		o, ok := cl.sess.NextFit(now, &c.srv.queueBudget, fit, expired)
+		o, ok := cl.sess.NextFit(clock, &c.srv.queueBudget, fit, expired)
 		if !ok {
 			return
 		}

@@ -191,8 +191,12 @@ func (s *Server) deliverLocked(cl *client, m *session.Message, qos byte, retain 
 		fit, _ := tc.fit()
 		canSend = fit >= m.Size()
 	}
+	var now time.Time // the session reads it only for m's expiry
+	if !m.Expiry.IsZero() {
+		now = clock()
+	}
 	o, r := cl.sess.Deliver(session.Outbound{Msg: m, QoS: qos, Retain: retain, SubIDs: subIDs},
-		session.Target{Online: online, CanSend: canSend, Budget: &s.queueBudget, Hold: cl.stored}, clock())
+		session.Target{Online: online, CanSend: canSend, Budget: &s.queueBudget, Hold: cl.stored}, now)
 	if cl.stored && (r == session.Send && o.QoS > 0 || r == session.Queued) {
 		if enc.stored == nil {
 			enc.stored = s.dur.stored(m)

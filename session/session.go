@@ -309,7 +309,9 @@ type Target struct {
 // dropped: expired, QoS 0 for an offline client, or no room in the queue
 // (limits.max_queued messages or limits.max_queued_bytes for the
 // session, or to.Budget for all of them). QoS 0 messages never enter the
-// window.
+// window. now is read only to see whether o.Msg expired: for a message
+// without an expiry the caller may pass the zero time instead of reading
+// the clock.
 func (s *Session) Deliver(o Outbound, to Target, now time.Time) (Outbound, Result) {
 	if o.Msg.Expired(now) {
 		return o, DropExpiry
@@ -363,21 +365,22 @@ func (s *Session) free(seq uint64) bool {
 // has room (it gets a packet id). Expired messages are dropped and
 // counted in expired. b is the budget Deliver was given.
 func (s *Session) Next(now time.Time, b *QueueBudget) (o Outbound, ok bool, expired int) {
-	o, ok = s.NextFit(now, b, math.MaxInt, func(Outbound) { expired++ })
+	o, ok = s.NextFit(func() time.Time { return now }, b, math.MaxInt, func(Outbound) { expired++ })
 	return o, ok, expired
 }
 
 // NextFit is Next for a connection that has room for fit bytes only: a
 // message whose Size is larger stays where it is, and ok is false. Each
-// expired message dropped is given to expired.
-func (s *Session) NextFit(now time.Time, b *QueueBudget, fit int, expired func(Outbound)) (o Outbound, ok bool) {
+// expired message dropped is given to expired. clock is called only for
+// a message that can expire.
+func (s *Session) NextFit(clock func() time.Time, b *QueueBudget, fit int, expired func(Outbound)) (o Outbound, ok bool) {
 	if s.Resending() {
 		return s.nextResend(fit)
 	}
 	for s.Queued() > 0 {
 		pending := &s.q.pending
 		head := pending.peek()
-		if head.Msg.Expired(now) {
+		if !head.Msg.Expiry.IsZero() && head.Msg.Expired(clock()) {
 			o := pending.pop()
 			s.unqueue(o, b)
 			expired(o)
