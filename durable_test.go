@@ -315,6 +315,28 @@ func TestQoS2CommittedWhole(t *testing.T) {
 	t.Logf("%d commits, %d split", len(rs.batches), split)
 }
 
+// heldCommit starts a broker whose store holds the commit of other's
+// QoS 1 PUBLISH to a persistent session; sub, a persistent session online
+// on t/#, and pub, a clean one, then work while it is held.
+func heldCommit(t *testing.T) (g *gatedStore, sub, pub, other *rawConn) {
+	t.Helper()
+	g = newGatedStore()
+	_, addr := startServer(t, mqttd.Options{Store: g})
+	sub = connectRaw(t, addr, &packets.Connect{ClientID: "sub", CleanStart: false})
+	sub.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "t/#", Options: packets.SubOptions{QoS: 1}}}})
+	sub.read()
+	slow := connectRaw(t, addr, &packets.Connect{ClientID: "slow", CleanStart: false})
+	slow.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "slow/#", Options: packets.SubOptions{QoS: 1}}}})
+	slow.read()
+	pub = connectRaw(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
+	other = connectRaw(t, addr, &packets.Connect{ClientID: "other", CleanStart: true})
+
+	g.hold()
+	other.send(&packets.Publish{QoS: 1, PacketID: 1, Topic: "slow/x", Payload: []byte("held")})
+	<-g.entered // a commit is held: what is added now waits for the next
+	return g, sub, pub, other
+}
+
 // TestAcknowledgedBeforeCommitNeedsNoCommit: while one commit is held, a
 // QoS 1 message for an online persistent subscriber that acknowledges it
 // before the next commit takes it leaves nothing to store, and its
@@ -322,20 +344,7 @@ func TestQoS2CommittedWhole(t *testing.T) {
 // its subscriber has not acknowledged waits for the commit. Restarted,
 // the broker has nothing queued for the subscriber.
 func TestAcknowledgedBeforeCommitNeedsNoCommit(t *testing.T) {
-	g := newGatedStore()
-	_, addr := startServer(t, mqttd.Options{Store: g})
-	sub := connectRaw(t, addr, &packets.Connect{ClientID: "sub", CleanStart: false})
-	sub.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "t/#", Options: packets.SubOptions{QoS: 1}}}})
-	sub.read()
-	slow := connectRaw(t, addr, &packets.Connect{ClientID: "slow", CleanStart: false})
-	slow.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "slow/#", Options: packets.SubOptions{QoS: 1}}}})
-	slow.read()
-	pub := connectRaw(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
-	other := connectRaw(t, addr, &packets.Connect{ClientID: "other", CleanStart: true})
-
-	g.hold()
-	other.send(&packets.Publish{QoS: 1, PacketID: 1, Topic: "slow/x", Payload: []byte("held")})
-	<-g.entered // a commit is held: what is added now waits for the next
+	g, sub, pub, other := heldCommit(t)
 
 	for i := range 3 {
 		id := uint16(10 + i)
@@ -371,20 +380,7 @@ func TestAcknowledgedBeforeCommitNeedsNoCommit(t *testing.T) {
 // [MQTT-4.6.0-2]: one whose message was acknowledged first waits behind
 // the one before it, and what is released leaves the rest held.
 func TestVoidedAnswersKeepTheirOrder(t *testing.T) {
-	g := newGatedStore()
-	_, addr := startServer(t, mqttd.Options{Store: g})
-	sub := connectRaw(t, addr, &packets.Connect{ClientID: "sub", CleanStart: false})
-	sub.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "t/#", Options: packets.SubOptions{QoS: 1}}}})
-	sub.read()
-	slow := connectRaw(t, addr, &packets.Connect{ClientID: "slow", CleanStart: false})
-	slow.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "slow/#", Options: packets.SubOptions{QoS: 1}}}})
-	slow.read()
-	pub := connectRaw(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
-	other := connectRaw(t, addr, &packets.Connect{ClientID: "other", CleanStart: true})
-
-	g.hold()
-	other.send(&packets.Publish{QoS: 1, PacketID: 1, Topic: "slow/x", Payload: []byte("held")})
-	<-g.entered // a commit is held: what is added now waits for the next
+	g, sub, pub, other := heldCommit(t)
 
 	delivered := map[byte]uint16{} // payload: the subscriber's packet id
 	for i := range 4 {
