@@ -24,6 +24,8 @@ import (
 // at a time.
 type conn struct {
 	srv *Server
+	// nc is the connection as accepted; nil once the poller serves it,
+	// when its socket is ev's own descriptor (startEvent).
 	nc  net.Conn
 	out outbox
 

@@ -34,7 +34,16 @@ type poller struct {
 
 // EPOLLET is bit 31: package syscall declares it negative on some
 // architectures and positive on others, so it comes from x/sys/unix.
-const pollEvents uint32 = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOLLERR | unix.EPOLLET
+// EPOLLOUT is edge-triggered like the rest: the kernel reports it when a
+// socket that refused a write takes writes again (and along with other
+// events), so a connection whose writes go through pays nothing for it.
+const (
+	pollEvents uint32 = unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOLLERR | unix.EPOLLET
+	// readEvents are those a reader must handle; writeEvents those a
+	// writer waiting for room must.
+	readEvents  = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOLLERR
+	writeEvents = unix.EPOLLOUT | unix.EPOLLHUP | unix.EPOLLERR
+)
 
 func newPoller() (*poller, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
@@ -119,12 +128,20 @@ func (pl *poller) run(raw syscall.RawConn) {
 	}
 }
 
-// wake hands each ready connection to a reader.
+// wake hands each connection with bytes to read to a reader, and tells
+// writers waiting for room that there is some.
 func (pl *poller) wake(events []unix.EpollEvent, ready []*conn) []*conn {
 	ready = ready[:0]
 	pl.mu.Lock()
 	for _, ev := range events {
-		if c := pl.conns[ev.Fd]; c != nil {
+		c := pl.conns[ev.Fd]
+		if c == nil {
+			continue
+		}
+		if ev.Events&writeEvents != 0 {
+			c.ev.wakeWriter()
+		}
+		if ev.Events&readEvents != 0 {
 			if ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 				c.hup.Store(true) // the reader must read to the end
 			}
