@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"time"
 )
 
@@ -71,28 +73,46 @@ func (g gcConfig) gcPercent(live, scan uint64) int {
 	return max(int((headroom*100+base-1)/base), 1)
 }
 
-// gcTuner sets GOGC once a second from the least live heap of the last
-// gcWindow seconds: a heap that stays large (connections, sessions,
-// queues) gets the policy's headroom within that time, while a burst of
-// buffers (an outbox filling under a fan-in) leaves GOGC as it was, so
-// that it never holds a small headroom over a heap that has shrunk
-// meanwhile. Set after every collection instead (a cleanup re-armed at
-// each cycle), GOGC lagged behind a fan-in whose live heap swung between
-// 2 and 8 MB every few milliseconds and collections tripled.
+// gcTuner sets GOGC after every collection and once a second. While the
+// collector takes little CPU (at most gcBudget of what Go may use, over
+// the time since the last setting) GOGC follows the live heap at once,
+// so that a burst of connections gets the policy's headroom as it
+// arrives. Past the budget it follows the least live heap of the last
+// gcWindow seconds instead: a fan-in, whose live heap swings between 1
+// and 9 MB every few milliseconds and which collects that often at
+// GOGC=100 already (10% of its CPU), keeps Go's headroom, where setting
+// GOGC from each cycle's live heap alone left a small headroom over a
+// heap that had shrunk meanwhile and doubled the collector's CPU.
 type gcTuner struct {
-	cfg     gcConfig
-	samples [3]metrics.Sample
-	live    [gcWindow]uint64 // a ring of the last live heaps
-	n       int              // samples taken
+	cfg gcConfig
+
+	mu      sync.Mutex // the cleanup's goroutine and the ticker's
+	samples [5]metrics.Sample
+	live    [gcWindow]uint64 // the live heap at the last ticks
+	n       int              // ticks taken
+	gcCPU   float64          // the collector's CPU time at the last setting
+	allCPU  float64          // the CPU time Go could use, likewise
 	percent int              // the GOGC last set
-	before  int              // the GOGC to restore
-	stop    chan struct{}
-	done    chan struct{}
+	stopped bool
+	before  int // the GOGC to restore
+
+	stop chan struct{}
+	done chan struct{}
 }
 
-// gcWindow is how many seconds the live heap must stay large before the
-// headroom follows it down.
-const gcWindow = 5
+const (
+	// gcWindow is how many seconds the live heap must stay large before
+	// the headroom follows it down while the collector is busy.
+	gcWindow = 5
+	// gcBudget is the collector's share of the CPU below which the
+	// headroom follows the live heap at once.
+	gcBudget = 0.05
+)
+
+// gcCycle is the object whose collection marks a cycle. It holds a
+// pointer so that it is not put in a tiny block, where its cleanup would
+// wait for its neighbours.
+type gcCycle struct{ _ *gcCycle }
 
 // startGC applies the policy unless the environment sets GOGC or
 // GOMEMLIMIT, the operator's word on the collector, or the policy is Go's
@@ -103,16 +123,34 @@ func startGC(cfg gcConfig, getenv func(string) string) (stop func(), on bool) {
 		return func() {}, false
 	}
 	t := &gcTuner{cfg: cfg, percent: 100, stop: make(chan struct{}), done: make(chan struct{})}
-	t.samples[0].Name = "/gc/heap/live:bytes"
-	t.samples[1].Name = "/gc/scan/stack:bytes"
-	t.samples[2].Name = "/gc/scan/globals:bytes"
+	for i, name := range []string{"/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes",
+		"/cpu/classes/gc/total:cpu-seconds", "/cpu/classes/total:cpu-seconds"} {
+		t.samples[i].Name = name
+	}
 	t.before = debug.SetGCPercent(100)
+	t.arm()
 	go t.run()
 	return func() {
 		close(t.stop)
 		<-t.done
+		t.mu.Lock()
+		t.stopped = true
 		debug.SetGCPercent(t.before)
+		t.mu.Unlock()
 	}, true
+}
+
+func (t *gcTuner) arm() { runtime.AddCleanup(&gcCycle{}, (*gcTuner).cycle, t) }
+
+// cycle runs after each collection, when its object is found unreachable.
+func (t *gcTuner) cycle() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	t.tuneLocked(false)
+	t.arm()
 }
 
 func (t *gcTuner) run() {
@@ -120,7 +158,9 @@ func (t *gcTuner) run() {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		t.tune()
+		t.mu.Lock()
+		t.tuneLocked(true)
+		t.mu.Unlock()
 		select {
 		case <-t.stop:
 			return
@@ -129,24 +169,32 @@ func (t *gcTuner) run() {
 	}
 }
 
-// tune takes a sample and sets GOGC for the least live heap of the
-// window, with the stacks and globals scanned now.
-func (t *gcTuner) tune() {
+// tuneLocked sets GOGC from the live heap, or from the least of the
+// window when the collector has been busy; a tick also adds the live
+// heap to the window.
+func (t *gcTuner) tuneLocked(tick bool) {
 	metrics.Read(t.samples[:])
 	var v [3]uint64
-	for i, s := range t.samples {
+	for i, s := range t.samples[:3] {
 		if s.Value.Kind() != metrics.KindUint64 {
 			return
 		}
 		v[i] = s.Value.Uint64()
 	}
-	t.live[t.n%gcWindow] = v[0]
-	t.n++
-	least := v[0]
-	for _, l := range t.live[:min(t.n, gcWindow)] {
-		least = min(least, l)
+	gcCPU, allCPU := t.samples[3].Value.Float64(), t.samples[4].Value.Float64()
+	busy := allCPU > t.allCPU && (gcCPU-t.gcCPU)/(allCPU-t.allCPU) > gcBudget
+	t.gcCPU, t.allCPU = gcCPU, allCPU
+	if tick {
+		t.live[t.n%gcWindow] = v[0]
+		t.n++
 	}
-	if p := t.cfg.gcPercent(least, v[1]+v[2]); p != t.percent {
+	base := v[0]
+	if busy {
+		for _, l := range t.live[:min(t.n, gcWindow)] {
+			base = min(base, l)
+		}
+	}
+	if p := t.cfg.gcPercent(base, v[1]+v[2]); p != t.percent {
 		debug.SetGCPercent(p)
 		t.percent = p
 	}

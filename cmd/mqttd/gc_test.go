@@ -81,21 +81,44 @@ func TestGCTunerFollowsLiveHeap(t *testing.T) {
 	}
 }
 
-// TestGCTunerWindow: a live heap that was small within the window keeps
-// Go's headroom, so a burst does not shrink the headroom of what follows.
+// TestGCTunerWindow: while the collector is busy, a live heap that was
+// small within the window keeps Go's headroom, so that a burst does not
+// shrink the headroom of what follows; while it is not, the headroom
+// follows the live heap at once.
 func TestGCTunerWindow(t *testing.T) {
-	tu := &gcTuner{cfg: gcConfig{HeadroomPercent: 10, MinHeadroom: 1 << 20}, percent: 100}
-	for i := range gcWindow - 1 {
-		tu.live[i] = 64 << 20
-	}
-	tu.live[gcWindow-1] = 512 << 10
-	tu.n = gcWindow
 	before := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(before)
-	tu.tune() // replaces the oldest sample, a large one
-	if tu.percent != 100 {
-		t.Errorf("GOGC %d with 512 KiB live in the window, want 100", tu.percent)
+	live := make([][]byte, 64)
+	for i := range live {
+		live[i] = make([]byte, 1<<20)
 	}
+	runtime.GC()
+	for _, tc := range []struct {
+		name        string
+		busy        bool
+		wantPercent func(int) bool
+	}{
+		{"busy: the window's least", true, func(p int) bool { return p == 100 }},
+		{"idle: the live heap now", false, func(p int) bool { return p <= 10 }},
+	} {
+		tu := &gcTuner{cfg: gcConfig{HeadroomPercent: 10, MinHeadroom: 1 << 20}, percent: 100}
+		for i, name := range []string{"/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes",
+			"/cpu/classes/gc/total:cpu-seconds", "/cpu/classes/total:cpu-seconds"} {
+			tu.samples[i].Name = name
+		}
+		tu.live[1] = 512 << 10 // a small heap a second ago
+		tu.n = 2
+		metrics.Read(tu.samples[:])
+		tu.gcCPU, tu.allCPU = tu.samples[3].Value.Float64(), tu.samples[4].Value.Float64()
+		if tc.busy { // as if the collector took all the CPU since the last setting
+			tu.gcCPU, tu.allCPU = tu.gcCPU-1e9, tu.allCPU-1e9
+		}
+		tu.tuneLocked(false)
+		if !tc.wantPercent(tu.percent) {
+			t.Errorf("%s: GOGC %d with 64 MiB live, 512 KiB a second ago", tc.name, tu.percent)
+		}
+	}
+	runtime.KeepAlive(live)
 }
 
 func TestGCTunerRespectsEnvironment(t *testing.T) {
