@@ -18,7 +18,8 @@ import (
 // which Go's own policy applies: small heaps (a broker with few clients,
 // or one moving messages through outboxes that are emptied at once) keep
 // collecting as rarely as with GOGC=100, and large ones pay for a smaller
-// heap with more frequent collections, each marking the live heap. It is
+// heap with more frequent collections, each marking the live heap, as
+// long as the collector takes at most gcBudget of the CPU. It is
 // process-wide, so it is the command's and not the embeddable package's:
 // a program embedding the broker keeps its own settings.
 
@@ -73,26 +74,26 @@ func (g gcConfig) gcPercent(live, scan uint64) int {
 	return max(int((headroom*100+base-1)/base), 1)
 }
 
-// gcTuner sets GOGC after every collection and once a second. While the
-// collector takes little CPU (at most gcBudget of what Go may use, over
-// the time since the last setting) GOGC follows the live heap at once,
-// so that a burst of connections gets the policy's headroom as it
-// arrives. Past the budget it follows the least live heap of the last
-// gcWindow seconds instead: a fan-in, whose live heap swings between 1
-// and 9 MB every few milliseconds and which collects that often at
-// GOGC=100 already (10% of its CPU), keeps Go's headroom, where setting
-// GOGC from each cycle's live heap alone left a small headroom over a
-// heap that had shrunk meanwhile and doubled the collector's CPU.
+// gcTuner sets GOGC after every collection, from the live heap it left,
+// while the collector takes little CPU: at most gcBudget of what Go may
+// use, over the time since the last setting. Past that it sets Go's own
+// GOGC=100, so that the policy trades CPU for memory only up to the
+// budget: a fan-in, which collects every few milliseconds at GOGC=100
+// already (10% of its CPU) and whose live heap swings between 1 and 9 MB,
+// keeps Go's headroom, where following each cycle's live heap left a small
+// headroom over a heap that had shrunk meanwhile and doubled the
+// collector's CPU. A flow that would pass the budget only with the
+// policy's headroom alternates between the two. The settings are made on
+// the cleanup of an object dropped at once, which the next cycle finds
+// unreachable; a ticker makes them too, in case a cleanup runs late.
 type gcTuner struct {
 	cfg gcConfig
 
 	mu      sync.Mutex // the cleanup's goroutine and the ticker's
 	samples [5]metrics.Sample
-	live    [gcWindow]uint64 // the live heap at the last ticks
-	n       int              // ticks taken
-	gcCPU   float64          // the collector's CPU time at the last setting
-	allCPU  float64          // the CPU time Go could use, likewise
-	percent int              // the GOGC last set
+	gcCPU   float64 // the collector's CPU time at the last setting
+	allCPU  float64 // the CPU time Go could use, likewise
+	percent int     // the GOGC last set
 	stopped bool
 	before  int // the GOGC to restore
 
@@ -100,14 +101,9 @@ type gcTuner struct {
 	done chan struct{}
 }
 
-const (
-	// gcWindow is how many seconds the live heap must stay large before
-	// the headroom follows it down while the collector is busy.
-	gcWindow = 5
-	// gcBudget is the collector's share of the CPU below which the
-	// headroom follows the live heap at once.
-	gcBudget = 0.05
-)
+// gcBudget is the collector's share of the CPU up to which the policy
+// holds the heap near the live heap.
+const gcBudget = 0.05
 
 // gcCycle is the object whose collection marks a cycle. It holds a
 // pointer so that it is not put in a tiny block, where its cleanup would
@@ -149,7 +145,7 @@ func (t *gcTuner) cycle() {
 	if t.stopped {
 		return
 	}
-	t.tuneLocked(false)
+	t.tuneLocked()
 	t.arm()
 }
 
@@ -159,7 +155,7 @@ func (t *gcTuner) run() {
 	defer tick.Stop()
 	for {
 		t.mu.Lock()
-		t.tuneLocked(true)
+		t.tuneLocked()
 		t.mu.Unlock()
 		select {
 		case <-t.stop:
@@ -169,10 +165,9 @@ func (t *gcTuner) run() {
 	}
 }
 
-// tuneLocked sets GOGC from the live heap, or from the least of the
-// window when the collector has been busy; a tick also adds the live
-// heap to the window.
-func (t *gcTuner) tuneLocked(tick bool) {
+// tuneLocked sets GOGC from the live heap, or to 100 when the collector
+// has been busy.
+func (t *gcTuner) tuneLocked() {
 	metrics.Read(t.samples[:])
 	var v [3]uint64
 	for i, s := range t.samples[:3] {
@@ -184,17 +179,11 @@ func (t *gcTuner) tuneLocked(tick bool) {
 	gcCPU, allCPU := t.samples[3].Value.Float64(), t.samples[4].Value.Float64()
 	busy := allCPU > t.allCPU && (gcCPU-t.gcCPU)/(allCPU-t.allCPU) > gcBudget
 	t.gcCPU, t.allCPU = gcCPU, allCPU
-	if tick {
-		t.live[t.n%gcWindow] = v[0]
-		t.n++
+	p := 100
+	if !busy {
+		p = t.cfg.gcPercent(v[0], v[1]+v[2])
 	}
-	base := v[0]
-	if busy {
-		for _, l := range t.live[:min(t.n, gcWindow)] {
-			base = min(base, l)
-		}
-	}
-	if p := t.cfg.gcPercent(base, v[1]+v[2]); p != t.percent {
+	if p != t.percent {
 		debug.SetGCPercent(p)
 		t.percent = p
 	}
