@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -37,7 +38,7 @@ type gcConfig struct {
 
 const (
 	defaultHeadroomPercent = 25
-	defaultMinHeadroom     = 4 << 20
+	defaultMinHeadroom     = 2 << 20
 )
 
 func (g gcConfig) withDefaults() gcConfig {
@@ -76,9 +77,11 @@ func (g gcConfig) gcPercent(live, scan uint64) int {
 
 // gcTuner sets GOGC after every collection, from the live heap it left,
 // while the collector takes little CPU: at most gcBudget of what Go may
-// use, over the time since the last setting. Past that it sets Go's own
-// GOGC=100, so that the policy trades CPU for memory only up to the
-// budget: a fan-in, which collects every few milliseconds at GOGC=100
+// use, averaged over about gcSpan (a burst of connections, which keeps
+// the CPU and the collector busy for a moment, is what the policy is for:
+// judged interval by interval, the burst passed the budget and kept
+// GOGC=100). Past that it sets Go's own GOGC=100, so that the policy
+// trades CPU for memory only up to the budget: a fan-in, which collects every few milliseconds at GOGC=100
 // already (10% of its CPU) and whose live heap swings between 1 and 9 MB,
 // keeps Go's headroom, where following each cycle's live heap left a small
 // headroom over a heap that had shrunk meanwhile and doubled the
@@ -90,10 +93,11 @@ type gcTuner struct {
 	cfg gcConfig
 
 	mu      sync.Mutex // the cleanup's goroutine and the ticker's
-	samples [5]metrics.Sample
-	gcCPU   float64 // the collector's CPU time at the last setting
-	allCPU  float64 // the CPU time Go could use, likewise
-	percent int     // the GOGC last set
+	samples [4]metrics.Sample
+	gcCPU   float64   // the collector's CPU time at the last setting
+	at      time.Time // when it was read
+	share   float64   // the collector's share of the CPU, averaged
+	percent int       // the GOGC last set
 	stopped bool
 	before  int // the GOGC to restore
 
@@ -101,9 +105,13 @@ type gcTuner struct {
 	done chan struct{}
 }
 
-// gcBudget is the collector's share of the CPU up to which the policy
-// holds the heap near the live heap.
-const gcBudget = 0.05
+const (
+	// gcBudget is the collector's share of the CPU up to which the
+	// policy holds the heap near the live heap.
+	gcBudget = 0.05
+	// gcSpan is the time constant of the share's moving average.
+	gcSpan = time.Second
+)
 
 // gcCycle is the object whose collection marks a cycle. It holds a
 // pointer so that it is not put in a tiny block, where its cleanup would
@@ -120,7 +128,7 @@ func startGC(cfg gcConfig, getenv func(string) string) (stop func(), on bool) {
 	}
 	t := &gcTuner{cfg: cfg, percent: 100, stop: make(chan struct{}), done: make(chan struct{})}
 	for i, name := range []string{"/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes",
-		"/cpu/classes/gc/total:cpu-seconds", "/cpu/classes/total:cpu-seconds"} {
+		"/cpu/classes/gc/total:cpu-seconds"} {
 		t.samples[i].Name = name
 	}
 	t.before = debug.SetGCPercent(100)
@@ -165,8 +173,8 @@ func (t *gcTuner) run() {
 	}
 }
 
-// tuneLocked sets GOGC from the live heap, or to 100 when the collector
-// has been busy.
+// tuneLocked sets GOGC from the live heap, or to 100 while the collector
+// is over its budget.
 func (t *gcTuner) tuneLocked() {
 	metrics.Read(t.samples[:])
 	var v [3]uint64
@@ -176,11 +184,19 @@ func (t *gcTuner) tuneLocked() {
 		}
 		v[i] = s.Value.Uint64()
 	}
-	gcCPU, allCPU := t.samples[3].Value.Float64(), t.samples[4].Value.Float64()
-	busy := allCPU > t.allCPU && (gcCPU-t.gcCPU)/(allCPU-t.allCPU) > gcBudget
-	t.gcCPU, t.allCPU = gcCPU, allCPU
+	// The runtime adds a cycle's CPU time when the cycle ends, so an
+	// interval without one counts as none; the CPU Go could use is
+	// GOMAXPROCS over the interval (the runtime's own count of it also
+	// moves only at collections).
+	gcCPU, now := t.samples[3].Value.Float64(), time.Now()
+	if dt := now.Sub(t.at); dt > 0 && !t.at.IsZero() {
+		// Each interval weighs by its length: an average over time.
+		w := 1 - math.Exp(-float64(dt)/float64(gcSpan))
+		t.share += w * ((gcCPU-t.gcCPU)/(dt.Seconds()*float64(runtime.GOMAXPROCS(0))) - t.share)
+	}
+	t.gcCPU, t.at = gcCPU, now
 	p := 100
-	if !busy {
+	if t.share <= gcBudget {
 		p = t.cfg.gcPercent(v[0], v[1]+v[2])
 	}
 	if p != t.percent {

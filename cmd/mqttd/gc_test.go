@@ -10,16 +10,16 @@ import (
 )
 
 func TestGCPercent(t *testing.T) {
-	cfg := gcConfig{}.withDefaults() // 25%, at least 4 MiB
+	cfg := gcConfig{}.withDefaults() // 25%, at least 2 MiB
 	for _, tc := range []struct {
 		name       string
 		live, scan uint64
 		want       int
 	}{
 		{"empty heap: Go's policy", 0, 0, 100},
-		{"small heap: the floor is more than GOGC=100 gives", 2 << 20, 0, 100},
-		{"the floor decides", 8 << 20, 0, 50},
-		{"the floor, stacks and globals scanned too", 6 << 20, 2 << 20, 50},
+		{"small heap: the floor is more than GOGC=100 gives", 1 << 20, 0, 100},
+		{"the floor decides", 4 << 20, 0, 50},
+		{"the floor, stacks and globals scanned too", 3 << 20, 1 << 20, 50},
 		{"the share decides", 64 << 20, 0, 25},
 		{"the share, rounded up", 100<<20 + 1, 0, 25},
 		{"never 0, which collects without pause", 1 << 40, 1 << 50, 1},
@@ -101,13 +101,13 @@ func TestGCTunerBudget(t *testing.T) {
 	} {
 		tu := &gcTuner{cfg: gcConfig{HeadroomPercent: 10, MinHeadroom: 1 << 20}, percent: 50}
 		for i, name := range []string{"/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes",
-			"/cpu/classes/gc/total:cpu-seconds", "/cpu/classes/total:cpu-seconds"} {
+			"/cpu/classes/gc/total:cpu-seconds"} {
 			tu.samples[i].Name = name
 		}
 		metrics.Read(tu.samples[:])
-		tu.gcCPU, tu.allCPU = tu.samples[3].Value.Float64(), tu.samples[4].Value.Float64()
-		if tc.busy { // as if the collector took all the CPU since the last setting
-			tu.gcCPU, tu.allCPU = tu.gcCPU-1e9, tu.allCPU-1e9
+		tu.gcCPU, tu.at = tu.samples[3].Value.Float64(), time.Now().Add(-time.Second)
+		if tc.busy { // as if the collector took all the CPU of the last second
+			tu.gcCPU -= float64(runtime.GOMAXPROCS(0))
 		}
 		tu.tuneLocked()
 		if !tc.wantPercent(tu.percent) {
