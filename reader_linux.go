@@ -53,7 +53,10 @@ type eventConn struct {
 	// at fdClosed alone closes fd, so that no call ever uses a number
 	// the kernel has given to another connection meanwhile.
 	fdState atomic.Int32
-	partial []byte // an incomplete frame carried to the next wakeup
+	// partial is an incomplete frame carried to the next wakeup (frame,
+	// keepFrame), behind a pointer: an idle connection pays 8 bytes for
+	// it, not a slice's 24, which keeps eventConn at 32 bytes.
+	partial *[]byte
 	// uncount takes the connection off its listener's count; nil when
 	// it is not counted.
 	uncount func()
@@ -102,6 +105,24 @@ func (e *eventConn) close() bool {
 		e.uncount()
 	}
 	return true
+}
+
+// frame is the incomplete frame carried, if any.
+func (e *eventConn) frame() []byte {
+	if e.partial == nil {
+		return nil
+	}
+	return *e.partial
+}
+
+// keepFrame carries b, an incomplete frame, to the next wakeup; nil
+// carries nothing.
+func (e *eventConn) keepFrame(b []byte) {
+	if b == nil {
+		e.partial = nil
+		return
+	}
+	e.partial = &b
 }
 
 // read is one read(2) without blocking.
@@ -366,13 +387,12 @@ func (c *conn) readEvents() {
 // limits.max_incoming_bytes_total closes the connection.
 func (c *conn) consume(b []byte, pub *packets.Publish) (frames int, err error) {
 	ev := c.ev
-	held := cap(ev.partial)
-	defer func() { c.srv.stats.incomingBytes.Add(int64(cap(ev.partial) - held)) }()
-	carried := len(ev.partial) > 0
+	held := cap(ev.frame())
+	defer func() { c.srv.stats.incomingBytes.Add(int64(cap(ev.frame()) - held)) }()
+	carried := len(ev.frame()) > 0
 	if carried {
-		ev.partial = appendDoubling(ev.partial, b)
-		b = ev.partial
-		ev.partial = nil
+		b = appendDoubling(ev.frame(), b)
+		ev.keepFrame(nil)
 	}
 	maxSize := c.srv.opts.Limits.MaxPacketSize
 	for len(b) > 0 {
@@ -387,11 +407,11 @@ func (c *conn) consume(b []byte, pub *packets.Publish) (frames int, err error) {
 			// them were copied out), so a large frame arriving in many
 			// reads is appended to, not copied again at every read.
 			if carried {
-				ev.partial = b
+				ev.keepFrame(b)
 			} else {
-				ev.partial = append([]byte(nil), b...)
+				ev.keepFrame(append([]byte(nil), b...))
 			}
-			if n > 0 && n+fh.Remaining > incomingFloor && c.srv.incomingFull(cap(ev.partial)-held) {
+			if n > 0 && n+fh.Remaining > incomingFloor && c.srv.incomingFull(cap(ev.frame())-held) {
 				c.sendDisconnect(packets.QuotaExceeded)
 				return frames, errIncomingLimit
 			}
@@ -418,7 +438,7 @@ func (c *conn) consume(b []byte, pub *packets.Publish) (frames int, err error) {
 // keepalive included); otherwise the keepalive's, from now when a packet
 // completed.
 func (c *conn) trackFrame(completed bool) {
-	partial := len(c.ev.partial) > 0
+	partial := len(c.ev.frame()) > 0
 	if completed {
 		c.touch()
 	}
@@ -482,8 +502,8 @@ func (c *conn) finishEvent(reason error) {
 	if c.rstate.Swap(readerDone) == readerDone {
 		return
 	}
-	c.srv.stats.incomingBytes.Add(-int64(cap(c.ev.partial)))
-	c.ev.partial = nil
+	c.srv.stats.incomingBytes.Add(-int64(cap(c.ev.frame())))
+	c.ev.keepFrame(nil)
 	c.srv.idle.forget(c)
 	defer c.srv.untrack(c) // even if the cleanup panics, or Shutdown would wait
 	c.cleanup()
