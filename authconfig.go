@@ -318,9 +318,9 @@ func (s *Server) gateOf(name string) *gate {
 // certificate's name, the password file, anonymous clients).
 func (s *Server) authenticate(c *conn, g *gate, password []byte) error {
 	if a := s.opts.Authenticator; a != nil {
-		err := a.Authenticate(c.info, password)
+		err := a.Authenticate(*c.info, password)
 		if err != nil {
-			s.loginFailed(c.info, err)
+			s.loginFailed(*c.info, err)
 		}
 		return err
 	}
@@ -341,14 +341,14 @@ func (s *Server) authenticate(c *conn, g *gate, password []byte) error {
 			err = fmt.Errorf("anonymous clients are not allowed on this listener: %w", auth.ErrNotAuthorized)
 		}
 	case g.passwd != nil:
-		return g.passwd.Authenticate(c.info, password) // it reports failures itself
+		return g.passwd.Authenticate(*c.info, password) // it reports failures itself
 	case !g.anonymous:
 		// Without a password file a username proves nothing.
 		err = fmt.Errorf("no password file to check usernames with, and anonymous clients are not allowed: %w",
 			auth.ErrNotAuthorized)
 	}
 	if err != nil {
-		s.loginFailed(c.info, err)
+		s.loginFailed(*c.info, err)
 	}
 	return err
 }

@@ -24,6 +24,8 @@ import (
 // at a time.
 type conn struct {
 	srv *Server
+	// nc is the connection as accepted; nil once the poller serves it,
+	// when its socket is ev's own descriptor (startEvent).
 	nc  net.Conn
 	out outbox
 
@@ -43,8 +45,12 @@ type conn struct {
 	graceful      bool // DISCONNECT received: the will is discarded
 	// maxOut is the 5.0 client's Maximum Packet Size: a PUBLISH larger
 	// than it is not sent [MQTT-3.1.2-24]. 0 means no limit.
-	maxOut    uint32
-	info      auth.ClientInfo
+	maxOut uint32
+	// info is the client as the Authenticator and Authorizer know it,
+	// filled in by the reader up to CONNECT and not changed after it:
+	// the session's client.who then points at it too. It is allocated
+	// apart, so that an offline session keeping it does not pin conn.
+	info      *auth.ClientInfo
 	cl        *client
 	keepAlive time.Duration
 	will      *session.Message
@@ -82,7 +88,7 @@ func newConn(s *Server, nc net.Conn, listenerName string) *conn {
 		nc:  nc,
 		out: outbox{max: int32(s.opts.Limits.MaxOutboxBytes)},
 	}
-	c.info = auth.ClientInfo{Listener: listenerName, Remote: nc.RemoteAddr()}
+	c.info = &auth.ClientInfo{Listener: listenerName, Remote: nc.RemoteAddr()}
 	return c
 }
 

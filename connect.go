@@ -71,7 +71,7 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 // or the session limit refuses it.
 func (c *conn) admit(cp *packets.Connect) error {
 	s := c.srv
-	if cp.WillFlag && (isSys(cp.WillTopic) || !s.authz.Authorize(c.info, auth.Request{Action: auth.Will,
+	if cp.WillFlag && (isSys(cp.WillTopic) || !s.authz.Authorize(*c.info, auth.Request{Action: auth.Will,
 		Topic: cp.WillTopic, QoS: cp.WillQoS, Retain: cp.WillRetain})) {
 		c.refuse(authCode(c.version, auth.ErrNotAuthorized))
 		return closing(CloseAuthFailed, fmt.Errorf("will to %q not authorized", cp.WillTopic))
@@ -129,7 +129,7 @@ func (c *conn) admit(cp *packets.Connect) error {
 func (c *conn) refuseOtherUser() error {
 	err := fmt.Errorf("client id %q belongs to another user's session (auth.other_user_session: refuse): %w",
 		c.info.ClientID, auth.ErrNotAuthorized)
-	c.srv.loginFailed(c.info, err)
+	c.srv.loginFailed(*c.info, err)
 	c.refuse(authCode(c.version, auth.ErrNotAuthorized))
 	return closing(CloseAuthFailed, err)
 }

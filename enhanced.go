@@ -42,7 +42,7 @@ func (s *Server) forgetAuth(c *conn) {
 // (checkConnect refused the others with 0x8C).
 func (c *conn) startAuth(cp *packets.Connect) error {
 	m := c.srv.methods[cp.Properties.AuthMethod]
-	st := &authState{method: m, x: m.Start(c.info), cp: cp}
+	st := &authState{method: m, x: m.Start(*c.info), cp: cp}
 	c.srv.authsMu.Lock()
 	c.srv.auths[c] = st
 	c.srv.authsMu.Unlock()
@@ -106,7 +106,7 @@ func (c *conn) reauth(a *packets.Auth) error {
 	case a.Properties.AuthMethod != st.method.Name():
 		return c.protocolError("[MQTT-4.12.1-1]", "re-authentication with another method than the CONNECT's")
 	case a.ReasonCode == packets.ReAuthenticate && st.x == nil:
-		st.x = st.method.Start(c.info)
+		st.x = st.method.Start(*c.info)
 	case a.ReasonCode != packets.ContinueAuthentication || st.x == nil:
 		return c.protocolError("§4.12.1", fmt.Sprintf("AUTH %#x out of turn", byte(a.ReasonCode)))
 	}

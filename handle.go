@@ -92,7 +92,7 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 	switch {
 	case isSys(p.Topic):
 		v = verdict{packets.NotAuthorized, "$SYS/ topics are the broker's"}
-	case !s.authz.Authorize(c.info, auth.Request{Action: auth.Publish, Topic: p.Topic, QoS: p.QoS, Retain: p.Retain}):
+	case !s.authz.Authorize(*c.info, auth.Request{Action: auth.Publish, Topic: p.Topic, QoS: p.QoS, Retain: p.Retain}):
 		v = verdict{packets.NotAuthorized, "not authorized to publish to this topic"}
 	case !c.userPropertiesFit(&p.Properties):
 		v = verdict{packets.QuotaExceeded, "more user properties than the broker's limit"}

@@ -5,7 +5,6 @@ package mqttd
 import (
 	"context"
 	"net"
-	"syscall"
 	"testing"
 	"time"
 
@@ -54,15 +53,13 @@ func TestDeadPeerProbe(t *testing.T) {
 		if server == nil {
 			t.Fatal("the server side of the connection not found")
 		}
-		raw, err := server.nc.(syscall.Conn).SyscallConn()
-		if err != nil {
-			t.Fatal(err)
+		if server.ev == nil || !server.ev.acquire() {
+			t.Fatal("the server side of the connection is not served by the poller")
 		}
-		var on, idle int
-		raw.Control(func(fd uintptr) {
-			on, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE)
-			idle, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPIDLE)
-		})
+		fd := int(server.ev.fd)
+		on, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE)
+		idle, _ := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE)
+		server.ev.releaseFD()
 		switch {
 		case keepAlive == 0 && (on != 1 || idle != int(deadPeerProbe.Idle/time.Second)):
 			t.Errorf("keepalive 0: SO_KEEPALIVE %d, TCP_KEEPIDLE %d s; want 1, %d", on, idle, deadPeerProbe.Idle/time.Second)

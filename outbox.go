@@ -301,8 +301,7 @@ func (c *conn) writeWithin(timeout time.Duration) {
 			c.srv.outboxWait.wake()
 			return
 		}
-		c.nc.SetWriteDeadline(time.Now().Add(timeout))
-		n, err := c.nc.Write(f.b)
+		n, err := c.write(f.b, timeout)
 		c.out.written(f, &c.srv.stats.outboxBytes)
 		c.srv.outboxWait.wake()
 		c.srv.stats.bytesSent.Add(uint64(n))

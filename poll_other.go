@@ -30,4 +30,8 @@ func (c *conn) startEvent(*poller) bool { return false }
 
 func (c *conn) closeSocket() { c.nc.Close() }
 
+func (c *conn) write(b []byte, timeout time.Duration) (int, error) { return c.writeNetConn(b, timeout) }
+
+func (c *conn) probeDeadPeer() { c.probeNetConn() }
+
 func (c *conn) watchIdle(time.Duration) {}

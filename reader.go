@@ -246,11 +246,17 @@ func (c *conn) startKeepAlive() {
 // with a keepalive need none: the broker closes them after 1.5 x theirs.
 var deadPeerProbe = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Minute, Interval: 30 * time.Second, Count: 4}
 
-// probeDeadPeer turns on deadPeerProbe where the connection is TCP.
-func (c *conn) probeDeadPeer() {
+// probeNetConn turns on deadPeerProbe where c.nc is TCP.
+func (c *conn) probeNetConn() {
 	if tc, ok := c.nc.(interface {
 		SetKeepAliveConfig(net.KeepAliveConfig) error
 	}); ok {
 		tc.SetKeepAliveConfig(deadPeerProbe)
 	}
+}
+
+// writeNetConn writes b to c.nc within timeout.
+func (c *conn) writeNetConn(b []byte, timeout time.Duration) (int, error) {
+	c.nc.SetWriteDeadline(time.Now().Add(timeout))
+	return c.nc.Write(b)
 }

@@ -5,11 +5,16 @@ package mqttd
 import (
 	"bytes"
 	"errors"
+	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"mqttd/listeners"
 	"mqttd/packets"
 )
 
@@ -28,63 +33,220 @@ const eventReadBufSize = 16 << 10
 // reads into and a Publish it decodes every PUBLISH into, so that neither
 // costs an idle connection anything nor a message an allocation.
 type readScratch struct {
-	buf    []byte
-	pub    packets.Publish
-	n      int
-	err    error
-	readFn func(fd uintptr) bool // rs.read, bound once per scratch, not per read
+	buf []byte
+	pub packets.Publish
 }
 
 var readPool = sync.Pool{New: func() any {
-	rs := &readScratch{buf: make([]byte, eventReadBufSize)}
-	rs.readFn = rs.read
-	return rs
+	return &readScratch{buf: make([]byte, eventReadBufSize)}
 }}
 
-// read is one non-blocking read(2), run by RawConn.Read, which keeps the
-// descriptor from being closed meanwhile; returning true stops it from
-// waiting when nothing is there (EAGAIN).
-func (rs *readScratch) read(fd uintptr) bool {
-	rs.n, rs.err = syscall.Read(int(fd), rs.buf)
+// eventConn is the state of a connection read on poller events instead
+// of by a goroutine of its own. Its socket is a descriptor of the
+// engine's own (listeners.Detach), without Go's netFD and pollDesc:
+// the engine reads and writes it without blocking, and a writer that
+// finds the socket full waits for the poller's EPOLLOUT.
+type eventConn struct {
+	fd int32
+	// fdState counts the system calls using fd (in units of fdUser) and
+	// has fdClosed set once the connection is closed: whoever leaves it
+	// at fdClosed alone closes fd, so that no call ever uses a number
+	// the kernel has given to another connection meanwhile.
+	fdState atomic.Int32
+	// partial is an incomplete frame carried to the next wakeup (frame,
+	// keepFrame), behind a pointer: an idle connection pays 8 bytes for
+	// it, not a slice's 24, which keeps eventConn at 32 bytes.
+	partial *[]byte
+	// uncount takes the connection off its listener's count; nil when
+	// it is not counted.
+	uncount func()
+	// writable is signalled by the poller when the socket takes writes
+	// again (and by close); made by the first write that finds it full.
+	writable atomic.Pointer[chan struct{}]
+}
+
+const (
+	fdClosed int32 = 1
+	fdUser   int32 = 2
+)
+
+// acquire reports whether fd is open, keeping it open until releaseFD.
+func (e *eventConn) acquire() bool {
+	for {
+		s := e.fdState.Load()
+		if s&fdClosed != 0 {
+			return false
+		}
+		if e.fdState.CompareAndSwap(s, s+fdUser) {
+			return true
+		}
+	}
+}
+
+func (e *eventConn) releaseFD() {
+	if e.fdState.Add(-fdUser) == fdClosed {
+		unix.Close(int(e.fd))
+	}
+}
+
+// close closes the socket once the calls using it return, and wakes a
+// writer waiting for room. It reports false when it was closed already.
+func (e *eventConn) close() bool {
+	if !e.acquire() {
+		return false
+	}
+	if e.fdState.Or(fdClosed)&fdClosed != 0 {
+		e.releaseFD()
+		return false
+	}
+	e.wakeWriter()
+	e.releaseFD()
+	if e.uncount != nil {
+		e.uncount()
+	}
 	return true
 }
 
-// eventConn is the state of a connection read on poller events instead
-// of by a goroutine of its own.
-type eventConn struct {
-	raw     syscall.RawConn
-	fd      int
-	partial []byte // an incomplete frame carried to the next wakeup
+// frame is the incomplete frame carried, if any.
+func (e *eventConn) frame() []byte {
+	if e.partial == nil {
+		return nil
+	}
+	return *e.partial
+}
+
+// keepFrame carries b, an incomplete frame, to the next wakeup; nil
+// carries nothing.
+func (e *eventConn) keepFrame(b []byte) {
+	if b == nil {
+		e.partial = nil
+		return
+	}
+	e.partial = &b
+}
+
+// read is one read(2) without blocking.
+func (e *eventConn) read(b []byte) (int, error) {
+	if !e.acquire() {
+		return 0, net.ErrClosed
+	}
+	n, err := syscall.Read(int(e.fd), b)
+	e.releaseFD()
+	return n, err
+}
+
+// write writes all of b, waiting for the poller's word whenever the
+// socket is full, for at most timeout in all.
+func (e *eventConn) write(b []byte, timeout time.Duration) (int, error) {
+	var timer *time.Timer
+	n := 0
+	for n < len(b) {
+		if !e.acquire() {
+			return n, net.ErrClosed
+		}
+		m, err := syscall.Write(int(e.fd), b[n:])
+		e.releaseFD()
+		if m > 0 {
+			n += m
+		}
+		switch {
+		case err == nil || err == syscall.EINTR:
+		case err == syscall.EAGAIN:
+			w := e.writable.Load()
+			if w == nil {
+				// Made once, by the first write that finds the socket
+				// full; an EPOLLOUT that came before it is not lost, as
+				// the write is tried again before waiting.
+				ch := make(chan struct{}, 1)
+				e.writable.Store(&ch)
+				continue
+			}
+			if timer == nil {
+				timer = time.NewTimer(timeout)
+				defer timer.Stop()
+			}
+			select {
+			case <-*w:
+			case <-timer.C:
+				return n, os.ErrDeadlineExceeded
+			}
+		default:
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// wakeWriter tells a writer waiting for room to try again.
+func (e *eventConn) wakeWriter() {
+	if w := e.writable.Load(); w != nil {
+		select {
+		case *w <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// setKeepAlive turns on TCP keepalive probes as kc says, as
+// net.TCPConn.SetKeepAliveConfig does; on a unix socket the TCP settings
+// fail, which is harmless.
+func (e *eventConn) setKeepAlive(kc net.KeepAliveConfig) {
+	if !e.acquire() {
+		return
+	}
+	defer e.releaseFD()
+	fd := int(e.fd)
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1) != nil {
+		return
+	}
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, int(kc.Idle/time.Second))
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, int(kc.Interval/time.Second))
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPCNT, kc.Count)
 }
 
 // startEvent serves c from the poller when the connection is a plain
 // socket; it reports false when c must have a reader goroutine instead.
+// From here on c.nc is nil: the socket is c.ev's.
 func (c *conn) startEvent(pl *poller) bool {
 	if pl == nil {
 		return false
 	}
-	sc, ok := c.nc.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	raw, err := sc.SyscallConn()
+	fd, uncount, err := listeners.Detach(c.nc)
 	if err != nil {
 		return false
 	}
-	ev := &eventConn{raw: raw, fd: -1}
-	raw.Control(func(fd uintptr) { ev.fd = int(fd) })
-	if ev.fd < 0 {
-		return false
-	}
-	c.ev = ev
+	c.ev = &eventConn{fd: int32(fd), uncount: uncount}
+	c.nc = nil
 	c.touch()
 	c.setIdleLimit(c.srv.limits().ConnectTimeout)
-	if err := pl.add(ev.fd, c); err != nil {
-		c.ev = nil
-		return false
+	if err := pl.add(fd, c); err != nil {
+		// Out of epoll watches or memory; with Go's descriptor closed the
+		// connection cannot go back to a reader goroutine.
+		c.fields(c.srv.log.Warn()).Err(err).Msg("cannot watch the connection; closing it")
+		c.rstate.Store(readerRunning) // this goroutine is its reader
+		c.finishEvent(closing(CloseInternalError, err))
+		return true
 	}
 	c.srv.idle.watch(c)
 	return true
+}
+
+// write writes b to the socket within timeout: c's writer holds the
+// outbox's writing role.
+func (c *conn) write(b []byte, timeout time.Duration) (int, error) {
+	if c.ev != nil {
+		return c.ev.write(b, timeout)
+	}
+	return c.writeNetConn(b, timeout)
+}
+
+// probeDeadPeer turns on deadPeerProbe where the connection is TCP.
+func (c *conn) probeDeadPeer() {
+	if c.ev != nil {
+		c.ev.setKeepAlive(deadPeerProbe)
+		return
+	}
+	c.probeNetConn()
 }
 
 // wakeReader is called by the poller when bytes arrive: it starts a reader
@@ -170,11 +332,7 @@ func (c *conn) readEvents() {
 	}()
 	ev := c.ev
 	for {
-		err := ev.raw.Read(rs.readFn)
-		if err == nil {
-			err = rs.err
-		}
-		n := rs.n
+		n, err := ev.read(rs.buf)
 		switch {
 		case err == nil && n > 0:
 			c.srv.stats.bytesReceived.Add(uint64(n))
@@ -229,9 +387,9 @@ func (c *conn) readEvents() {
 // limits.max_incoming_bytes_total closes the connection.
 func (c *conn) consume(b []byte, pub *packets.Publish) (frames int, err error) {
 	ev := c.ev
-	held := cap(ev.partial)
-	defer func() { c.srv.stats.incomingBytes.Add(int64(cap(ev.partial) - held)) }()
-	if len(ev.partial) == 0 {
+	held := cap(ev.frame())
+	defer func() { c.srv.stats.incomingBytes.Add(int64(cap(ev.frame()) - held)) }()
+	if len(ev.frame()) == 0 {
 		return c.frames(b, false, held, pub)
 	}
 	if fh, hn, need := c.carriedNeeds(b); need > 0 {
@@ -241,8 +399,8 @@ func (c *conn) consume(b []byte, pub *packets.Publish) (frames int, err error) {
 		// nearly every wakeup of a client that streams. The frame's
 		// slice is its own, so its body is not copied again, unless it
 		// is the tail of a much larger one it would keep alive.
-		frame := append(ev.partial, b[:need]...)
-		ev.partial = nil
+		frame := append(ev.frame(), b[:need]...)
+		ev.keepFrame(nil)
 		body := frame[hn:]
 		if cap(frame) > 2*len(frame) {
 			body = bytes.Clone(body)
@@ -253,8 +411,8 @@ func (c *conn) consume(b []byte, pub *packets.Publish) (frames int, err error) {
 		frames, err := c.frames(b[need:], false, held, pub)
 		return frames + 1, err
 	}
-	b = appendDoubling(ev.partial, b)
-	ev.partial = nil
+	b = appendDoubling(ev.frame(), b)
+	ev.keepFrame(nil)
 	return c.frames(b, true, held, pub)
 }
 
@@ -264,13 +422,13 @@ func (c *conn) consume(b []byte, pub *packets.Publish) (frames int, err error) {
 // so), or when the frame does not end within b.
 func (c *conn) carriedNeeds(b []byte) (fh packets.FixedHeader, hn, need int) {
 	var head [5]byte // the longest fixed header
-	n := copy(head[:], c.ev.partial)
+	n := copy(head[:], c.ev.frame())
 	n += copy(head[n:], b)
 	fh, hn, err := packets.ParseFixedHeader(head[:n], c.version, c.srv.opts.Limits.MaxPacketSize)
 	if err != nil || hn == 0 {
 		return fh, 0, 0
 	}
-	need = hn + fh.Remaining - len(c.ev.partial)
+	need = hn + fh.Remaining - len(c.ev.frame())
 	if need <= 0 || need > len(b) {
 		return fh, 0, 0
 	}
@@ -296,11 +454,11 @@ func (c *conn) frames(b []byte, owned bool, held int, pub *packets.Publish) (fra
 			// them were copied out), so a large frame arriving in many
 			// reads is appended to, not copied again at every read.
 			if owned {
-				ev.partial = b
+				ev.keepFrame(b)
 			} else {
-				ev.partial = append([]byte(nil), b...)
+				ev.keepFrame(append([]byte(nil), b...))
 			}
-			if n > 0 && n+fh.Remaining > incomingFloor && c.srv.incomingFull(cap(ev.partial)-held) {
+			if n > 0 && n+fh.Remaining > incomingFloor && c.srv.incomingFull(cap(ev.frame())-held) {
 				c.sendDisconnect(packets.QuotaExceeded)
 				return frames, errIncomingLimit
 			}
@@ -327,7 +485,7 @@ func (c *conn) frames(b []byte, owned bool, held int, pub *packets.Publish) (fra
 // keepalive included); otherwise the keepalive's, from now when a packet
 // completed.
 func (c *conn) trackFrame(completed bool) {
-	partial := len(c.ev.partial) > 0
+	partial := len(c.ev.frame()) > 0
 	if completed {
 		c.touch()
 	}
@@ -382,8 +540,8 @@ func (c *conn) finishEvent(reason error) {
 	if c.rstate.Swap(readerDone) == readerDone {
 		return
 	}
-	c.srv.stats.incomingBytes.Add(-int64(cap(c.ev.partial)))
-	c.ev.partial = nil
+	c.srv.stats.incomingBytes.Add(-int64(cap(c.ev.frame())))
+	c.ev.keepFrame(nil)
 	c.srv.idle.forget(c)
 	defer c.srv.untrack(c) // even if the cleanup panics, or Shutdown would wait
 	c.cleanup()
@@ -397,7 +555,7 @@ func (c *conn) closeSocket() {
 		c.nc.Close()
 		return
 	}
-	c.srv.poller.remove(c.ev.fd, c)
-	c.nc.Close()
+	c.srv.poller.remove(int(c.ev.fd), c)
+	c.ev.close()
 	c.wakeReader()
 }

@@ -8,13 +8,14 @@ import (
 	"errors"
 	"net"
 	"sync"
-	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"mqttd/auth"
+	"mqttd/listeners"
 	"mqttd/packets"
 	"mqttd/session"
 )
@@ -131,26 +132,30 @@ func tcpPair(t *testing.T) (server, client net.Conn) {
 }
 
 // eventConnFor returns the event state startEvent would give a connection
-// on nc, without registering it with a poller: the test wakes its reader.
+// on nc, whose descriptor it takes (nc is closed), without registering it
+// with a poller: the test wakes its reader. The descriptor is closed when
+// the test ends, if the connection did not close it.
 func eventConnFor(t *testing.T, nc net.Conn) *eventConn {
 	t.Helper()
-	raw, err := nc.(syscall.Conn).SyscallConn()
+	fd, _, err := listeners.Detach(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := &eventConn{raw: raw, fd: -1}
-	raw.Control(func(fd uintptr) { ev.fd = int(fd) })
+	ev := &eventConn{fd: int32(fd)}
+	t.Cleanup(func() { ev.close() })
 	return ev
 }
 
 // queued returns the bytes waiting in the socket's receive queue.
 func queued(ev *eventConn) int {
-	n := -1
-	ev.raw.Control(func(fd uintptr) {
-		if v, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ); err == nil {
-			n = v
-		}
-	})
+	if !ev.acquire() {
+		return -1
+	}
+	defer ev.releaseFD()
+	n, err := unix.IoctlGetInt(int(ev.fd), unix.SIOCINQ)
+	if err != nil {
+		return -1
+	}
 	return n
 }
 
@@ -251,31 +256,28 @@ func TestReaderDoneNeverRestarts(t *testing.T) {
 	}
 }
 
-// hookConn runs hook once, after the first Write to the connection.
-type hookConn struct {
-	net.Conn
-	once sync.Once
-	hook func()
-}
+// hookAuth runs hook when asked about a CONNECT: on the reader, after
+// the read that brought the CONNECT and before the reader goes idle.
+type hookAuth struct{ hook func() }
 
-func (h *hookConn) Write(b []byte) (int, error) {
-	n, err := h.Conn.Write(b)
-	h.once.Do(h.hook)
-	return n, err
+func (h *hookAuth) Authenticate(auth.ClientInfo, []byte) error {
+	h.hook()
+	return nil
 }
 
 // TestReaderWakeWhileRunningReadsAgain checks that no wakeup is lost: bytes
 // that arrive while the reader runs, after its last read, raise a wake
 // (the edge-triggered poller reports them once) that must make the reader
 // read again before it goes idle; otherwise they would sit unread until
-// the client sends more. The reader handles a CONNECT; while it writes the
-// CONNACK the client sends a PINGREQ and the poller's wake is delivered.
+// the client sends more. The reader handles a CONNECT; while it checks
+// the credentials the client sends a PINGREQ and the poller's wake is
+// delivered.
 func TestReaderWakeWhileRunningReadsAgain(t *testing.T) {
 	var started chan *conn
-	s, _ := startTestServer(t, Options{}, func(s *Server) { started = testReaderPool(s, 8) })
+	h := &hookAuth{}
+	s, _ := startTestServer(t, Options{Authenticator: h}, func(s *Server) { started = testReaderPool(s, 8) })
 	srvEnd, cliEnd := tcpPair(t)
-	h := &hookConn{Conn: srvEnd}
-	c := newConn(s, h, "test")
+	c := newConn(s, srvEnd, "test")
 	c.ev = eventConnFor(t, srvEnd)
 	trackConn(t, s, c)
 
@@ -286,7 +288,7 @@ func TestReaderWakeWhileRunningReadsAgain(t *testing.T) {
 	}
 	var hookErr error
 	woken := false
-	h.hook = func() { // on the reader, after the CONNACK was written
+	h.hook = func() { // on the reader, after its read of the CONNECT
 		if _, hookErr = cliEnd.Write([]byte{0xC0, 0}); hookErr != nil { // PINGREQ
 			return
 		}

@@ -44,8 +44,8 @@ type client struct {
 	// handler is set for an inline subscriber (Server.Subscribe), which
 	// has no session or connection.
 	handler Handler
-	// who is the client as the Authorizer knows it: a copy of the info of
-	// its latest connection (or, restored, its client id and username),
+	// who is the client as the Authorizer knows it: the info of its
+	// latest connection (or, restored, its client id and username),
 	// asked about each message delivered to it, online or not. The
 	// username is the session's owner's: it never changes.
 	who atomic.Pointer[auth.ClientInfo]
@@ -114,8 +114,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool) attachResult {
 		resumedWill = s.takeWillLocked(old) != nil
 	}
 	s.stats.sessionsOnline.Add(1)
-	who := c.info
-	cl.who.Store(&who)
+	cl.who.Store(c.info) // not changed after CONNECT
 	cl.mu.Lock()
 	if at := cl.sess.ExpireAt(); at != 0 {
 		s.expiry.cancel(cl, at) // back in time

@@ -48,7 +48,7 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 			c.fields(c.srv.log.Debug()).Err(err).Str("filter", sub.Filter).Msg("subscription refused")
 			continue
 		}
-		if !s.authz.Authorize(c.info, auth.Request{Action: auth.Subscribe,
+		if !s.authz.Authorize(*c.info, auth.Request{Action: auth.Subscribe,
 			Topic: f.Topic, Group: f.Group, QoS: sub.Options.QoS}) {
 			codes[i] = c.refusal(packets.NotAuthorized)
 			s.stats.subscribeDenied.Add(1)

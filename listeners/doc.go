@@ -8,9 +8,10 @@
 // it can hold an accept loop.
 //
 // A plain TCP or unix connection is returned as the socket itself (or a
-// thin wrapper that still exposes its descriptor), so the engine can serve
-// it from its epoll poller; TLS and WebSocket connections expose none and
-// get a reader goroutine.
+// thin wrapper that still exposes its descriptor), so the engine can take
+// its descriptor (Detach) and serve it from its epoll poller without Go's
+// per-connection poller state; TLS and WebSocket connections expose none
+// and get a reader goroutine.
 //
 // It imports nothing internal: the root package mqttd builds a Config from
 // its own ListenerConfig and hands the Listener to Server.AddListener.

@@ -15,11 +15,12 @@ import (
 )
 
 // config is the YAML file: the broker's Options plus what only the command
-// has (logging, metrics).
+// has (logging, metrics, the garbage collector's policy).
 type config struct {
 	mqttd.Options `yaml:",inline"`
 	Log           logConfig     `yaml:"log"`
 	Metrics       metricsConfig `yaml:"metrics"`
+	GC            gcConfig      `yaml:"gc"`
 }
 
 type logConfig struct {
@@ -165,6 +166,7 @@ func loadConfig(f cliFlags) (config, error) {
 	if cfg.Log.Format != "console" && cfg.Log.Format != "json" {
 		errs = append(errs, fmt.Errorf("log.format: unknown format %q (want console or json)", cfg.Log.Format))
 	}
+	errs = append(errs, cfg.GC.validate())
 	if cfg.DataDir == "" {
 		errs = append(errs, errors.New("data_dir: must not be empty"))
 	}

@@ -59,6 +59,11 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 		return 2
 	}
 	log := newLogger(cfg.Log, stderr)
+	stopGC, tuned := startGC(cfg.GC, getenv)
+	defer stopGC()
+	if !tuned && cfg.GC.HeadroomPercent != 100 {
+		log.Info().Msg("GOGC or GOMEMLIMIT is set in the environment: the gc block of the configuration is not applied")
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		log.Error().Err(err).Str("data_dir", cfg.DataDir).Msg("cannot create the data directory")
 		return 1

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+	"time"
+)
+
+// The garbage collector's policy. Go's default (GOGC=100) lets the heap
+// grow by as much as is live before it collects, so a broker holding
+// 10,000 idle connections in 11 MB of live heap runs with up to 22 MB, a
+// kilobyte of RSS per connection that holds nothing. mqttd bounds the
+// growth instead to a share of the live heap, with a floor in bytes below
+// which Go's own policy applies: small heaps (a broker with few clients,
+// or one moving messages through outboxes that are emptied at once) keep
+// collecting as rarely as with GOGC=100, and large ones pay for a smaller
+// heap with more frequent collections, each marking the live heap, as
+// long as the collector takes at most gcBudget of the CPU. It is
+// process-wide, so it is the command's and not the embeddable package's:
+// a program embedding the broker keeps its own settings.
+
+// gcConfig is the gc block of the YAML file.
+type gcConfig struct {
+	// HeadroomPercent is how much the heap may grow over the live heap
+	// between collections, in percent of the live heap (GOGC's unit).
+	// 0 means defaultHeadroomPercent; 100 is Go's own policy.
+	HeadroomPercent int `yaml:"headroom_percent"`
+	// MinHeadroom is the least growth allowed, in bytes, whatever the
+	// live heap; it is never more than the live heap itself (GOGC=100).
+	// 0 means defaultMinHeadroom.
+	MinHeadroom int64 `yaml:"min_headroom"`
+}
+
+const (
+	defaultHeadroomPercent = 25
+	defaultMinHeadroom     = 2 << 20
+)
+
+func (g gcConfig) withDefaults() gcConfig {
+	if g.HeadroomPercent == 0 {
+		g.HeadroomPercent = defaultHeadroomPercent
+	}
+	if g.MinHeadroom == 0 {
+		g.MinHeadroom = defaultMinHeadroom
+	}
+	return g
+}
+
+func (g gcConfig) validate() error {
+	var errs []error
+	if g.HeadroomPercent < 0 || g.HeadroomPercent > 100 {
+		errs = append(errs, fmt.Errorf("gc.headroom_percent: %d: want 1 to 100 (0: %d)", g.HeadroomPercent, defaultHeadroomPercent))
+	}
+	if g.MinHeadroom < 0 {
+		errs = append(errs, fmt.Errorf("gc.min_headroom: %d: want a number of bytes (0: %d)", g.MinHeadroom, defaultMinHeadroom))
+	}
+	return errors.Join(errs...)
+}
+
+// gcPercent is the GOGC that gives a heap of live bytes, whose
+// collection also scans scan bytes of stacks and globals, the headroom
+// g allows. Go's heap goal is live + (live+scan)*GOGC/100.
+func (g gcConfig) gcPercent(live, scan uint64) int {
+	headroom := max(uint64(g.MinHeadroom), live*uint64(g.HeadroomPercent)/100)
+	base := live + scan
+	if base == 0 || headroom >= base {
+		return 100
+	}
+	// Rounded up, and at least 1: GOGC=0 collects continuously.
+	return max(int((headroom*100+base-1)/base), 1)
+}
+
+// gcTuner sets GOGC after every collection, from the live heap it left,
+// while the collector takes little CPU: at most gcBudget of what Go may
+// use, averaged over about gcSpan (a burst of connections, which keeps
+// the CPU and the collector busy for a moment, is what the policy is for:
+// judged interval by interval, the burst passed the budget and kept
+// GOGC=100). Past that it sets Go's own GOGC=100, so that the policy
+// trades CPU for memory only up to the budget: a fan-in, which collects every few milliseconds at GOGC=100
+// already (10% of its CPU) and whose live heap swings between 1 and 9 MB,
+// keeps Go's headroom, where following each cycle's live heap left a small
+// headroom over a heap that had shrunk meanwhile and doubled the
+// collector's CPU. A flow that would pass the budget only with the
+// policy's headroom alternates between the two. The settings are made on
+// the cleanup of an object dropped at once, which the next cycle finds
+// unreachable; a ticker makes them too, in case a cleanup runs late.
+type gcTuner struct {
+	cfg gcConfig
+
+	mu      sync.Mutex // the cleanup's goroutine and the ticker's
+	samples [4]metrics.Sample
+	gcCPU   float64   // the collector's CPU time at the last setting
+	at      time.Time // when it was read
+	share   float64   // the collector's share of the CPU, averaged
+	percent int       // the GOGC last set
+	stopped bool
+	before  int // the GOGC to restore
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+const (
+	// gcBudget is the collector's share of the CPU up to which the
+	// policy holds the heap near the live heap.
+	gcBudget = 0.05
+	// gcSpan is the time constant of the share's moving average.
+	gcSpan = time.Second
+)
+
+// gcCycle is the object whose collection marks a cycle. It holds a
+// pointer so that it is not put in a tiny block, where its cleanup would
+// wait for its neighbours.
+type gcCycle struct{ _ *gcCycle }
+
+// startGC applies the policy unless the environment sets GOGC or
+// GOMEMLIMIT, the operator's word on the collector, or the policy is Go's
+// own; it returns what stops it and restores the GOGC there was.
+func startGC(cfg gcConfig, getenv func(string) string) (stop func(), on bool) {
+	cfg = cfg.withDefaults()
+	if getenv("GOGC") != "" || getenv("GOMEMLIMIT") != "" || cfg.HeadroomPercent == 100 {
+		return func() {}, false
+	}
+	t := &gcTuner{cfg: cfg, percent: 100, stop: make(chan struct{}), done: make(chan struct{})}
+	for i, name := range []string{"/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes",
+		"/cpu/classes/gc/total:cpu-seconds"} {
+		t.samples[i].Name = name
+	}
+	t.before = debug.SetGCPercent(100)
+	t.arm()
+	go t.run()
+	return func() {
+		close(t.stop)
+		<-t.done
+		t.mu.Lock()
+		t.stopped = true
+		debug.SetGCPercent(t.before)
+		t.mu.Unlock()
+	}, true
+}
+
+func (t *gcTuner) arm() { runtime.AddCleanup(&gcCycle{}, (*gcTuner).cycle, t) }
+
+// cycle runs after each collection, when its object is found unreachable.
+func (t *gcTuner) cycle() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	t.tuneLocked()
+	t.arm()
+}
+
+func (t *gcTuner) run() {
+	defer close(t.done)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		t.mu.Lock()
+		t.tuneLocked()
+		t.mu.Unlock()
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// tuneLocked sets GOGC from the live heap, or to 100 while the collector
+// is over its budget.
+func (t *gcTuner) tuneLocked() {
+	metrics.Read(t.samples[:])
+	var v [3]uint64
+	for i, s := range t.samples[:3] {
+		if s.Value.Kind() != metrics.KindUint64 {
+			return
+		}
+		v[i] = s.Value.Uint64()
+	}
+	// The runtime adds a cycle's CPU time when the cycle ends, so an
+	// interval without one counts as none; the CPU Go could use is
+	// GOMAXPROCS over the interval (the runtime's own count of it also
+	// moves only at collections).
+	gcCPU, now := t.samples[3].Value.Float64(), time.Now()
+	if dt := now.Sub(t.at); dt > 0 && !t.at.IsZero() {
+		// Each interval weighs by its length: an average over time.
+		w := 1 - math.Exp(-float64(dt)/float64(gcSpan))
+		t.share += w * ((gcCPU-t.gcCPU)/(dt.Seconds()*float64(runtime.GOMAXPROCS(0))) - t.share)
+	}
+	t.gcCPU, t.at = gcCPU, now
+	p := 100
+	if t.share <= gcBudget {
+		p = t.cfg.gcPercent(v[0], v[1]+v[2])
+	}
+	if p != t.percent {
+		debug.SetGCPercent(p)
+		t.percent = p
+	}
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestGCPercent(t *testing.T) {
+	cfg := gcConfig{}.withDefaults() // 25%, at least 2 MiB
+	for _, tc := range []struct {
+		name       string
+		live, scan uint64
+		want       int
+	}{
+		{"empty heap: Go's policy", 0, 0, 100},
+		{"small heap: the floor is more than GOGC=100 gives", 1 << 20, 0, 100},
+		{"the floor decides", 4 << 20, 0, 50},
+		{"the floor, stacks and globals scanned too", 3 << 20, 1 << 20, 50},
+		{"the share decides", 64 << 20, 0, 25},
+		{"the share, rounded up", 100<<20 + 1, 0, 25},
+		{"never 0, which collects without pause", 1 << 40, 1 << 50, 1},
+	} {
+		if got := cfg.gcPercent(tc.live, tc.scan); got != tc.want {
+			t.Errorf("%s: gcPercent(%d, %d) = %d, want %d", tc.name, tc.live, tc.scan, got, tc.want)
+		}
+	}
+	if got := (gcConfig{HeadroomPercent: 100, MinHeadroom: 1}).gcPercent(64<<20, 0); got != 100 {
+		t.Errorf("headroom_percent 100: gcPercent = %d, want 100 (Go's own)", got)
+	}
+}
+
+func TestGCConfigValidate(t *testing.T) {
+	if err := (gcConfig{}).validate(); err != nil {
+		t.Errorf("zero gc config: %v", err)
+	}
+	err := gcConfig{HeadroomPercent: 101, MinHeadroom: -1}.validate()
+	if err == nil || !strings.Contains(err.Error(), "gc.headroom_percent") || !strings.Contains(err.Error(), "gc.min_headroom") {
+		t.Errorf("bad gc config: error %v, want both settings named", err)
+	}
+}
+
+// gogc reads the GOGC the runtime runs with.
+func gogc() uint64 {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// TestGCTunerFollowsLiveHeap keeps a heap large enough for the share to
+// decide and checks that GOGC comes down to it once the window has seen
+// only that heap, and that stopping restores what was set before.
+func TestGCTunerFollowsLiveHeap(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(before)
+	live := make([][]byte, 64)
+	for i := range live {
+		live[i] = make([]byte, 1<<20)
+	}
+	runtime.GC()
+	stop, on := startGC(gcConfig{HeadroomPercent: 10, MinHeadroom: 1 << 20}, func(string) string { return "" })
+	if !on {
+		t.Fatal("startGC with no GOGC or GOMEMLIMIT in the environment did not start")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for gogc() > 10 {
+		if time.Now().After(deadline) {
+			stop()
+			t.Fatalf("GOGC = %d with 64 MiB live and headroom_percent 10, want at most 10", gogc())
+		}
+		time.Sleep(100 * time.Millisecond) // polling the tuner's ticks
+	}
+	runtime.KeepAlive(live)
+	stop()
+	if got := gogc(); got != 100 {
+		t.Errorf("GOGC after stop = %d, want 100 back", got)
+	}
+}
+
+// TestGCTunerBudget: while the collector is busy GOGC is Go's own, so
+// that the policy costs at most its budget of CPU; while it is not, the
+// headroom follows the live heap.
+func TestGCTunerBudget(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(before)
+	live := make([][]byte, 64)
+	for i := range live {
+		live[i] = make([]byte, 1<<20)
+	}
+	runtime.GC()
+	for _, tc := range []struct {
+		name        string
+		busy        bool
+		wantPercent func(int) bool
+	}{
+		{"busy: Go's headroom", true, func(p int) bool { return p == 100 }},
+		{"idle: the policy's", false, func(p int) bool { return p <= 10 }},
+	} {
+		tu := &gcTuner{cfg: gcConfig{HeadroomPercent: 10, MinHeadroom: 1 << 20}, percent: 50}
+		for i, name := range []string{"/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes",
+			"/cpu/classes/gc/total:cpu-seconds"} {
+			tu.samples[i].Name = name
+		}
+		metrics.Read(tu.samples[:])
+		tu.gcCPU, tu.at = tu.samples[3].Value.Float64(), time.Now().Add(-time.Second)
+		if tc.busy { // as if the collector took all the CPU of the last second
+			tu.gcCPU -= float64(runtime.GOMAXPROCS(0))
+		}
+		tu.tuneLocked()
+		if !tc.wantPercent(tu.percent) {
+			t.Errorf("%s: GOGC %d with 64 MiB live", tc.name, tu.percent)
+		}
+	}
+	runtime.KeepAlive(live)
+}
+
+func TestGCTunerRespectsEnvironment(t *testing.T) {
+	for _, env := range []string{"GOGC", "GOMEMLIMIT"} {
+		stop, on := startGC(gcConfig{}, func(k string) string {
+			if k == env {
+				return "200"
+			}
+			return ""
+		})
+		stop()
+		if on {
+			t.Errorf("%s set in the environment: the policy was applied", env)
+		}
+	}
+	stop, on := startGC(gcConfig{HeadroomPercent: 100}, func(string) string { return "" })
+	stop()
+	if on {
+		t.Error("headroom_percent 100 (Go's own policy): the policy was applied")
+	}
+}
