@@ -50,28 +50,38 @@ func gogc() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// TestGCTunerFollowsLiveHeap keeps a heap large enough for the share to
-// decide and checks that GOGC comes down to it once the window has seen
-// only that heap, and that stopping restores what was set before.
-func TestGCTunerFollowsLiveHeap(t *testing.T) {
+// liveHeap sets GOGC to 100 for the test, restoring it after, and returns
+// 64 MiB for the test to keep live, collected once.
+func liveHeap(t *testing.T) [][]byte {
 	before := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(before)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
 	live := make([][]byte, 64)
 	for i := range live {
 		live[i] = make([]byte, 1<<20)
 	}
 	runtime.GC()
+	return live
+}
+
+// TestGCTunerFollowsLiveHeap keeps a heap large enough for the share to
+// decide and checks that GOGC comes down to it once the window has seen
+// only that heap, and that stopping restores what was set before.
+func TestGCTunerFollowsLiveHeap(t *testing.T) {
+	live := liveHeap(t)
 	stop, on := startGC(gcConfig{HeadroomPercent: 10, MinHeadroom: 1 << 20}, func(string) string { return "" })
 	if !on {
 		t.Fatal("startGC with no GOGC or GOMEMLIMIT in the environment did not start")
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond) // the tuner's own ticks
+	defer tick.Stop()
 	for gogc() > 10 {
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline:
 			stop()
 			t.Fatalf("GOGC = %d with 64 MiB live and headroom_percent 10, want at most 10", gogc())
+		case <-tick.C:
 		}
-		time.Sleep(100 * time.Millisecond) // polling the tuner's ticks
 	}
 	runtime.KeepAlive(live)
 	stop()
@@ -84,13 +94,7 @@ func TestGCTunerFollowsLiveHeap(t *testing.T) {
 // that the policy costs at most its budget of CPU; while it is not, the
 // headroom follows the live heap.
 func TestGCTunerBudget(t *testing.T) {
-	before := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(before)
-	live := make([][]byte, 64)
-	for i := range live {
-		live[i] = make([]byte, 1<<20)
-	}
-	runtime.GC()
+	live := liveHeap(t)
 	for _, tc := range []struct {
 		name        string
 		busy        bool
