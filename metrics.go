@@ -117,6 +117,8 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 		func(s *stats) uint64 { return s.storeCancelled() })
 	counter("store_backpressure_total", "Reads that waited for a commit before reading more: more than 16,384 operations waited for one.",
 		func(s *stats) uint64 { return s.storeBackpressure.Load() })
+	counter("reader_waits_total", "Connections with bytes to read that waited for a reader: every one of the bounded reader goroutines was busy.",
+		func(s *stats) uint64 { return s.readerWaits.Load() })
 	counter("store_errors_total", "Store transactions that failed.", func(s *stats) uint64 { return s.storeErrors.Load() })
 	counter("store_refused_total", "Acknowledgements refused (5.0) or connections closed (3.1.1) because what they covered could not be stored.",
 		func(s *stats) uint64 { return s.storeRefused.Load() })

@@ -18,7 +18,9 @@ type idleWheel struct{}
 
 type readerPool struct{}
 
-func newReaderPool(<-chan struct{}) *readerPool { return nil }
+func newReaderPool(*Server) *readerPool { return nil }
+
+func (*readerPool) close() {}
 
 func newIdleWheel() *idleWheel { return nil }
 

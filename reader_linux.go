@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -269,30 +270,80 @@ func (c *conn) wakeReader() {
 	}
 }
 
-// readerPool keeps a few reader goroutines parked between wakeups, so a
-// wakeup hands its connection to one of them instead of starting a
-// goroutine, which then grows its stack through the handlers again: pprof
-// of the conns scenario had 8% of CPU in stack growth.
+// readerPool runs the reader goroutines: at most max of them, so that a
+// burst in which every connection becomes readable at once (a power cut
+// coming back, all devices publishing on the same tick) costs max stacks
+// and read buffers, not one per connection; the connections past the
+// bound wait, in the order they became readable, for a reader to finish.
+// A few readers stay parked between wakeups, so a wakeup hands its
+// connection to one of them instead of starting a goroutine, which then
+// grows its stack through the handlers again: pprof of the conns scenario
+// had 8% of CPU in stack growth.
+//
+// A reader blocks only for bounded times: a publisher's stall on a full
+// outbox (maxStall), a commit it waits for; so the connections waiting
+// behind max busy readers are served within those bounds.
 type readerPool struct {
-	ch     chan *conn
-	parked atomic.Int32
-	done   <-chan struct{}
+	srv *Server
+	// ch hands a connection to a parked reader: run sends only after
+	// reserving one of the idle readers, so the send never waits for a
+	// reader to finish its work (the poller calls run).
+	ch  chan *conn
+	max int
+	mu  sync.Mutex
+	// readers counts the goroutines, serving or parked; idle those
+	// parked and not yet reserved by a run.
+	readers, idle int
+	// waiting holds the connections that found max readers busy, from
+	// head on. A connection is in it at most once (its reader state
+	// went from idle to running), so it is bounded by the connections.
+	waiting []*conn
+	head    int
+	closed  bool
+	warned  atomic.Int64
 }
 
 // maxParkedReaders bounds the goroutines (and grown stacks) kept idle.
 const maxParkedReaders = 32
 
-func newReaderPool(done <-chan struct{}) *readerPool {
-	return &readerPool{ch: make(chan *conn), done: done}
+// readersPerCPU and minReaders set the bound on reader goroutines: readers
+// beyond the CPUs only help while some wait (on a stall or a commit), and
+// each holds a read buffer and a stack of 16-32 KiB while it runs.
+const (
+	readersPerCPU = 32
+	minReaders    = 128
+)
+
+func newReaderPool(s *Server) *readerPool {
+	return &readerPool{srv: s, ch: make(chan *conn), max: max(minReaders, readersPerCPU*runtime.GOMAXPROCS(0))}
 }
 
-// run has c's socket drained by a parked reader, or by a new one when
-// none is waiting.
+// run has c's socket drained by a parked reader, or by a new one, or by
+// the first reader to finish when max are busy.
 func (p *readerPool) run(c *conn) {
-	select {
-	case p.ch <- c:
-	default:
+	p.mu.Lock()
+	switch {
+	case p.idle > 0:
+		p.idle--
+		p.mu.Unlock()
+		p.ch <- c
+	case p.readers < p.max:
+		p.readers++
+		p.mu.Unlock()
 		go p.loop(c)
+	default:
+		if p.head > 0 && p.head >= len(p.waiting)/2 {
+			n := copy(p.waiting, p.waiting[p.head:])
+			clear(p.waiting[n:])
+			p.waiting, p.head = p.waiting[:n], 0
+		}
+		p.waiting = append(p.waiting, c)
+		p.mu.Unlock()
+		p.srv.stats.readerWaits.Add(1)
+		if !rateLimited(&p.warned) {
+			p.srv.log.Warn().Int("readers", p.max).
+				Msg("every reader is busy: connections with bytes to read wait for one; mqttd_reader_waits_total counts them")
+		}
 	}
 }
 
@@ -303,19 +354,50 @@ func (p *readerPool) loop(c *conn) {
 	}
 }
 
-// next parks the goroutine until another connection needs a reader; nil
-// means it is not needed: enough are parked, or the server is closing.
+// next is the connection the reader serves next: the oldest waiting, or
+// the one a run hands it after it parks; nil means the goroutine is not
+// needed: enough are parked, or the server is closing.
 func (p *readerPool) next() *conn {
-	if p.parked.Add(1) > maxParkedReaders {
-		p.parked.Add(-1)
+	p.mu.Lock()
+	if p.head < len(p.waiting) {
+		c := p.waiting[p.head]
+		p.waiting[p.head] = nil
+		p.head++
+		if p.head == len(p.waiting) {
+			p.waiting, p.head = p.waiting[:0], 0
+		}
+		p.mu.Unlock()
+		return c
+	}
+	if p.closed || p.idle >= maxParkedReaders {
+		p.readers--
+		p.mu.Unlock()
 		return nil
 	}
-	defer p.parked.Add(-1)
-	select {
-	case c := <-p.ch:
-		return c
-	case <-p.done:
-		return nil
+	p.idle++
+	p.mu.Unlock()
+	c := <-p.ch
+	if c == nil {
+		p.mu.Lock()
+		p.readers--
+		p.mu.Unlock()
+	}
+	return c
+}
+
+// close ends the parked readers; those serving end when done, and later
+// wakeups (the server's last closes) get a reader each that then ends.
+func (p *readerPool) close() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	n := p.idle
+	p.idle = 0
+	p.closed = true
+	p.mu.Unlock()
+	for range n {
+		p.ch <- nil
 	}
 }
 

@@ -176,12 +176,12 @@ func awaitQueued(ev *eventConn, n int) error {
 	return nil
 }
 
-// testReaderPool replaces s's reader pool with one whose channel has room
-// for n: a reader wakeReader starts is handed to the channel, where the
-// test sees it, and no goroutine runs it.
+// testReaderPool replaces s's reader pool with one that has n parked
+// readers, whose channel has room for n: a reader wakeReader starts is
+// handed to the channel, where the test sees it, and no goroutine runs it.
 func testReaderPool(s *Server, n int) chan *conn {
 	ch := make(chan *conn, n)
-	s.readers = &readerPool{ch: ch, done: s.done}
+	s.readers = &readerPool{srv: s, ch: ch, max: minReaders, readers: n, idle: n}
 	return ch
 }
 
@@ -225,6 +225,9 @@ func TestReaderWakeStartsOneReader(t *testing.T) {
 			t.Fatalf("round %d: %d concurrent wakes started %d readers, want 1", round, wakers, n)
 		}
 		<-started
+		s.readers.mu.Lock()
+		s.readers.idle++ // the test, the reader it was handed, parks again
+		s.readers.mu.Unlock()
 		if got := c.rstate.Load(); got != readerAgain {
 			t.Fatalf("round %d: rstate = %d, want readerAgain (%d): the running reader must read again", round, got, readerAgain)
 		}
@@ -372,20 +375,26 @@ func TestReaderFinishEventOnce(t *testing.T) {
 	}
 }
 
+// idleReaders is p's parked readers not yet handed a connection.
+func idleReaders(p *readerPool) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.idle
+}
+
 // TestReaderPoolHandsToParkedReader checks that a reader parked in the
 // pool is given the next connection to read instead of a new goroutine
-// being started, which would grow its stack through the handlers again.
+// being started, which would grow its stack through the handlers again,
+// and that a parked reader ends when the server closes.
 func TestReaderPoolHandsToParkedReader(t *testing.T) {
 	srvEnd, _ := tcpPair(t)
 	ev := eventConnFor(t, srvEnd) // harmless to read if run starts a goroutine after all
 	synctest.Test(t, func(t *testing.T) {
-		done := make(chan struct{})
-		defer closeOnce(done)
-		p := newReaderPool(done)
+		p := &readerPool{ch: make(chan *conn), max: minReaders, readers: 1} // as if run had started this goroutine
 		got := make(chan *conn, 2)
 		go func() { got <- p.next() }()
 		synctest.Wait() // parked in next
-		if n := p.parked.Load(); n != 1 {
+		if n := idleReaders(p); n != 1 {
 			t.Errorf("%d readers parked, want 1", n)
 		}
 		c := &conn{ev: ev}
@@ -400,10 +409,18 @@ func TestReaderPoolHandsToParkedReader(t *testing.T) {
 		default:
 			t.Error("run started a goroutine instead of handing the connection to the parked reader")
 		}
-		closeOnce(done)
+		if p.readers != 1 {
+			t.Errorf("%d reader goroutines counted, want 1", p.readers)
+		}
+		go func() { got <- p.next() }()
 		synctest.Wait()
-		if n := p.parked.Load(); n != 0 {
-			t.Errorf("%d readers still parked after the server closed", n)
+		p.close()
+		synctest.Wait()
+		if g := <-got; g != nil {
+			t.Errorf("the parked reader got %p when the server closed, want nil", g)
+		}
+		if p.readers != 0 || idleReaders(p) != 0 {
+			t.Errorf("%d readers (%d parked) after the server closed, want none", p.readers, idleReaders(p))
 		}
 	})
 }
@@ -414,25 +431,23 @@ func TestReaderPoolHandsToParkedReader(t *testing.T) {
 // parked ones end when the server closes.
 func TestReaderPoolParkLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		done := make(chan struct{})
-		defer closeOnce(done)
-		p := newReaderPool(done)
+		p := &readerPool{ch: make(chan *conn), max: minReaders, readers: maxParkedReaders + 1}
 		results := make(chan *conn, maxParkedReaders)
 		var wg sync.WaitGroup
 		for range maxParkedReaders {
 			wg.Go(func() { results <- p.next() })
 		}
 		synctest.Wait()
-		if n := p.parked.Load(); n != maxParkedReaders {
+		if n := idleReaders(p); n != maxParkedReaders {
 			t.Fatalf("%d readers parked, want %d", n, maxParkedReaders)
 		}
 		if c := p.next(); c != nil { // would block forever (a deadlock here) if it parked
 			t.Errorf("next with %d parked returned %p, want nil", maxParkedReaders, c)
 		}
-		if n := p.parked.Load(); n != maxParkedReaders {
+		if n := idleReaders(p); n != maxParkedReaders {
 			t.Errorf("%d readers parked after one was turned away, want %d", n, maxParkedReaders)
 		}
-		closeOnce(done)
+		p.close()
 		wg.Wait()
 		close(results)
 		for c := range results {
@@ -440,8 +455,8 @@ func TestReaderPoolParkLimit(t *testing.T) {
 				t.Errorf("a parked reader got %p after the server closed", c)
 			}
 		}
-		if n := p.parked.Load(); n != 0 {
-			t.Errorf("%d readers still parked", n)
+		if p.readers != 0 || idleReaders(p) != 0 {
+			t.Errorf("%d readers (%d parked) after the server closed, want none", p.readers, idleReaders(p))
 		}
 	})
 }

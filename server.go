@@ -159,7 +159,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.queueBudget.Max = o.Limits.MaxQueuedBytesTotal
 	s.outboxWait.max, s.outboxWait.total = o.Limits.MaxOutboxBytesTotal, &s.stats.outboxBytes
-	s.readers = newReaderPool(s.done)
+	s.readers = newReaderPool(s)
 	if o.Registerer != nil {
 		if err := o.Registerer.Register(newCollector(&s.stats, &s.queueBudget, s.sessLim, o)); err != nil {
 			return nil, err
@@ -367,6 +367,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return ErrServerClosed
 	}
 	close(s.done)
+	s.readers.close()
 	for _, ln := range s.listeners {
 		ln.l.Close()
 	}

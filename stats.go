@@ -59,6 +59,7 @@ type stats struct {
 	storeErrors          atomic.Uint64 // transactions that failed
 	storeRefused         atomic.Uint64 // acknowledgements refused, or connections closed, for a failed commit
 	storeBackpressure    atomic.Uint64 // reads that waited for a commit: too much waited for one
+	readerWaits          atomic.Uint64 // wakeups that found every reader busy
 	// storeCommitSeconds and storeCommitOps are the commits by duration
 	// and by operations: their sums are storeCommitNanos and storeOps.
 	storeCommitSeconds, storeCommitOps histogram
@@ -178,6 +179,11 @@ type Stats struct {
 	// StoreBackpressure counts the reads that waited for a commit before
 	// reading more: too many operations waited for one.
 	StoreBackpressure uint64
+	// ReaderWaits counts the connections with bytes to read that waited
+	// for a reader because every one of the bounded reader goroutines was
+	// busy (a burst of readable connections, or readers stalled on slow
+	// subscribers).
+	ReaderWaits uint64
 	// Dropped counts deliveries dropped, by reason: outbox_full,
 	// queue_full, offline_qos0, expired, too_large, outbox_total,
 	// memory_pressure, no_member.
@@ -234,6 +240,7 @@ func (s *Server) Stats() Stats {
 		StoreErrors:           st.storeErrors.Load(),
 		StoreRefused:          st.storeRefused.Load(),
 		StoreBackpressure:     st.storeBackpressure.Load(),
+		ReaderWaits:           st.readerWaits.Load(),
 		Dropped:               make(map[string]uint64, numDropReasons),
 		Disconnects:           make(map[string]uint64, numCloseReasons),
 		Rejected:              make(map[string]uint64, numRejectReasons),
