@@ -113,7 +113,7 @@ func (pl *poller) run(raw syscall.RawConn) {
 	failed := false
 	fetch := func(fd uintptr) bool {
 		for {
-			n, err := unix.EpollWait(int(fd), events, 0)
+			n, err := rawEpollPoll(int(fd), events)
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}

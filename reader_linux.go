@@ -131,7 +131,7 @@ func (e *eventConn) read(b []byte) (int, error) {
 	if !e.acquire() {
 		return 0, net.ErrClosed
 	}
-	n, err := syscall.Read(int(e.fd), b)
+	n, err := rawRead(int(e.fd), b)
 	e.releaseFD()
 	return n, err
 }
@@ -145,7 +145,7 @@ func (e *eventConn) write(b []byte, timeout time.Duration) (int, error) {
 		if !e.acquire() {
 			return n, net.ErrClosed
 		}
-		m, err := syscall.Write(int(e.fd), b[n:])
+		m, err := rawWrite(int(e.fd), b[n:])
 		e.releaseFD()
 		if m > 0 {
 			n += m
