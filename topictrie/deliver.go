@@ -16,9 +16,18 @@ import (
 //     group delivers its copy independently of the member's other
 //     subscriptions (5.0 §4.8.2).
 //
-// It does not allocate: it sorts subs by KeyID. fn must not keep the slice it
-// is given, which aliases subs.
+// It does not allocate: it sorts subs by KeyID, unless every normal
+// subscription in them is on one filter, whose keys are distinct (a
+// topic with many subscribers on one filter: sorting them for every
+// message was 10% of a 100-subscriber fan-out). fn must not keep the slice
+// it is given, which aliases subs.
 func ForEachDelivery[K comparable, V any](subs []Sub[K, V], fn func(run []Sub[K, V])) {
+	if oneFilter(subs) {
+		for i := range subs {
+			fn(subs[i : i+1])
+		}
+		return
+	}
 	slices.SortFunc(subs, func(a, b Sub[K, V]) int {
 		// Normal subscriptions first, grouped by key; shared ones after them.
 		if as, bs := a.Group != "", b.Group != ""; as != bs {
@@ -39,4 +48,21 @@ func ForEachDelivery[K comparable, V any](subs []Sub[K, V], fn func(run []Sub[K,
 		fn(subs[i:j])
 		i = j
 	}
+}
+
+// oneFilter reports whether the normal subscriptions of subs all come from
+// one filter; shared ones are delivered on their own whatever their filter.
+func oneFilter[K comparable, V any](subs []Sub[K, V]) bool {
+	first := -1
+	for i := range subs {
+		if subs[i].Group != "" {
+			continue
+		}
+		if first < 0 {
+			first = i
+		} else if subs[i].Filter != subs[first].Filter {
+			return false
+		}
+	}
+	return true
 }
