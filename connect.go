@@ -60,7 +60,8 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 	if cp.Properties.Has(packets.PropAuthMethod) {
 		return c.startAuth(cp)
 	}
-	if err := s.authenticate(c, g, cp.Password); err != nil {
+	c.mayBlock(func() { err = s.authenticate(c, g, cp.Password) })
+	if err != nil {
 		c.refuse(authCode(c.version, err))
 		return closing(CloseAuthFailed, fmt.Errorf("authentication failed: %w", err))
 	}

@@ -67,7 +67,10 @@ func (c *conn) continueAuth(a *packets.Auth) error {
 // connectStep gives the method the client's data: the client is refused,
 // asked to go on, or, authenticated, admitted.
 func (c *conn) connectStep(st *authState, data []byte) error {
-	out, done, err := st.x.Next(data)
+	var out []byte
+	var done bool
+	var err error
+	c.mayBlock(func() { out, done, err = st.x.Next(data) })
 	if err != nil {
 		c.refuse(authCode(c.version, err))
 		return closing(CloseAuthFailed, fmt.Errorf("%s authentication failed: %w", st.method.Name(), err))
@@ -110,7 +113,10 @@ func (c *conn) reauth(a *packets.Auth) error {
 	case a.ReasonCode != packets.ContinueAuthentication || st.x == nil:
 		return c.protocolError("§4.12.1", fmt.Sprintf("AUTH %#x out of turn", byte(a.ReasonCode)))
 	}
-	out, done, err := st.x.Next(a.Properties.AuthData)
+	var out []byte
+	var done bool
+	var err error
+	c.mayBlock(func() { out, done, err = st.x.Next(a.Properties.AuthData) })
 	switch {
 	case err != nil:
 		return c.fail(&packets.Error{Code: packets.NotAuthorized, Ref: "§4.12.1", Msg: "re-authentication failed"})

@@ -32,6 +32,8 @@ func (c *conn) startEvent(*poller) bool { return false }
 
 func (c *conn) closeSocket() { c.nc.Close() }
 
+func (c *conn) mayBlock(f func()) { f() }
+
 func (c *conn) write(b []byte, timeout time.Duration) (int, error) { return c.writeNetConn(b, timeout) }
 
 func (c *conn) probeDeadPeer() { c.probeNetConn() }

@@ -16,7 +16,9 @@ import (
 // wakes sysmon from its deep sleep, which then polls every 20 µs for a
 // millisecond or more: at 1,000 small messages a second that was ~2,750
 // sysmon wakeups and ~450 futex calls a second, each a context switch on
-// the broker's core.
+// the broker's core. The price: a call that sleeps in the kernel after all
+// (a write waiting for memory reclaim) keeps its P meanwhile, and holds up
+// a stop-the-world phase of the collector until it returns.
 
 // rawRead is read(2) on a non-blocking descriptor.
 func rawRead(fd int, b []byte) (int, error) {
@@ -24,11 +26,13 @@ func rawRead(fd int, b []byte) (int, error) {
 	if e != 0 {
 		return 0, e
 	}
+	raceWrittenByKernel(b[:n])
 	return int(n), nil
 }
 
 // rawWrite is write(2) on a non-blocking descriptor.
 func rawWrite(fd int, b []byte) (int, error) {
+	raceReadByKernel(b)
 	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
 	if e != 0 {
 		return 0, e

@@ -280,14 +280,19 @@ func (c *conn) wakeReader() {
 // grows its stack through the handlers again: pprof of the conns scenario
 // had 8% of CPU in stack growth.
 //
-// A reader blocks only for bounded times: a publisher's stall on a full
-// outbox (maxStall), a commit it waits for; so the connections waiting
-// behind max busy readers are served within those bounds.
+// A reader counted in the bound blocks only for bounded times: a
+// publisher's stall on a full outbox (maxStall), a commit it waits for;
+// so the connections waiting behind max busy readers are served within
+// those bounds. Code that may block for longer (an Authenticator, an
+// authentication exchange: a lookup, the password file's delay after a
+// failure) runs outside the bound (conn.mayBlock), or one host sending
+// bad passwords could hold every reader.
 type readerPool struct {
 	srv *Server
 	// ch hands a connection to a parked reader: run sends only after
-	// reserving one of the idle readers, so the send never waits for a
-	// reader to finish its work (the poller calls run).
+	// reserving one of the idle readers, and each parked reader takes
+	// one, so the buffer (a reader for each slot) never fills and the
+	// poller never waits for a reader.
 	ch  chan *conn
 	max int
 	mu  sync.Mutex
@@ -315,7 +320,7 @@ const (
 )
 
 func newReaderPool(s *Server) *readerPool {
-	return &readerPool{srv: s, ch: make(chan *conn), max: max(minReaders, readersPerCPU*runtime.GOMAXPROCS(0))}
+	return &readerPool{srv: s, ch: make(chan *conn, maxParkedReaders), max: max(minReaders, readersPerCPU*runtime.GOMAXPROCS(0))}
 }
 
 // run has c's socket drained by a parked reader, or by a new one, or by
@@ -359,13 +364,12 @@ func (p *readerPool) loop(c *conn) {
 // needed: enough are parked, or the server is closing.
 func (p *readerPool) next() *conn {
 	p.mu.Lock()
-	if p.head < len(p.waiting) {
-		c := p.waiting[p.head]
-		p.waiting[p.head] = nil
-		p.head++
-		if p.head == len(p.waiting) {
-			p.waiting, p.head = p.waiting[:0], 0
-		}
+	if p.readers > p.max { // one that blocked outside the bound is back
+		p.readers--
+		p.mu.Unlock()
+		return nil
+	}
+	if c := p.popLocked(); c != nil {
 		p.mu.Unlock()
 		return c
 	}
@@ -383,6 +387,56 @@ func (p *readerPool) next() *conn {
 		p.mu.Unlock()
 	}
 	return c
+}
+
+// popLocked takes the connection that has waited longest, if any.
+func (p *readerPool) popLocked() *conn {
+	if p.head == len(p.waiting) {
+		return nil
+	}
+	c := p.waiting[p.head]
+	p.waiting[p.head] = nil
+	p.head++
+	if p.head == len(p.waiting) {
+		p.waiting, p.head = p.waiting[:0], 0
+	}
+	return c
+}
+
+// leave takes the calling reader out of the bound while it runs code that
+// may block; the connection that has waited longest, if any, gets a
+// reader of its own meanwhile. rejoin counts it again: the bound is then
+// passed until a reader finishes.
+func (p *readerPool) leave() {
+	p.mu.Lock()
+	p.readers--
+	c := p.popLocked()
+	if c != nil {
+		p.readers++
+	}
+	p.mu.Unlock()
+	if c != nil {
+		go p.loop(c)
+	}
+}
+
+func (p *readerPool) rejoin() {
+	p.mu.Lock()
+	p.readers++
+	p.mu.Unlock()
+}
+
+// mayBlock runs f, which may block for as long as it likes (user code:
+// an Authenticator, an authentication exchange), outside the bound on
+// reader goroutines, when c's reader is one of them.
+func (c *conn) mayBlock(f func()) {
+	if c.ev == nil {
+		f()
+		return
+	}
+	c.srv.readers.leave()
+	defer c.srv.readers.rejoin()
+	f()
 }
 
 // close ends the parked readers; those serving end when done, and later

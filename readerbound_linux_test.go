@@ -3,6 +3,8 @@
 package mqttd
 
 import (
+	"context"
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -27,56 +29,187 @@ func (h *holdAuth) Authenticate(ci auth.ClientInfo, _ []byte) error {
 	return nil
 }
 
+// holdAuthz keeps the reader of a PUBLISH to a topic under hold/ in
+// Authorize, which is expected to answer from memory and so runs within
+// the bound on readers, until release is closed, telling held first.
+type holdAuthz struct {
+	held    chan string
+	release chan struct{}
+}
+
+func (h *holdAuthz) Authorize(ci auth.ClientInfo, r auth.Request) bool {
+	if r.Action == auth.Publish && strings.HasPrefix(r.Topic, "hold/") {
+		h.held <- ci.ClientID
+		<-h.release
+	}
+	return true
+}
+
+// boundTestConn dials addr and sends a 3.1.1 CONNECT for id.
+func boundTestConn(t *testing.T, addr, id string) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	writePacket(t, nc, &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, CleanStart: true, ClientID: id}, packets.V311)
+	return nc
+}
+
+// expectConnack reads a CONNACK 0 from each connection.
+func expectConnack(t *testing.T, ncs ...net.Conn) {
+	t.Helper()
+	for _, nc := range ncs {
+		if got := readFull(t, nc, 4); string(got) != "\x20\x02\x00\x00" {
+			t.Errorf("client got % x, want CONNACK 0", got)
+		}
+	}
+}
+
+// awaitHeld waits for n readers to report that they are held.
+func awaitHeld(t *testing.T, held <-chan string, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for range n {
+		select {
+		case <-held:
+		case <-deadline:
+			t.Fatalf("fewer than %d readers were held", n)
+		}
+	}
+}
+
+// poolState is p's reader goroutines and the connections waiting for one.
+func poolState(p *readerPool) (readers, waiting int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.readers, len(p.waiting) - p.head
+}
+
+// holdTwoReaders connects three clients to a server whose readers are
+// bounded to two, holds two readers in the Authorizer with a PUBLISH each,
+// and sends a PINGREQ on the third connection, which must wait for a
+// reader; it returns that connection.
+func holdTwoReaders(t *testing.T, s *Server, addr string, h *holdAuthz) net.Conn {
+	t.Helper()
+	a, b, free := boundTestConn(t, addr, "a"), boundTestConn(t, addr, "b"), boundTestConn(t, addr, "free")
+	expectConnack(t, a, b, free)
+	for _, nc := range []net.Conn{a, b} {
+		writePacket(t, nc, &packets.Publish{Topic: "hold/x", Payload: []byte("p")}, packets.V311)
+	}
+	awaitHeld(t, h.held, 2)
+	if _, err := free.Write([]byte{0xC0, 0}); err != nil { // PINGREQ
+		t.Fatal(err)
+	}
+	waitUntil(t, "the third connection to wait for a reader", func() bool { return s.Stats().ReaderWaits == 1 })
+	if readers, waiting := poolState(s.readers); readers != 2 || waiting != 1 {
+		t.Errorf("%d readers with %d connections waiting, want 2 and 1", readers, waiting)
+	}
+	return free
+}
+
 // TestReaderPoolBound checks that no more than the pool's bound of reader
-// goroutines run at once: with two readers both held (in an
-// Authenticator), a third connection's CONNECT waits, is counted in
+// goroutines run at once: with both readers of a bound of two busy (held
+// in the Authorizer), a third connection's PINGREQ waits, is counted in
 // ReaderWaits, and is answered by the first reader that is let go.
 func TestReaderPoolBound(t *testing.T) {
-	h := &holdAuth{held: make(chan string, 2), release: make(chan struct{})}
-	s, addr := startTestServer(t, Options{Authenticator: h}, func(s *Server) { s.readers.max = 2 })
+	h := &holdAuthz{held: make(chan string, 2), release: make(chan struct{})}
+	s, addr := startTestServer(t, Options{Authorizer: h}, func(s *Server) { s.readers.max = 2 })
 	released := false
 	defer func() {
 		if !released {
 			close(h.release)
 		}
 	}()
-	connect := func(id string) net.Conn {
-		nc, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nc.Close() })
-		writePacket(t, nc, &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, CleanStart: true, ClientID: id}, packets.V311)
-		return nc
+	free := holdTwoReaders(t, s, addr, h)
+	close(h.release)
+	released = true
+	if got := readFull(t, free, 2); string(got) != "\xd0\x00" {
+		t.Errorf("client got % x, want PINGRESP", got)
 	}
-	held := []net.Conn{connect("hold1"), connect("hold2")}
-	for range 2 {
-		select {
-		case <-h.held:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the two CONNECTs did not both reach the Authenticator")
-		}
+	if readers, waiting := poolState(s.readers); readers > 2 || waiting != 0 {
+		t.Errorf("%d readers with %d connections waiting after all were answered, want at most 2 and none", readers, waiting)
 	}
-	free := connect("free")
-	waitUntil(t, "the third connection to wait for a reader", func() bool { return s.Stats().ReaderWaits == 1 })
-	p := s.readers
-	p.mu.Lock()
-	readers, waiting := p.readers, len(p.waiting)-p.head
-	p.mu.Unlock()
-	if readers != 2 || waiting != 1 {
-		t.Errorf("%d readers with %d connections waiting, want 2 and 1", readers, waiting)
+}
+
+// TestReaderPoolAuthOutsideBound checks that a reader held in an
+// Authenticator, which may block as long as it likes (a lookup, the
+// password file's delay after a failure), does not count against the
+// bound: with the bound at one and two CONNECTs held, a connected
+// client's PINGREQ is still answered, and the readers are back within
+// the bound once the CONNECTs are.
+func TestReaderPoolAuthOutsideBound(t *testing.T) {
+	h := &holdAuth{held: make(chan string, 2), release: make(chan struct{})}
+	s, addr := startTestServer(t, Options{Authenticator: h}, func(s *Server) { s.readers.max = 1 })
+	released := false
+	defer func() {
+		if !released {
+			close(h.release)
+		}
+	}()
+	free := boundTestConn(t, addr, "free")
+	expectConnack(t, free)
+	held := []net.Conn{boundTestConn(t, addr, "hold1"), boundTestConn(t, addr, "hold2")}
+	awaitHeld(t, h.held, 2)
+	if _, err := free.Write([]byte{0xC0, 0}); err != nil { // PINGREQ
+		t.Fatal(err)
+	}
+	if got := readFull(t, free, 2); string(got) != "\xd0\x00" {
+		t.Errorf("client got % x while two CONNECTs were held, want PINGRESP", got)
 	}
 	close(h.release)
 	released = true
-	for _, nc := range append(held, free) {
-		if got := readFull(t, nc, 4); string(got) != "\x20\x02\x00\x00" {
-			t.Errorf("client got % x, want CONNACK 0", got)
+	expectConnack(t, held...)
+	waitUntil(t, "the readers to be back within the bound", func() bool {
+		readers, waiting := poolState(s.readers)
+		return readers <= 1 && waiting == 0
+	})
+}
+
+// TestReaderPoolShutdownServesWaiting checks that Shutdown finishes while
+// connections wait for a reader: the readers serve them before they end.
+func TestReaderPoolShutdownServesWaiting(t *testing.T) {
+	h := &holdAuthz{held: make(chan string, 2), release: make(chan struct{})}
+	s, err := New(Options{Authorizer: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.readers.max = 2
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddListener("test", l); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve() }()
+	released := false
+	defer func() {
+		if !released {
+			close(h.release)
 		}
+	}()
+	free := holdTwoReaders(t, s, l.Addr().String(), h)
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shut <- s.Shutdown(ctx)
+	}()
+	close(h.release)
+	released = true
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Shutdown did not return with a connection waiting for a reader")
 	}
-	p.mu.Lock()
-	readers, waiting = p.readers, len(p.waiting)-p.head
-	p.mu.Unlock()
-	if readers > 2 || waiting != 0 {
-		t.Errorf("%d readers with %d connections waiting after all were answered, want at most 2 and none", readers, waiting)
+	if err := <-served; !errors.Is(err, ErrServerClosed) {
+		t.Errorf("Serve returned %v", err)
 	}
+	readToEOF(t, free)
 }

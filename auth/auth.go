@@ -33,7 +33,8 @@ var (
 
 // Authenticator decides whether a client may connect. It is called from
 // the connection's reader and may block (on a lookup, say); the client
-// waits meanwhile.
+// waits meanwhile, and its reader does not count against the broker's
+// bound on readers, so other clients are read as usual.
 type Authenticator interface {
 	Authenticate(c ClientInfo, password []byte) error
 }
