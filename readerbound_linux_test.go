@@ -171,27 +171,14 @@ func TestReaderPoolAuthOutsideBound(t *testing.T) {
 // connections wait for a reader: the readers serve them before they end.
 func TestReaderPoolShutdownServesWaiting(t *testing.T) {
 	h := &holdAuthz{held: make(chan string, 2), release: make(chan struct{})}
-	s, err := New(Options{Authorizer: h})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.readers.max = 2
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AddListener("test", l); err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- s.Serve() }()
+	s, addr, served := launchTestServer(t, Options{Authorizer: h}, func(s *Server) { s.readers.max = 2 })
 	released := false
 	defer func() {
 		if !released {
 			close(h.release)
 		}
 	}()
-	free := holdTwoReaders(t, s, l.Addr().String(), h)
+	free := holdTwoReaders(t, s, addr, h)
 	shut := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -33,6 +33,24 @@ import (
 // nil, is called between New and Serve.
 func startTestServer(t *testing.T, opts Options, before func(*Server)) (*Server, string) {
 	t.Helper()
+	s, addr, served := launchTestServer(t, opts, before)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-served; !errors.Is(err, ErrServerClosed) {
+			t.Errorf("Serve returned %v", err)
+		}
+	})
+	return s, addr
+}
+
+// launchTestServer is startTestServer for a test that shuts the server
+// down itself: served gets what Serve returns.
+func launchTestServer(t *testing.T, opts Options, before func(*Server)) (s *Server, addr string, served <-chan error) {
+	t.Helper()
 	s, err := New(opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -47,24 +65,14 @@ func startTestServer(t *testing.T, opts Options, before func(*Server)) (*Server,
 	if err := s.AddListener("test", l); err != nil {
 		t.Fatal(err)
 	}
-	served := make(chan error, 1)
-	go func() { served <- s.Serve() }()
+	done := make(chan error, 1)
+	go func() { done <- s.Serve() }()
 	waitUntil(t, "Serve to start", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.serving
 	})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-served; !errors.Is(err, ErrServerClosed) {
-			t.Errorf("Serve returned %v", err)
-		}
-	})
-	return s, l.Addr().String()
+	return s, l.Addr().String(), done
 }
 
 // onlyConn waits for s to hold exactly one connection and returns it.
