@@ -25,6 +25,16 @@ func Detach(nc net.Conn) (fd int, release func(), err error) {
 	if sc, ok := nc.(*sockConn); ok {
 		sock, release = sc.Conn, sc.release
 	}
+	if s, ok := sock.(*socket); ok {
+		fd, made := s.detach()
+		switch {
+		case fd >= 0:
+			return fd, release, nil
+		case made == nil:
+			return -1, nil, net.ErrClosed
+		}
+		sock = made
+	}
 	var sc syscall.Conn
 	switch c := sock.(type) {
 	case *net.TCPConn:

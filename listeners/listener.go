@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -106,6 +107,12 @@ type Listener struct {
 	done   chan struct{}
 	once   sync.Once
 
+	// rawFile is a duplicate of base's descriptor in Go's network poller,
+	// and raw its RawConn, for accepting with accept4 (Linux); nil when
+	// connections are accepted through base.
+	rawFile *os.File
+	raw     syscall.RawConn
+
 	open    atomic.Int64 // connections counted against MaxConnections
 	pending atomic.Int64 // connections in their handshake
 	// mu guards handshaking: the connections in their handshake, which
@@ -150,7 +157,13 @@ func Listen(cfg Config) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	var inner net.Listener = rawListener{l}
+	// A plain TCP or unix connection goes to the engine as it is, which
+	// takes its descriptor: it is accepted as a bare socket (direct).
+	direct := (cfg.Type == TCP || cfg.Type == Unix) && !cfg.ProxyProtocol
+	if direct {
+		l.rawFile, l.raw = acceptFile(l.base)
+	}
+	var inner net.Listener = rawListener{l: l, direct: direct}
 	if cfg.ProxyProtocol || cfg.Type == TLS {
 		inner = l.staged()
 	}
@@ -177,6 +190,9 @@ func (l *Listener) Close() error {
 	l.once.Do(func() {
 		close(l.done)
 		err = l.base.Close()
+		if l.rawFile != nil {
+			l.rawFile.Close() // wakes an Accept waiting on it
+		}
 		l.mu.Lock()
 		l.closed = true
 		for c := range l.handshaking {
@@ -229,13 +245,17 @@ func (l *Listener) hand(c net.Conn) {
 	}
 }
 
-// rawListener accepts sockets, applying MaxConnections.
-type rawListener struct{ l *Listener }
+// rawListener accepts sockets, applying MaxConnections; direct ones as
+// bare sockets (acceptConn).
+type rawListener struct {
+	l      *Listener
+	direct bool
+}
 
 func (r rawListener) Accept() (net.Conn, error) {
 	l := r.l
 	for {
-		nc, err := l.base.Accept()
+		nc, err := l.acceptConn(r.direct)
 		if err != nil {
 			return nil, err
 		}
@@ -281,7 +301,7 @@ func (s *stagedListener) loop() {
 	l := s.l
 	var delay time.Duration
 	for {
-		nc, err := rawListener{l}.Accept()
+		nc, err := rawListener{l: l}.Accept()
 		if err != nil {
 			select {
 			case <-l.done:
@@ -459,6 +479,10 @@ func setKeepAlive(nc net.Conn, kc net.KeepAliveConfig) error {
 		return c.SetKeepAliveConfig(kc)
 	case *sockConn:
 		return setKeepAlive(c.Conn, kc)
+	case interface {
+		SetKeepAliveConfig(net.KeepAliveConfig) error
+	}: // *socket
+		return c.SetKeepAliveConfig(kc)
 	case interface{ NetConn() net.Conn }: // *tls.Conn, *pendingConn
 		return setKeepAlive(c.NetConn(), kc)
 	}
