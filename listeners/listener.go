@@ -266,9 +266,10 @@ func (r rawListener) Accept() (net.Conn, error) {
 		if l.cfg.MaxConnections > 0 {
 			if l.open.Add(1) > int64(l.cfg.MaxConnections) {
 				l.open.Add(-1)
-				nc.Close()
+				// Counted before the close, which the client may see first.
 				l.refuse(RefusedFull, &l.fullWarned).Str("remote", nc.RemoteAddr().String()).Int("max_connections", l.cfg.MaxConnections).
 					Msg("connection refused: the listener holds its max_connections (logged at most every 10 s)")
+				nc.Close()
 				continue
 			}
 			sc.release = func() { l.open.Add(-1) }
@@ -324,9 +325,9 @@ func (s *stagedListener) loop() {
 		delay = 0
 		if l.pending.Add(1) > maxPending {
 			l.pending.Add(-1)
-			nc.Close()
 			l.refuse(RefusedPending, &l.fullWarned).Str("remote", nc.RemoteAddr().String()).Int("pending", maxPending).
 				Msg("connection refused: too many connections in their handshake (logged at most every 10 s)")
+			nc.Close()
 			continue
 		}
 		l.mu.Lock()
@@ -350,9 +351,9 @@ func (s *stagedListener) prepare(nc net.Conn) {
 	delete(l.handshaking, nc)
 	l.mu.Unlock()
 	if err != nil {
-		nc.Close()
 		l.refuse(RefusedHandshake, &l.failWarned).Err(err).Str("remote", nc.RemoteAddr().String()).
 			Msg("connection closed before MQTT (logged at most every 10 s)")
+		nc.Close()
 		return
 	}
 	select {
@@ -506,9 +507,9 @@ func (p pendingListener) Accept() (net.Conn, error) {
 		}
 		if l.pending.Add(1) > maxPending {
 			l.pending.Add(-1)
-			nc.Close()
 			l.refuse(RefusedPending, &l.fullWarned).Str("remote", nc.RemoteAddr().String()).Int("pending", maxPending).
 				Msg("connection refused: too many connections before their WebSocket upgrade (logged at most every 10 s)")
+			nc.Close()
 			continue
 		}
 		return &pendingConn{Conn: nc, l: l}, nil

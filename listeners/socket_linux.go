@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -65,13 +66,16 @@ func acceptSocket(rc syscall.RawConn, network string) (net.Conn, error) {
 }
 
 // sockaddrAddr is the net.Addr of a peer's socket address.
+// As net makes it: an IPv4 address in 4 bytes, an IPv6 zone by its
+// interface's name (or number).
 func sockaddrAddr(sa syscall.Sockaddr, network string) net.Addr {
 	switch sa := sa.(type) {
 	case *syscall.SockaddrInet4:
-		return &net.TCPAddr{IP: net.IPv4(sa.Addr[0], sa.Addr[1], sa.Addr[2], sa.Addr[3]), Port: sa.Port}
+		return &net.TCPAddr{IP: append(net.IP(nil), sa.Addr[:]...), Port: sa.Port}
 	case *syscall.SockaddrInet6:
 		a := &net.TCPAddr{IP: append(net.IP(nil), sa.Addr[:]...), Port: sa.Port}
 		if sa.ZoneId != 0 {
+			a.Zone = strconv.Itoa(int(sa.ZoneId))
 			if ifi, err := net.InterfaceByIndex(int(sa.ZoneId)); err == nil {
 				a.Zone = ifi.Name
 			}
@@ -150,11 +154,19 @@ func (s *socket) Close() error {
 
 func (s *socket) RemoteAddr() net.Addr { return s.remote }
 
+// LocalAddr is asked of the socket (getsockname), not made a net.Conn
+// for: that would undo what accepting it bare saved.
 func (s *socket) LocalAddr() net.Addr {
-	if c, err := s.netConn(); err == nil {
-		return c.LocalAddr()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != nil {
+		return s.conn.LocalAddr()
 	}
-	return nil
+	var sa syscall.Sockaddr
+	if s.fd >= 0 {
+		sa, _ = syscall.Getsockname(s.fd)
+	}
+	return sockaddrAddr(sa, s.network)
 }
 
 func (s *socket) SetDeadline(t time.Time) error      { return s.deadline(t, net.Conn.SetDeadline) }
@@ -209,9 +221,14 @@ func acceptFile(base net.Listener) (*os.File, syscall.RawConn) {
 		return nil, nil
 	}
 	// The duplicate shares the listening socket's O_NONBLOCK, so the
-	// file is pollable.
+	// file is pollable, unless the network poller could not take it (out
+	// of epoll watches): then a wait would fail for good, and deadlines,
+	// which only a pollable file has, tell.
 	f := os.NewFile(uintptr(dup), "listener")
 	raw, err := f.SyscallConn()
+	if err == nil {
+		err = f.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		f.Close()
 		return nil, nil

@@ -53,6 +53,15 @@ func TestAcceptBareSocket(t *testing.T) {
 	if got := nc.RemoteAddr().String(); got != cli.LocalAddr().String() {
 		t.Errorf("remote address %s, want the client's %s", got, cli.LocalAddr())
 	}
+	if ip := nc.RemoteAddr().(*net.TCPAddr).IP; len(ip) != net.IPv4len {
+		t.Errorf("remote IPv4 address in %d bytes, want %d as net gives it", len(ip), net.IPv4len)
+	}
+	if got := nc.LocalAddr().String(); got != cli.RemoteAddr().String() {
+		t.Errorf("local address %s, want the client's peer %s", got, cli.RemoteAddr())
+	}
+	if _, ok := nc.(*socket); !ok || s.conn != nil {
+		t.Error("LocalAddr made the socket a net.Conn")
+	}
 	fd, release, err := Detach(nc)
 	if err != nil || fd != want || release != nil {
 		t.Fatalf("Detach = %d, %v, %v; want the accepted descriptor %d, no release", fd, release != nil, err, want)
@@ -142,5 +151,22 @@ func TestBareAcceptWakesOnClose(t *testing.T) {
 	if c, err := net.Dial("tcp", addr); err == nil {
 		c.Close()
 		t.Error("a closed listener's port still takes connections")
+	}
+}
+
+// TestAcceptBareSocketIPv6 checks the peer's address over IPv6 loopback,
+// where the machine has it.
+func TestAcceptBareSocketIPv6(t *testing.T) {
+	probe, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	probe.Close()
+	_, cli, nc := acceptTest(t, Config{Type: TCP, Address: "[::1]:0"})
+	if _, ok := nc.(*socket); !ok {
+		t.Fatalf("a plain TCP listener accepted a %T, want a bare socket", nc)
+	}
+	if got, want := nc.RemoteAddr().String(), cli.LocalAddr().String(); got != want {
+		t.Errorf("remote address %s, want the client's %s", got, want)
 	}
 }
