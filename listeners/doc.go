@@ -11,7 +11,10 @@
 // thin wrapper that still exposes its descriptor), so the engine can take
 // its descriptor (Detach) and serve it from its epoll poller without Go's
 // per-connection poller state; TLS and WebSocket connections expose none
-// and get a reader goroutine.
+// and get a reader goroutine. On Linux, without PROXY protocol, it is a
+// bare socket accepted with accept4, not a *net.TCPConn or *net.UnixConn:
+// it becomes one (net.FileConn) on first use as a net.Conn, and Detach
+// takes its descriptor as it is.
 //
 // It imports nothing internal: the root package mqttd builds a Config from
 // its own ListenerConfig and hands the Listener to Server.AddListener.

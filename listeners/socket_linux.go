@@ -65,9 +65,9 @@ func acceptSocket(rc syscall.RawConn, network string) (net.Conn, error) {
 	}
 }
 
-// sockaddrAddr is the net.Addr of a peer's socket address.
-// As net makes it: an IPv4 address in 4 bytes, an IPv6 zone by its
-// interface's name (or number).
+// sockaddrAddr is the net.Addr of a socket address as net makes it: an
+// IPv4 address in 4 bytes, an IPv6 zone by its interface's name (or its
+// number when the interface is gone).
 func sockaddrAddr(sa syscall.Sockaddr, network string) net.Addr {
 	switch sa := sa.(type) {
 	case *syscall.SockaddrInet4:
