@@ -337,7 +337,9 @@ func (p *readerPool) run(c *conn) {
 		p.mu.Unlock()
 		go p.loop(c)
 	default:
-		if p.head > 0 && p.head >= len(p.waiting)/2 {
+		// Moved down only when the append would grow the slice, as the
+		// held answers' queue is (durable.go).
+		if p.head > 0 && len(p.waiting) == cap(p.waiting) {
 			n := copy(p.waiting, p.waiting[p.head:])
 			clear(p.waiting[n:])
 			p.waiting, p.head = p.waiting[:n], 0

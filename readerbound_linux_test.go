@@ -200,3 +200,50 @@ func TestReaderPoolShutdownServesWaiting(t *testing.T) {
 	}
 	readToEOF(t, free)
 }
+
+// TestReaderPoolWaitingOrder checks that connections past the bound are
+// served in the order they became readable, through pops and pushes that
+// move the queue down in its slice, and that ReaderWaits counts each.
+func TestReaderPoolWaitingOrder(t *testing.T) {
+	s := newTestServer(t, Options{})
+	p := &readerPool{srv: s, ch: make(chan *conn, maxParkedReaders)} // max 0: every run waits
+	var want []*conn
+	pushed := 0
+	for round := range 50 {
+		for range 1 + round%7 {
+			c := &conn{}
+			p.run(c)
+			want = append(want, c)
+			pushed++
+		}
+		for range round % 5 {
+			if len(want) == 0 {
+				break
+			}
+			p.mu.Lock()
+			got := p.popLocked()
+			p.mu.Unlock()
+			if got != want[0] {
+				t.Fatalf("round %d: popped %p, want %p, the oldest waiting", round, got, want[0])
+			}
+			want = want[1:]
+		}
+	}
+	for _, w := range want {
+		p.mu.Lock()
+		got := p.popLocked()
+		p.mu.Unlock()
+		if got != w {
+			t.Fatalf("popped %p, want %p", got, w)
+		}
+	}
+	p.mu.Lock()
+	rest := p.popLocked()
+	p.mu.Unlock()
+	if rest != nil {
+		t.Errorf("popped %p from an empty queue", rest)
+	}
+	if got := s.Stats().ReaderWaits; got != uint64(pushed) {
+		t.Errorf("ReaderWaits = %d, want %d", got, pushed)
+	}
+}
