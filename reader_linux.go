@@ -332,7 +332,10 @@ func (p *readerPool) run(c *conn) {
 		p.idle--
 		p.mu.Unlock()
 		p.ch <- c
-	case p.readers < p.max:
+	case p.readers < p.max || p.closed:
+		// Once closed, readers parked then are no longer idle but still
+		// counted until they end: the bound could leave a last wakeup
+		// waiting for no reader.
 		p.readers++
 		p.mu.Unlock()
 		go p.loop(c)
