@@ -103,7 +103,11 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 	}
 	switch p.QoS {
 	case 0:
-		if v.code == packets.Success {
+		switch {
+		case v.code != packets.Success:
+		case !p.Retain && p.Properties.Present == 0: // as routedInPlace expects
+			c.srv.publishTransient(p.Topic, p.Payload, c.info.ClientID, c)
+		default:
 			c.srv.publish(c.message(p), c)
 		}
 	case 1:
@@ -115,6 +119,26 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 		return c.publishQoS2(p, v)
 	}
 	return nil
+}
+
+// routedInPlace reports whether the PUBLISH frame in body, from a
+// connected client, is one handlePublish routes with publishTransient:
+// QoS 0, not retained, without properties (the property length right
+// after the topic is 0). Its body need not be copied out of the read
+// buffer: nothing keeps it past its routing but the copies kept makes.
+func (c *conn) routedInPlace(fh packets.FixedHeader, body []byte) bool {
+	const qosRetain = 0x07 // the QoS bits and RETAIN of the fixed header's flags
+	if fh.Type != packets.TypePublish || fh.Flags&qosRetain != 0 || c.cl == nil {
+		return false
+	}
+	if c.version != packets.V5 {
+		return true
+	}
+	if len(body) < 2 {
+		return false
+	}
+	n := 2 + (int(body[0])<<8 | int(body[1]))
+	return n < len(body) && body[n] == 0
 }
 
 // route publishes an acknowledged (QoS 1/2) PUBLISH. A 5.0 client can be

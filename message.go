@@ -64,9 +64,13 @@ func newMessage(topic string, payload []byte, qos byte, retain bool, props *pack
 // it, and the connection whose reader routes it (owner; nil for the
 // broker's own messages), whose acknowledgement waits for the store.
 type encoded struct {
-	msg   *session.Message
-	forms [2][2][]byte // [v5][retain]
-	valid [2][2]bool
+	msg *session.Message
+	// borrowed says msg is the router's scratch, whose topic and payload
+	// may point into the publisher's read buffer: both are valid only
+	// while it is routed, and whatever keeps the message takes kept().
+	borrowed bool
+	forms    [2][2][]byte // [v5][retain]
+	valid    [2][2]bool
 	// stallUntil is when publishing the message stops waiting for slow
 	// subscribers (deliverQoS0); zero until one is waited for.
 	stallUntil time.Time
@@ -74,11 +78,25 @@ type encoded struct {
 	owner      *conn
 }
 
-func (e *encoded) reset(m *session.Message, owner *conn) {
-	e.msg = m
+func (e *encoded) reset(m *session.Message, borrowed bool, owner *conn) {
+	e.msg, e.borrowed = m, borrowed
 	e.valid = [2][2]bool{}
 	e.stallUntil = time.Time{}
 	e.stored, e.owner = nil, owner
+}
+
+// kept returns the message routed, copied on first use to a heap object
+// of its own, with its topic and payload, when it was borrowed: a session
+// queue, window or store, or an inline handler, may hold it for as long
+// as it likes.
+func (e *encoded) kept() *session.Message {
+	if e.borrowed {
+		m := e.msg
+		e.msg = &session.Message{Topic: strings.Clone(m.Topic), Payload: bytes.Clone(m.Payload), QoS: m.QoS,
+			Retain: m.Retain, Properties: m.Properties, Expiry: m.Expiry, Origin: m.Origin}
+		e.borrowed = false
+	}
+	return e.msg
 }
 
 // frame returns the QoS 0 PUBLISH of the message for version v with the

@@ -41,6 +41,10 @@ type router struct {
 	alt     [1]topictrie.Sub[*client, subOpts] // another share group member
 	enc     encoded
 	now     time.Time // read once per message, and only when needed
+	// msg is the message routed when nothing need keep it past its
+	// routing (publishTransient): it costs an allocation only when some
+	// session takes it.
+	msg session.Message
 }
 
 // clock returns the time the message is being routed at. Reading the
@@ -70,12 +74,35 @@ func (s *Server) publish(m *session.Message, owner *conn) (clients int) {
 	return s.route(m, owner)
 }
 
+// publishTransient publishes a QoS 0 message that is not retained and
+// carries no properties, as publish does, without building it on the
+// heap: most such messages are only encoded into outboxes. topic and
+// payload need only stay unchanged until it returns (they may be in the
+// read buffer): whatever keeps the message keeps a copy (encoded.kept).
+func (s *Server) publishTransient(topic string, payload []byte, origin string, owner *conn) (clients int) {
+	s.stats.messagesReceived.Add(1)
+	r := routerPool.Get().(*router)
+	m := &r.msg
+	m.Topic, m.Payload, m.Origin = topic, payload, origin
+	clients = s.routeWith(r, m, true, owner)
+	m.Topic, m.Payload, m.Origin = "", nil, ""
+	routerPool.Put(r)
+	return clients
+}
+
 // route is publish without counting m as received or retaining it: the
 // broker's $SYS values (sys.go) are neither.
 func (s *Server) route(m *session.Message, owner *conn) (clients int) {
 	r := routerPool.Get().(*router)
+	clients = s.routeWith(r, m, false, owner)
+	routerPool.Put(r)
+	return clients
+}
+
+// routeWith routes m with r's scratch; borrowed says m is r.msg.
+func (s *Server) routeWith(r *router, m *session.Message, borrowed bool, owner *conn) (clients int) {
 	r.matches = s.subs.Match(m.Topic, r.matches[:0])
-	r.enc.reset(m, owner)
+	r.enc.reset(m, borrowed, owner)
 	r.now = time.Time{}
 	topictrie.ForEachDelivery(r.matches, func(run []topictrie.Sub[*client, subOpts]) {
 		if s.deliverRun(r, m, run) {
@@ -84,8 +111,7 @@ func (s *Server) route(m *session.Message, owner *conn) (clients int) {
 	})
 	clear(r.matches) // drop references to clients that may leave
 	clear(r.alt[:])
-	r.enc.reset(nil, nil)
-	routerPool.Put(r)
+	r.enc.reset(nil, false, nil)
 	return clients
 }
 
@@ -134,7 +160,7 @@ func (s *Server) deliverRun(r *router, m *session.Message, run []topictrie.Sub[*
 func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, subIDs []uint32, enc *encoded, clock func() time.Time) {
 	if cl.handler != nil {
 		if !m.Expired(clock()) {
-			deliverInline(cl.handler, m, retain)
+			deliverInline(cl.handler, enc.kept(), retain)
 		}
 		return
 	}
@@ -144,7 +170,7 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 	if qos == 0 && len(subIDs) == 0 && s.deliverQoS0(cl, retain, enc) {
 		return
 	}
-	if full := s.deliverLocked(cl, m, qos, retain, subIDs, enc, clock); full != nil {
+	if full := s.deliverLocked(cl, enc.kept(), qos, retain, subIDs, enc, clock); full != nil {
 		full.Msg("message dropped: the session queue is full (limits.max_queued, limits.max_queued_bytes) or all queues are " +
 			"(limits.max_queued_bytes_total); logged at most every 10 s, mqttd_messages_dropped_total{reason=queue_full} counts them all")
 	}

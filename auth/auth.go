@@ -80,7 +80,9 @@ type Request struct {
 	// Topic is the topic name of a publish, will or delivered message
 	// (Read), or, for a subscribe, the topic filter without any
 	// $share/{group}/ prefix: a shared subscription is asked about the
-	// topics it would receive.
+	// topics it would receive. It may point into the packet being read,
+	// so it is valid only until Authorize returns: an Authorizer that
+	// keeps it (a cache keyed by topic) keeps a copy (strings.Clone).
 	Topic string
 	// Group is the share group of a shared subscription
 	// ($share/{group}/{filter}); empty otherwise.
