@@ -38,7 +38,7 @@ type gcConfig struct {
 
 const (
 	defaultHeadroomPercent = 25
-	defaultMinHeadroom     = 2 << 20
+	defaultMinHeadroom     = 1 << 20
 )
 
 func (g gcConfig) withDefaults() gcConfig {

@@ -10,16 +10,16 @@ import (
 )
 
 func TestGCPercent(t *testing.T) {
-	cfg := gcConfig{}.withDefaults() // 25%, at least 2 MiB
+	cfg := gcConfig{}.withDefaults() // 25%, at least 1 MiB
 	for _, tc := range []struct {
 		name       string
 		live, scan uint64
 		want       int
 	}{
 		{"empty heap: Go's policy", 0, 0, 100},
-		{"small heap: the floor is more than GOGC=100 gives", 1 << 20, 0, 100},
-		{"the floor decides", 4 << 20, 0, 50},
-		{"the floor, stacks and globals scanned too", 3 << 20, 1 << 20, 50},
+		{"small heap: the floor is more than GOGC=100 gives", 512 << 10, 0, 100},
+		{"the floor decides", 2 << 20, 0, 50},
+		{"the floor, stacks and globals scanned too", 3 << 19, 1 << 19, 50},
 		{"the share decides", 64 << 20, 0, 25},
 		{"the share, rounded up", 100<<20 + 1, 0, 25},
 		{"never 0, which collects without pause", 1 << 40, 1 << 50, 1},
