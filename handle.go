@@ -121,11 +121,19 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 	return nil
 }
 
+// inPlace reports whether the frame in body may be handled where it was
+// read, without a copy of its own: nothing decoded from it outlives its
+// dispatch. So are an acknowledgement without properties and a plain QoS
+// 0 PUBLISH (routedInPlace).
+func (c *conn) inPlace(fh packets.FixedHeader, body []byte) bool {
+	return packets.IsAck(fh.Type) && fh.Remaining <= 4 || c.routedInPlace(fh, body)
+}
+
 // routedInPlace reports whether the PUBLISH frame in body, from a
 // connected client, is one handlePublish routes with publishTransient:
 // QoS 0, not retained, without properties (the property length right
-// after the topic is 0). Its body need not be copied out of the read
-// buffer: nothing keeps it past its routing but the copies kept makes.
+// after the topic is 0). Nothing keeps its bytes past its routing but the
+// copies encoded.kept makes.
 func (c *conn) routedInPlace(fh packets.FixedHeader, body []byte) bool {
 	const qosRetain = 0x07 // the QoS bits and RETAIN of the fixed header's flags
 	if fh.Type != packets.TypePublish || fh.Flags&qosRetain != 0 || c.cl == nil {

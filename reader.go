@@ -131,6 +131,14 @@ func (c *conn) readOne() error {
 		}
 		return c.readError(err)
 	}
+	if n := fh.Remaining; n > 0 && n <= c.bl.br.Buffered() {
+		if body, _ := c.bl.br.Peek(n); c.inPlace(fh, body) {
+			// Handled in the read buffer, which nothing reads meanwhile.
+			err := c.dispatch(fh, body, &c.bl.pub)
+			c.bl.br.Discard(n)
+			return err
+		}
+	}
 	body, err := c.readBody(fh.Remaining)
 	if err != nil {
 		return err

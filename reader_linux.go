@@ -613,11 +613,8 @@ func (c *conn) frames(b []byte, owned bool, held int, pub *packets.Publish) (fra
 			return frames, nil
 		}
 		body := b[n : n+fh.Remaining]
-		if (!packets.IsAck(fh.Type) || fh.Remaining > 4) && !c.routedInPlace(fh, body) {
-			// A copy that is not zeroed first, unlike make then copy. An
-			// acknowledgement without properties, or a plain QoS 0
-			// PUBLISH, has nothing decoded from it that outlives dispatch.
-			body = bytes.Clone(body)
+		if !c.inPlace(fh, body) {
+			body = bytes.Clone(body) // not zeroed first, unlike make then copy
 		}
 		b = b[n+fh.Remaining:]
 		frames++

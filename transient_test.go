@@ -50,10 +50,26 @@ func wantPlain(prefix string, rounds, n int, topics []string, payloads [][]byte)
 	return nil
 }
 
+// onBothReaders runs test against a broker whose connections are served
+// by the poller and against one whose connections each have a reader
+// goroutine (as TLS and WebSocket connections do).
+func onBothReaders(t *testing.T, test func(t *testing.T)) {
+	t.Run("poller", test)
+	t.Run("goroutine", func(t *testing.T) {
+		listenerWrap = hideSocket
+		defer func() { listenerWrap = nil }()
+		test(t)
+	})
+}
+
 // TestPlainQoS0KeptByInlineHandler checks the messages an inline handler
 // keeps (Handler: "it may keep the Message"), and that a 5.0 PUBLISH with
 // properties, which is not plain, is copied out of the read buffer.
 func TestPlainQoS0KeptByInlineHandler(t *testing.T) {
+	onBothReaders(t, testPlainQoS0KeptByInlineHandler)
+}
+
+func testPlainQoS0KeptByInlineHandler(t *testing.T) {
 	s, addr := startServer(t, mqttd.Options{})
 	var mu sync.Mutex
 	var kept []mqttd.Message
@@ -102,6 +118,10 @@ func TestPlainQoS0KeptByInlineHandler(t *testing.T) {
 // Maximum 1), to keep their order: they are sent once the backlog is
 // acknowledged, long after the reads they came in.
 func TestPlainQoS0QueuedBehindBacklog(t *testing.T) {
+	onBothReaders(t, testPlainQoS0QueuedBehindBacklog)
+}
+
+func testPlainQoS0QueuedBehindBacklog(t *testing.T) {
 	_, addr := startServer(t, mqttd.Options{})
 	props := packets.Properties{ReceiveMaximum: 1}
 	props.Set(packets.PropReceiveMaximum)
