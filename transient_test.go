@@ -160,3 +160,46 @@ func testPlainQoS0QueuedBehindBacklog(t *testing.T) {
 		t.Errorf("queued behind the backlog: %v", err)
 	}
 }
+
+// TestPlainQoS0StoredForOfflineSession checks the plain QoS 0 messages
+// queued, and so stored, for an offline persistent session
+// (limits.queue_qos0): they come back intact after a restart.
+func TestPlainQoS0StoredForOfflineSession(t *testing.T) {
+	onBothReaders(t, testPlainQoS0StoredForOfflineSession)
+}
+
+func testPlainQoS0StoredForOfflineSession(t *testing.T) {
+	opts := mqttd.Options{DataDir: t.TempDir()}
+	opts.Limits.QueueQoS0 = true
+	a := startDurable(t, opts)
+	off := connectSubscribed(t, &packets.Connect{ClientID: "off"}, a.addr, packets.Subscription{Filter: "s/#", Options: qos(0)})
+	off.send(&packets.Disconnect{})
+	off.expectClosed()
+	waitFor(t, "the subscriber to be offline", func() bool { return a.srv.Stats().SessionsOnline == 0 })
+	pub := connectRaw(t, a.addr, &packets.Connect{ClientID: "pub", CleanStart: true})
+	const rounds, n = 20, 4
+	for r := range rounds {
+		pub.write(plainBatch(t, packets.V311, "s", r, n))
+		pub.ping()
+	}
+	waitFor(t, "every message to be queued", func() bool { return a.srv.Stats().Queued == rounds*n })
+	a.stop()
+	b := startDurable(t, opts)
+	sub := connectRaw(t, b.addr, &packets.Connect{ClientID: "off"})
+	var topics []string
+	var payloads [][]byte
+	for len(topics) < rounds*n {
+		pk, err := sub.tryRead()
+		if err != nil {
+			t.Fatalf("after %d messages: %v", len(topics), err)
+		}
+		p, ok := pk.(*packets.Publish)
+		if !ok {
+			t.Fatalf("got %T, want a PUBLISH", pk)
+		}
+		topics, payloads = append(topics, p.Topic), append(payloads, p.Payload)
+	}
+	if err := wantPlain("s", rounds, n, topics, payloads); err != nil {
+		t.Errorf("after the restart: %v", err)
+	}
+}
