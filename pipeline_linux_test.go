@@ -3,8 +3,6 @@
 package mqttd
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -65,33 +63,12 @@ func TestReaderAnswersMidRead(t *testing.T) {
 func testReaderAnswersMidRead(t *testing.T, hide bool) {
 	const msgs = 2*pipeFrames + 20
 	probe := &ackProbe{at: pipeFrames + 10, seen: make(chan int, 1)}
-	s, err := New(Options{Authorizer: probe})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	var wrap []func(net.Listener) net.Listener
 	if hide {
-		l = hiddenListener{l}
+		wrap = append(wrap, func(l net.Listener) net.Listener { return hiddenListener{l} })
 	}
-	if err := s.AddListener("test", l); err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- s.Serve() }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-served; !errors.Is(err, ErrServerClosed) {
-			t.Errorf("Serve returned %v", err)
-		}
-	})
-	nc := boundTestConn(t, l.Addr().String(), "pipe")
+	_, addr := startTestServer(t, Options{Authorizer: probe}, nil, wrap...)
+	nc := boundTestConn(t, addr, "pipe")
 	expectConnack(t, nc)
 	probe.client.Store(&nc)
 	var b []byte

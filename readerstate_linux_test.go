@@ -30,10 +30,11 @@ import (
 
 // startTestServer runs a Server on 127.0.0.1:0 until the test ends and
 // returns it, serving (its poller open), with its address; before, if not
-// nil, is called between New and Serve.
-func startTestServer(t *testing.T, opts Options, before func(*Server)) (*Server, string) {
+// nil, is called between New and Serve; wrap, if given, wraps the
+// listener.
+func startTestServer(t *testing.T, opts Options, before func(*Server), wrap ...func(net.Listener) net.Listener) (*Server, string) {
 	t.Helper()
-	s, addr, served := launchTestServer(t, opts, before)
+	s, addr, served := launchTestServer(t, opts, before, wrap...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -49,7 +50,7 @@ func startTestServer(t *testing.T, opts Options, before func(*Server)) (*Server,
 
 // launchTestServer is startTestServer for a test that shuts the server
 // down itself: served gets what Serve returns.
-func launchTestServer(t *testing.T, opts Options, before func(*Server)) (s *Server, addr string, served <-chan error) {
+func launchTestServer(t *testing.T, opts Options, before func(*Server), wrap ...func(net.Listener) net.Listener) (s *Server, addr string, served <-chan error) {
 	t.Helper()
 	s, err := New(opts)
 	if err != nil {
@@ -61,6 +62,9 @@ func launchTestServer(t *testing.T, opts Options, before func(*Server)) (s *Serv
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, w := range wrap {
+		l = w(l)
 	}
 	if err := s.AddListener("test", l); err != nil {
 		t.Fatal(err)
