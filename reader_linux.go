@@ -281,9 +281,11 @@ func (c *conn) wakeReader() {
 // had 8% of CPU in stack growth.
 //
 // A reader counted in the bound blocks only for bounded times: a
-// publisher's stall on a full outbox (maxStall), a commit it waits for;
-// so the connections waiting behind max busy readers are served within
-// those bounds. Code that may block for longer (an Authenticator, an
+// publisher's stall on a full outbox (maxStall), a commit it waits for,
+// the write of its own answers to a client that does not read
+// (limits.write_timeout, after which the client is closed); so the
+// connections waiting behind max busy readers are served within those
+// bounds. Code that may block for longer (an Authenticator, an
 // authentication exchange: a lookup, the password file's delay after a
 // failure) runs outside the bound (conn.mayBlock), or one host sending
 // bad passwords could hold every reader.
