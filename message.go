@@ -78,8 +78,8 @@ type encoded struct {
 	owner      *conn
 }
 
-func (e *encoded) reset(m *session.Message, borrowed bool, owner *conn) {
-	e.msg, e.borrowed = m, borrowed
+func (e *encoded) reset(m *session.Message, owner *conn) {
+	e.msg, e.borrowed = m, false
 	e.valid = [2][2]bool{}
 	e.stallUntil = time.Time{}
 	e.stored, e.owner = nil, owner

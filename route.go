@@ -42,8 +42,8 @@ type router struct {
 	enc     encoded
 	now     time.Time // read once per message, and only when needed
 	// msg is the message routed when nothing need keep it past its
-	// routing (publishTransient): it costs an allocation only when some
-	// session takes it.
+	// routing (publishTransient): it costs an allocation only when
+	// something keeps it (encoded.kept).
 	msg session.Message
 }
 
@@ -84,7 +84,7 @@ func (s *Server) publishTransient(topic string, payload []byte, origin string, o
 	r := routerPool.Get().(*router)
 	m := &r.msg
 	m.Topic, m.Payload, m.Origin = topic, payload, origin
-	clients = s.routeWith(r, m, true, owner)
+	clients = s.routeWith(r, m, owner)
 	m.Topic, m.Payload, m.Origin = "", nil, ""
 	routerPool.Put(r)
 	return clients
@@ -94,15 +94,16 @@ func (s *Server) publishTransient(topic string, payload []byte, origin string, o
 // broker's $SYS values (sys.go) are neither.
 func (s *Server) route(m *session.Message, owner *conn) (clients int) {
 	r := routerPool.Get().(*router)
-	clients = s.routeWith(r, m, false, owner)
+	clients = s.routeWith(r, m, owner)
 	routerPool.Put(r)
 	return clients
 }
 
-// routeWith routes m with r's scratch; borrowed says m is r.msg.
-func (s *Server) routeWith(r *router, m *session.Message, borrowed bool, owner *conn) (clients int) {
+// routeWith routes m with r's scratch; m is borrowed when it is r.msg.
+func (s *Server) routeWith(r *router, m *session.Message, owner *conn) (clients int) {
 	r.matches = s.subs.Match(m.Topic, r.matches[:0])
-	r.enc.reset(m, borrowed, owner)
+	r.enc.reset(m, owner)
+	r.enc.borrowed = m == &r.msg
 	r.now = time.Time{}
 	topictrie.ForEachDelivery(r.matches, func(run []topictrie.Sub[*client, subOpts]) {
 		if s.deliverRun(r, m, run) {
@@ -111,7 +112,7 @@ func (s *Server) routeWith(r *router, m *session.Message, borrowed bool, owner *
 	})
 	clear(r.matches) // drop references to clients that may leave
 	clear(r.alt[:])
-	r.enc.reset(nil, false, nil)
+	r.enc.reset(nil, nil)
 	return clients
 }
 

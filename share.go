@@ -117,7 +117,7 @@ func (s *Server) handOffShared(cl *client, handed []handoff) {
 		if opts.id != 0 {
 			ids = []uint32{opts.id}
 		}
-		enc.reset(m, false, nil)
+		enc.reset(m, nil)
 		s.deliver(sub.Key, m, min(opts.qos, m.QoS), opts.retainAsPub && m.Retain, ids, &enc, clock)
 		s.forgetHanded(cl, h.o.Seq)
 		s.stats.sharedHandedOff.Add(1) // once the store knows too

@@ -185,7 +185,7 @@ func (c *conn) sendRetained(filter string, opts subOpts, budget *int) {
 			s.deleteRetained(it.Topic, m, c) // not a message stored since the match
 			continue
 		}
-		enc.reset(m, false, c)
+		enc.reset(m, c)
 		s.deliver(c.cl, m, min(m.QoS, opts.qos), true, ids, &enc, clock)
 	}
 }
