@@ -140,3 +140,61 @@ func TestGCTunerRespectsEnvironment(t *testing.T) {
 		t.Error("headroom_percent 100 (Go's own policy): the policy was applied")
 	}
 }
+
+// garbage is where TestGCTunerReleasesIdleHeap's allocations escape to.
+var garbage []byte
+
+// TestGCTunerReleasesIdleHeap: memory the heap holds beyond what is live
+// goes back to the system once the allocations have stopped, not while
+// they go on, and not again before a collection has run since.
+func TestGCTunerReleasesIdleHeap(t *testing.T) {
+	// No collection while garbage is made: what it leaves is what the
+	// release must find, not what the scavenger returned meanwhile.
+	before := debug.SetGCPercent(-1)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+	makeGarbage := func() {
+		for range 256 {
+			garbage = make([]byte, 64<<10)
+		}
+		garbage = nil
+	}
+	released := func() uint64 {
+		s := []metrics.Sample{{Name: "/memory/classes/heap/released:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+
+	runtime.GC() // a collection, as every heap that has grown has had
+	tu := &gcTuner{}
+	tu.initIdle()
+	if tu.releaseIdle() {
+		t.Fatal("the first reading released: it has no allocations to compare with")
+	}
+	makeGarbage()
+	if tu.releaseIdle() {
+		t.Fatal("released while 16 MiB were allocated in the last interval")
+	}
+	// Collections on again: a collection alone, without the release,
+	// frees the garbage but keeps its pages.
+	debug.SetGCPercent(100)
+	was := released()
+	if !tu.releaseIdle() {
+		t.Fatal("16 MiB of garbage and no allocations since: not released")
+	}
+	if got := released() - was; got < 8<<20 {
+		t.Errorf("the release gave back %d bytes, want at least 8 MiB of the 16 MiB of garbage", got)
+	}
+
+	debug.SetGCPercent(-1)
+	makeGarbage()
+	tu.releaseIdle()
+	if tu.releaseIdle() {
+		t.Error("released again with no collection since the last release")
+	}
+	runtime.GC() // as a heap busy again collects
+	makeGarbage()
+	tu.releaseIdle()
+	if !tu.releaseIdle() {
+		t.Error("quiet with 16 MiB of garbage and a collection since the last release: not released")
+	}
+}
