@@ -31,7 +31,7 @@ func conns(cfg config) (*result, error) {
 	var before int64
 	var cpuBefore time.Duration
 	if cfg.pid > 0 {
-		if before, err = settledRSS(cfg.pid, cfg.settle, deadline); err != nil {
+		if before, _, err = settledRSS(cfg.pid, cfg.settle, deadline); err != nil {
 			return nil, err
 		}
 		if cpuBefore, err = processCPU(cfg.pid); err != nil {
@@ -80,18 +80,20 @@ func conns(cfg config) (*result, error) {
 	r.float("gen_cpu_us_per_conn", float64((genAfter-genBefore).Microseconds())/float64(max(connected, 1))).
 		float("gen_cpu_pct", 100*(genAfter-genBefore).Seconds()/secs)
 	if cfg.pid > 0 {
-		after, err := settledRSS(cfg.pid, cfg.settle, deadline)
+		after, burst, err := settledRSS(cfg.pid, cfg.settle, deadline)
 		if err != nil {
 			return nil, err
 		}
-		perConn, cpuPerConn := int64(0), 0.0
+		perConn, burstPerConn, cpuPerConn := int64(0), int64(0), 0.0
 		if connected > 0 {
 			perConn = (after - before) / connected
+			burstPerConn = (burst - before) / connected
 			cpuPerConn = float64((cpuAfter - cpuBefore).Microseconds()) / float64(connected)
 		}
 		// The generator's one CPU can be the bottleneck of connects/s; the
 		// broker's CPU time per connection compares brokers regardless.
-		r.int("rss_before_kb", before>>10).int("rss_after_kb", after>>10).int("bytes_per_conn", perConn).
+		r.int("rss_before_kb", before>>10).int("rss_burst_kb", burst>>10).int("rss_after_kb", after>>10).
+			int("bytes_per_conn", perConn).int("burst_bytes_per_conn", burstPerConn).
 			float("broker_cpu_us_per_conn", cpuPerConn).
 			float("broker_cpu_pct", 100*(cpuAfter-cpuBefore).Seconds()/secs)
 	}
@@ -162,11 +164,15 @@ func loopbackTarget(addr string) (bool, error) {
 	return ta.IP.To4() != nil && ta.IP.IsLoopback(), nil
 }
 
-// settledRSS polls the process's resident set every 100 ms until five
-// readings in a row agree within 1% (the broker's allocator or GC has
-// settled) or settle has passed, and returns the last reading in bytes.
-func settledRSS(pid int, settle time.Duration, deadline time.Time) (int64, error) {
-	const stableReadings = 5
+// settledRSS polls the process's resident set every 100 ms until the
+// readings of 3 s agree within 1% or settle has passed, and returns the
+// last reading and the first, in bytes. The first is the RSS a burst of
+// connections left; the last what the broker keeps once still: a Go
+// broker's runtime gives memory back a while after a burst (mqttd's idle
+// release after a second or two of quiet), where Mosquitto's and
+// FlashMQ's RSS is still at once.
+func settledRSS(pid int, settle time.Duration, deadline time.Time) (last, first int64, err error) {
+	const stableReadings = 30
 	until := time.Now().Add(settle)
 	if deadline.Before(until) {
 		until = deadline
@@ -177,14 +183,17 @@ func settledRSS(pid int, settle time.Duration, deadline time.Time) (int64, error
 	for {
 		rss, err := readRSS(pid)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
+		}
+		if window == nil {
+			first = rss
 		}
 		window = append(window, rss)
 		if len(window) > stableReadings {
 			window = window[1:]
 		}
 		if len(window) == stableReadings && spreadWithin(window, 0.01) || time.Now().After(until) {
-			return rss, nil
+			return rss, first, nil
 		}
 		<-tick.C
 	}

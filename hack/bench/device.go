@@ -139,9 +139,9 @@ func deviceWorkload(cfg config) (*result, error) {
 		}
 	}
 
-	var rssBefore, rssAfter int64
+	var rssBefore, rssBurst, rssAfter int64
 	if cfg.pid > 0 {
-		if rssBefore, err = settledRSS(cfg.pid, cfg.settle, deadline); err != nil {
+		if rssBefore, _, err = settledRSS(cfg.pid, cfg.settle, deadline); err != nil {
 			return nil, err
 		}
 	}
@@ -152,7 +152,7 @@ func deviceWorkload(cfg config) (*result, error) {
 	}
 	connSecs := time.Since(connStart).Seconds()
 	if cfg.pid > 0 {
-		if rssAfter, err = settledRSS(cfg.pid, cfg.settle, deadline); err != nil {
+		if rssAfter, rssBurst, err = settledRSS(cfg.pid, cfg.settle, deadline); err != nil {
 			return nil, err
 		}
 	}
@@ -263,7 +263,8 @@ func deviceWorkload(cfg config) (*result, error) {
 		r.float("cpu_us_per_msg", float64(used.Microseconds())/float64(max(measured, 1))).
 			float("broker_cpu_pct", 100*used.Seconds()/measuredWall.Seconds()).
 			int("rss_before_kb", rssBefore>>10).int("rss_after_kb", rssAfter>>10).
-			int("rss_per_conn", (rssAfter-rssBefore)/max(connected, 1))
+			int("rss_per_conn", (rssAfter-rssBefore)/max(connected, 1)).
+			int("rss_burst_per_conn", (rssBurst-rssBefore)/max(connected, 1))
 		if end, err := readRSS(cfg.pid); err == nil {
 			r.int("rss_end_kb", end>>10)
 		}

@@ -35,6 +35,7 @@ var tableMetrics = map[string][]metric{
 		{"broker_cpu_us_per_conn", "broker CPU µs/conn (lower is better)"},
 		{"broker_cpu_pct", "broker CPU % of the run (100: broker-bound)"},
 		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
+		{"burst_bytes_per_conn", "RSS bytes/conn as the burst left it"},
 		{"bytes_per_conn", "RSS bytes/conn (lower is better)"},
 	},
 	"device": {
@@ -42,6 +43,7 @@ var tableMetrics = map[string][]metric{
 		{"p50_us", "p50 µs (lower is better)"},
 		{"p99_us", "p99 µs (lower is better)"},
 		{"rss_per_conn", "RSS bytes/device (lower is better)"},
+		{"rss_burst_per_conn", "RSS bytes/device as the burst left it"},
 		{"loss_pct", "loss %"},
 	},
 }
