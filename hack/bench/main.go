@@ -10,7 +10,7 @@
 // Scenarios: fanin, fanout, qos1, qos2, durable1, durable2 (qos1 and qos2 with a
 // persistent subscriber), latency, conns, device (many clients each publishing
 // QoS 1 to its own topic every few seconds). -relay serves, instead, the
-// latency floor: a relay that does the least a broker can (relay_linux.go).
+// latency reference: a relay that does the least a broker can (relay_linux.go).
 // Every scenario is bounded by -timeout and reports undelivered messages as
 // loss. It exits 1 when a scenario cannot run or reports errors.
 package main
@@ -46,7 +46,7 @@ func parseArgs(args []string, stderr io.Writer) (command, error) {
 	fs.StringVar(&c.scenario, "scenario", "", "fanin, fanout, qos1, qos2, durable1, durable2, latency, conns or device")
 	fs.BoolVar(&c.freeport, "freeport", false, "print a free TCP port on 127.0.0.1 and exit")
 	fs.StringVar(&c.table, "table", "", "print the medians table of a file of broker=NAME result lines and exit")
-	fs.BoolVar(&c.relay, "relay", false, "serve on -addr, until killed, the latency floor's relay: PUBLISHes forwarded as they come, no broker (Linux)")
+	fs.BoolVar(&c.relay, "relay", false, "serve on -addr, until killed, the latency reference's relay: PUBLISHes forwarded as they come, no broker (Linux)")
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:1883", "broker address (host:port)")
 	kind := fs.String("transport", "tcp", "tcp, tls, ws or wss (WebSocket at /mqtt)")
 	caFile := fs.String("cafile", "", "tls, wss: CA file (PEM) to verify the broker with; none: not verified")

@@ -9,14 +9,15 @@ import (
 )
 
 // relay is the least an MQTT broker can do for the latency scenario, the
-// floor the brokers' latencies are read against: one thread blocked in
-// epoll_wait, one read per readable socket, each PUBLISH written on to
+// reference the brokers' latencies are read against: one thread blocked
+// in epoll_wait, one read per readable socket, each PUBLISH written on to
 // every client that has subscribed as it came (no topic matching, no
 // sessions, no copies kept) and its PUBACK after. MQTT 3.1.1, QoS 0 and 1
 // only; a write the socket refuses is dropped, so it is no reference for
 // throughput. What the latency scenario measures against it is the
 // generator's, the kernel's and the machine's share of every broker's
-// figure.
+// figure; it is no lower bound (a broker's threads may wake faster than
+// its one), and over runs it moves as much as the brokers do.
 type relay struct {
 	lfd, ep int
 	stop    [2]int // a pipe: a byte written to stop[1] ends serve

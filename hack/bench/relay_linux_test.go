@@ -4,7 +4,7 @@ import (
 	"testing"
 )
 
-// TestRelayCarriesTheLatencyScenario: the latency floor's relay passes
+// TestRelayCarriesTheLatencyScenario: the latency reference's relay passes
 // every message of both QoS levels to the subscriber and acknowledges the
 // QoS 1 ones, so the scenario measured against it loses nothing.
 func TestRelayCarriesTheLatencyScenario(t *testing.T) {
