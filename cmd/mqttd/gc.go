@@ -104,6 +104,7 @@ type gcTuner struct {
 	// The idle release's state (releaseIdle), the ticker's alone.
 	allocs uint64 // bytes allocated by the last tick
 	cycles uint64 // collections completed by the last release
+	quiet  int    // ticks in a row the heap has been idle
 	idle   [5]metrics.Sample
 
 	stop chan struct{}
@@ -119,9 +120,10 @@ const (
 	// releaseMin is the least memory an idle release gives back;
 	// releaseQuiet how long, in seconds, what is spare must last at the
 	// rate of the last second's allocations for the heap to count as
-	// idle.
+	// idle; releaseAfter how many ticks in a row it must be idle.
 	releaseMin   = 512 << 10
 	releaseQuiet = 30
+	releaseAfter = 10
 )
 
 // gcCycle is the object whose collection marks a cycle. It holds a
@@ -233,11 +235,13 @@ func (t *gcTuner) initIdle() {
 // them (Go's periodic collection, every two minutes, frees the garbage
 // but keeps the pages), and after a burst of 10,000 connects that was
 // 230 bytes of RSS per connection. A full collection returns them, once
-// the last second's allocations would take releaseQuiet seconds to use
-// up what is spare, and only if a collection has run since the last
-// release: a release costs at most as much as the collections of the busy
-// moment before it, and a heap that is busy again gets its pages back
-// from the system, a fault per page.
+// each second's allocations would have taken releaseQuiet seconds to use
+// up what is spare, releaseAfter ticks in a row, and only if a collection
+// has run since the last release: a release costs at most as much as the
+// collections of the busy moment before it. A heap that is busy again
+// gets its pages back from the system, a fault per page, and regrows from
+// a small goal: released after one idle second, flows a few seconds apart
+// lost 15-20% of their rate.
 func (t *gcTuner) releaseIdle() bool {
 	metrics.Read(t.idle[:])
 	for _, s := range t.idle {
@@ -255,11 +259,15 @@ func (t *gcTuner) releaseIdle() bool {
 	if objects > live {
 		spare += objects - live
 	}
-	if first || spare < releaseMin || recent*releaseQuiet > spare || cycles == t.cycles {
+	if first || spare < releaseMin || recent*releaseQuiet > spare {
+		t.quiet = 0
+		return false
+	}
+	if t.quiet++; t.quiet < releaseAfter || cycles == t.cycles {
 		return false
 	}
 	debug.FreeOSMemory()
 	metrics.Read(t.idle[:])
-	t.allocs, t.cycles = t.idle[0].Value.Uint64(), t.idle[4].Value.Uint64()
+	t.allocs, t.cycles, t.quiet = t.idle[0].Value.Uint64(), t.idle[4].Value.Uint64(), 0
 	return true
 }
