@@ -174,7 +174,7 @@ func TestScenariosAgainstMosquitto(t *testing.T) {
 		}
 	})
 	t.Run("conns", func(t *testing.T) {
-		lines := runBench(t, append([]string{"-scenario", "conns", "-conns", "50", "-settle", "500ms",
+		lines := runBench(t, append([]string{"-scenario", "conns", "-conns", "50", "-settle", "500ms", "-hold", "100ms",
 			"-pid", strconv.Itoa(pid)}, common...)...)
 		m := lines[0]
 		if c := number(t, m, "connected"); c != 50 {

@@ -80,7 +80,13 @@ func conns(cfg config) (*result, error) {
 	r.float("gen_cpu_us_per_conn", float64((genAfter-genBefore).Microseconds())/float64(max(connected, 1))).
 		float("gen_cpu_pct", 100*(genAfter-genBefore).Seconds()/secs)
 	if cfg.pid > 0 {
-		after, burst, err := settledRSS(cfg.pid, cfg.settle, deadline)
+		burst, err := readRSS(cfg.pid)
+		if err != nil {
+			return nil, err
+		}
+		hold := time.NewTimer(min(cfg.hold, time.Until(deadline)))
+		<-hold.C
+		after, _, err := settledRSS(cfg.pid, cfg.settle, deadline)
 		if err != nil {
 			return nil, err
 		}
@@ -169,8 +175,8 @@ func loopbackTarget(addr string) (bool, error) {
 // last reading and the first, in bytes. The first is the RSS a burst of
 // connections left; the last what the broker keeps once still: a Go
 // broker's runtime gives memory back a while after a burst (mqttd's idle
-// release after a second or two of quiet), where Mosquitto's and
-// FlashMQ's RSS is still at once.
+// release after ten seconds of quiet, which conns waits for: -hold),
+// where Mosquitto's and FlashMQ's RSS is still at once.
 func settledRSS(pid int, settle time.Duration, deadline time.Time) (last, first int64, err error) {
 	const stableReadings = 30
 	until := time.Now().Add(settle)

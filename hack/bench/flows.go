@@ -31,6 +31,7 @@ type config struct {
 	concurrency int // conns, device: dials in flight
 	pid         int // conns, device: broker process whose CPU time and RSS are measured
 	settle      time.Duration
+	hold        time.Duration // conns: how long the connections stay idle before the RSS is read
 	log         io.Writer
 }
 
