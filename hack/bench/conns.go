@@ -31,7 +31,7 @@ func conns(cfg config) (*result, error) {
 	var before int64
 	var cpuBefore time.Duration
 	if cfg.pid > 0 {
-		if before, _, err = settledRSS(cfg.pid, cfg.settle, deadline); err != nil {
+		if before, err = settledRSS(cfg.pid, cfg.settle, deadline); err != nil {
 			return nil, err
 		}
 		if cpuBefore, err = processCPU(cfg.pid); err != nil {
@@ -84,9 +84,12 @@ func conns(cfg config) (*result, error) {
 		if err != nil {
 			return nil, err
 		}
+		// The idle connection's cost is what is held once they have been
+		// idle a while: mqttd gives its spare heap back after ten quiet
+		// seconds, where Mosquitto's and FlashMQ's RSS is still at once.
 		hold := time.NewTimer(min(cfg.hold, time.Until(deadline)))
 		<-hold.C
-		after, _, err := settledRSS(cfg.pid, cfg.settle, deadline)
+		after, err := settledRSS(cfg.pid, cfg.settle, deadline)
 		if err != nil {
 			return nil, err
 		}
@@ -170,15 +173,11 @@ func loopbackTarget(addr string) (bool, error) {
 	return ta.IP.To4() != nil && ta.IP.IsLoopback(), nil
 }
 
-// settledRSS polls the process's resident set every 100 ms until the
-// readings of 3 s agree within 1% or settle has passed, and returns the
-// last reading and the first, in bytes. The first is the RSS a burst of
-// connections left; the last what the broker keeps once still: a Go
-// broker's runtime gives memory back a while after a burst (mqttd's idle
-// release after ten seconds of quiet, which conns waits for: -hold),
-// where Mosquitto's and FlashMQ's RSS is still at once.
-func settledRSS(pid int, settle time.Duration, deadline time.Time) (last, first int64, err error) {
-	const stableReadings = 30
+// settledRSS polls the process's resident set every 100 ms until five
+// readings in a row agree within 1% (the broker's allocator or GC has
+// settled) or settle has passed, and returns the last reading in bytes.
+func settledRSS(pid int, settle time.Duration, deadline time.Time) (int64, error) {
+	const stableReadings = 5
 	until := time.Now().Add(settle)
 	if deadline.Before(until) {
 		until = deadline
@@ -189,17 +188,14 @@ func settledRSS(pid int, settle time.Duration, deadline time.Time) (last, first 
 	for {
 		rss, err := readRSS(pid)
 		if err != nil {
-			return 0, 0, err
-		}
-		if window == nil {
-			first = rss
+			return 0, err
 		}
 		window = append(window, rss)
 		if len(window) > stableReadings {
 			window = window[1:]
 		}
 		if len(window) == stableReadings && spreadWithin(window, 0.01) || time.Now().After(until) {
-			return rss, first, nil
+			return rss, nil
 		}
 		<-tick.C
 	}

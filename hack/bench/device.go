@@ -141,7 +141,7 @@ func deviceWorkload(cfg config) (*result, error) {
 
 	var rssBefore, rssBurst, rssAfter int64
 	if cfg.pid > 0 {
-		if rssBefore, _, err = settledRSS(cfg.pid, cfg.settle, deadline); err != nil {
+		if rssBefore, err = settledRSS(cfg.pid, cfg.settle, deadline); err != nil {
 			return nil, err
 		}
 	}
@@ -152,7 +152,10 @@ func deviceWorkload(cfg config) (*result, error) {
 	}
 	connSecs := time.Since(connStart).Seconds()
 	if cfg.pid > 0 {
-		if rssAfter, rssBurst, err = settledRSS(cfg.pid, cfg.settle, deadline); err != nil {
+		if rssBurst, err = readRSS(cfg.pid); err != nil {
+			return nil, err
+		}
+		if rssAfter, err = settledRSS(cfg.pid, cfg.settle, deadline); err != nil {
 			return nil, err
 		}
 	}

@@ -65,7 +65,7 @@ func parseArgs(args []string, stderr io.Writer) (command, error) {
 	fs.IntVar(&cfg.concurrency, "concurrency", 64, "conns, device: dials in flight")
 	fs.IntVar(&cfg.pid, "pid", 0, "conns, device: broker pid, to report its CPU time and RSS growth per connection")
 	fs.DurationVar(&cfg.hold, "hold", 12*time.Second, "conns: how long the connections stay idle before the broker's RSS is read (mqttd gives its spare heap back after 10 s of quiet)")
-	fs.DurationVar(&cfg.settle, "settle", 10*time.Second, "conns, device: longest wait for the broker's RSS to settle (to hold within 1% for 3 s)")
+	fs.DurationVar(&cfg.settle, "settle", 5*time.Second, "conns, device: longest wait for the broker's RSS to settle")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
