@@ -17,6 +17,9 @@ type ring struct {
 	// position across removals.
 	popped      uint64
 	compactions uint32
+	// lo and hi bound the Seqs of the live entries: pushes widen them,
+	// removals leave them stale (still bounds) until idFree narrows them.
+	lo, hi uint64
 }
 
 func (r *ring) len() int { return r.n - r.tombs }
@@ -26,6 +29,11 @@ func (r *ring) slot(i int) int { return (r.head + i) % len(r.buf) }
 func (r *ring) push(o Outbound) {
 	if r.n == len(r.buf) {
 		r.grow()
+	}
+	if r.len() == 0 {
+		r.lo, r.hi = o.Seq, o.Seq
+	} else {
+		r.lo, r.hi = min(r.lo, o.Seq), max(r.hi, o.Seq)
 	}
 	j := r.slot(r.n)
 	r.buf[j], r.dead[j], r.ids[j] = o, false, o.PacketID
@@ -96,6 +104,32 @@ func (r *ring) find(id uint16) int {
 		}
 	}
 	return -1
+}
+
+// idFree reports whether no live entry holds the packet id of seq, the
+// Seq of an entry not in the ring. Only an entry a multiple of 65,535
+// away can (PacketIDOf), and none is while the live Seqs and seq span
+// fewer: so a window sliding along in Seq order is checked in O(1), and
+// scanned only when its stale bounds have drifted that far apart. The
+// scan was 4% of the broker's CPU in the qos1 flow, once per message.
+func (r *ring) idFree(seq uint64) bool {
+	if r.len() == 0 || r.spans(seq) {
+		return true
+	}
+	first := true
+	r.each(func(o *Outbound) {
+		if first {
+			r.lo, r.hi, first = o.Seq, o.Seq, false
+		}
+		r.lo, r.hi = min(r.lo, o.Seq), max(r.hi, o.Seq)
+	})
+	return r.spans(seq) || r.find(PacketIDOf(seq)) < 0
+}
+
+// spans reports whether seq and the bounds of the live Seqs lie within
+// 65,535 of each other.
+func (r *ring) spans(seq uint64) bool {
+	return max(r.hi, seq)-min(r.lo, seq) < 65535
 }
 
 func (r *ring) at(i int) *Outbound { return &r.buf[r.slot(i)] }

@@ -70,3 +70,71 @@ func TestRingFindAgainstModel(t *testing.T) {
 		t.Fatal("the ring never compacted")
 	}
 }
+
+// TestRingIDFreeAgainstFind checks the O(1) answer of idFree against a
+// scan of the ids, over a window sliding in Seq order for two laps of
+// the packet ids, entries taken from anywhere, and pushes out of Seq
+// order and 65,535 or more apart as Restore makes them: probes a lap
+// behind or ahead of a live entry must be refused, the next Seq allowed.
+func TestRingIDFreeAgainstFind(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var r ring
+	var live []uint64 // Seqs in the ring
+	next := uint64(0)
+	refused := 0
+	for step := range 300000 {
+		switch op := rng.IntN(100); {
+		case op < 2: // an entry restored far behind or ahead
+			seq := next + 65535*uint64(1+rng.IntN(2)) - uint64(rng.IntN(3))
+			if rng.IntN(2) == 0 && next > 70000 {
+				seq = next - 65535 - uint64(rng.IntN(3))
+			}
+			if r.find(PacketIDOf(seq)) < 0 { // ids in flight are distinct
+				r.push(Outbound{Seq: seq, PacketID: PacketIDOf(seq)})
+				live = append(live, seq)
+			}
+		case op < 52 && len(live) < 200:
+			next++
+			for r.find(PacketIDOf(next)) >= 0 {
+				next++
+			}
+			r.push(Outbound{Seq: next, PacketID: PacketIDOf(next)})
+			live = append(live, next)
+		case len(live) > 0:
+			k := 0
+			if rng.IntN(4) == 0 {
+				k = rng.IntN(len(live))
+			}
+			i := r.find(PacketIDOf(live[k]))
+			if i < 0 || r.at(i).Seq != live[k] {
+				t.Fatalf("step %d: find(%d) = %d", step, PacketIDOf(live[k]), i)
+			}
+			r.remove(i)
+			live = slices.Delete(live, k, k+1)
+		}
+		probes := []uint64{next + 1, next + 2 + uint64(rng.IntN(65535))}
+		if len(live) > 0 {
+			s := live[rng.IntN(len(live))]
+			probes = append(probes, s+65535, s+2*65535)
+			if s > 65535 {
+				probes = append(probes, s-65535)
+			}
+		}
+		for _, seq := range probes {
+			if slices.Contains(live, seq) {
+				continue
+			}
+			want := r.find(PacketIDOf(seq)) < 0
+			if got := r.idFree(seq); got != want {
+				t.Fatalf("step %d: idFree(%d) = %v, the ids' scan says %v (live %d entries, bounds %d..%d)",
+					step, seq, got, want, len(live), r.lo, r.hi)
+			}
+			if !want {
+				refused++
+			}
+		}
+	}
+	if next < 2*65535 || refused < 1000 {
+		t.Fatalf("the window went to Seq %d and %d probes were refused: too few to test", next, refused)
+	}
+}

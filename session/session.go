@@ -356,7 +356,7 @@ func PacketIDOf(seq uint64) uint16 { return uint16(seq%65535) + 1 }
 // free reports whether the packet id of seq is free: an entry still in
 // flight 65,535 entries later holds it, and the new one waits for it.
 func (s *Session) free(seq uint64) bool {
-	return s.q == nil || s.q.inflight.find(PacketIDOf(seq)) < 0
+	return s.q == nil || s.q.inflight.idFree(seq)
 }
 
 // Next takes what is to be sent next: first an entry of the window that
