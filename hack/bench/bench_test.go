@@ -142,6 +142,9 @@ func checkDelivery(t *testing.T, m map[string]string, expected float64) {
 func TestScenariosAgainstMosquitto(t *testing.T) {
 	addr, pid := startMosquitto(t)
 	common := []string{"-addr", addr, "-timeout", "10s", "-idle", "1s"}
+	// Nanosecond run times count a run of 500 messages; 10 ms ticks, the
+	// fallback, may not.
+	_, fine := threadsCPU(pid)
 	for _, tc := range []struct {
 		scenario string
 		args     []string
@@ -153,11 +156,16 @@ func TestScenariosAgainstMosquitto(t *testing.T) {
 		{"qos2", []string{"-msgs", "500", "-window", "10"}, 500},
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
-			lines := runBench(t, append(append([]string{"-scenario", tc.scenario}, common...), tc.args...)...)
+			lines := runBench(t, append(append([]string{"-scenario", tc.scenario, "-pid", strconv.Itoa(pid)}, common...), tc.args...)...)
 			if len(lines) != 1 || lines[0]["scenario"] != tc.scenario {
 				t.Fatalf("want one %s line, got %v", tc.scenario, lines)
 			}
 			checkDelivery(t, lines[0], tc.expected)
+			for _, k := range []string{"cpu_us_per_msg", "broker_cpu_pct", "gen_cpu_pct"} {
+				if v := number(t, lines[0], k); v < 0 || v == 0 && fine == nil {
+					t.Errorf("%s=%v, want > 0", k, v)
+				}
+			}
 		})
 	}
 	t.Run("latency", func(t *testing.T) {

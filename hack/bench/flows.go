@@ -88,6 +88,10 @@ func runFlow(cfg config, fl flow) (*result, error) {
 		return nil, err
 	}
 
+	cpu, err := readCPU(cfg.pid)
+	if err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	var subsWG sync.WaitGroup
 	for _, s := range subs {
@@ -108,6 +112,10 @@ func runFlow(cfg config, fl flow) (*result, error) {
 
 	expected := int64(fl.pubs * fl.msgs * fl.subs)
 	timedOut := awaitDeliveries(subs, expected, pubsDone, cfg.idle, deadline)
+	end, err := readCPU(cfg.pid)
+	if err != nil {
+		return nil, err
+	}
 	for _, s := range subs {
 		s.stop()
 	}
@@ -117,7 +125,48 @@ func runFlow(cfg config, fl flow) (*result, error) {
 	for _, s := range subs {
 		errs = append(errs, s.err)
 	}
-	return flowResult(cfg, fl, subs, errs, timedOut), nil
+	r := flowResult(cfg, fl, subs, errs, timedOut)
+	end.report(r, cpu, r.nums["delivered"])
+	return r, nil
+}
+
+// cpuReading is the CPU time the generator, and the broker when its pid
+// is given, had used at a moment.
+type cpuReading struct {
+	at          time.Time
+	pid         int
+	broker, gen time.Duration
+}
+
+func readCPU(pid int) (cpuReading, error) {
+	c := cpuReading{at: time.Now(), pid: pid}
+	var err error
+	if c.gen, err = processCPU(os.Getpid()); err != nil {
+		return c, err
+	}
+	if pid > 0 {
+		if c.broker, err = processCPU(pid); err != nil {
+			return c, fmt.Errorf("broker pid %d: %w", pid, err)
+		}
+	}
+	return c, nil
+}
+
+// report adds what was used since start: the generator's share of the
+// wall time (100: generator-bound) and, with the broker's pid, the
+// broker's share and its CPU per delivered message, which unlike the
+// rate does not depend on the generator keeping up.
+func (c cpuReading) report(r *result, start cpuReading, delivered float64) {
+	wall := c.at.Sub(start.at).Seconds()
+	if wall <= 0 {
+		return
+	}
+	r.float("gen_cpu_pct", 100*(c.gen-start.gen).Seconds()/wall)
+	if c.pid > 0 {
+		used := c.broker - start.broker
+		r.float("broker_cpu_pct", 100*used.Seconds()/wall).
+			float("cpu_us_per_msg", float64(used.Nanoseconds())/1e3/max(delivered, 1))
+	}
 }
 
 // connectFlow dials and subscribes every subscriber, then dials every

@@ -63,7 +63,7 @@ func parseArgs(args []string, stderr io.Writer) (command, error) {
 	fs.IntVar(&cfg.devices, "devices", 10000, "device: clients, each publishing every devices/rate seconds")
 	fs.IntVar(&cfg.conns, "conns", 10000, "conns: clients to open")
 	fs.IntVar(&cfg.concurrency, "concurrency", 64, "conns, device: dials in flight")
-	fs.IntVar(&cfg.pid, "pid", 0, "conns, device: broker pid, to report its CPU time and RSS growth per connection")
+	fs.IntVar(&cfg.pid, "pid", 0, "broker pid, to report its CPU time (per message, per connection) and, in conns and device, its RSS growth per connection")
 	fs.DurationVar(&cfg.hold, "hold", 12*time.Second, "conns: how long the connections stay idle before the broker's RSS is read (mqttd gives its spare heap back after 10 s of quiet)")
 	fs.DurationVar(&cfg.settle, "settle", 5*time.Second, "conns, device: longest wait for the broker's RSS to settle")
 	if err := fs.Parse(args); err != nil {

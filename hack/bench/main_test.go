@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRunFailsWhenNoBroker(t *testing.T) {
@@ -29,4 +31,36 @@ func TestRunRejectsBadFlags(t *testing.T) {
 			t.Errorf("run(%q) exited %d, want 2", args, code)
 		}
 	}
+}
+
+// TestProcessCPUCountsLessThanATick: a throughput run is over in a
+// fraction of a second, so the broker's CPU is read to well under the
+// 10 ms clock tick. The process works until its reading moves, and the
+// move must be far smaller than a tick.
+func TestProcessCPUCountsLessThanATick(t *testing.T) {
+	if _, err := threadsCPU(os.Getpid()); err != nil {
+		t.Skipf("this kernel keeps no per-thread run times: %v", err)
+	}
+	before, err := processCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	sum := 0
+	for time.Now().Before(deadline) {
+		for i := range 10000 {
+			sum += i * i
+		}
+		after, err := processCPU(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := after - before; d > 0 {
+			if d >= 5*time.Millisecond {
+				t.Fatalf("the reading moved by %v: not finer than a tick", d)
+			}
+			return
+		}
+	}
+	t.Fatalf("the reading did not move in 5 s of work (%d)", sum)
 }

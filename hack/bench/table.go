@@ -19,16 +19,47 @@ type metric struct {
 
 // tableMetrics lists, per scenario, what the comparison table shows.
 var tableMetrics = map[string][]metric{
-	"fanin":    {{"rate", "msg/s"}, {"loss_pct", "loss %"}},
-	"fanout":   {{"rate", "deliveries/s"}, {"loss_pct", "loss %"}},
-	"qos1":     {{"rate", "msg/s"}, {"loss_pct", "loss %"}},
-	"qos2":     {{"rate", "msg/s"}, {"loss_pct", "loss %"}},
-	"durable1": {{"rate", "msg/s"}, {"loss_pct", "loss %"}},
-	"durable2": {{"rate", "msg/s"}, {"loss_pct", "loss %"}},
+	"fanin": {
+		{"rate", "msg/s"},
+		{"cpu_us_per_msg", "broker CPU µs/msg (lower is better)"},
+		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
+		{"loss_pct", "loss %"},
+	},
+	"fanout": {
+		{"rate", "deliveries/s"},
+		{"cpu_us_per_msg", "broker CPU µs/delivery (lower is better)"},
+		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
+		{"loss_pct", "loss %"},
+	},
+	"qos1": {
+		{"rate", "msg/s"},
+		{"cpu_us_per_msg", "broker CPU µs/msg (lower is better)"},
+		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
+		{"loss_pct", "loss %"},
+	},
+	"qos2": {
+		{"rate", "msg/s"},
+		{"cpu_us_per_msg", "broker CPU µs/msg (lower is better)"},
+		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
+		{"loss_pct", "loss %"},
+	},
+	"durable1": {
+		{"rate", "msg/s"},
+		{"cpu_us_per_msg", "broker CPU µs/msg (lower is better)"},
+		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
+		{"loss_pct", "loss %"},
+	},
+	"durable2": {
+		{"rate", "msg/s"},
+		{"cpu_us_per_msg", "broker CPU µs/msg (lower is better)"},
+		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
+		{"loss_pct", "loss %"},
+	},
 	"latency": {
 		{"p50_us", "p50 µs (lower is better)"},
 		{"p99_us", "p99 µs (lower is better)"},
 		{"p999_us", "p99.9 µs (lower is better)"},
+		{"cpu_us_per_msg", "broker CPU µs/msg (lower is better)"},
 	},
 	"conns": {
 		{"rate", "connects/s"},
@@ -136,6 +167,9 @@ func writeTable(in io.Reader, out io.Writer) error {
 				med, ok := median(vs)
 				meds, have = append(meds, med), append(have, ok)
 				line += formatMedian(med, ok, len(vs)) + "\t"
+			}
+			if !slices.Contains(have, true) {
+				continue // a figure no broker has: one a run without -pid lacks
 			}
 			for _, o := range others {
 				line += ratio(meds[subj], meds[o], have[subj] && have[o]) + "\t"
