@@ -1,5 +1,7 @@
 package session
 
+import "math"
+
 // ring is a FIFO of Outbound values. Entries removed from the middle (an
 // out-of-order acknowledgement) become tombstones that are skipped and
 // reclaimed when they reach the head, so the common in-order case is O(1).
@@ -116,13 +118,8 @@ func (r *ring) idFree(seq uint64) bool {
 	if r.len() == 0 || r.spans(seq) {
 		return true
 	}
-	first := true
-	r.each(func(o *Outbound) {
-		if first {
-			r.lo, r.hi, first = o.Seq, o.Seq, false
-		}
-		r.lo, r.hi = min(r.lo, o.Seq), max(r.hi, o.Seq)
-	})
+	r.lo, r.hi = math.MaxUint64, 0 // there is a live entry to set both
+	r.each(func(o *Outbound) { r.lo, r.hi = min(r.lo, o.Seq), max(r.hi, o.Seq) })
 	return r.spans(seq) || r.find(PacketIDOf(seq)) < 0
 }
 

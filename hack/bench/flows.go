@@ -299,18 +299,16 @@ func fanout(cfg config) (*result, error) {
 // as its messages are queued, runs ahead of the subscriber's deliveries,
 // and 200,000 took mqttd's queue past its default bound of 100,000.
 func qosFlow(cfg config, qos byte, persistent bool) (*result, error) {
-	name := fmt.Sprintf("qos%d", qos)
-	msgs := orDefault(cfg.msgs, 200000)
-	if cfg.transport.kind != "tcp" {
-		msgs = orDefault(cfg.msgs, 50000)
-	}
+	name, msgs := fmt.Sprintf("qos%d", qos), 200000
 	if persistent {
 		name = fmt.Sprintf("durable%d", qos)
-		msgs = orDefault(cfg.msgs, 50000)
+	}
+	if persistent || cfg.transport.kind != "tcp" {
+		msgs = 50000
 	}
 	topic := "bench/" + name
 	return runFlow(cfg, flow{
-		name: name, pubs: 1, subs: 1, msgs: msgs, qos: qos,
+		name: name, pubs: 1, subs: 1, msgs: orDefault(cfg.msgs, msgs), qos: qos,
 		filter: topic, persistent: persistent,
 		topics: func(int) []string { return []string{topic} },
 	})

@@ -19,42 +19,12 @@ type metric struct {
 
 // tableMetrics lists, per scenario, what the comparison table shows.
 var tableMetrics = map[string][]metric{
-	"fanin": {
-		{"rate", "msg/s"},
-		{"cpu_us_per_msg", "broker CPU µs/msg (lower is better)"},
-		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
-		{"loss_pct", "loss %"},
-	},
-	"fanout": {
-		{"rate", "deliveries/s"},
-		{"cpu_us_per_msg", "broker CPU µs/delivery (lower is better)"},
-		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
-		{"loss_pct", "loss %"},
-	},
-	"qos1": {
-		{"rate", "msg/s"},
-		{"cpu_us_per_msg", "broker CPU µs/msg (lower is better)"},
-		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
-		{"loss_pct", "loss %"},
-	},
-	"qos2": {
-		{"rate", "msg/s"},
-		{"cpu_us_per_msg", "broker CPU µs/msg (lower is better)"},
-		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
-		{"loss_pct", "loss %"},
-	},
-	"durable1": {
-		{"rate", "msg/s"},
-		{"cpu_us_per_msg", "broker CPU µs/msg (lower is better)"},
-		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
-		{"loss_pct", "loss %"},
-	},
-	"durable2": {
-		{"rate", "msg/s"},
-		{"cpu_us_per_msg", "broker CPU µs/msg (lower is better)"},
-		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
-		{"loss_pct", "loss %"},
-	},
+	"fanin":    throughput("msg/s", "msg"),
+	"fanout":   throughput("deliveries/s", "delivery"),
+	"qos1":     throughput("msg/s", "msg"),
+	"qos2":     throughput("msg/s", "msg"),
+	"durable1": throughput("msg/s", "msg"),
+	"durable2": throughput("msg/s", "msg"),
 	"latency": {
 		{"p50_us", "p50 µs (lower is better)"},
 		{"p99_us", "p99 µs (lower is better)"},
@@ -77,6 +47,17 @@ var tableMetrics = map[string][]metric{
 		{"rss_burst_per_conn", "RSS bytes/device as the burst left it"},
 		{"loss_pct", "loss %"},
 	},
+}
+
+// throughput is the rows of a flow measured by its rate, in unit, with
+// the broker's CPU per each message or delivery.
+func throughput(unit, each string) []metric {
+	return []metric{
+		{"rate", unit},
+		{"cpu_us_per_msg", "broker CPU µs/" + each + " (lower is better)"},
+		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
+		{"loss_pct", "loss %"},
+	}
 }
 
 // scenarioOrder is the order of the table's rows.
