@@ -5,15 +5,31 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 )
 
-// pipeClient returns a client over one end of an in-memory connection and
-// the other end, standing for the broker, with a deadline on both.
-func pipeClient(t *testing.T) (*client, net.Conn) {
+// socketClient returns a client over one end of a loopback TCP connection
+// and the other end, standing for the broker, with a deadline on both. A
+// socket, not net.Pipe: the publisher writes before it reads, as it does
+// against a broker, and a pipe would block it until the other end read.
+func socketClient(t *testing.T) (*client, net.Conn) {
 	t.Helper()
-	broker, cl := net.Pipe()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cl, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	broker, err := ln.Accept()
+	if err != nil {
+		cl.Close()
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { broker.Close(); cl.Close() })
 	deadline := time.Now().Add(5 * time.Second)
 	if err := broker.SetDeadline(deadline); err != nil {
@@ -41,7 +57,7 @@ func exchange(t *testing.T, conn net.Conn, send, want []byte) {
 }
 
 func TestSubscriberRunsReceiverFlows(t *testing.T) {
-	c, broker := pipeClient(t)
+	c, broker := socketClient(t)
 	s := &subscriber{c: c, start: time.Now()}
 	done := make(chan struct{})
 	go func() {
@@ -68,7 +84,7 @@ func TestSubscriberRunsReceiverFlows(t *testing.T) {
 // and checks the window, the packet ids and the order of the flow.
 func TestPublisherQoS2Window(t *testing.T) {
 	const window, n = 2, 5
-	c, broker := pipeClient(t)
+	c, broker := socketClient(t)
 	p := &publisher{c: c, qos: 2, n: n, window: window, frames: []publishTemplate{newPublishTemplate("t", 2, 8)}, start: time.Now()}
 	errc := make(chan error, 1)
 	go func() { errc <- p.run() }()
@@ -119,5 +135,32 @@ func TestPublisherQoS2Window(t *testing.T) {
 	}
 	if err := <-errc; err != nil {
 		t.Fatalf("publisher: %v", err)
+	}
+}
+
+// TestPublisherRefusesDuplicateAck answers the first PUBLISH of a QoS 1
+// window twice: the second PUBACK is for an id already free again, which
+// the publisher must report rather than reuse the id twice.
+func TestPublisherRefusesDuplicateAck(t *testing.T) {
+	c, broker := socketClient(t)
+	p := &publisher{c: c, qos: 1, n: 5, window: 2, frames: []publishTemplate{newPublishTemplate("t", 1, 8)}, start: time.Now()}
+	errc := make(chan error, 1)
+	go func() { errc <- p.run() }()
+
+	f, err := newFrameReader(broker, 256).next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf, err := parsePublish(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack := appendAck(nil, typePuback, pf.id)
+	if _, err := broker.Write(append(ack, ack...)); err != nil {
+		t.Fatal(err)
+	}
+	err = <-errc
+	if err == nil || !strings.Contains(err.Error(), "not expected") {
+		t.Fatalf("publisher returned %v after a duplicate PUBACK, want its refusal", err)
 	}
 }
