@@ -192,9 +192,8 @@ func (c *conn) sendNow(p packets.Packet) {
 }
 
 // flushDeferred writes the deferred frames (the reader's own answers) on
-// the reader's goroutine, unless a writer is already running, and reports
-// whether it wrote.
-func (c *conn) flushDeferred() bool {
+// the reader's goroutine, unless a writer is already running.
+func (c *conn) flushDeferred() {
 	o := &c.out
 	o.mu.Lock()
 	claimed := !o.writing && o.deferred && !o.closed
@@ -205,7 +204,6 @@ func (c *conn) flushDeferred() bool {
 	if claimed {
 		c.writeLoop()
 	}
-	return claimed
 }
 
 // flushAnswers writes, on the reader's goroutine, what is queued for the

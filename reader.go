@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"runtime"
 	"time"
 
 	"mqttd/packets"
@@ -82,9 +81,6 @@ type blockingState struct {
 	br          *bufio.Reader
 	pub         packets.Publish
 	deadlineSet time.Time // when the read deadline was last moved
-	// frames counts the frames handled since the answers were last
-	// flushed with more input buffered (pipeline).
-	frames int
 }
 
 // countingReader counts the bytes serve's reader reads.
@@ -124,9 +120,6 @@ func (c *conn) readOne() error {
 	if c.bl.br.Buffered() == 0 {
 		c.commitHeld(false)
 		c.flushDeferred()
-		c.bl.frames = 0
-	} else if c.bl.frames++; c.bl.frames%pipeFrames == 0 {
-		c.pipeline()
 	}
 	c.refreshDeadline()
 	fh, err := packets.ReadFrameHeader(c.bl.br, c.version, c.srv.opts.Limits.MaxPacketSize)
@@ -274,32 +267,4 @@ func (c *conn) probeNetConn() {
 func (c *conn) writeNetConn(b []byte, timeout time.Duration) (int, error) {
 	c.nc.SetWriteDeadline(time.Now().Add(timeout))
 	return c.nc.Write(b)
-}
-
-// pipeFrames is how many frames a reader handles, while more input waits
-// in its buffer, before it writes the answers it has queued.
-const pipeFrames = 50
-
-// pipeline writes the answers queued so far (a QoS 1/2 publisher's
-// PUBACKs or PUBRECs, the deliveries a subscriber's PUBACKs let out) and,
-// when there were any, lets the writers its deliveries started run, before
-// the rest of the read is handled: the client on the other core works on
-// the first part meanwhile. A window of 100 QoS 1 messages arrives in one
-// read; answered whole at its end, client and broker took turns, each
-// idle while the other worked (qos1: 760k -> 995k msg/s for the same
-// broker CPU with answers every 50 frames, 378k -> 472k over TLS; every
-// 10 cost twice the CPU).
-// A read of QoS 0 PUBLISHes queues no answers and is not cut, nor are the
-// reads of a connection that has changed what is stored: asking for a
-// commit in the middle of a read made smaller commits, each an fdatasync
-// (durable2 fell from 61k to 37k msg/s), and even a rare yield there (a
-// read that had not changed the store yet) let the committer start early
-// and took durable2 from ~70k to ~55k.
-func (c *conn) pipeline() {
-	if c.held != nil {
-		return
-	}
-	if c.flushDeferred() {
-		runtime.Gosched()
-	}
 }

@@ -623,9 +623,6 @@ func (c *conn) frames(b []byte, owned bool, held int, pub *packets.Publish) (fra
 		if err := c.dispatch(fh, body, pub); err != nil {
 			return frames, err
 		}
-		if frames%pipeFrames == 0 && len(b) > 0 {
-			c.pipeline()
-		}
 	}
 	return frames, nil
 }
