@@ -395,7 +395,7 @@ func (l *Listener) prepare(nc net.Conn) (net.Conn, error) {
 		if err := tc.Handshake(); err != nil {
 			return nil, fmt.Errorf("TLS handshake: %w", err)
 		}
-		nc = &tlsConn{tc}
+		nc = &tlsConn{Conn: tc, probe: newInputProbe(tc)}
 	}
 	nc.SetDeadline(time.Time{})
 	return nc, nil

@@ -103,8 +103,19 @@ func (cs *certStore) reload() error {
 
 // tlsConn is a TLS connection whose handshake is done. It passes TCP
 // keepalive settings on to its socket, as the engine's probe of dead peers
-// needs.
-type tlsConn struct{ *tls.Conn }
+// needs, and tells the engine whether more input has arrived.
+type tlsConn struct {
+	*tls.Conn
+	probe *inputProbe
+}
+
+// InputWaiting reports whether bytes have arrived on the socket that no
+// read has taken yet, so that the next read returns without waiting for
+// the client: the engine then answers after it, in one write with the
+// answers to what it brings, as its poller does for plain TCP. False
+// when it cannot tell (the engine answers before every read that may
+// wait), and when what waited was only part of a TLS record.
+func (c *tlsConn) InputWaiting() bool { return c.probe.waiting() }
 
 // SetKeepAliveConfig sets TCP keepalive on the socket under the TLS.
 func (c *tlsConn) SetKeepAliveConfig(kc net.KeepAliveConfig) error {

@@ -61,7 +61,8 @@ func (l *Listener) serveWeb(inner net.Listener) {
 		}
 		upgraded(ws.NetConn())
 		ws.SetReadLimit(l.cfg.MaxMessageSize)
-		l.hand(&wsConn{ws: ws, remote: l.clientAddr(r, ws.RemoteAddr()), limit: l.cfg.MaxMessageSize})
+		l.hand(&wsConn{ws: ws, remote: l.clientAddr(r, ws.RemoteAddr()), limit: l.cfg.MaxMessageSize,
+			probe: newInputProbe(ws.NetConn())})
 	})
 	l.web = &http.Server{
 		Handler: mux,
@@ -165,7 +166,12 @@ type wsConn struct {
 	remote net.Addr
 	limit  int64     // MaxMessageSize, for the error that says it was passed
 	r      io.Reader // the message being read
+	probe  *inputProbe
 }
+
+// InputWaiting reports whether bytes have arrived on the socket that no
+// read has taken yet (see tlsConn.InputWaiting).
+func (c *wsConn) InputWaiting() bool { return c.probe.waiting() }
 
 // Read reads from the current message, moving to the next when it ends.
 // A text message, or one over MaxMessageSize, is an error that ends the

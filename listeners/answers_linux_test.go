@@ -1,0 +1,154 @@
+//go:build linux
+
+package listeners_test
+
+import (
+	"bytes"
+	"crypto/tls"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"mqttd/listeners"
+)
+
+// window is 100 QoS 1 PUBLISHes (ids 1 to 100) in one buffer: what a
+// client with a window of 100 sends in one go. Each frame is 64 bytes, so
+// that the frames end where the engine's 512-byte read buffer does, and
+// it is empty, before a read, every 8 frames.
+func window() []byte {
+	var b []byte
+	payload := bytes.Repeat([]byte{'x'}, 64-7)
+	for id := 1; id <= 100; id++ {
+		b = append(b, 0x32, byte(2+1+2+len(payload)), 0, 1, 'a', 0, byte(id))
+		b = append(b, payload...)
+	}
+	return b
+}
+
+// checkPubacks checks that acks holds the PUBACKs of window, in order.
+func checkPubacks(t *testing.T, acks []byte) {
+	t.Helper()
+	for id := 1; id <= 100; id++ {
+		if got, want := acks[4*(id-1):4*id], []byte{0x40, 2, 0, byte(id)}; !bytes.Equal(got, want) {
+			t.Fatalf("PUBACK %d: % x, want % x", id, got, want)
+		}
+	}
+}
+
+// burstConn, once holding, keeps what is written to it until flush writes
+// it all to the socket at once: a client's messages or records, each a
+// write of its own, are all in the broker's receive queue before it reads
+// the first.
+type burstConn struct {
+	net.Conn
+	holding bool
+	held    []byte
+}
+
+func (c *burstConn) Write(b []byte) (int, error) {
+	if !c.holding {
+		return c.Conn.Write(b)
+	}
+	c.held = append(c.held, b...)
+	return len(b), nil
+}
+
+func (c *burstConn) flush() error {
+	_, err := c.Conn.Write(c.held)
+	c.held, c.holding = nil, false
+	return err
+}
+
+// TestWebSocketAnswersWindowInOneMessage sends a window of QoS 1
+// PUBLISHes as WebSocket messages of 8 frames, all in one TCP write, and
+// counts the messages its 100 PUBACKs come in. The engine reads a
+// message's bytes through its own buffer and, when it is empty, answered
+// before reading again: one message of answers per 8 PUBLISHes (13) while
+// the socket held the rest of the window.
+func TestWebSocketAnswersWindowInOneMessage(t *testing.T) {
+	_, addr := startBroker(t, listeners.Config{Type: listeners.WS})
+	ws := dialWS(t, "ws://"+addr+"/mqtt", nil)
+	if err := ws.WriteMessage(websocket.BinaryMessage, connectPacket); err != nil {
+		t.Fatal(err)
+	}
+	if got := readBytes(t, ws, len(connackPacket)); !bytes.Equal(got, connackPacket) {
+		t.Fatalf("CONNACK % x", got)
+	}
+	// Client frames are masked; a zero key leaves the payload as it is.
+	var frames []byte
+	for w := window(); len(w) > 0; {
+		n := min(len(w), 512)
+		frames = append(frames, 0x82, 0x80|126, byte(n>>8), byte(n), 0, 0, 0, 0)
+		frames = append(frames, w[:n]...)
+		w = w[n:]
+	}
+	if _, err := ws.NetConn().Write(frames); err != nil {
+		t.Fatal(err)
+	}
+	ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var acks []byte
+	messages := 0
+	for len(acks) < 400 {
+		_, b, err := ws.ReadMessage()
+		if err != nil {
+			t.Fatalf("after %d bytes of PUBACKs in %d messages: %v", len(acks), messages, err)
+		}
+		acks = append(acks, b...)
+		messages++
+	}
+	checkPubacks(t, acks)
+	if messages > 2 {
+		t.Errorf("100 PUBACKs came in %d WebSocket messages, want 1 (2 at most)", messages)
+	}
+}
+
+// TestTLSAnswersWindowInFewerRecords does the same over TLS with 13
+// records of 8 frames, counting the records the PUBACKs come in (a read of
+// a tls.Conn returns one record). Only what waits in the kernel is seen:
+// records crypto/tls has read ahead into its own buffer are not, and are
+// answered one by one (5 records of PUBACKs here, 13 without asking).
+func TestTLSAnswersWindowInFewerRecords(t *testing.T) {
+	p := newPKI(t)
+	_, addr := startBroker(t, listeners.Config{Type: listeners.TLS, TLS: p.tlsConfig(false)})
+	raw, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	raw.SetDeadline(time.Now().Add(10 * time.Second))
+	burst := &burstConn{Conn: raw}
+	c := tls.Client(burst, &tls.Config{RootCAs: p.pool, ServerName: "127.0.0.1"})
+	if _, err := c.Write(connectPacket); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64<<10)
+	if n, err := c.Read(buf); err != nil || !bytes.Equal(buf[:n], connackPacket) {
+		t.Fatalf("CONNACK % x, %v", buf[:n], err)
+	}
+	burst.holding = true
+	for w := window(); len(w) > 0; w = w[min(len(w), 512):] {
+		if _, err := c.Write(w[:min(len(w), 512)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := burst.flush(); err != nil {
+		t.Fatal(err)
+	}
+	var acks []byte
+	records := 0
+	for len(acks) < 400 {
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("after %d bytes of PUBACKs in %d records: %v", len(acks), records, err)
+		}
+		acks = append(acks, buf[:n]...)
+		records++
+	}
+	checkPubacks(t, acks)
+	if sent := (len(window()) + 511) / 512; records >= sent {
+		t.Errorf("100 PUBACKs came in %d TLS records, one per record of PUBLISHes (%d): want fewer", records, sent)
+	}
+}
