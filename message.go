@@ -178,20 +178,27 @@ func forwardProperties(m *session.Message, subIDs []uint32) packets.Properties {
 // larger than the client's Maximum Packet Size is not sent and the result
 // is false: the caller completes it in the session [MQTT-3.1.2-25].
 func (c *conn) writeOutboundLocked(o session.Outbound, wake bool) (sent bool) {
+	sent, _ = c.writeOutboundFit(o, wake, false)
+	return sent
+}
+
+// writeOutboundFit is writeOutboundLocked that, with wantFit, also
+// returns what fit returns afterwards (enqueueFit).
+func (c *conn) writeOutboundFit(o session.Outbound, wake, wantFit bool) (sent bool, fit int) {
 	mode := deferred
 	if wake {
 		mode = woken
 	}
 	sent = true
-	c.enqueue(mode, func(b []byte) []byte {
+	_, fit = c.enqueueFit(mode, func(b []byte) []byte {
 		if o.Released {
 			b, _ = (&packets.Pubrel{PacketID: o.PacketID}).Append(b, c.version)
 			return b
 		}
 		b, sent = c.appendDelivery(b, o)
 		return b
-	})
-	return sent
+	}, wantFit)
+	return sent, fit
 }
 
 // appendDelivery encodes one PUBLISH for this connection, under its

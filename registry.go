@@ -275,11 +275,7 @@ func (c *conn) pumpFrom(from, owner *conn) {
 			c.srv.dur.removedLocked(cl, o.Seq, owner)
 		}
 	}
-	for {
-		fit, _ := target.fit()
-		if fit < 0 {
-			return
-		}
+	for fit, _ := target.fit(); fit >= 0; {
 		o, ok := cl.sess.NextFit(clock, &c.srv.queueBudget, fit, expired)
 		if !ok {
 			return
@@ -294,7 +290,8 @@ func (c *conn) pumpFrom(from, owner *conn) {
 		}
 		// Frames for this connection wait for its own flush; another
 		// connection's writer is woken.
-		if !target.writeOutboundLocked(o, target != from) && o.QoS > 0 {
+		var sent bool
+		if sent, fit = target.writeOutboundFit(o, target != from, true); !sent && o.QoS > 0 {
 			c.srv.discardLocked(cl, o.PacketID, owner)
 		}
 	}
