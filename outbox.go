@@ -219,13 +219,6 @@ func (c *conn) flushDeferred() {
 	}
 }
 
-// hasDeferred reports whether frames wait for the reader's flush.
-func (o *outbox) hasDeferred() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.deferred && !o.writing
-}
-
 // flushAnswers writes, on the reader's goroutine, what is queued for the
 // client before the reader closes the connection, each write bounded by
 // inlineWriteTimeout: a client that sent CONNECT, SUBSCRIBE and

@@ -391,11 +391,11 @@ func (l *Listener) prepare(nc net.Conn) (net.Conn, error) {
 		}
 	}
 	if l.cfg.Type == TLS {
-		tc := tls.Server(nc, l.certs.outer)
+		tc := tls.Server(newWaitConn(nc), l.certs.outer)
 		if err := tc.Handshake(); err != nil {
 			return nil, fmt.Errorf("TLS handshake: %w", err)
 		}
-		nc = &tlsConn{Conn: tc, probe: newInputProbe(tc)}
+		nc = &tlsConn{tc}
 	}
 	nc.SetDeadline(time.Time{})
 	return nc, nil
@@ -512,7 +512,7 @@ func (p pendingListener) Accept() (net.Conn, error) {
 			nc.Close()
 			continue
 		}
-		return &pendingConn{Conn: nc, l: l}, nil
+		return &pendingConn{Conn: newWaitConn(nc), l: l}, nil
 	}
 }
 

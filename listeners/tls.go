@@ -103,19 +103,15 @@ func (cs *certStore) reload() error {
 
 // tlsConn is a TLS connection whose handshake is done. It passes TCP
 // keepalive settings on to its socket, as the engine's probe of dead peers
-// needs, and tells the engine whether more input has arrived.
-type tlsConn struct {
-	*tls.Conn
-	probe *inputProbe
-}
+// needs.
+type tlsConn struct{ *tls.Conn }
 
-// InputWaiting reports whether bytes have arrived on the socket that no
-// read has taken yet, so that the next read returns without waiting for
-// the client: the engine then answers after it, in one write with the
-// answers to what it brings, as its poller does for plain TCP. False
-// when it cannot tell (the engine answers before every read that may
-// wait), and when what waited was only part of a TLS record.
-func (c *tlsConn) InputWaiting() bool { return c.probe.waiting() }
+// OnReadWait has hook called, on the reading goroutine, whenever a read
+// finds nothing waiting on the socket and is about to wait for the
+// client: the engine answers then, in one write, everything read before,
+// as its poller answers once a read drains a plain TCP socket. It reports
+// false, and sets nothing, where this cannot be told (not Linux).
+func (c *tlsConn) OnReadWait(hook func()) bool { return onReadWait(c.Conn, hook) }
 
 // SetKeepAliveConfig sets TCP keepalive on the socket under the TLS.
 func (c *tlsConn) SetKeepAliveConfig(kc net.KeepAliveConfig) error {

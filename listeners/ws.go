@@ -61,8 +61,7 @@ func (l *Listener) serveWeb(inner net.Listener) {
 		}
 		upgraded(ws.NetConn())
 		ws.SetReadLimit(l.cfg.MaxMessageSize)
-		l.hand(&wsConn{ws: ws, remote: l.clientAddr(r, ws.RemoteAddr()), limit: l.cfg.MaxMessageSize,
-			probe: newInputProbe(ws.NetConn())})
+		l.hand(&wsConn{ws: ws, remote: l.clientAddr(r, ws.RemoteAddr()), limit: l.cfg.MaxMessageSize})
 	})
 	l.web = &http.Server{
 		Handler: mux,
@@ -166,12 +165,11 @@ type wsConn struct {
 	remote net.Addr
 	limit  int64     // MaxMessageSize, for the error that says it was passed
 	r      io.Reader // the message being read
-	probe  *inputProbe
 }
 
-// InputWaiting reports whether bytes have arrived on the socket that no
-// read has taken yet (see tlsConn.InputWaiting).
-func (c *wsConn) InputWaiting() bool { return c.probe.waiting() }
+// OnReadWait has hook called whenever a read is about to wait for the
+// client (see tlsConn.OnReadWait).
+func (c *wsConn) OnReadWait(hook func()) bool { return onReadWait(c.ws.NetConn(), hook) }
 
 // Read reads from the current message, moving to the next when it ends.
 // A text message, or one over MaxMessageSize, is an error that ends the
