@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"mqttd/listeners"
 	"mqttd/session"
 )
 
@@ -64,6 +65,8 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 	gauge("outbox_bytes", "Bytes waiting to be written to connections.", func(s *stats) int64 { return s.outboxBytes.Load() })
 	gauge("incoming_bytes", "Bytes of packets that have started to arrive and are not complete yet.",
 		func(s *stats) int64 { return s.incomingBytes.Load() })
+	gauge("read_ahead_bytes", "Bytes of the buffers TLS and WebSocket connections read their sockets ahead into while input keeps coming (at most 4 MiB).",
+		func(*stats) int64 { return listeners.ReadAheadBytes() })
 	gauge("heap_live_bytes", "The live heap at the memory watch's last look.", func(s *stats) int64 { return s.heapLive.Load() })
 	gauge("memory_pressure", "1 while the live heap is past 7/8 of limits.max_memory (until below 3/4).",
 		func(s *stats) int64 {

@@ -10,3 +10,7 @@ import "net"
 func newWaitConn(nc net.Conn) net.Conn { return nc }
 
 func onReadWait(net.Conn, func()) bool { return false }
+
+// ReadAheadBytes returns the bytes of the buffers TLS and WebSocket
+// connections hold while they read ahead: none but on Linux.
+func ReadAheadBytes() int64 { return 0 }
