@@ -219,6 +219,21 @@ func (c *conn) flushDeferred() {
 	}
 }
 
+// wakeDeferred hands the deferred frames to a writer goroutine, unless a
+// writer is already running.
+func (c *conn) wakeDeferred() {
+	o := &c.out
+	o.mu.Lock()
+	claimed := !o.writing && o.deferred && !o.closed
+	if claimed {
+		c.claimWriterLocked(true)
+	}
+	o.mu.Unlock()
+	if claimed {
+		go c.runWriter()
+	}
+}
+
 // flushAnswers writes, on the reader's goroutine, what is queued for the
 // client before the reader closes the connection, each write bounded by
 // inlineWriteTimeout: a client that sent CONNECT, SUBSCRIBE and
