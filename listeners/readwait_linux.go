@@ -113,14 +113,14 @@ func (c *waitConn) Read(p []byte) (int, error) {
 func (c *waitConn) tryRead(fd uintptr) bool {
 	for {
 		c.mu.Lock()
-		dst := c.p
-		if len(c.p) < readAheadSize && !c.closed && c.takeBuffer() {
+		dst, ahead := c.p, len(c.p) < readAheadSize && !c.closed && c.takeBuffer()
+		if ahead {
 			dst = *c.ahead
 		}
 		n, err := syscall.Read(int(fd), dst)
-		if c.ahead != nil && (n <= 0 || err != nil) {
+		if ahead && (n <= 0 || err != nil) {
 			c.dropLocked()
-		} else if c.ahead != nil {
+		} else if ahead {
 			c.ar, c.aw = 0, n
 		}
 		c.mu.Unlock()
@@ -134,7 +134,7 @@ func (c *waitConn) tryRead(fd uintptr) bool {
 			}
 			return false
 		}
-		if c.ahead == nil {
+		if !ahead {
 			c.n = max(n, 0)
 		}
 		c.err = err
