@@ -207,14 +207,7 @@ func (c *conn) sendNow(p packets.Packet) {
 // flushDeferred writes the deferred frames (the reader's own answers) on
 // the reader's goroutine, unless a writer is already running.
 func (c *conn) flushDeferred() {
-	o := &c.out
-	o.mu.Lock()
-	claimed := !o.writing && o.deferred && !o.closed
-	if claimed {
-		c.claimWriterLocked(false)
-	}
-	o.mu.Unlock()
-	if claimed {
+	if c.claimDeferred(false) {
 		c.writeLoop()
 	}
 }
@@ -222,16 +215,23 @@ func (c *conn) flushDeferred() {
 // wakeDeferred hands the deferred frames to a writer goroutine, unless a
 // writer is already running.
 func (c *conn) wakeDeferred() {
+	if c.claimDeferred(true) {
+		go c.runWriter()
+	}
+}
+
+// claimDeferred gives the caller the writing role when deferred frames
+// wait and no writer is running; goroutine says a writer goroutine will
+// take it (claimWriterLocked).
+func (c *conn) claimDeferred(goroutine bool) bool {
 	o := &c.out
 	o.mu.Lock()
 	claimed := !o.writing && o.deferred && !o.closed
 	if claimed {
-		c.claimWriterLocked(true)
+		c.claimWriterLocked(goroutine)
 	}
 	o.mu.Unlock()
-	if claimed {
-		go c.runWriter()
-	}
+	return claimed
 }
 
 // flushAnswers writes, on the reader's goroutine, what is queued for the

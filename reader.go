@@ -159,8 +159,9 @@ func (c *conn) serve() {
 }
 
 // readOne reads and handles one frame. Before a read that may block, the
-// answers queued so far are flushed and the keepalive deadline refreshed,
-// so a burst of input costs one write.
+// answers queued so far are flushed (by answerFromRead instead, for a
+// connection that tells when its read is about to wait) and the keepalive
+// deadline refreshed, so a burst of input costs one write.
 func (c *conn) readOne() error {
 	if c.bl.br.Buffered() == 0 && !c.bl.hooked {
 		c.answerBeforeWait()
