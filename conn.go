@@ -43,6 +43,10 @@ type conn struct {
 	// Reason String [MQTT-3.1.2-29].
 	noProblemInfo bool
 	graceful      bool // DISCONNECT received: the will is discarded
+	// pumpDue says an acknowledgement this read handled freed room in the
+	// session's window: the reader pumps once per read (pumpIfDue), not
+	// once per acknowledgement. The reader's own.
+	pumpDue bool
 	// maxOut is the 5.0 client's Maximum Packet Size: a PUBLISH larger
 	// than it is not sent [MQTT-3.1.2-24]. 0 means no limit.
 	maxOut uint32

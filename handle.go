@@ -288,7 +288,7 @@ func (c *conn) handlePubrec(p *packets.Ack) error {
 	} else if !ok && p.ReasonCode < 0x80 && c.version == packets.V5 {
 		c.answerAck(&packets.Ack{Type: packets.TypePubrel, PacketID: p.PacketID, ReasonCode: packets.PacketIDNotFound})
 	}
-	c.pump()
+	c.pumpDue = true
 	return nil
 }
 
@@ -338,7 +338,7 @@ func (c *conn) ack(t packets.Type, id uint16, apply func(*session.Session, uint1
 		c.fields(c.srv.log.Debug()).Stringer("type", t).Uint16("packet_id", id).Msg("acknowledgement for a packet id not in flight ignored")
 		return nil
 	}
-	c.pump()
+	c.pumpDue = true
 	return nil
 }
 

@@ -163,8 +163,14 @@ func (c *conn) serve() {
 // connection that tells when its read is about to wait) and the keepalive
 // deadline refreshed, so a burst of input costs one write.
 func (c *conn) readOne() error {
-	if c.bl.br.Buffered() == 0 && !c.bl.hooked {
-		c.answerBeforeWait()
+	if c.bl.br.Buffered() == 0 {
+		// Here, not in answerFromRead: pumped deep under crypto/tls's or
+		// gorilla's read, the deliveries' encoding took the reader's
+		// stack past 4 KiB.
+		c.pumpIfDue()
+		if !c.bl.hooked {
+			c.answerBeforeWait()
+		}
 	}
 	c.refreshDeadline()
 	fh, err := packets.ReadFrameHeader(c.bl.br, c.version, c.srv.opts.Limits.MaxPacketSize)

@@ -492,6 +492,7 @@ func (c *conn) readEvents() {
 				c.finishEvent(err)
 				return
 			}
+			c.pumpIfDue()
 			if connected || c.connected.Load() {
 				c.trackFrame(frames > 0)
 			}

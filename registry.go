@@ -242,6 +242,18 @@ func (s *Server) accountQueueLocked(cl *client) {
 // the window it freed is then filled on the new one.
 func (c *conn) pump() { c.pumpFrom(c, c) }
 
+// pumpIfDue pumps once for the acknowledgements handled since the last
+// time, on the reader's goroutine: after each read of the poller's
+// reader, and before serve's reader refills its buffer. A window of 100
+// acknowledged in one read took the client's lock, the outbox's for its
+// room and the pump's set-up a hundred times.
+func (c *conn) pumpIfDue() {
+	if c.pumpDue {
+		c.pumpDue = false
+		c.pump()
+	}
+}
+
 // pumpFrom is pump run by the goroutine that reads from, a connection
 // whose own frames wait for its flush; frames for any other connection
 // (all of them, with from nil) wake that connection's writer.
