@@ -11,7 +11,8 @@ import (
 )
 
 // recordingAuthz records every request and refuses those whose topic
-// starts with "secret".
+// starts with "secret". It keeps a copy of each topic, which may point
+// into the packet being read (auth.Request).
 type recordingAuthz struct {
 	mu   sync.Mutex
 	seen []auth.Request
@@ -19,6 +20,7 @@ type recordingAuthz struct {
 
 func (a *recordingAuthz) Authorize(_ auth.ClientInfo, r auth.Request) bool {
 	a.mu.Lock()
+	r.Topic = strings.Clone(r.Topic)
 	a.seen = append(a.seen, r)
 	a.mu.Unlock()
 	return !strings.HasPrefix(r.Topic, "secret")

@@ -16,7 +16,7 @@ import (
 func (c *conn) handle(p packets.Packet) error {
 	switch p := p.(type) {
 	case *packets.Publish:
-		return c.handlePublish(p)
+		return c.handlePublish(p, false)
 	case *packets.Subscribe:
 		return c.handleSubscribe(p)
 	case *packets.Unsubscribe:
@@ -77,7 +77,9 @@ func (c *conn) ackProblem(v verdict) packets.Properties {
 	return c.reasonString(v.why, 6)
 }
 
-func (c *conn) handlePublish(p *packets.Publish) error {
+// handlePublish acts on a PUBLISH; borrowed says its topic and payload
+// lie in the reader's buffer (inPlace), which the next read reuses.
+func (c *conn) handlePublish(p *packets.Publish, borrowed bool) error {
 	s := c.srv
 	if p.Properties.Has(packets.PropSubscriptionID) {
 		return c.protocolError("[MQTT-3.3.4-6]", "PUBLISH from a client carries a subscription identifier")
@@ -108,35 +110,37 @@ func (c *conn) handlePublish(p *packets.Publish) error {
 		case !p.Retain && p.Properties.Present == 0: // as routedInPlace expects
 			c.srv.publishTransient(p.Topic, p.Payload, c.info.ClientID, c)
 		default:
-			c.srv.publish(c.message(p), c)
+			c.srv.publish(c.message(p, borrowed), c)
 		}
 	case 1:
 		if v.code == packets.Success {
-			v = c.route(p)
+			v = c.route(p, borrowed)
 		}
 		c.answerAck(&packets.Ack{Type: packets.TypePuback, PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
 	case 2:
-		return c.publishQoS2(p, v)
+		return c.publishQoS2(p, v, borrowed)
 	}
 	return nil
 }
 
 // inPlace reports whether the frame in body may be handled where it was
 // read, without a copy of its own: nothing decoded from it outlives its
-// dispatch. So are an acknowledgement without properties and a plain QoS
-// 0 PUBLISH (routedInPlace).
+// dispatch but the copies its handler makes. So are an acknowledgement
+// without properties and a PUBLISH without (publishInPlace).
 func (c *conn) inPlace(fh packets.FixedHeader, body []byte) bool {
-	return packets.IsAck(fh.Type) && fh.Remaining <= 4 || c.routedInPlace(fh, body)
+	return packets.IsAck(fh.Type) && fh.Remaining <= 4 || c.publishInPlace(fh, body)
 }
 
-// routedInPlace reports whether the PUBLISH frame in body, from a
-// connected client, is one handlePublish routes with publishTransient:
-// QoS 0, not retained, without properties (the property length right
-// after the topic is 0). Nothing keeps its bytes past its routing but the
-// copies encoded.kept makes.
-func (c *conn) routedInPlace(fh packets.FixedHeader, body []byte) bool {
-	const qosRetain = 0x07 // the QoS bits and RETAIN of the fixed header's flags
-	if fh.Type != packets.TypePublish || fh.Flags&qosRetain != 0 || c.cl == nil {
+// publishInPlace reports whether the frame in body is a PUBLISH without
+// properties (the property length right after the topic is 0) from a
+// connected client. Nothing keeps its bytes past its handling but the
+// copies handlePublish makes: a plain QoS 0 message is routed borrowed
+// (publishTransient, encoded.kept), any other copied with the message
+// that keeps it (conn.message), in one allocation where the copy of the
+// frame and the message were two. With properties the frame is copied:
+// they alias it, and a kept message keeps them.
+func (c *conn) publishInPlace(fh packets.FixedHeader, body []byte) bool {
+	if fh.Type != packets.TypePublish || c.cl == nil {
 		return false
 	}
 	if c.version != packets.V5 {
@@ -146,6 +150,9 @@ func (c *conn) routedInPlace(fh packets.FixedHeader, body []byte) bool {
 		return false
 	}
 	n := 2 + (int(body[0])<<8 | int(body[1]))
+	if fh.Flags&0x06 != 0 { // QoS 1 or 2: the packet id follows the topic
+		n += 2
+	}
 	return n < len(body) && body[n] == 0
 }
 
@@ -155,8 +162,8 @@ func (c *conn) routedInPlace(fh packets.FixedHeader, body []byte) bool {
 // QoS 0) a retained message that does not fit is routed but not kept. A
 // message nobody subscribed to is acknowledged with 0x10 (no matching
 // subscribers), which 3.1.1 reads as success.
-func (c *conn) route(p *packets.Publish) verdict {
-	m := c.message(p)
+func (c *conn) route(p *packets.Publish, borrowed bool) verdict {
+	m := c.message(p, borrowed)
 	if c.version == packets.V5 && m.Retain && len(m.Payload) > 0 && !c.srv.retainRoom(m) {
 		c.srv.refuseRetained(m)
 		return verdict{packets.QuotaExceeded, "the retained store is full"}
@@ -205,7 +212,7 @@ func (c *conn) ackCode(code packets.ReasonCode) packets.ReasonCode {
 //
 // A refused message (a PUBREC of 0x80 or above) does not keep its packet
 // id: the client's next PUBLISH with it is a new message [MQTT-4.3.3-9].
-func (c *conn) publishQoS2(p *packets.Publish, v verdict) error {
+func (c *conn) publishQoS2(p *packets.Publish, v verdict, borrowed bool) error {
 	if v.code != packets.Success {
 		c.answerAck(&packets.Ack{Type: packets.TypePubrec, PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
 		return nil
@@ -235,7 +242,7 @@ func (c *conn) publishQoS2(p *packets.Publish, v verdict) error {
 			Msg: fmt.Sprintf("more than %d QoS 2 messages awaiting PUBREL", c.srv.opts.Limits.MaxAwaitingRel)})
 	}
 	if isNew {
-		if v = c.route(p); v.code >= 0x80 {
+		if v = c.route(p, borrowed); v.code >= 0x80 {
 			cl.mu.Lock()
 			c.pubrelLocked(p.PacketID)
 			cl.mu.Unlock()

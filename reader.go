@@ -16,11 +16,11 @@ import (
 // way on every transport.
 
 // dispatch decodes and handles one whole frame. The body is the frame's
-// own copy, which the decoded packet keeps, except for an acknowledgement
-// without properties, which the epoll reader leaves in its read buffer:
-// acknowledgement handlers keep nothing of the packet. PUBLISH, the packet
-// that matters for speed, is decoded into pub, the reader's reused struct.
-func (c *conn) dispatch(fh packets.FixedHeader, body []byte, pub *packets.Publish) error {
+// own copy, which the decoded packet keeps, unless borrowed: a frame
+// inPlace accepts is left in the read buffer, and its handler copies
+// what it keeps. PUBLISH, the packet that matters for speed, is decoded
+// into pub, the reader's reused struct.
+func (c *conn) dispatch(fh packets.FixedHeader, body []byte, pub *packets.Publish, borrowed bool) error {
 	dec := c.srv.decode
 	if c.cl == nil {
 		p, err := dec.Decode(fh, body, c.version)
@@ -29,7 +29,7 @@ func (c *conn) dispatch(fh packets.FixedHeader, body []byte, pub *packets.Publis
 	if fh.Type == packets.TypePublish {
 		err := dec.DecodePublish(fh, body, c.version, pub)
 		if err == nil {
-			err = c.handlePublish(pub)
+			err = c.handlePublish(pub, borrowed)
 		} else {
 			err = c.readError(err)
 		}
@@ -185,7 +185,7 @@ func (c *conn) readOne() error {
 	if n := fh.Remaining; n > 0 && n <= c.bl.br.Buffered() {
 		if body, _ := c.bl.br.Peek(n); c.inPlace(fh, body) {
 			// Handled in the read buffer, which nothing reads meanwhile.
-			err := c.dispatch(fh, body, &c.bl.pub)
+			err := c.dispatch(fh, body, &c.bl.pub, true)
 			c.bl.br.Discard(n)
 			return err
 		}
@@ -194,7 +194,7 @@ func (c *conn) readOne() error {
 	if err != nil {
 		return err
 	}
-	return c.dispatch(fh, body, &c.bl.pub)
+	return c.dispatch(fh, body, &c.bl.pub, false)
 }
 
 // readBody reads the n bytes of a frame's body. A body that has not all

@@ -556,7 +556,7 @@ func (c *conn) consume(b []byte, pub *packets.Publish) (frames int, err error) {
 		if cap(frame) > 2*len(frame) {
 			body = bytes.Clone(body)
 		}
-		if err := c.dispatch(fh, body, pub); err != nil {
+		if err := c.dispatch(fh, body, pub, false); err != nil {
 			return 1, err
 		}
 		frames, err := c.frames(b[need:], false, held, pub)
@@ -616,12 +616,13 @@ func (c *conn) frames(b []byte, owned bool, held int, pub *packets.Publish) (fra
 			return frames, nil
 		}
 		body := b[n : n+fh.Remaining]
-		if !c.inPlace(fh, body) {
+		borrowed := c.inPlace(fh, body)
+		if !borrowed {
 			body = bytes.Clone(body) // not zeroed first, unlike make then copy
 		}
 		b = b[n+fh.Remaining:]
 		frames++
-		if err := c.dispatch(fh, body, pub); err != nil {
+		if err := c.dispatch(fh, body, pub, borrowed); err != nil {
 			return frames, err
 		}
 	}
