@@ -185,9 +185,7 @@ func (d *durable) stored(m *session.Message) *persistence.Message {
 	if m.Properties != nil {
 		pm.Properties = *m.Properties
 	}
-	if !m.Expiry.IsZero() {
-		pm.Expiry = m.Expiry.UnixNano()
-	}
+	pm.Expiry = m.Expiry
 	return pm
 }
 

@@ -118,7 +118,7 @@ func (s *Server) Subscribe(filter string, h Handler) (unsubscribe func(), err er
 // deliverInline hands one message to an inline subscriber.
 func deliverInline(h Handler, m *session.Message, retain bool) {
 	msg := Message{Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, Retain: retain}
-	if m.Properties != nil || !m.Expiry.IsZero() {
+	if m.Properties != nil || m.Expiry != 0 {
 		p := forwardProperties(m, nil)
 		msg.Properties = &p
 	}

@@ -226,7 +226,8 @@ func (s *Server) RetainedTopics(after string, limit, payloadMax int) (page []Ret
 		if m.Expired(now) {
 			continue // not sent to subscribers any more; removed when next matched
 		}
-		r := RetainedState{Topic: it.topic, QoS: m.QoS, PayloadSize: len(m.Payload), ExpiresAt: m.Expiry}
+		r := RetainedState{Topic: it.topic, QoS: m.QoS, PayloadSize: len(m.Payload)}
+		r.ExpiresAt, _ = m.ExpiresAt()
 		if payloadMax > 0 {
 			// A copy: a caller must not be able to change what is routed.
 			r.Payload = slices.Clone(m.Payload[:min(len(m.Payload), payloadMax)])

@@ -133,10 +133,7 @@ func (s *Server) restore() error {
 // restoredMessage is a message as the store gave it back.
 func restoredMessage(pm *persistence.Message) *session.Message {
 	m := newMessage(pm.Topic, pm.Payload, pm.QoS, pm.Retain, &pm.Properties, pm.Origin)
-	m.Expiry = time.Time{}
-	if pm.Expiry != 0 {
-		m.Expiry = time.Unix(0, pm.Expiry)
-	}
+	m.Expiry = pm.Expiry
 	m.SetStoreID(pm.ID)
 	return m
 }

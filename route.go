@@ -219,7 +219,7 @@ func (s *Server) deliverLocked(cl *client, m *session.Message, qos byte, retain 
 		canSend = fit >= m.Size()
 	}
 	var now time.Time // the session reads it only for m's expiry
-	if !m.Expiry.IsZero() {
+	if m.Expiry != 0 {
 		now = clock()
 	}
 	o, r := cl.sess.Deliver(session.Outbound{Msg: m, QoS: qos, Retain: retain, SubIDs: subIDs},

@@ -126,7 +126,7 @@ func (s *Server) publishWill(will *session.Message) {
 		return
 	}
 	if props := will.Properties; props != nil && props.Has(packets.PropMessageExpiry) {
-		will.Expiry = time.Now().Add(time.Duration(props.MessageExpiry) * time.Second)
+		will.SetExpiresAt(time.Now().Add(time.Duration(props.MessageExpiry) * time.Second))
 	}
 	s.stats.willsPublished.Add(1)
 	s.log.Info().Str("client_id", will.Origin).Str("topic", will.Topic).Uint8("qos", will.QoS).Bool("retain", will.Retain).

@@ -24,19 +24,35 @@ var ErrAwaitingRelFull = errors.New("session: too many QoS 2 messages awaiting P
 
 // Message is an application message as routed. It is immutable once routed
 // and shared by every session it is delivered to.
+//
+// It is allocated for every message a client publishes, so it is kept
+// small (88 bytes): its expiry is in Unix nanoseconds rather than a
+// time.Time, and the small fields share the last word.
 type Message struct {
 	Topic   string
 	Payload []byte
-	QoS     byte // as published
-	Retain  bool // as published
 	// Properties are the 5.0 properties to forward; nil when there are
 	// none, which spares 3.x messages carrying a few hundred empty bytes.
 	Properties *packets.Properties
-	Expiry     time.Time    // zero: never expires
-	Origin     string       // client id of the publisher, for No Local
-	queued     atomic.Int32 // how many session queues hold it (QueueBudget)
-	storeID    atomic.Uint64
+	// Expiry is when the message expires, in Unix nanoseconds; 0: never.
+	Expiry  int64
+	Origin  string // client id of the publisher, for No Local
+	storeID atomic.Uint64
+	queued  atomic.Int32 // how many session queues hold it (QueueBudget)
+	QoS     byte         // as published
+	Retain  bool         // as published
 }
+
+// ExpiresAt returns when m expires, and false when it never does.
+func (m *Message) ExpiresAt() (time.Time, bool) {
+	if m.Expiry == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, m.Expiry), true
+}
+
+// SetExpiresAt makes m expire at t.
+func (m *Message) SetExpiresAt(t time.Time) { m.Expiry = t.UnixNano() }
 
 // StoreID returns the id under which the broker's store keeps m, giving
 // it one from next on first use: a message delivered to many persistent
@@ -111,7 +127,7 @@ func (m *Message) Size() int {
 
 // Expired reports whether m has passed its expiry time at now.
 func (m *Message) Expired(now time.Time) bool {
-	return !m.Expiry.IsZero() && !now.Before(m.Expiry)
+	return m.Expiry != 0 && now.UnixNano() >= m.Expiry
 }
 
 // Outbound is one message on its way to this session's client.
@@ -380,7 +396,7 @@ func (s *Session) NextFit(clock func() time.Time, b *QueueBudget, fit int, expir
 	for s.Queued() > 0 {
 		pending := &s.q.pending
 		head := pending.peek()
-		if !head.Msg.Expiry.IsZero() && head.Msg.Expired(clock()) {
+		if head.Msg.Expiry != 0 && head.Msg.Expired(clock()) {
 			o := pending.pop()
 			s.unqueue(o, b)
 			expired(o)

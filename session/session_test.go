@@ -168,7 +168,7 @@ func TestExpiry(t *testing.T) {
 	s := New("c", Config{MaxInflight: 1}.Limits())
 	deliver(t, s, "a", 1, true, Send)
 	m := msg("b", 1)
-	m.Expiry = t0.Add(time.Second)
+	m.SetExpiresAt(t0.Add(time.Second))
 	if _, r := s.Deliver(Outbound{Msg: m, QoS: 1}, Target{Online: true, CanSend: true}, t0); r != Queued {
 		t.Fatalf("Deliver = %v, want Queued", r)
 	}
@@ -277,7 +277,7 @@ func TestQueuedBytes(t *testing.T) {
 	s := New("c", Config{MaxInflight: 1}.Limits())
 	a, b, c := msg("a/1", 1), msg("b/22", 1), msg("c/333", 1)
 	a.Payload, b.Payload, c.Payload = []byte("1234"), []byte("12"), nil
-	c.Expiry = t0.Add(time.Second)
+	c.SetExpiresAt(t0.Add(time.Second))
 	for _, m := range []*Message{a, b, c} {
 		s.Deliver(Outbound{Msg: m, QoS: 1}, Target{}, t0)
 	}
@@ -406,7 +406,7 @@ func TestQueueBudget(t *testing.T) {
 		t.Fatalf("after Clear: %d bytes held, %d queued; want 0, 0", b.Bytes(), s2.Queued())
 	}
 	old := msg("x", 1)
-	old.Expiry = t0.Add(time.Second)
+	old.SetExpiresAt(t0.Add(time.Second))
 	s1.Deliver(Outbound{Msg: old, QoS: 1}, Target{Budget: b}, t0)
 	if _, ok, expired := s1.Next(t0.Add(time.Second), b); ok || expired != 1 || b.Bytes() != 0 {
 		t.Fatalf("after expiry: ok %v, expired %d, %d bytes held; want false, 1, 0", ok, expired, b.Bytes())
