@@ -214,7 +214,7 @@ func (s *Server) deliverLocked(cl *client, m *session.Message, qos byte, retain 
 	tc := cl.conn
 	online := tc != nil
 	canSend := false
-	if online {
+	if online && cl.sess.MaySend(qos) { // the outbox's lock only when it matters
 		fit, _ := tc.fit()
 		canSend = fit >= m.Size()
 	}

@@ -336,7 +336,7 @@ func (s *Session) Deliver(o Outbound, to Target, now time.Time) (Outbound, Resul
 		return o, DropQoS0
 	}
 	o.held = to.Hold && o.QoS == 2
-	if to.CanSend && !o.held && s.Queued() == 0 && !s.Resending() && (o.QoS == 0 || s.live < s.window && s.free(s.seq)) {
+	if to.CanSend && !o.held && s.MaySend(o.QoS) {
 		if o.QoS > 0 {
 			o.Seq = s.seq
 			s.seq++
@@ -354,6 +354,16 @@ func (s *Session) Deliver(o Outbound, to Target, now time.Time) (Outbound, Resul
 	s.queues().pending.push(o)
 	s.q.pendingBytes += size
 	return o, Queued
+}
+
+// MaySend reports whether Deliver would send a message of delivery QoS
+// qos now, given a client that can take it (Target.CanSend) and a
+// message not held for the store: nothing is queued or to be sent again,
+// and for QoS 1/2 the window has room. A caller asks it before working
+// out whether the client can take the message, which most messages of a
+// client that keeps its window full never need.
+func (s *Session) MaySend(qos byte) bool {
+	return s.Queued() == 0 && !s.Resending() && (qos == 0 || s.live < s.window && s.free(s.seq))
 }
 
 // Stable lets the held entries up to seq be sent: they are stored.
