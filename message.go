@@ -257,27 +257,59 @@ func forwardProperties(m *session.Message, subIDs []uint32) packets.Properties {
 // larger than the client's Maximum Packet Size is not sent and the result
 // is false: the caller completes it in the session [MQTT-3.1.2-25].
 func (c *conn) writeOutboundLocked(o session.Outbound, wake bool) (sent bool) {
-	sent, _ = c.writeOutboundFit(o, wake, false)
+	sent = true
+	c.enqueue(outboundMode(wake), func(b []byte) []byte {
+		b, sent = c.appendOutbound(b, o)
+		return b
+	})
 	return sent
 }
 
-// writeOutboundFit is writeOutboundLocked that, with wantFit, also
-// returns what fit returns afterwards (enqueueFit).
-func (c *conn) writeOutboundFit(o session.Outbound, wake, wantFit bool) (sent bool, fit int) {
-	mode := deferred
-	if wake {
-		mode = woken
-	}
-	sent = true
-	_, fit = c.enqueueFit(mode, func(b []byte) []byte {
-		if o.Released {
-			b, _ = (&packets.Pubrel{PacketID: o.PacketID}).Append(b, c.version)
-			return b
+// writeOutboundRun is writeOutboundLocked for the entries of run, under
+// one hold of the outbox's lock (the pump's, which took one per message
+// before). Bit i of unsent is set for run[i] not sent; fit is what fit
+// returns afterwards, -1 when nothing was added. run has at most 64
+// entries.
+func (c *conn) writeOutboundRun(run []session.Outbound, wake bool) (unsent uint64, fit int) {
+	_, fit = c.enqueueFit(outboundMode(wake), func(b []byte) []byte {
+		for i, o := range run {
+			var sent bool
+			if b, sent = c.appendOutbound(b, o); !sent {
+				unsent |= 1 << i
+			}
 		}
-		b, sent = c.appendDelivery(b, o)
 		return b
-	}, wantFit)
-	return sent, fit
+	}, true)
+	return unsent, fit
+}
+
+// outboundMode is how session entries are enqueued: woken for another
+// connection's, deferred (to the reader's flush) for the reader's own.
+func outboundMode(wake bool) enqueueMode {
+	if wake {
+		return woken
+	}
+	return deferred
+}
+
+// appendOutbound encodes one session entry: a PUBREL for a released QoS 2
+// message, otherwise a PUBLISH (appendDelivery).
+func (c *conn) appendOutbound(b []byte, o session.Outbound) ([]byte, bool) {
+	if o.Released {
+		b, _ = (&packets.Pubrel{PacketID: o.PacketID}).Append(b, c.version)
+		return b, true
+	}
+	return c.appendDelivery(b, o)
+}
+
+// outboundBound is at least the bytes o takes encoded: its Size and what
+// a PUBLISH adds to it (fixed header, topic length, packet id, property
+// length, topic alias, subscription identifiers).
+func outboundBound(o *session.Outbound) int {
+	if o.Released {
+		return 4
+	}
+	return o.Msg.Size() + 16 + 5*len(o.SubIDs)
 }
 
 // appendDelivery encodes one PUBLISH for this connection, under its

@@ -287,27 +287,58 @@ func (c *conn) pumpFrom(from, owner *conn) {
 			c.srv.dur.removedLocked(cl, o.Seq, owner)
 		}
 	}
+	runp := pumpRuns.Get().(*[]session.Outbound)
+	defer func() {
+		clear((*runp)[:cap(*runp)]) // drop the messages
+		pumpRuns.Put(runp)
+	}()
 	for fit, _ := target.fit(); fit >= 0; {
-		o, ok := cl.sess.NextFit(clock, &c.srv.queueBudget, fit, expired)
-		if !ok {
-			return
-		}
-		// Rules reloaded since it was queued, or since the client last
-		// connected, may deny it now: it is completed unsent.
-		if c.srv.readCheck && !o.Released && !c.srv.mayRead(cl, o.Msg, o.QoS, o.Retain) {
-			if o.QoS > 0 {
-				c.srv.discardLocked(cl, o.PacketID, owner)
+		// Taken under the client's lock alone, then written under one
+		// hold of the outbox's: what the session's side does (expired and
+		// discarded entries reach the store) is not done under it.
+		run, room, more := (*runp)[:0], fit, true
+		for len(run) < cap(run) {
+			o, ok := cl.sess.NextFit(clock, &c.srv.queueBudget, room, expired)
+			if !ok {
+				more = false
+				break
 			}
-			continue
+			// Rules reloaded since it was queued, or since the client last
+			// connected, may deny it now: it is completed unsent.
+			if c.srv.readCheck && !o.Released && !c.srv.mayRead(cl, o.Msg, o.QoS, o.Retain) {
+				if o.QoS > 0 {
+					c.srv.discardLocked(cl, o.PacketID, owner)
+				}
+				continue
+			}
+			run = append(run, o)
+			room -= outboundBound(&o)
+		}
+		if len(run) == 0 {
+			return
 		}
 		// Frames for this connection wait for its own flush; another
 		// connection's writer is woken.
-		var sent bool
-		if sent, fit = target.writeOutboundFit(o, target != from, true); !sent && o.QoS > 0 {
-			c.srv.discardLocked(cl, o.PacketID, owner)
+		var unsent uint64
+		unsent, fit = target.writeOutboundRun(run, target != from)
+		for i, o := range run {
+			if unsent&(1<<i) != 0 && o.QoS > 0 {
+				c.srv.discardLocked(cl, o.PacketID, owner)
+			}
+		}
+		if !more {
+			return
 		}
 	}
 }
+
+// pumpRuns holds the slices pumpFrom takes a run of session entries in:
+// on the reader's stack, 64 entries would take a TLS or WebSocket
+// reader's stack past 4 KiB, which Go keeps while the connection idles.
+var pumpRuns = sync.Pool{New: func() any {
+	run := make([]session.Outbound, 0, 64)
+	return &run
+}}
 
 // discardLocked completes an entry that will never be sent (too large for
 // the client's Maximum Packet Size). The caller holds cl.mu.

@@ -129,6 +129,45 @@ func TestPersistentSessionQueuesWhileOffline(t *testing.T) {
 	}
 }
 
+// TestQueueFillsWindowOnReturn checks that a client coming back to more
+// queued messages than its window gets a whole window without answering,
+// in order across the pump's runs (64 entries each), and the next message
+// only for an acknowledgement.
+func TestQueueFillsWindowOnReturn(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_, addr := startServer(t, mqttd.Options{Registerer: reg})
+	sub := pahoConnect(t, addr, "durable", func(o *paho.ClientOptions) { o.SetCleanSession(false) })
+	wait(t, sub.Subscribe("jobs/+", 1, nil))
+	sub.Disconnect(100)
+	waitFor(t, "the broker to see the client go", func() bool {
+		return metricValue(t, reg, "mqttd_connections") == 0
+	})
+	const window, queued = mqttd.DefaultMaxInflight, mqttd.DefaultMaxInflight + 50
+	pub := pahoConnect(t, addr, "pub", nil)
+	for i := range queued {
+		wait(t, pub.Publish(fmt.Sprintf("jobs/%d", i), 1, false, fmt.Sprint(i)))
+	}
+
+	rc := connectRawSession(t, addr, "durable", false, true)
+	var first uint16
+	for i := range window {
+		p, ok := rc.read().(*packets.Publish)
+		if !ok || p.Topic != fmt.Sprintf("jobs/%d", i) {
+			t.Fatalf("queued message %d: %+v; want jobs/%d, the window sent unacknowledged in order", i, p, i)
+		}
+		if i == 0 {
+			first = p.PacketID
+		}
+	}
+	if extra := rc.ping(); len(extra) != 0 {
+		t.Fatalf("%d packets past a full window of %d: %+v", len(extra), window, extra)
+	}
+	rc.send(&packets.Puback{PacketID: first})
+	if p, ok := rc.read().(*packets.Publish); !ok || p.Topic != fmt.Sprintf("jobs/%d", window) {
+		t.Fatalf("after one acknowledgement: %+v; want jobs/%d", p, window)
+	}
+}
+
 func TestUnacknowledgedResentWithDupOnReconnect(t *testing.T) {
 	_, addr := startServer(t, mqttd.Options{})
 	sub := connectRawSession(t, addr, "flaky", false, false)
