@@ -34,11 +34,16 @@ type gcConfig struct {
 	// live heap; it is never more than the live heap itself (GOGC=100).
 	// 0 means defaultMinHeadroom.
 	MinHeadroom int64 `yaml:"min_headroom"`
+	// BurstHeadroom is the most growth the rate of garbage may ask for
+	// (burstPercent). 0 means defaultBurstHeadroom; at or below
+	// MinHeadroom it never applies.
+	BurstHeadroom int64 `yaml:"burst_headroom"`
 }
 
 const (
 	defaultHeadroomPercent = 25
 	defaultMinHeadroom     = 1 << 20
+	defaultBurstHeadroom   = 16 << 20
 )
 
 func (g gcConfig) withDefaults() gcConfig {
@@ -47,6 +52,9 @@ func (g gcConfig) withDefaults() gcConfig {
 	}
 	if g.MinHeadroom == 0 {
 		g.MinHeadroom = defaultMinHeadroom
+	}
+	if g.BurstHeadroom == 0 {
+		g.BurstHeadroom = defaultBurstHeadroom
 	}
 	return g
 }
@@ -58,6 +66,9 @@ func (g gcConfig) validate() error {
 	}
 	if g.MinHeadroom < 0 {
 		errs = append(errs, fmt.Errorf("gc.min_headroom: %d: want a number of bytes (0: %d)", g.MinHeadroom, defaultMinHeadroom))
+	}
+	if g.BurstHeadroom < 0 {
+		errs = append(errs, fmt.Errorf("gc.burst_headroom: %d: want a number of bytes (0: %d)", g.BurstHeadroom, defaultBurstHeadroom))
 	}
 	return errors.Join(errs...)
 }
@@ -71,8 +82,37 @@ func (g gcConfig) gcPercent(live, scan uint64) int {
 	if base == 0 || headroom >= base {
 		return 100
 	}
-	// Rounded up, and at least 1: GOGC=0 collects continuously.
+	return percentFor(headroom, base)
+}
+
+// percentFor is the GOGC that lets a heap whose collection scans base
+// bytes grow by headroom: rounded up, and at least 1 (GOGC=0 collects
+// continuously).
+func percentFor(headroom, base uint64) int {
 	return max(int((headroom*100+base-1)/base), 1)
+}
+
+// burstPercent is the GOGC a busy heap gets, whatever the policy's: one
+// that lets it grow by the garbage made in rateWindow at rate bytes a
+// second, up to BurstHeadroom, and by at most maxBurstPercent of what
+// its collection scans; 0 when that is no more than MinHeadroom, which
+// the policy gives anyway.
+//
+// A broker moving messages keeps little live (qos1: under 1 MiB) and
+// makes garbage fast (170 MB/s at 900,000 messages a second), so that
+// with 1 MiB of headroom it collected every few milliseconds, and the
+// spans each collection freed went back to the system (the background
+// scavenger) and were faulted in again: GOGC=400, whose smallest heap
+// goal is 16 MiB, took qos1 from 0.99 to 0.91 us/msg. The bound in
+// percent keeps a heap whose live part grows before the next setting
+// from growing by the same factor: a GOGC worked out for 100 KiB live
+// lets a heap with 10 MiB live grow by 100 times 10 MiB.
+func (g gcConfig) burstPercent(rate float64, live, scan uint64) int {
+	headroom := min(uint64(rate*rateWindow.Seconds()), uint64(g.BurstHeadroom))
+	if headroom <= uint64(g.MinHeadroom) || live+scan == 0 {
+		return 0
+	}
+	return min(percentFor(headroom, live+scan), maxBurstPercent)
 }
 
 // gcTuner sets GOGC after every collection, from the live heap it left,
@@ -93,13 +133,20 @@ type gcTuner struct {
 	cfg gcConfig
 
 	mu      sync.Mutex // the cleanup's goroutine and the ticker's
-	samples [4]metrics.Sample
+	samples [5]metrics.Sample
 	gcCPU   float64   // the collector's CPU time at the last setting
 	at      time.Time // when it was read
 	share   float64   // the collector's share of the CPU, averaged
-	percent int       // the GOGC last set
-	stopped bool
-	before  int // the GOGC to restore
+	// allocated and live are the bytes allocated and live at the last
+	// setting, and rate the rate of garbage in bytes a second: what was
+	// allocated and did not stay live (a burst of connects, whose
+	// allocations the heap keeps, is not a busy heap), averaged over
+	// about gcSpan as it rises and rateSpan as it falls.
+	allocated, live uint64
+	rate            float64
+	percent         int // the GOGC last set
+	stopped         bool
+	before          int // the GOGC to restore
 
 	// The idle release's state (releaseIdle), the ticker's alone.
 	allocs uint64 // bytes allocated by the last tick
@@ -117,6 +164,17 @@ const (
 	gcBudget = 0.05
 	// gcSpan is the time constant of the share's moving average.
 	gcSpan = time.Second
+	// rateWindow is how many seconds of its garbage a busy heap may hold
+	// (burstPercent): it then collects about ten times a second.
+	rateWindow = 50 * time.Millisecond
+	// rateSpan is the time constant of the garbage rate's fall: as long
+	// as the quiet the idle release waits for, so that a busy heap keeps
+	// its pages through the pauses of a bursty flow.
+	rateSpan = releaseAfter * time.Second
+	// maxBurstPercent bounds burstPercent: Go's smallest heap goal is 4
+	// MiB times GOGC/100, so it allows the 16 MiB of BurstHeadroom to a
+	// heap with almost nothing live.
+	maxBurstPercent = 400
 	// releaseMin is the least memory an idle release gives back;
 	// releaseQuiet how long, in seconds, what is spare must last at the
 	// rate of the last second's allocations for the heap to count as
@@ -140,10 +198,7 @@ func startGC(cfg gcConfig, getenv func(string) string) (stop func(), on bool) {
 		return func() {}, false
 	}
 	t := &gcTuner{cfg: cfg, percent: 100, stop: make(chan struct{}), done: make(chan struct{})}
-	for i, name := range []string{"/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes",
-		"/cpu/classes/gc/total:cpu-seconds"} {
-		t.samples[i].Name = name
-	}
+	t.initSamples()
 	t.initIdle()
 	t.before = debug.SetGCPercent(100)
 	t.arm()
@@ -156,6 +211,13 @@ func startGC(cfg gcConfig, getenv func(string) string) (stop func(), on bool) {
 		debug.SetGCPercent(t.before)
 		t.mu.Unlock()
 	}, true
+}
+
+func (t *gcTuner) initSamples() {
+	for i, name := range []string{"/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes",
+		"/cpu/classes/gc/total:cpu-seconds", "/gc/heap/allocs:bytes"} {
+		t.samples[i].Name = name
+	}
 }
 
 func (t *gcTuner) arm() { runtime.AddCleanup(&gcCycle{}, (*gcTuner).cycle, t) }
@@ -189,7 +251,8 @@ func (t *gcTuner) run() {
 }
 
 // tuneLocked sets GOGC from the live heap, or to 100 while the collector
-// is over its budget.
+// is over its budget; either way to at least what the rate of garbage
+// asks for (burstPercent).
 func (t *gcTuner) tuneLocked() {
 	metrics.Read(t.samples[:])
 	var v [3]uint64
@@ -203,17 +266,33 @@ func (t *gcTuner) tuneLocked() {
 	// interval without one counts as none; the CPU Go could use is
 	// GOMAXPROCS over the interval (the runtime's own count of it also
 	// moves only at collections).
-	gcCPU, now := t.samples[3].Value.Float64(), time.Now()
+	if t.samples[3].Value.Kind() != metrics.KindFloat64 || t.samples[4].Value.Kind() != metrics.KindUint64 {
+		return
+	}
+	gcCPU, allocated, now := t.samples[3].Value.Float64(), t.samples[4].Value.Uint64(), time.Now()
 	if dt := now.Sub(t.at); dt > 0 && !t.at.IsZero() {
 		// Each interval weighs by its length: an average over time.
 		w := 1 - math.Exp(-float64(dt)/float64(gcSpan))
 		t.share += w * ((gcCPU-t.gcCPU)/(dt.Seconds()*float64(runtime.GOMAXPROCS(0))) - t.share)
+		garbage := allocated - t.allocated
+		if v[0] > t.live {
+			garbage -= min(garbage, v[0]-t.live)
+		}
+		// Up as slowly as the share, so that a short interval (a tick
+		// right after a collection) cannot raise it alone; down slower
+		// still.
+		rate, span := float64(garbage)/dt.Seconds(), rateSpan
+		if rate > t.rate {
+			span = gcSpan
+		}
+		t.rate += (1 - math.Exp(-float64(dt)/float64(span))) * (rate - t.rate)
 	}
-	t.gcCPU, t.at = gcCPU, now
+	t.gcCPU, t.at, t.allocated, t.live = gcCPU, now, allocated, v[0]
 	p := 100
 	if t.share <= gcBudget {
 		p = t.cfg.gcPercent(v[0], v[1]+v[2])
 	}
+	p = max(p, t.cfg.burstPercent(t.rate, v[0], v[1]+v[2]))
 	if p != t.percent {
 		debug.SetGCPercent(p)
 		t.percent = p

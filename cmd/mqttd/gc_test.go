@@ -37,9 +37,11 @@ func TestGCConfigValidate(t *testing.T) {
 	if err := (gcConfig{}).validate(); err != nil {
 		t.Errorf("zero gc config: %v", err)
 	}
-	err := gcConfig{HeadroomPercent: 101, MinHeadroom: -1}.validate()
-	if err == nil || !strings.Contains(err.Error(), "gc.headroom_percent") || !strings.Contains(err.Error(), "gc.min_headroom") {
-		t.Errorf("bad gc config: error %v, want both settings named", err)
+	err := gcConfig{HeadroomPercent: 101, MinHeadroom: -1, BurstHeadroom: -1}.validate()
+	for _, name := range []string{"gc.headroom_percent", "gc.min_headroom", "gc.burst_headroom"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("bad gc config: error %v, want %s named", err, name)
+		}
 	}
 }
 
@@ -104,18 +106,77 @@ func TestGCTunerBudget(t *testing.T) {
 		{"idle: the policy's", false, func(p int) bool { return p <= 10 }},
 	} {
 		tu := &gcTuner{cfg: gcConfig{HeadroomPercent: 10, MinHeadroom: 1 << 20}, percent: 50}
-		for i, name := range []string{"/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes",
-			"/cpu/classes/gc/total:cpu-seconds"} {
-			tu.samples[i].Name = name
-		}
+		tu.initSamples()
 		metrics.Read(tu.samples[:])
 		tu.gcCPU, tu.at = tu.samples[3].Value.Float64(), time.Now().Add(-time.Second)
+		tu.allocated, tu.live = tu.samples[4].Value.Uint64(), tu.samples[0].Value.Uint64()
 		if tc.busy { // as if the collector took all the CPU of the last second
 			tu.gcCPU -= float64(runtime.GOMAXPROCS(0))
 		}
 		tu.tuneLocked()
 		if !tc.wantPercent(tu.percent) {
 			t.Errorf("%s: GOGC %d with 64 MiB live", tc.name, tu.percent)
+		}
+	}
+	runtime.KeepAlive(live)
+}
+
+func TestBurstPercent(t *testing.T) {
+	cfg := gcConfig{}.withDefaults() // at least 1 MiB, at most 16 MiB of burst
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name       string
+		rate       float64
+		live, scan uint64
+		want       int
+	}{
+		{"no garbage", 0, 512 << 10, 0, 0},
+		{"no more than the least headroom", 20 * mib, 512 << 10, 0, 0},
+		{"little live: the bound in percent", 170 * mib, 512 << 10, 256 << 10, maxBurstPercent},
+		{"the rate's headroom", 160 * mib, 32 * mib, 0, 25},
+		{"at most burst_headroom", 1 << 40, 64 * mib, 0, 25},
+	} {
+		if got := cfg.burstPercent(tc.rate, tc.live, tc.scan); got != tc.want {
+			t.Errorf("%s: burstPercent(%v, %d, %d) = %d, want %d", tc.name, tc.rate, tc.live, tc.scan, got, tc.want)
+		}
+	}
+	off := gcConfig{MinHeadroom: 1 << 20, BurstHeadroom: 1 << 20}
+	if got := off.burstPercent(1<<40, 512<<10, 0); got != 0 {
+		t.Errorf("burst_headroom = min_headroom: burstPercent = %d, want 0 (off)", got)
+	}
+}
+
+// TestGCTunerGarbageRate: what a second allocated and did not keep live
+// raises the headroom past the policy's; what it kept live (connects)
+// does not.
+func TestGCTunerGarbageRate(t *testing.T) {
+	live := liveHeap(t)
+	const gib = 1 << 30
+	for _, tc := range []struct {
+		name    string
+		kept    bool
+		percent func(tu *gcTuner) int
+	}{
+		{"garbage: burst_headroom's", false, func(tu *gcTuner) int {
+			return percentFor(defaultBurstHeadroom, tu.samples[0].Value.Uint64()+tu.samples[1].Value.Uint64()+tu.samples[2].Value.Uint64())
+		}},
+		{"kept live: the policy's", true, func(tu *gcTuner) int {
+			return tu.cfg.gcPercent(tu.samples[0].Value.Uint64(), tu.samples[1].Value.Uint64()+tu.samples[2].Value.Uint64())
+		}},
+	} {
+		// A small policy, which 64 MiB a second of garbage would pass.
+		tu := &gcTuner{cfg: gcConfig{HeadroomPercent: 1, MinHeadroom: 64 << 10}.withDefaults(), percent: 50}
+		tu.initSamples()
+		metrics.Read(tu.samples[:])
+		tu.gcCPU, tu.at = tu.samples[3].Value.Float64(), time.Now().Add(-time.Second)
+		tu.allocated, tu.live = tu.samples[4].Value.Uint64()-gib, tu.samples[0].Value.Uint64()
+		if tc.kept { // as if the whole live heap was allocated in the last second
+			tu.allocated = tu.samples[4].Value.Uint64() - tu.live
+			tu.live = 0
+		}
+		tu.tuneLocked()
+		if want := tc.percent(tu); tu.percent != want {
+			t.Errorf("%s: GOGC %d with 64 MiB live, want %d (garbage rate %.0f B/s)", tc.name, tu.percent, want, tu.rate)
 		}
 	}
 	runtime.KeepAlive(live)
