@@ -37,7 +37,9 @@ func TestCopiedMessage(t *testing.T) {
 			t.Fatalf("%d bytes: copy %+v lost the source's fields", n, m)
 		}
 	}
-	if size := unsafe.Sizeof(session.Message{}); size != 88 {
+	// On 64-bit platforms; a 32-bit one has smaller pointers, and its
+	// objects only fill the size classes less exactly.
+	if size := unsafe.Sizeof(session.Message{}); unsafe.Sizeof(uintptr(0)) == 8 && size != 88 {
 		t.Errorf("session.Message is %d bytes: newWithBytes's sizes assume 88", size)
 	}
 	src := &session.Message{Topic: "t/opic", Payload: make([]byte, 418)}
