@@ -107,7 +107,7 @@ func (c *conn) handlePublish(p *packets.Publish, borrowed bool) error {
 	case 0:
 		switch {
 		case v.code != packets.Success:
-		case !p.Retain && p.Properties.Present == 0: // as routedInPlace expects
+		case !p.Retain && p.Properties.Present == 0: // publishTransient: borrowed or not, it copies what it keeps
 			c.srv.publishTransient(p.Topic, p.Payload, c.info.ClientID, c)
 		default:
 			c.srv.publish(c.message(p, borrowed), c)
