@@ -57,49 +57,42 @@ type withBytes[B any] struct {
 func newWithBytes(n int) (*session.Message, []byte) {
 	switch {
 	case n <= 24:
-		w := new(withBytes[[24]byte])
-		return &w.m, w.b[:n]
+		return withRoom[[24]byte](n)
 	case n <= 40:
-		w := new(withBytes[[40]byte])
-		return &w.m, w.b[:n]
+		return withRoom[[40]byte](n)
 	case n <= 56:
-		w := new(withBytes[[56]byte])
-		return &w.m, w.b[:n]
+		return withRoom[[56]byte](n)
 	case n <= 72:
-		w := new(withBytes[[72]byte])
-		return &w.m, w.b[:n]
+		return withRoom[[72]byte](n)
 	case n <= 88:
-		w := new(withBytes[[88]byte])
-		return &w.m, w.b[:n]
+		return withRoom[[88]byte](n)
 	case n <= 104:
-		w := new(withBytes[[104]byte])
-		return &w.m, w.b[:n]
+		return withRoom[[104]byte](n)
 	case n <= 120:
-		w := new(withBytes[[120]byte])
-		return &w.m, w.b[:n]
+		return withRoom[[120]byte](n)
 	case n <= 136:
-		w := new(withBytes[[136]byte])
-		return &w.m, w.b[:n]
+		return withRoom[[136]byte](n)
 	case n <= 168:
-		w := new(withBytes[[168]byte])
-		return &w.m, w.b[:n]
+		return withRoom[[168]byte](n)
 	case n <= 200:
-		w := new(withBytes[[200]byte])
-		return &w.m, w.b[:n]
+		return withRoom[[200]byte](n)
 	case n <= 232:
-		w := new(withBytes[[232]byte])
-		return &w.m, w.b[:n]
+		return withRoom[[232]byte](n)
 	case n <= 296:
-		w := new(withBytes[[296]byte])
-		return &w.m, w.b[:n]
+		return withRoom[[296]byte](n)
 	case n <= 360:
-		w := new(withBytes[[360]byte])
-		return &w.m, w.b[:n]
+		return withRoom[[360]byte](n)
 	case n <= 424:
-		w := new(withBytes[[424]byte])
-		return &w.m, w.b[:n]
+		return withRoom[[424]byte](n)
 	}
 	return &session.Message{}, make([]byte, n)
+}
+
+// withRoom allocates a withBytes with an array B of at least n bytes, and
+// returns its message and its first n bytes.
+func withRoom[B any](n int) (*session.Message, []byte) {
+	w := new(withBytes[B])
+	return &w.m, unsafe.Slice((*byte)(unsafe.Pointer(&w.b)), n)
 }
 
 // copiedMessage returns a copy of m with topic and payload of its own,

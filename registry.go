@@ -287,9 +287,9 @@ func (c *conn) pumpFrom(from, owner *conn) {
 			c.srv.dur.removedLocked(cl, o.Seq, owner)
 		}
 	}
-	runp := pumpRuns.Get().(*[]session.Outbound)
+	runp, used := pumpRuns.Get().(*[]session.Outbound), 0
 	defer func() {
-		clear((*runp)[:cap(*runp)]) // drop the messages
+		clear((*runp)[:used]) // drop the messages
 		pumpRuns.Put(runp)
 	}()
 	for fit, _ := target.fit(); fit >= 0; {
@@ -314,6 +314,7 @@ func (c *conn) pumpFrom(from, owner *conn) {
 			run = append(run, o)
 			room -= outboundBound(&o)
 		}
+		used = max(used, len(run))
 		if len(run) == 0 {
 			return
 		}

@@ -165,7 +165,7 @@ const (
 	// gcSpan is the time constant of the share's moving average.
 	gcSpan = time.Second
 	// rateWindow is how many seconds of its garbage a busy heap may hold
-	// (burstPercent): it then collects about ten times a second.
+	// (burstPercent): it then collects about twenty times a second.
 	rateWindow = 50 * time.Millisecond
 	// rateSpan is the time constant of the garbage rate's fall: as long
 	// as the quiet the idle release waits for, so that a busy heap keeps
