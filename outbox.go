@@ -167,6 +167,7 @@ func (c *conn) claimWriterLocked(goroutine bool) {
 	c.out.writing, c.out.deferred = true, false
 	if goroutine {
 		c.srv.writers.Add(1)
+		c.srv.writersDue.Add(1)
 	}
 }
 
@@ -320,6 +321,7 @@ func (c *conn) runWriter() {
 	if small {
 		runtime.Gosched()
 	}
+	c.srv.writersDue.Add(-1)
 	c.writeLoop()
 }
 
@@ -363,6 +365,14 @@ func (o *outbox) markStuck() {
 	o.mu.Lock()
 	o.stuck = true
 	o.mu.Unlock()
+}
+
+// answersWait reports whether the reader's own answers wait for its
+// flush: deferred frames, and no writer running that would take them.
+func (o *outbox) answersWait() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.deferred && !o.writing && !o.closed
 }
 
 func (o *outbox) pendingLocked() int {

@@ -519,8 +519,7 @@ func (c *conn) readEvents() {
 			c.finishEvent(c.readError(err))
 			return
 		}
-		c.commitHeld(false)
-		c.flushDeferred()
+		c.answerBeforeWait()
 		if c.rstate.CompareAndSwap(readerRunning, readerIdle) {
 			return
 		}

@@ -64,6 +64,10 @@ type Server struct {
 	// their readers: writer goroutines, and those that close a connection
 	// after telling a 5.0 client why (takeover, idle timeout, shutdown).
 	writers sync.WaitGroup
+	// writersDue counts the writer goroutines started (runWriter) that
+	// have not begun to write: a reader lets them write before its own
+	// answers (yieldToWriters).
+	writersDue atomic.Int32
 
 	authsMu sync.Mutex
 	auths   map[*conn]*authState // connections that authenticate through an AuthMethod (enhanced.go)
