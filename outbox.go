@@ -154,7 +154,7 @@ func (c *conn) enqueueFit(mode enqueueMode, add func(b []byte) []byte, wantFit b
 	if start && mode == inline {
 		c.writeWithin(inlineWriteTimeout)
 	} else if start {
-		go c.runWriter()
+		c.srv.writerGoroutines.start(c)
 	}
 	return true, fit
 }
@@ -217,7 +217,7 @@ func (c *conn) flushDeferred() {
 // writer is already running.
 func (c *conn) wakeDeferred() {
 	if c.claimDeferred(true) {
-		go c.runWriter()
+		c.srv.writerGoroutines.start(c)
 	}
 }
 
@@ -286,7 +286,7 @@ func (c *conn) writeSignal(draining bool) <-chan struct{} {
 	room := o.roomCh
 	o.mu.Unlock()
 	if start {
-		go c.runWriter()
+		c.srv.writerGoroutines.start(c)
 	}
 	return room
 }
@@ -303,7 +303,8 @@ func waitRoom(room <-chan struct{}, deadline time.Time) bool {
 	}
 }
 
-// runWriter is a writer goroutine started by enqueue or roomSignal.
+// runWriter is a writer goroutine's work (writerPool), started by enqueue
+// or roomSignal.
 //
 // With less than writerBatch to write it first yields: a new goroutine
 // runs next on its P, ahead of the readers the poller has already woken,

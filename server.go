@@ -68,6 +68,8 @@ type Server struct {
 	// have not begun to write: a reader lets them write before its own
 	// answers (yieldToWriters).
 	writersDue atomic.Int32
+	// writerGoroutines runs the writers, keeping a few parked.
+	writerGoroutines *writerPool
 
 	authsMu sync.Mutex
 	auths   map[*conn]*authState // connections that authenticate through an AuthMethod (enhanced.go)
@@ -164,6 +166,7 @@ func New(opts Options) (*Server, error) {
 	s.queueBudget.Max = o.Limits.MaxQueuedBytesTotal
 	s.outboxWait.max, s.outboxWait.total = o.Limits.MaxOutboxBytesTotal, &s.stats.outboxBytes
 	s.readers = newReaderPool(s)
+	s.writerGoroutines = newWriterPool()
 	if o.Registerer != nil {
 		if err := o.Registerer.Register(newCollector(&s.stats, &s.queueBudget, s.sessLim, o)); err != nil {
 			return nil, err
@@ -403,6 +406,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.memory.close()
 		s.sys.close() // before the writers: its deliveries may start some
 		s.writers.Wait()
+		s.writerGoroutines.close()
 		s.closeStore()
 		close(finished)
 	}()
