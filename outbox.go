@@ -303,8 +303,8 @@ func waitRoom(room <-chan struct{}, deadline time.Time) bool {
 	}
 }
 
-// runWriter is a writer goroutine's work (writerPool), started by enqueue
-// or roomSignal.
+// runWriter is a writer goroutine's work (writerPool), started by enqueue,
+// wakeDeferred or writeSignal.
 //
 // With less than writerBatch to write it first yields: a new goroutine
 // runs next on its P, ahead of the readers the poller has already woken,

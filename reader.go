@@ -113,8 +113,8 @@ func (c *conn) answerBeforeWait() {
 	c.flushDeferred()
 }
 
-// yieldToWriters lets the writers that this read's deliveries started
-// write before the reader writes its own client's answers: a device's
+// yieldToWriters lets the writers deliveries started write before the
+// reader writes its own client's answers: a device's
 // PUBACK, written first, delayed its message to the subscribers by a
 // write and the wakeup of whoever reads the PUBACK, and with several
 // devices a wakeup by all of their PUBACKs (device10k: p50 latency
@@ -123,7 +123,13 @@ func (c *conn) answerBeforeWait() {
 // takes the reader two yields to let it write, or three when the
 // scheduler's fairness check (every 61st turn) picks the yielded reader
 // first; each is a trip through the scheduler, taken only while a writer
-// is due and answers wait.
+// is due and answers wait. The count is the server's: the readers of
+// several devices woken together all let the one subscriber's writer go
+// first, whichever of them started it, and on a busy broker of several
+// cores a reader may yield for writers not its own, four times at most.
+// From answerFromRead it yields under the socket's read lock (and
+// crypto/tls's input lock), which after the handshake only this reader
+// takes.
 func (c *conn) yieldToWriters() {
 	for range maxWriterYields {
 		if c.srv.writersDue.Load() == 0 || !c.out.answersWait() {

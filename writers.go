@@ -11,10 +11,14 @@ import "sync"
 // A woken writer runs next on its P as a new goroutine does, so it yields
 // to the readers behind it just the same (runWriter).
 type writerPool struct {
-	ch     chan *conn // a slot per parked writer, so a send never waits
-	mu     sync.Mutex
-	idle   int // parked and not yet handed a connection
-	closed bool
+	// ch hands a connection to a parked writer: a send follows a
+	// reservation of one (idle), and each parked writer takes one value,
+	// so a send waits at most for a writer just parking to take its own.
+	ch         chan *conn
+	mu         sync.Mutex
+	idle       int // parked and not yet handed a connection
+	goroutines int // the pool's writer goroutines, running or parked
+	closed     bool
 }
 
 // maxParkedWriters bounds the writer goroutines (and grown stacks) kept
@@ -35,6 +39,7 @@ func (p *writerPool) start(c *conn) {
 		p.ch <- c
 		return
 	}
+	p.goroutines++
 	p.mu.Unlock()
 	go p.loop(c)
 }
@@ -51,12 +56,26 @@ func (p *writerPool) loop(c *conn) {
 func (p *writerPool) next() *conn {
 	p.mu.Lock()
 	if p.closed || p.idle >= maxParkedWriters {
+		p.goroutines--
 		p.mu.Unlock()
 		return nil
 	}
 	p.idle++
 	p.mu.Unlock()
-	return <-p.ch
+	c := <-p.ch
+	if c == nil {
+		p.mu.Lock()
+		p.goroutines--
+		p.mu.Unlock()
+	}
+	return c
+}
+
+// counts returns the writers parked and the pool's goroutines.
+func (p *writerPool) counts() (parked, goroutines int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.idle, p.goroutines
 }
 
 // close ends the parked writers, once no writer can start any more
