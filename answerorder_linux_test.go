@@ -5,9 +5,7 @@ package mqttd_test
 import (
 	"bufio"
 	"crypto/tls"
-	"crypto/x509"
 	"net"
-	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -30,12 +28,7 @@ import (
 func TestDeliveriesBeforeAnswers(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	cert, key := writeServerCert(t)
-	pem, err := os.ReadFile(cert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
+	pool := certPool(t, cert)
 	for _, tc := range []struct {
 		name string
 		lc   mqttd.ListenerConfig

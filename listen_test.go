@@ -99,12 +99,7 @@ func TestListenTransports(t *testing.T) {
 		{Type: "unix", Path: sock},
 	}})
 	addrs := srv.Addrs()
-	pem, err := os.ReadFile(cert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
+	pool := certPool(t, cert)
 	payload := make([]byte, 256)
 	for i := range payload {
 		payload[i] = byte(i)
@@ -217,6 +212,19 @@ func writeServerCert(t *testing.T) (certFile, keyFile string) {
 	return certFile, keyFile
 }
 
+// certPool is a pool of the certificates in the PEM file cert: a
+// client's CA for writeServerCert's.
+func certPool(t *testing.T, cert string) *x509.CertPool {
+	t.Helper()
+	pem, err := os.ReadFile(cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	return pool
+}
+
 // TestListenerMaxConnections checks a listener's own limit through the
 // engine: a connection past it is closed, and one the broker closed
 // makes room again.
@@ -302,12 +310,7 @@ func TestUseIdentityAsUsername(t *testing.T) {
 	srv := listenAll(t, mqttd.Options{Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{ACLFile: aclFile}},
 		Listeners: []mqttd.ListenerConfig{{Type: "tls", Address: "127.0.0.1:0", CertFile: cert, KeyFile: key,
 			ClientCAFile: caFile, RequireClientCert: true, UseIdentityAsUsername: true}}})
-	pemBytes, err := os.ReadFile(cert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pemBytes)
+	pool := certPool(t, cert)
 	nc, err := tls.Dial("tcp", srv.Addrs()[0].String(), &tls.Config{RootCAs: pool,
 		Certificates: []tls.Certificate{issue("sensor-7")}})
 	if err != nil {

@@ -2,11 +2,9 @@ package mqttd_test
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"io"
 	"net"
-	"os"
 	"testing"
 	"time"
 
@@ -21,13 +19,7 @@ import (
 // connection.
 func TestSpecOverTransports(t *testing.T) {
 	cert, key := writeServerCert(t)
-	pem, err := os.ReadFile(cert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
-	tlsClient := &tls.Config{RootCAs: pool}
+	tlsClient := &tls.Config{RootCAs: certPool(t, cert)}
 	for _, typ := range []string{listeners.TLS, listeners.WS} {
 		t.Run(typ, func(t *testing.T) {
 			listenerWrap = func(plain net.Listener) net.Listener {
