@@ -290,23 +290,16 @@ func (c *conn) wakeReader() {
 // failure) runs outside the bound (conn.mayBlock), or one host sending
 // bad passwords could hold every reader.
 type readerPool struct {
+	// parked counts the reader goroutines, serving or parked, and hands
+	// connections to the parked ones; its lock guards the fields below.
+	parked
 	srv *Server
-	// ch hands a connection to a parked reader: run sends only after
-	// reserving one of the idle readers, and each parked reader takes
-	// one, so the buffer (a reader for each slot) never fills and the
-	// poller never waits for a reader.
-	ch  chan *conn
 	max int
-	mu  sync.Mutex
-	// readers counts the goroutines, serving or parked; idle those
-	// parked and not yet reserved by a run.
-	readers, idle int
 	// waiting holds the connections that found max readers busy, from
 	// head on. A connection is in it at most once (its reader state
 	// went from idle to running), so it is bounded by the connections.
 	waiting []*conn
 	head    int
-	closed  bool
 	warned  atomic.Int64
 }
 
@@ -322,23 +315,23 @@ const (
 )
 
 func newReaderPool(s *Server) *readerPool {
-	return &readerPool{srv: s, ch: make(chan *conn, maxParkedReaders), max: max(minReaders, readersPerCPU*runtime.GOMAXPROCS(0))}
+	return &readerPool{parked: parked{ch: make(chan *conn, maxParkedReaders), maxIdle: maxParkedReaders},
+		srv: s, max: max(minReaders, readersPerCPU*runtime.GOMAXPROCS(0))}
 }
 
 // run has c's socket drained by a parked reader, or by a new one, or by
 // the first reader to finish when max are busy.
 func (p *readerPool) run(c *conn) {
 	p.mu.Lock()
+	if p.handLocked(c) {
+		return
+	}
 	switch {
-	case p.idle > 0:
-		p.idle--
-		p.mu.Unlock()
-		p.ch <- c
-	case p.readers < p.max || p.closed:
+	case p.goroutines < p.max || p.closed:
 		// Once closed, readers parked then are no longer idle but still
 		// counted until they end: the bound could leave a last wakeup
 		// waiting for no reader.
-		p.readers++
+		p.goroutines++
 		p.mu.Unlock()
 		go p.loop(c)
 	default:
@@ -371,8 +364,8 @@ func (p *readerPool) loop(c *conn) {
 // needed: enough are parked, or the server is closing.
 func (p *readerPool) next() *conn {
 	p.mu.Lock()
-	if p.readers > p.max { // one that blocked outside the bound is back
-		p.readers--
+	if p.goroutines > p.max { // one that blocked outside the bound is back
+		p.goroutines--
 		p.mu.Unlock()
 		return nil
 	}
@@ -380,20 +373,7 @@ func (p *readerPool) next() *conn {
 		p.mu.Unlock()
 		return c
 	}
-	if p.closed || p.idle >= maxParkedReaders {
-		p.readers--
-		p.mu.Unlock()
-		return nil
-	}
-	p.idle++
-	p.mu.Unlock()
-	c := <-p.ch
-	if c == nil {
-		p.mu.Lock()
-		p.readers--
-		p.mu.Unlock()
-	}
-	return c
+	return p.parkLocked()
 }
 
 // popLocked takes the connection that has waited longest, if any.
@@ -416,10 +396,10 @@ func (p *readerPool) popLocked() *conn {
 // passed until a reader finishes.
 func (p *readerPool) leave() {
 	p.mu.Lock()
-	p.readers--
+	p.goroutines--
 	c := p.popLocked()
 	if c != nil {
-		p.readers++
+		p.goroutines++
 	}
 	p.mu.Unlock()
 	if c != nil {
@@ -429,7 +409,7 @@ func (p *readerPool) leave() {
 
 func (p *readerPool) rejoin() {
 	p.mu.Lock()
-	p.readers++
+	p.goroutines++
 	p.mu.Unlock()
 }
 
@@ -449,16 +429,8 @@ func (c *conn) mayBlock(f func()) {
 // close ends the parked readers; those serving end when done, and later
 // wakeups (the server's last closes) get a reader each that then ends.
 func (p *readerPool) close() {
-	if p == nil {
-		return
-	}
-	p.mu.Lock()
-	n := p.idle
-	p.idle = 0
-	p.closed = true
-	p.mu.Unlock()
-	for range n {
-		p.ch <- nil
+	if p != nil {
+		p.closePark()
 	}
 }
 

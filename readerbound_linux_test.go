@@ -86,7 +86,7 @@ func awaitHeld(t *testing.T, held <-chan string, n int) {
 func poolState(p *readerPool) (readers, waiting int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.readers, len(p.waiting) - p.head
+	return p.goroutines, len(p.waiting) - p.head
 }
 
 // holdTwoReaders connects three clients to a server whose readers are
@@ -222,7 +222,7 @@ func TestReaderPoolShutdownServesWaiting(t *testing.T) {
 // move the queue down in its slice, and that ReaderWaits counts each.
 func TestReaderPoolWaitingOrder(t *testing.T) {
 	s := newTestServer(t, Options{})
-	p := &readerPool{srv: s, ch: make(chan *conn, maxParkedReaders)} // max 0: every run waits
+	p := &readerPool{srv: s, parked: parked{ch: make(chan *conn, maxParkedReaders), maxIdle: maxParkedReaders}} // max 0: every run waits
 	var want []*conn
 	pushed := 0
 	for round := range 50 {
@@ -276,7 +276,7 @@ func TestReaderPoolWakeAfterClose(t *testing.T) {
 	trackConn(t, s, c)
 	// One reader, parked, is the whole bound; after close it is counted
 	// until its goroutine (here none) takes the nil close sent it.
-	p := &readerPool{srv: s, ch: make(chan *conn, 1), max: 1, readers: 1, idle: 1}
+	p := &readerPool{srv: s, max: 1, parked: parked{ch: make(chan *conn, 1), maxIdle: maxParkedReaders, goroutines: 1, idle: 1}}
 	s.readers = p
 	p.close()
 	c.wakeReader()

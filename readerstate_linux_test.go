@@ -193,7 +193,7 @@ func awaitQueued(ev *eventConn, n int) error {
 // handed to the channel, where the test sees it, and no goroutine runs it.
 func testReaderPool(s *Server, n int) chan *conn {
 	ch := make(chan *conn, n)
-	s.readers = &readerPool{srv: s, ch: ch, max: minReaders, readers: n, idle: n}
+	s.readers = &readerPool{srv: s, max: minReaders, parked: parked{ch: ch, maxIdle: maxParkedReaders, goroutines: n, idle: n}}
 	return ch
 }
 
@@ -402,7 +402,7 @@ func TestReaderPoolHandsToParkedReader(t *testing.T) {
 	srvEnd, _ := tcpPair(t)
 	ev := eventConnFor(t, srvEnd) // harmless to read if run starts a goroutine after all
 	synctest.Test(t, func(t *testing.T) {
-		p := &readerPool{ch: make(chan *conn), max: minReaders, readers: 1} // as if run had started this goroutine
+		p := &readerPool{max: minReaders, parked: parked{ch: make(chan *conn), maxIdle: maxParkedReaders, goroutines: 1}} // as if run had started this goroutine
 		got := make(chan *conn, 2)
 		go func() { got <- p.next() }()
 		synctest.Wait() // parked in next
@@ -421,8 +421,8 @@ func TestReaderPoolHandsToParkedReader(t *testing.T) {
 		default:
 			t.Error("run started a goroutine instead of handing the connection to the parked reader")
 		}
-		if p.readers != 1 {
-			t.Errorf("%d reader goroutines counted, want 1", p.readers)
+		if p.goroutines != 1 {
+			t.Errorf("%d reader goroutines counted, want 1", p.goroutines)
 		}
 		go func() { got <- p.next() }()
 		synctest.Wait()
@@ -431,8 +431,8 @@ func TestReaderPoolHandsToParkedReader(t *testing.T) {
 		if g := <-got; g != nil {
 			t.Errorf("the parked reader got %p when the server closed, want nil", g)
 		}
-		if p.readers != 0 || idleReaders(p) != 0 {
-			t.Errorf("%d readers (%d parked) after the server closed, want none", p.readers, idleReaders(p))
+		if p.goroutines != 0 || idleReaders(p) != 0 {
+			t.Errorf("%d readers (%d parked) after the server closed, want none", p.goroutines, idleReaders(p))
 		}
 	})
 }
@@ -443,7 +443,7 @@ func TestReaderPoolHandsToParkedReader(t *testing.T) {
 // parked ones end when the server closes.
 func TestReaderPoolParkLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &readerPool{ch: make(chan *conn), max: minReaders, readers: maxParkedReaders + 1}
+		p := &readerPool{max: minReaders, parked: parked{ch: make(chan *conn), maxIdle: maxParkedReaders, goroutines: maxParkedReaders + 1}}
 		results := make(chan *conn, maxParkedReaders)
 		var wg sync.WaitGroup
 		for range maxParkedReaders {
@@ -467,8 +467,8 @@ func TestReaderPoolParkLimit(t *testing.T) {
 				t.Errorf("a parked reader got %p after the server closed", c)
 			}
 		}
-		if p.readers != 0 || idleReaders(p) != 0 {
-			t.Errorf("%d readers (%d parked) after the server closed, want none", p.readers, idleReaders(p))
+		if p.goroutines != 0 || idleReaders(p) != 0 {
+			t.Errorf("%d readers (%d parked) after the server closed, want none", p.goroutines, idleReaders(p))
 		}
 	})
 }
