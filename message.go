@@ -244,14 +244,14 @@ func forwardProperties(m *session.Message, subIDs []uint32) packets.Properties {
 }
 
 // writeOutboundLocked encodes one session entry (a PUBLISH, or a PUBREL
-// for a released QoS 2 message) into the outbox; with wake a writer is
-// started, otherwise the reader's flush writes it. The caller holds the
-// client's lock, so entries reach the wire in session order. A PUBLISH
-// larger than the client's Maximum Packet Size is not sent and the result
-// is false: the caller completes it in the session [MQTT-3.1.2-25].
-func (c *conn) writeOutboundLocked(o session.Outbound, wake bool) (sent bool) {
+// for a released QoS 2 message) into the outbox, and a writer is started
+// for it. The caller holds the client's lock, so entries reach the wire
+// in session order. A PUBLISH larger than the client's Maximum Packet
+// Size is not sent and the result is false: the caller completes it in
+// the session [MQTT-3.1.2-25].
+func (c *conn) writeOutboundLocked(o session.Outbound) (sent bool) {
 	sent = true
-	c.enqueue(outboundMode(wake), func(b []byte) []byte {
+	c.enqueue(woken, func(b []byte) []byte {
 		b, sent = c.appendOutbound(b, o)
 		return b
 	})

@@ -51,9 +51,9 @@ func (k *parked) parkLocked() *conn {
 	return c
 }
 
-// closePark ends the parked goroutines; those working end when they would
+// close ends the parked goroutines; those working end when they would
 // park again.
-func (k *parked) closePark() {
+func (k *parked) close() {
 	k.mu.Lock()
 	n := k.idle
 	k.idle = 0

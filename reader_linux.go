@@ -430,7 +430,7 @@ func (c *conn) mayBlock(f func()) {
 // wakeups (the server's last closes) get a reader each that then ends.
 func (p *readerPool) close() {
 	if p != nil {
-		p.closePark()
+		p.parked.close()
 	}
 }
 

@@ -236,7 +236,7 @@ func (s *Server) deliverLocked(cl *client, m *session.Message, qos byte, retain 
 	}
 	switch r {
 	case session.Send:
-		if !tc.writeOutboundLocked(o, true) && o.QoS > 0 {
+		if !tc.writeOutboundLocked(o) && o.QoS > 0 {
 			s.discardLocked(cl, o.PacketID, enc.owner)
 		}
 	case session.Queued:

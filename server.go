@@ -406,7 +406,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.memory.close()
 		s.sys.close() // before the writers: its deliveries may start some
 		s.writers.Wait()
-		s.writerGoroutines.close()
+		s.writerGoroutines.close() // no writer starts any more
 		s.closeStore()
 		close(finished)
 	}()

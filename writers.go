@@ -44,7 +44,3 @@ func (p *writerPool) counts() (parked, goroutines int) {
 	defer p.mu.Unlock()
 	return p.idle, p.goroutines
 }
-
-// close ends the parked writers, once no writer can start any more
-// (Shutdown, after every connection's outbox is closed).
-func (p *writerPool) close() { p.closePark() }
