@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"net"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -71,9 +72,7 @@ func TestDeliveriesBeforeAnswers(t *testing.T) {
 // each packet it receives.
 type stampedConn struct {
 	rc  *rawConn
-	raw interface {
-		Read(func(fd uintptr) bool) error
-	}
+	raw syscall.RawConn
 }
 
 // connectStamped connects a 3.1.1 client, over TLS with tc, turns on
