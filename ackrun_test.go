@@ -1,0 +1,135 @@
+package mqttd_test
+
+import (
+	"testing"
+
+	"mqttd"
+	"mqttd/packets"
+)
+
+// appendPackets encodes ps one after another, as a client writing them
+// in one go would.
+func appendPackets(t *testing.T, v packets.Version, ps ...packets.Packet) []byte {
+	t.Helper()
+	var b []byte
+	for _, p := range ps {
+		var err error
+		if b, err = p.Append(b, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+// receiveAll reads n PUBLISHes on topic and returns their packet ids.
+func receiveAll(rc *rawConn, topic string, n int) []uint16 {
+	rc.t.Helper()
+	ids := make([]uint16, n)
+	for i := range ids {
+		ids[i] = expectPublish(rc, topic).PacketID
+	}
+	return ids
+}
+
+// inflightOf reports the messages in flight to client id.
+func inflightOf(t *testing.T, srv *mqttd.Server, id string) int {
+	t.Helper()
+	for _, cs := range all(srv) {
+		if cs.ID == id {
+			return cs.Inflight
+		}
+	}
+	t.Fatalf("no client %q", id)
+	return 0
+}
+
+// all lists every client of srv.
+func all(srv *mqttd.Server) []mqttd.ClientState {
+	page, _ := srv.Clients("", 1000)
+	return page
+}
+
+// TestAcknowledgementsInOneWrite checks acknowledgements that arrive
+// together, as a client acknowledging its window writes them: each
+// completes its message, whatever comes between them (one for an id not
+// in flight, one with a reason code and properties, another packet) and
+// wherever the read ends, inside a frame included.
+func TestAcknowledgementsInOneWrite(t *testing.T) {
+	for _, v := range versions {
+		t.Run(versionName(v), func(t *testing.T) {
+			srv, addr := startServer(t, mqttd.Options{})
+			sub := connectAs(t, addr, v, &packets.Connect{ClientID: "sub", CleanStart: true})
+			subscribe(sub, packets.Subscription{Filter: "t", Options: packets.SubOptions{QoS: 2}})
+			pub := connectAs(t, addr, v, &packets.Connect{ClientID: "pub", CleanStart: true})
+			for i := range 6 {
+				pub.send(&packets.Publish{Topic: "t", QoS: 1 + byte(i/5), PacketID: uint16(i + 1), Payload: []byte("x")})
+			}
+			ids := receiveAll(sub, "t", 6)
+			sub.send(&packets.Pubrec{PacketID: ids[5]})
+			if rel, ok := sub.read().(*packets.Pubrel); !ok || rel.PacketID != ids[5] {
+				t.Fatalf("got %+v, want PUBREL %d", rel, ids[5])
+			}
+			if n := inflightOf(t, srv, "sub"); n != 6 {
+				t.Fatalf("inflight %d before the acknowledgements, want 6", n)
+			}
+			third := &packets.Puback{PacketID: ids[2]}
+			if v == packets.V5 {
+				third.ReasonCode = packets.NoMatchingSubscribers
+				third.Properties.ReasonString = "nobody listens"
+				third.Properties.Set(packets.PropReasonString)
+			}
+			b := appendPackets(t, v,
+				&packets.Puback{PacketID: ids[0]}, &packets.Puback{PacketID: ids[1]},
+				&packets.Puback{PacketID: 999}, third, &packets.Pingreq{},
+				&packets.Pubcomp{PacketID: ids[5]}, &packets.Puback{PacketID: ids[3]},
+				&packets.Puback{PacketID: ids[4]})
+			sub.write(b[:len(b)-2])
+			if p := sub.read(); p.Type() != packets.TypePingresp {
+				t.Fatalf("got %T %+v, want PINGRESP", p, p)
+			}
+			waitFor(t, "four messages acknowledged", func() bool { return inflightOf(t, srv, "sub") == 1 })
+			sub.write(b[len(b)-2:])
+			waitFor(t, "all acknowledged", func() bool { return inflightOf(t, srv, "sub") == 0 })
+			expectNothing(sub)
+		})
+	}
+}
+
+// TestWrongAcknowledgementAmongOthers checks that acknowledgements
+// written together stop at one of the wrong kind: those before it
+// complete their messages, the connection is closed for it, and those
+// after it are not read, so their messages are sent again to the
+// session's next connection.
+func TestWrongAcknowledgementAmongOthers(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{})
+	cp := func() *packets.Connect { return &packets.Connect{ClientID: "sub", KeepAlive: 60} }
+	sub := connectAs(t, addr, packets.V311, cp())
+	subscribe(sub, packets.Subscription{Filter: "t", Options: packets.SubOptions{QoS: 1}})
+	pub := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "pub", CleanStart: true})
+	for i := range 3 {
+		pub.send(&packets.Publish{Topic: "t", QoS: 1, PacketID: uint16(i + 1), Payload: []byte{byte('a' + i)}})
+	}
+	ids := receiveAll(sub, "t", 3)
+	sub.write(appendPackets(t, packets.V311,
+		&packets.Puback{PacketID: ids[0]}, &packets.Pubcomp{PacketID: ids[1]}, &packets.Puback{PacketID: ids[2]}))
+	sub.expectClosed()
+	if n := srv.Stats().Disconnects["protocol_error"]; n != 1 {
+		t.Errorf("disconnects[protocol_error] = %d, want 1", n)
+	}
+	waitFor(t, "the session offline", func() bool {
+		for _, cs := range all(srv) {
+			if cs.ID == "sub" {
+				return !cs.Connected
+			}
+		}
+		return false
+	})
+	again := connectAs(t, addr, packets.V311, cp())
+	for _, want := range []string{"b", "c"} {
+		p := expectPublish(again, "t")
+		if string(p.Payload) != want || !p.Dup {
+			t.Fatalf("sent again %q (dup %v), want %q with DUP", p.Payload, p.Dup, want)
+		}
+	}
+	expectNothing(again)
+}
