@@ -51,9 +51,11 @@ func all(srv *mqttd.Server) []mqttd.ClientState {
 
 // TestAcknowledgementsInOneWrite checks acknowledgements that arrive
 // together, as a client acknowledging its window writes them: each
-// completes its message, whatever comes between them (one for an id not
-// in flight, one with a reason code and properties, another packet) and
-// wherever the read ends, inside a frame included.
+// completes its message or step, in order, whatever comes between them
+// (one for an id not in flight, one with a reason code and properties,
+// another packet, a PUBREC) and wherever the read ends, inside a frame
+// included; PUBRECs and PUBRELs written together get their answers in
+// order.
 func TestAcknowledgementsInOneWrite(t *testing.T) {
 	for _, v := range versions {
 		t.Run(versionName(v), func(t *testing.T) {
@@ -61,16 +63,14 @@ func TestAcknowledgementsInOneWrite(t *testing.T) {
 			sub := connectAs(t, addr, v, &packets.Connect{ClientID: "sub", CleanStart: true})
 			subscribe(sub, packets.Subscription{Filter: "t", Options: packets.SubOptions{QoS: 2}})
 			pub := connectAs(t, addr, v, &packets.Connect{ClientID: "pub", CleanStart: true})
-			for i := range 6 {
+			for i := range 7 {
 				pub.send(&packets.Publish{Topic: "t", QoS: 1 + byte(i/5), PacketID: uint16(i + 1), Payload: []byte("x")})
 			}
-			ids := receiveAll(sub, "t", 6)
+			ids := receiveAll(sub, "t", 7)
 			sub.send(&packets.Pubrec{PacketID: ids[5]})
-			if rel, ok := sub.read().(*packets.Pubrel); !ok || rel.PacketID != ids[5] {
-				t.Fatalf("got %+v, want PUBREL %d", rel, ids[5])
-			}
-			if n := inflightOf(t, srv, "sub"); n != 6 {
-				t.Fatalf("inflight %d before the acknowledgements, want 6", n)
+			expectAck(sub, packets.TypePubrel, ids[5], packets.Success)
+			if n := inflightOf(t, srv, "sub"); n != 7 {
+				t.Fatalf("inflight %d before the acknowledgements, want 7", n)
 			}
 			third := &packets.Puback{PacketID: ids[2]}
 			if v == packets.V5 {
@@ -81,17 +81,57 @@ func TestAcknowledgementsInOneWrite(t *testing.T) {
 			b := appendPackets(t, v,
 				&packets.Puback{PacketID: ids[0]}, &packets.Puback{PacketID: ids[1]},
 				&packets.Puback{PacketID: 999}, third, &packets.Pingreq{},
-				&packets.Pubcomp{PacketID: ids[5]}, &packets.Puback{PacketID: ids[3]},
-				&packets.Puback{PacketID: ids[4]})
+				&packets.Pubcomp{PacketID: ids[5]}, &packets.Pubrec{PacketID: ids[6]},
+				&packets.Puback{PacketID: ids[3]}, &packets.Puback{PacketID: ids[4]})
 			sub.write(b[:len(b)-2])
 			if p := sub.read(); p.Type() != packets.TypePingresp {
 				t.Fatalf("got %T %+v, want PINGRESP", p, p)
 			}
-			waitFor(t, "four messages acknowledged", func() bool { return inflightOf(t, srv, "sub") == 1 })
+			expectAck(sub, packets.TypePubrel, ids[6], packets.Success)
+			waitFor(t, "five messages acknowledged", func() bool { return inflightOf(t, srv, "sub") == 2 })
 			sub.write(b[len(b)-2:])
+			waitFor(t, "the last PUBACK", func() bool { return inflightOf(t, srv, "sub") == 1 })
+			sub.send(&packets.Pubcomp{PacketID: ids[6]})
 			waitFor(t, "all acknowledged", func() bool { return inflightOf(t, srv, "sub") == 0 })
 			expectNothing(sub)
+
+			for id := uint16(1); id <= 5; id++ {
+				expectAck(pub, packets.TypePuback, id, packets.Success)
+			}
+			expectAck(pub, packets.TypePubrec, 6, packets.Success)
+			expectAck(pub, packets.TypePubrec, 7, packets.Success)
+			pub.write(appendPackets(t, v, &packets.Pubrel{PacketID: 6}, &packets.Pubrel{PacketID: 7}, &packets.Pubrel{PacketID: 42}))
+			unknown := packets.Success
+			if v == packets.V5 {
+				unknown = packets.PacketIDNotFound
+			}
+			expectAck(pub, packets.TypePubcomp, 6, packets.Success)
+			expectAck(pub, packets.TypePubcomp, 7, packets.Success)
+			expectAck(pub, packets.TypePubcomp, 42, unknown)
+			expectNothing(pub)
 		})
+	}
+}
+
+// expectAck reads the next packet, which must be an acknowledgement of
+// type typ for id with code.
+func expectAck(rc *rawConn, typ packets.Type, id uint16, code packets.ReasonCode) {
+	rc.t.Helper()
+	p := rc.read()
+	var gotID uint16
+	var gotCode packets.ReasonCode
+	switch a := p.(type) {
+	case *packets.Puback:
+		gotID, gotCode = a.PacketID, a.ReasonCode
+	case *packets.Pubrec:
+		gotID, gotCode = a.PacketID, a.ReasonCode
+	case *packets.Pubrel:
+		gotID, gotCode = a.PacketID, a.ReasonCode
+	case *packets.Pubcomp:
+		gotID, gotCode = a.PacketID, a.ReasonCode
+	}
+	if p.Type() != typ || gotID != id || gotCode != code {
+		rc.t.Fatalf("got %T %+v, want %v %d code %#x", p, p, typ, id, code)
 	}
 }
 
