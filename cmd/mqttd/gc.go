@@ -151,6 +151,7 @@ type gcTuner struct {
 	// The idle release's state (releaseIdle), the ticker's alone.
 	allocs uint64 // bytes allocated by the last tick
 	cycles uint64 // collections completed by the last release
+	base   uint64 // the live heap at the last release, or since lower
 	quiet  int    // ticks in a row the heap has been idle
 	idle   [5]metrics.Sample
 
@@ -168,9 +169,10 @@ const (
 	// (burstPercent): it then collects about twenty times a second.
 	rateWindow = 50 * time.Millisecond
 	// rateSpan is the time constant of the garbage rate's fall: as long
-	// as the quiet the idle release waits for, so that a busy heap keeps
-	// its pages through the pauses of a bursty flow.
-	rateSpan = releaseAfter * time.Second
+	// as the quiet the idle release waits for after a flow, so that the
+	// heap goal, and with it the pages the runtime's scavenger leaves,
+	// hold through the pauses of a bursty flow.
+	rateSpan = releaseAfterFlow * time.Second
 	// maxBurstPercent bounds burstPercent: Go's smallest heap goal is 4
 	// MiB times GOGC/100, so it allows the 16 MiB of BurstHeadroom to a
 	// heap with almost nothing live.
@@ -178,10 +180,13 @@ const (
 	// releaseMin is the least memory an idle release gives back;
 	// releaseQuiet how long, in seconds, what is spare must last at the
 	// rate of the last second's allocations for the heap to count as
-	// idle; releaseAfter how many ticks in a row it must be idle.
-	releaseMin   = 512 << 10
-	releaseQuiet = 30
-	releaseAfter = 10
+	// idle; releaseAfter how many ticks in a row it must be idle when
+	// the live heap grew since the last release (connections came), and
+	// releaseAfterFlow when it did not (messages moved).
+	releaseMin       = 512 << 10
+	releaseQuiet     = 30
+	releaseAfter     = 10
+	releaseAfterFlow = 120
 )
 
 // gcCycle is the object whose collection marks a cycle. It holds a
@@ -320,7 +325,13 @@ func (t *gcTuner) initIdle() {
 // collections of the busy moment before it. A heap that is busy again
 // gets its pages back from the system, a fault per page, and regrows from
 // a small goal: released after one idle second, flows a few seconds apart
-// lost 15-20% of their rate.
+// lost 15-20% of their rate, and after ten, qos1 runs 15 s apart lost
+// 10% (a page fault costs 12 us on the test machine). So the spare of a
+// flow, which did not grow the live heap, waits releaseAfterFlow ticks:
+// what the next burst would fault in again, bounded meanwhile by the
+// heap goal its garbage rate holds up (gc.burst_headroom). What a burst
+// of connects leaves, whose connections stay live, goes after
+// releaseAfter.
 func (t *gcTuner) releaseIdle() bool {
 	metrics.Read(t.idle[:])
 	for _, s := range t.idle {
@@ -338,15 +349,24 @@ func (t *gcTuner) releaseIdle() bool {
 	if objects > live {
 		spare += objects - live
 	}
+	if first {
+		t.base = live
+	}
+	t.base = min(t.base, live)
 	if first || spare < releaseMin || recent*releaseQuiet > spare {
 		t.quiet = 0
 		return false
 	}
-	if t.quiet++; t.quiet < releaseAfter || cycles == t.cycles {
+	after := releaseAfterFlow
+	if live-t.base > spare/4 {
+		after = releaseAfter
+	}
+	if t.quiet++; t.quiet < after || cycles == t.cycles {
 		return false
 	}
 	debug.FreeOSMemory()
 	metrics.Read(t.idle[:])
 	t.allocs, t.cycles, t.quiet = t.idle[0].Value.Uint64(), t.idle[4].Value.Uint64(), 0
+	t.base = t.idle[1].Value.Uint64()
 	return true
 }

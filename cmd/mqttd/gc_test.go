@@ -202,18 +202,21 @@ func TestGCTunerRespectsEnvironment(t *testing.T) {
 	}
 }
 
-// garbage is where TestGCTunerReleasesIdleHeap's allocations escape to.
-var garbage []byte
+// garbage and kept are where TestGCTunerReleasesIdleHeap's allocations
+// escape to: those dropped at once, and those it keeps live.
+var garbage, kept []byte
 
 // TestGCTunerReleasesIdleHeap: memory the heap holds beyond what is live
-// goes back to the system once the allocations have stopped for
-// releaseAfter ticks, not while they go on, and not again before a
-// collection has run since.
+// goes back to the system once the allocations have stopped: after
+// releaseAfterFlow ticks when the live heap did not grow (a flow of
+// messages, which would fault its pages in again at its next burst),
+// after releaseAfter when it did (connections came); not while they go
+// on, and not again before a collection has run since.
 func TestGCTunerReleasesIdleHeap(t *testing.T) {
 	// No collection while garbage is made: what it leaves is what the
 	// release must find, not what the scavenger returned meanwhile.
 	before := debug.SetGCPercent(-1)
-	t.Cleanup(func() { debug.SetGCPercent(before) })
+	t.Cleanup(func() { debug.SetGCPercent(before); kept = nil })
 	makeGarbage := func() {
 		for range 256 {
 			garbage = make([]byte, 64<<10)
@@ -225,10 +228,10 @@ func TestGCTunerReleasesIdleHeap(t *testing.T) {
 		metrics.Read(s)
 		return s[0].Value.Uint64()
 	}
-	// quietTicks runs the ticks of an idle heap up to the one that may
-	// release, and reports whether any of the earlier ones did.
-	quietTicks := func(tu *gcTuner) bool {
-		for range releaseAfter - 1 {
+	// quietTicks runs n-1 ticks of an idle heap, up to the one that may
+	// release after n, and reports whether any of them did.
+	quietTicks := func(tu *gcTuner, n int) bool {
+		for range n - 1 {
 			if tu.releaseIdle() {
 				return true
 			}
@@ -246,11 +249,11 @@ func TestGCTunerReleasesIdleHeap(t *testing.T) {
 	if tu.releaseIdle() {
 		t.Fatal("released while 16 MiB were allocated in the last interval")
 	}
-	if quietTicks(tu) {
-		t.Fatalf("released before %d idle ticks in a row", releaseAfter)
+	if quietTicks(tu, releaseAfterFlow) {
+		t.Fatalf("a flow's garbage released before %d idle ticks in a row", releaseAfterFlow)
 	}
 	if !tu.releaseIdle() {
-		t.Fatalf("16 MiB of garbage and %d ticks without allocations: not released", releaseAfter)
+		t.Fatalf("16 MiB of garbage and %d ticks without allocations: not released", releaseAfterFlow)
 	}
 	// A collection alone frees the garbage but keeps its pages.
 	if got := free(); got > 4<<20 {
@@ -260,16 +263,31 @@ func TestGCTunerReleasesIdleHeap(t *testing.T) {
 	debug.SetGCPercent(-1)
 	makeGarbage()
 	tu.releaseIdle()
-	if quietTicks(tu) || tu.releaseIdle() {
+	if quietTicks(tu, releaseAfterFlow) || tu.releaseIdle() {
 		t.Error("released again with no collection since the last release")
 	}
-	runtime.GC() // as a heap busy again collects
+
+	// Connections: the live heap grows by 16 MiB, with as much garbage.
+	kept = make([]byte, 16<<20)
 	makeGarbage()
+	runtime.GC() // as a heap busy again collects
 	tu.releaseIdle()
-	if quietTicks(tu) {
+	if quietTicks(tu, releaseAfter) {
 		t.Fatalf("released before %d idle ticks in a row", releaseAfter)
 	}
 	if !tu.releaseIdle() {
-		t.Error("idle with 16 MiB of garbage and a collection since the last release: not released")
+		t.Fatalf("the live heap grown by 16 MiB, 16 MiB spare and %d idle ticks: not released", releaseAfter)
+	}
+
+	// A flow again, the connections' heap still live: its growth was
+	// counted at the release.
+	makeGarbage()
+	runtime.GC()
+	tu.releaseIdle()
+	if quietTicks(tu, releaseAfterFlow) {
+		t.Fatalf("a flow after connections released before %d idle ticks in a row", releaseAfterFlow)
+	}
+	if !tu.releaseIdle() {
+		t.Errorf("16 MiB of garbage and %d ticks without allocations: not released", releaseAfterFlow)
 	}
 }

@@ -86,8 +86,9 @@ func conns(cfg config) (*result, error) {
 			return nil, err
 		}
 		// The idle connection's cost is what is held once they have been
-		// idle a while: mqttd gives its spare heap back after ten quiet
-		// seconds, where Mosquitto's and FlashMQ's RSS is still at once.
+		// idle a while: mqttd gives the spare heap of a burst of connects
+		// back after ten quiet seconds, where Mosquitto's and FlashMQ's
+		// RSS is still at once.
 		hold := time.NewTimer(min(cfg.hold, time.Until(deadline)))
 		<-hold.C
 		after, err := settledRSS(cfg.pid, cfg.settle, deadline)
