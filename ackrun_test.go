@@ -173,3 +173,26 @@ func TestWrongAcknowledgementAmongOthers(t *testing.T) {
 	}
 	expectNothing(again)
 }
+
+// TestAcknowledgementRunRefillsWindow checks that a window acknowledged
+// in one write is refilled from the session's queue.
+func TestAcknowledgementRunRefillsWindow(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxInflight: 2}})
+	sub := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "sub", CleanStart: true})
+	subscribe(sub, packets.Subscription{Filter: "t", Options: packets.SubOptions{QoS: 1}})
+	pub := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "pub", CleanStart: true})
+	for i := range 6 {
+		pub.send(&packets.Publish{Topic: "t", QoS: 1, PacketID: uint16(i + 1), Payload: []byte{byte('a' + i)}})
+	}
+	for want := byte('a'); want < 'g'; want += 2 {
+		var ps [2]*packets.Publish
+		for i := range ps {
+			if ps[i] = expectPublish(sub, "t"); ps[i].Payload[0] != want+byte(i) {
+				t.Fatalf("got %q, want %q", ps[i].Payload, []byte{want + byte(i)})
+			}
+		}
+		sub.write(appendPackets(t, packets.V311, &packets.Puback{PacketID: ps[0].PacketID}, &packets.Puback{PacketID: ps[1].PacketID}))
+	}
+	expectNothing(sub)
+	waitFor(t, "all acknowledged", func() bool { return inflightOf(t, srv, "sub") == 0 })
+}

@@ -14,7 +14,9 @@ import (
 // Both readers, the poller's (reader_linux.go) and the goroutine of a
 // connection that exposes no descriptor (serve, below), cut the input into
 // whole frames and hand each to dispatch, so every handler runs the same
-// way on every transport.
+// way on every transport. The poller's reader first completes a run of
+// plain PUBACKs and PUBCOMPs under one lock (ackRun), handing dispatch
+// whatever that run does not take.
 
 // dispatch decodes and handles one whole frame. The body is the frame's
 // own copy, which the decoded packet keeps, unless borrowed: a frame

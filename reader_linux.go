@@ -614,21 +614,24 @@ func (c *conn) frames(b []byte, owned bool, held int, pub *packets.Publish) (fra
 // stops before the first frame that is anything else, is incomplete or
 // malformed, or acknowledges nothing in flight, which the caller then
 // dispatches one by one as before (a refused one is the same refusal
-// twice, leaving the session as it was). It returns the bytes and frames
-// it handled. Not inlined, for the reason dispatchAck is not.
+// twice, leaving the session as it was). Only acknowledgements without
+// properties join a run, and at most ackRunMax, so that what the lock is
+// held for is bounded by the window, not by what a client writes. It
+// returns the bytes and frames it handled. Not inlined, for the reason
+// dispatchAck is not.
 //
 //go:noinline
 func (c *conn) ackRun(b []byte, maxSize int) (used, frames int) {
 	cl := c.cl
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	for used < len(b) {
+	for used < len(b) && frames < ackRunMax {
 		t := packets.Type(b[used] >> 4)
 		if t != packets.TypePuback && t != packets.TypePubcomp {
 			break
 		}
 		fh, n, err := packets.ParseFixedHeader(b[used:], c.version, maxSize)
-		if err != nil || n == 0 || len(b)-used < n+fh.Remaining {
+		if err != nil || n == 0 || fh.Remaining > 4 || len(b)-used < n+fh.Remaining {
 			break
 		}
 		var a packets.Ack
@@ -656,6 +659,9 @@ func (c *conn) ackRun(b []byte, maxSize int) (used, frames int) {
 	}
 	return used, frames
 }
+
+// ackRunMax bounds a run of acknowledgements: the default window's.
+const ackRunMax = 100
 
 // trackFrame sets the idle limit after a read: while a packet is partly
 // arrived, limits.frame_timeout from its first byte (a client with no
