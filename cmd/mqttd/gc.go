@@ -328,10 +328,10 @@ func (t *gcTuner) initIdle() {
 // lost 15-20% of their rate, and after ten, qos1 runs 15 s apart lost
 // 10% (a page fault costs 12 us on the test machine). So the spare of a
 // flow, which did not grow the live heap, waits releaseAfterFlow ticks:
-// what the next burst would fault in again, bounded meanwhile by the
-// heap goal its garbage rate holds up (gc.burst_headroom). What a burst
-// of connects leaves, whose connections stay live, goes after
-// releaseAfter.
+// what the next burst would fault in again, held meanwhile by the heap
+// goal its garbage rate holds up, if it is at most a quarter more than
+// gc.burst_headroom. What a burst of connects leaves, whose connections
+// stay live, or a larger spare, goes after releaseAfter.
 func (t *gcTuner) releaseIdle() bool {
 	metrics.Read(t.idle[:])
 	for _, s := range t.idle {
@@ -358,7 +358,7 @@ func (t *gcTuner) releaseIdle() bool {
 		return false
 	}
 	after := releaseAfterFlow
-	if live-t.base > spare/4 {
+	if live-t.base > spare/4 || spare > uint64(t.cfg.BurstHeadroom)/4*5 {
 		after = releaseAfter
 	}
 	if t.quiet++; t.quiet < after || cycles == t.cycles {

@@ -202,23 +202,24 @@ func TestGCTunerRespectsEnvironment(t *testing.T) {
 	}
 }
 
-// garbage and kept are where TestGCTunerReleasesIdleHeap's allocations
-// escape to: those dropped at once, and those it keeps live.
-var garbage, kept []byte
+// garbage, kept and more are where TestGCTunerReleasesIdleHeap's
+// allocations escape to: those dropped at once, and those it keeps live.
+var garbage, kept, more []byte
 
 // TestGCTunerReleasesIdleHeap: memory the heap holds beyond what is live
 // goes back to the system once the allocations have stopped: after
 // releaseAfterFlow ticks when the live heap did not grow (a flow of
-// messages, which would fault its pages in again at its next burst),
-// after releaseAfter when it did (connections came); not while they go
-// on, and not again before a collection has run since.
+// messages, which would fault its pages in again at its next burst) and
+// the spare is at most a quarter more than gc.burst_headroom, after
+// releaseAfter otherwise (connections came, or a larger spare); not while
+// they go on, and not again before a collection has run since.
 func TestGCTunerReleasesIdleHeap(t *testing.T) {
 	// No collection while garbage is made: what it leaves is what the
 	// release must find, not what the scavenger returned meanwhile.
 	before := debug.SetGCPercent(-1)
-	t.Cleanup(func() { debug.SetGCPercent(before); kept = nil })
-	makeGarbage := func() {
-		for range 256 {
+	t.Cleanup(func() { debug.SetGCPercent(before); kept, more = nil, nil })
+	makeGarbage := func(mib int) {
+		for range mib * 16 {
 			garbage = make([]byte, 64<<10)
 		}
 		garbage = nil
@@ -238,56 +239,67 @@ func TestGCTunerReleasesIdleHeap(t *testing.T) {
 		}
 		return false
 	}
+	// releasedAfter has the tuner see the allocations just made, which
+	// must not be released while they go on, then checks that the heap
+	// is released at the nth idle tick, not before.
+	releasedAfter := func(tu *gcTuner, n int, what string) {
+		t.Helper()
+		if tu.releaseIdle() {
+			t.Fatalf("%s: released in the interval it was allocated in", what)
+		}
+		if quietTicks(tu, n) {
+			t.Fatalf("%s: released before %d idle ticks in a row", what, n)
+		}
+		if !tu.releaseIdle() {
+			t.Fatalf("%s: not released after %d idle ticks", what, n)
+		}
+	}
 
-	runtime.GC() // a collection, as every heap that has grown has had
-	tu := &gcTuner{}
+	// What is live from the start is no growth. Free pages earlier tests
+	// left go back first, and a collection is the one every heap that
+	// has grown has had.
+	kept = make([]byte, 16<<20)
+	debug.FreeOSMemory()
+	tu := &gcTuner{cfg: gcConfig{}.withDefaults()}
 	tu.initIdle()
 	if tu.releaseIdle() {
 		t.Fatal("the first reading released: it has no allocations to compare with")
 	}
-	makeGarbage()
-	if tu.releaseIdle() {
-		t.Fatal("released while 16 MiB were allocated in the last interval")
-	}
-	if quietTicks(tu, releaseAfterFlow) {
-		t.Fatalf("a flow's garbage released before %d idle ticks in a row", releaseAfterFlow)
-	}
-	if !tu.releaseIdle() {
-		t.Fatalf("16 MiB of garbage and %d ticks without allocations: not released", releaseAfterFlow)
-	}
+	makeGarbage(8)
+	releasedAfter(tu, releaseAfterFlow, "a flow's 8 MiB of garbage")
 	// A collection alone frees the garbage but keeps its pages.
 	if got := free(); got > 4<<20 {
-		t.Errorf("%d bytes of free pages kept after the release of 16 MiB of garbage, want them given back", got)
+		t.Errorf("%d bytes of free pages kept after the release of 8 MiB of garbage, want them given back", got)
 	}
 
-	debug.SetGCPercent(-1)
-	makeGarbage()
+	makeGarbage(8)
 	tu.releaseIdle()
 	if quietTicks(tu, releaseAfterFlow) || tu.releaseIdle() {
 		t.Error("released again with no collection since the last release")
 	}
 
-	// Connections: the live heap grows by 16 MiB, with as much garbage.
-	kept = make([]byte, 16<<20)
-	makeGarbage()
+	makeGarbage(32)
 	runtime.GC() // as a heap busy again collects
+	releasedAfter(tu, releaseAfter, "32 MiB spare, more than burst_headroom allows for")
+
+	// Connections: the live heap grows by 16 MiB, with 8 MiB of garbage.
+	more = make([]byte, 16<<20)
+	makeGarbage(8)
+	runtime.GC()
+	releasedAfter(tu, releaseAfter, "the live heap grown by 16 MiB")
+
+	// They leave, and as many come: growth from the lower live heap.
+	more = nil
+	runtime.GC()
 	tu.releaseIdle()
-	if quietTicks(tu, releaseAfter) {
-		t.Fatalf("released before %d idle ticks in a row", releaseAfter)
-	}
-	if !tu.releaseIdle() {
-		t.Fatalf("the live heap grown by 16 MiB, 16 MiB spare and %d idle ticks: not released", releaseAfter)
-	}
+	more = make([]byte, 16<<20)
+	makeGarbage(8)
+	runtime.GC()
+	releasedAfter(tu, releaseAfter, "the live heap shrunk by 16 MiB, then grown again")
 
 	// A flow again, the connections' heap still live: its growth was
 	// counted at the release.
-	makeGarbage()
+	makeGarbage(8)
 	runtime.GC()
-	tu.releaseIdle()
-	if quietTicks(tu, releaseAfterFlow) {
-		t.Fatalf("a flow after connections released before %d idle ticks in a row", releaseAfterFlow)
-	}
-	if !tu.releaseIdle() {
-		t.Errorf("16 MiB of garbage and %d ticks without allocations: not released", releaseAfterFlow)
-	}
+	releasedAfter(tu, releaseAfterFlow, "a flow after connections")
 }
