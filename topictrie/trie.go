@@ -3,6 +3,7 @@ package topictrie
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Sub is one subscription that matches a topic, as returned by Trie.Match.
@@ -36,7 +37,9 @@ type Options struct {
 // against them. All methods are safe for concurrent use; Match runs under a
 // read lock, so many goroutines match at once while writers wait.
 type Trie[K comparable, V any] struct {
-	mu       sync.RWMutex
+	mu sync.RWMutex
+	// gen moves with every Subscribe and Unsubscribe (Generation).
+	gen      atomic.Uint64
 	root     node[K, V]
 	keys     keyIDs[K]
 	count    int
@@ -105,6 +108,7 @@ func (t *Trie[K, V]) Subscribe(filter string, key K, value V) (bool, error) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.gen.Add(1)
 	n := t.root.descend(f.Topic)
 	s := &n.subs
 	if f.Group != "" {
@@ -128,6 +132,7 @@ func (t *Trie[K, V]) Unsubscribe(filter string, key K) bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.gen.Add(1)
 	n := t.root.lookup(f.Topic)
 	if n == nil {
 		return false
@@ -173,6 +178,12 @@ func (t *Trie[K, V]) removeFrom(s *set[K, V], key K, st *GroupState) bool {
 	t.count--
 	return true
 }
+
+// Generation changes with every Subscribe and Unsubscribe, before what
+// they change can be matched: a Match result whose subscriptions are not
+// shared (their member is chosen per Match) stays what Match would
+// return for as long as Generation reads what it read before that Match.
+func (t *Trie[K, V]) Generation() uint64 { return t.gen.Load() }
 
 // Match appends to into every subscription matching topic and returns the
 // extended slice: each normal subscription once, and for each share group

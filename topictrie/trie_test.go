@@ -334,3 +334,28 @@ func TestSubscribedUnder(t *testing.T) {
 		}
 	}
 }
+
+// TestGeneration: every Subscribe and Unsubscribe moves the trie's
+// generation, a Match does not.
+func TestGeneration(t *testing.T) {
+	tr := New[int, int](Options{})
+	g := tr.Generation()
+	step := func(what string, f func()) {
+		t.Helper()
+		f()
+		if now := tr.Generation(); now == g {
+			t.Errorf("%s: generation still %d", what, g)
+		} else {
+			g = now
+		}
+	}
+	step("subscribe", func() { tr.Subscribe("a/+", 1, 1) })
+	step("the same subscription again, another value", func() { tr.Subscribe("a/+", 1, 2) })
+	step("a share group member", func() { tr.Subscribe("$share/g/a/b", 2, 1) })
+	tr.Match("a/b", nil)
+	if tr.Generation() != g {
+		t.Error("Match moved the generation")
+	}
+	step("unsubscribe", func() { tr.Unsubscribe("a/+", 1) })
+	step("unsubscribe the share group member", func() { tr.Unsubscribe("$share/g/a/b", 2) })
+}
