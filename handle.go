@@ -256,15 +256,13 @@ func (c *conn) publishQoS2(p *packets.Publish, v verdict, borrowed bool) error {
 // handleAck acts on a PUBACK, PUBREC, PUBREL or PUBCOMP.
 func (c *conn) handleAck(a *packets.Ack) error {
 	switch a.Type {
-	case packets.TypePuback:
-		return c.ack(a.Type, a.PacketID, (*session.Session).Puback)
 	case packets.TypePubrec:
 		return c.handlePubrec(a)
 	case packets.TypePubrel:
 		c.handlePubrel(a)
 		return nil
 	}
-	return c.ack(a.Type, a.PacketID, (*session.Session).Pubcomp)
+	return c.ack(a.Type, a.PacketID)
 }
 
 func (c *conn) handlePubrec(p *packets.Ack) error {
@@ -330,14 +328,10 @@ func (c *conn) pubrelLocked(id uint16) bool {
 }
 
 // ack applies a PUBACK or PUBCOMP to the session and refills the window.
-func (c *conn) ack(t packets.Type, id uint16, apply func(*session.Session, uint16) (uint64, bool)) error {
-	cl := c.cl
-	cl.mu.Lock()
-	seq, ok := apply(cl.sess, id)
-	if ok && cl.stored {
-		c.srv.dur.removedLocked(cl, seq, c)
-	}
-	cl.mu.Unlock()
+func (c *conn) ack(t packets.Type, id uint16) error {
+	c.cl.mu.Lock()
+	ok := c.completeLocked(t, id)
+	c.cl.mu.Unlock()
 	if !ok {
 		if err := c.wrongAck(t, id); err != nil {
 			return err
@@ -347,6 +341,24 @@ func (c *conn) ack(t packets.Type, id uint16, apply func(*session.Session, uint1
 	}
 	c.pumpDue = true
 	return nil
+}
+
+// completeLocked completes the message in flight a PUBACK (t) or PUBCOMP
+// acknowledges, under the client's lock, and has the store forget it; it
+// reports false, changing nothing, when id is not such a message.
+func (c *conn) completeLocked(t packets.Type, id uint16) bool {
+	cl := c.cl
+	var seq uint64
+	var ok bool
+	if t == packets.TypePuback {
+		seq, ok = cl.sess.Puback(id)
+	} else {
+		seq, ok = cl.sess.Pubcomp(id)
+	}
+	if ok && cl.stored {
+		c.srv.dur.removedLocked(cl, seq, c)
+	}
+	return ok
 }
 
 // wrongAck is a protocol error for an acknowledgement of the wrong kind

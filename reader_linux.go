@@ -638,18 +638,8 @@ func (c *conn) ackRun(b []byte, maxSize int) (used, frames int) {
 		if c.srv.decode.DecodeAck(fh, b[used+n:used+n+fh.Remaining], c.version, &a) != nil {
 			break
 		}
-		var seq uint64
-		var ok bool
-		if t == packets.TypePuback {
-			seq, ok = cl.sess.Puback(a.PacketID)
-		} else {
-			seq, ok = cl.sess.Pubcomp(a.PacketID)
-		}
-		if !ok {
+		if !c.completeLocked(t, a.PacketID) {
 			break
-		}
-		if cl.stored {
-			c.srv.dur.removedLocked(cl, seq, c)
 		}
 		used += n + fh.Remaining
 		frames++
