@@ -139,9 +139,10 @@ type frame struct {
 // frameReader splits a byte stream into MQTT frames with one buffer and
 // no allocation per frame.
 type frameReader struct {
-	rd   io.Reader
-	buf  []byte
-	r, w int
+	rd    io.Reader
+	buf   []byte
+	r, w  int
+	reads int // reads that returned bytes
 }
 
 func newFrameReader(rd io.Reader, size int) *frameReader {
@@ -210,6 +211,7 @@ func (f *frameReader) fill(total int) error {
 	n, err := f.rd.Read(f.buf[f.w:])
 	f.w += n
 	if n > 0 {
+		f.reads++
 		return nil
 	}
 	switch {
