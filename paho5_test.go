@@ -430,6 +430,10 @@ func TestPaho5ReceiveMaximum(t *testing.T) {
 		}
 		held = append(held[1:], sub.next(t))
 	}
+	// The last three left the queue as acknowledgements freed the window.
+	if st := srv.Stats(); st.MessagesSent != 5 || st.Queued != 0 {
+		t.Errorf("%d sent, %d queued once all were received; want 5, 0", st.MessagesSent, st.Queued)
+	}
 }
 
 // TestPaho5SharedHandOff: a paho.golang worker of a share group that dies

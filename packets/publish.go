@@ -110,12 +110,22 @@ func decodePacketID(d *decoder, v Version, t Type) (uint16, error) {
 }
 
 func (p *Publish) remaining(v Version) int {
-	n := 2 + len(p.Topic) + len(p.Payload)
-	if p.QoS > 0 {
+	return publishRemaining(v, p.QoS, len(p.Topic), &p.Properties, len(p.Payload))
+}
+
+// publishRemaining is the remaining length of a PUBLISH; props nil stands
+// for none.
+func publishRemaining(v Version, qos byte, topic int, props *Properties, payload int) int {
+	n := 2 + topic + payload
+	if qos > 0 {
 		n += 2
 	}
 	if v == V5 {
-		n += p.Properties.Size()
+		if props != nil {
+			n += props.Size()
+		} else {
+			n++ // property length 0
+		}
 	}
 	return n
 }
@@ -127,34 +137,50 @@ func (p *Publish) Size(v Version) int { return frameSize(p.remaining(v)) }
 // the packet identifier only for QoS 1 and 2. Into a dst with enough
 // capacity it does not allocate.
 func (p *Publish) Append(dst []byte, v Version) ([]byte, error) {
+	return appendPublish(dst, v, p.Dup, p.QoS, p.Retain, p.Topic, p.PacketID, &p.Properties, p.Payload)
+}
+
+// AppendPublishPlain appends what Publish.Append does for a PUBLISH with
+// these fields and no properties, without a Publish to fill: its
+// Properties are most of its size, and zeroing them for every delivery
+// was 1.5% of the broker's CPU in qos1.
+func AppendPublishPlain(dst []byte, v Version, dup bool, qos byte, retain bool, topic string, id uint16, payload []byte) ([]byte, error) {
+	return appendPublish(dst, v, dup, qos, retain, topic, id, nil, payload)
+}
+
+// appendPublish is Publish.Append of its fields; props nil stands for
+// none.
+func appendPublish(dst []byte, v Version, dup bool, qos byte, retain bool, topic string, id uint16, props *Properties, payload []byte) ([]byte, error) {
 	if err := checkVersion(v); err != nil {
 		return dst, err
 	}
-	if p.QoS > 2 {
-		return dst, encodeErr("PUBLISH QoS %d", p.QoS)
+	if qos > 2 {
+		return dst, encodeErr("PUBLISH QoS %d", qos)
 	}
-	if err := checkLen("topic name", len(p.Topic)); err != nil {
+	if err := checkLen("topic name", len(topic)); err != nil {
 		return dst, err
 	}
-	first := byte(TypePublish)<<4 | p.QoS<<1
-	if p.Dup {
+	first := byte(TypePublish)<<4 | qos<<1
+	if dup {
 		first |= 0x08
 	}
-	if p.Retain {
+	if retain {
 		first |= 0x01
 	}
-	dst, err := appendFixed(dst, first, p.remaining(v))
+	dst, err := appendFixed(dst, first, publishRemaining(v, qos, len(topic), props, len(payload)))
 	if err != nil {
 		return dst, err
 	}
-	dst = appendString(dst, p.Topic)
-	if p.QoS > 0 {
-		dst = appendUint16(dst, p.PacketID)
+	dst = appendString(dst, topic)
+	if qos > 0 {
+		dst = appendUint16(dst, id)
 	}
 	if v == V5 {
-		if dst, err = p.Properties.Append(dst); err != nil {
+		if props == nil {
+			dst = append(dst, 0)
+		} else if dst, err = props.Append(dst); err != nil {
 			return dst, err
 		}
 	}
-	return append(dst, p.Payload...), nil
+	return append(dst, payload...), nil
 }

@@ -1,0 +1,61 @@
+package packets_test
+
+import (
+	"bufio"
+	"bytes"
+	"strings"
+	"testing"
+
+	"mqttd/packets"
+)
+
+// TestAppendPublishPlain checks that AppendPublishPlain gives what
+// Publish.Append gives for the same fields without properties, bytes and
+// errors, over every version (and one it cannot encode), QoS (and one
+// beyond 2), flag and size class, and that a frame with a topic reads
+// back as the PUBLISH it was made from.
+func TestAppendPublishPlain(t *testing.T) {
+	topics := []string{"", "a/b", strings.Repeat("t", 65535), strings.Repeat("t", 65536)}
+	payloads := [][]byte{nil, []byte("reading"), bytes.Repeat([]byte{7}, 200)}
+	cases := 0
+	for _, v := range []packets.Version{packets.V31, packets.V311, packets.V5, 6} {
+		for qos := byte(0); qos <= 3; qos++ {
+			for flags := 0; flags < 4; flags++ {
+				for _, topic := range topics {
+					for _, payload := range payloads {
+						p := packets.Publish{Dup: flags&1 != 0, QoS: qos, Retain: flags&2 != 0, Topic: topic, Payload: payload}
+						if qos > 0 {
+							p.PacketID = uint16(0x1234 + flags)
+						}
+						prefix := []byte{0xee}
+						want, wantErr := p.Append(bytes.Clone(prefix), v)
+						got, err := packets.AppendPublishPlain(bytes.Clone(prefix), v, p.Dup, p.QoS, p.Retain, p.Topic, p.PacketID, p.Payload)
+						if !bytes.Equal(got, want) || (err == nil) != (wantErr == nil) {
+							t.Fatalf("v%d qos %d flags %d topic %d bytes payload %d bytes: got % x, %v; Append gives % x, %v",
+								v, qos, flags, len(topic), len(payload), got[:min(len(got), 16)], err, want[:min(len(want), 16)], wantErr)
+						}
+						if err != nil {
+							continue
+						}
+						cases++
+						if topic == "" || p.Dup && qos == 0 {
+							continue // not a valid PUBLISH to read [MQTT-3.3.1-2], [MQTT-4.7.3-1]
+						}
+						back, rerr := packets.ReadPacket(bufio.NewReader(bytes.NewReader(got[len(prefix):])), v, 0)
+						if rerr != nil {
+							t.Fatalf("v%d qos %d: the frame does not read back: %v", v, qos, rerr)
+						}
+						bp, ok := back.(*packets.Publish)
+						if !ok || bp.Dup != p.Dup || bp.QoS != p.QoS || bp.Retain != p.Retain || bp.Topic != p.Topic ||
+							bp.PacketID != p.PacketID || !bytes.Equal(bp.Payload, p.Payload) || bp.Properties.Present != 0 {
+							t.Fatalf("v%d qos %d flags %d: read back as %+v", v, qos, flags, back)
+						}
+					}
+				}
+			}
+		}
+	}
+	if cases == 0 {
+		t.Fatal("no case encoded")
+	}
+}
