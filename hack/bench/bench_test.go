@@ -153,6 +153,7 @@ func TestScenariosAgainstMosquitto(t *testing.T) {
 		{"fanin", []string{"-pubs", "2", "-msgs", "500"}, 1000},
 		{"fanout", []string{"-subs", "5", "-msgs", "100"}, 500},
 		{"qos1", []string{"-msgs", "500"}, 500},
+		{"qos1", []string{"-msgs", "500", "-poll"}, 500},
 		{"qos2", []string{"-msgs", "500", "-window", "10"}, 500},
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {

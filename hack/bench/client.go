@@ -40,6 +40,11 @@ func dial(o dialOptions) (*client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.transport.poll {
+		if conn, err = polling(conn); err != nil {
+			return nil, err
+		}
+	}
 	if conn, err = o.transport.open(conn, o.addr, o.deadline); err != nil {
 		return nil, err
 	}

@@ -50,6 +50,7 @@ func parseArgs(args []string, stderr io.Writer) (command, error) {
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:1883", "broker address (host:port)")
 	kind := fs.String("transport", "tcp", "tcp, tls, ws or wss (WebSocket at /mqtt)")
 	caFile := fs.String("cafile", "", "tls, wss: CA file (PEM) to verify the broker with; none: not verified")
+	poll := fs.Bool("poll", false, "clients read by polling their sockets (up to 1,000 empty reads, then one that sleeps), so that the generator's wake-ups do not set the pace of the flows that take turns with the broker (qos1, qos2); its CPU share then reads near 100%. Linux; not for conns or device")
 	fs.DurationVar(&cfg.timeout, "timeout", 60*time.Second, "upper bound on one scenario")
 	fs.DurationVar(&cfg.idle, "idle", 2*time.Second, "wait for missing messages this long after publishers finish")
 	fs.IntVar(&cfg.pubs, "pubs", 0, "fanin: publishers (default 8)")
@@ -74,11 +75,14 @@ func parseArgs(args []string, stderr io.Writer) (command, error) {
 	if cfg.transport, err = newTransport(*kind, *caFile, cfg.addr); err != nil {
 		return c, err
 	}
+	cfg.transport.poll = *poll
 	switch {
 	case cfg.window < 1 || cfg.window > 65535:
 		return c, errors.New("-window must be between 1 and 65535")
 	case cfg.qos > 2:
 		return c, errors.New("-qos must be 0, 1 or 2")
+	case *poll && (c.scenario == "conns" || c.scenario == "device"):
+		return c, errors.New("-poll is for the flows: thousands of polling clients would measure the generator")
 	}
 	return c, nil
 }

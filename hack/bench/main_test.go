@@ -25,7 +25,7 @@ func TestRunFailsWhenNoBroker(t *testing.T) {
 }
 
 func TestRunRejectsBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"-window", "0"}, {"-qos", "3"}, {"-nosuchflag"}} {
+	for _, args := range [][]string{{"-window", "0"}, {"-qos", "3"}, {"-nosuchflag"}, {"-scenario", "device", "-poll"}} {
 		var stdout, stderr bytes.Buffer
 		if code := run(args, &stdout, &stderr); code != 2 {
 			t.Errorf("run(%q) exited %d, want 2", args, code)

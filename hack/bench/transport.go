@@ -18,6 +18,7 @@ import (
 type transport struct {
 	kind string
 	tls  *tls.Config // tls and wss
+	poll bool        // read the sockets by polling (-poll)
 }
 
 // newTransport builds the transport of -transport and -cafile for the
