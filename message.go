@@ -283,7 +283,9 @@ func (c *conn) writeOutboundRun(run []session.Outbound, wake bool) (unsent uint6
 	}, true)
 	// Counted once a run: an atomic addition a message was 1% of the
 	// broker's CPU in qos1.
-	c.srv.stats.messagesSent.Add(uint64(published))
+	if published > 0 {
+		c.srv.stats.messagesSent.Add(uint64(published))
+	}
 	return unsent, fit
 }
 

@@ -41,9 +41,12 @@ func dial(o dialOptions) (*client, error) {
 		return nil, err
 	}
 	if o.transport.poll {
-		if conn, err = polling(conn); err != nil {
+		pc, err := polling(conn)
+		if err != nil {
+			conn.Close()
 			return nil, err
 		}
+		conn = pc
 	}
 	if conn, err = o.transport.open(conn, o.addr, o.deadline); err != nil {
 		return nil, err

@@ -83,6 +83,8 @@ func parseArgs(args []string, stderr io.Writer) (command, error) {
 		return c, errors.New("-qos must be 0, 1 or 2")
 	case *poll && (c.scenario == "conns" || c.scenario == "device"):
 		return c, errors.New("-poll is for the flows: thousands of polling clients would measure the generator")
+	case *poll && !canPoll:
+		return c, errors.New("-poll: Linux only")
 	}
 	return c, nil
 }
@@ -115,6 +117,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		for _, r := range results {
 			if k := c.cfg.transport.kind; k != "tcp" {
 				r.add("transport", k)
+			}
+			if c.cfg.transport.poll {
+				r.add("poll", "1")
 			}
 			fmt.Fprintln(stdout, r)
 			if n, _ := r.num("errors"); n > 0 {

@@ -3,7 +3,9 @@
 package main
 
 import (
+	"io"
 	"net"
+	"os"
 	"runtime"
 	"syscall"
 )
@@ -24,7 +26,11 @@ type pollConn struct {
 	rc syscall.RawConn
 }
 
-// polling wraps a dialled TCP connection in a pollConn.
+// canPoll says whether -poll is available.
+const canPoll = true
+
+// polling wraps a dialled TCP connection in a pollConn; any other
+// connection is returned as it is.
 func polling(c net.Conn) (net.Conn, error) {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
@@ -37,6 +43,9 @@ func polling(c net.Conn) (net.Conn, error) {
 	return &pollConn{Conn: c, rc: rc}, nil
 }
 
+// Read polls; the read that sleeps after pollTries empty ones, or after
+// a deadline or a close stops the polls, is the connection's own, which
+// reports them as net.Conn does.
 func (c *pollConn) Read(b []byte) (int, error) {
 	for range pollTries {
 		n, err := 0, error(nil)
@@ -44,13 +53,16 @@ func (c *pollConn) Read(b []byte) (int, error) {
 			n, err = syscall.Read(int(fd), b)
 			return true
 		}); rerr != nil {
-			break // closed or past its deadline: the read below says which
+			break
 		}
-		if n > 0 {
+		switch {
+		case n > 0:
 			return n, nil
-		}
-		if err != syscall.EAGAIN {
-			break // the end of the stream or an error: the read below reports it
+		case err == nil:
+			return 0, io.EOF
+		case err != syscall.EAGAIN && err != syscall.EINTR:
+			// The read took the socket's error: another would not see it.
+			return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", err)}
 		}
 		runtime.Gosched()
 	}

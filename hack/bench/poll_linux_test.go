@@ -7,14 +7,14 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 )
 
-// TestPollConn: a polling connection returns what arrives whether it came
-// before the read or while the read polled or slept, honours a deadline
-// (how a subscriber is stopped) and reports the end of the stream.
-func TestPollConn(t *testing.T) {
+// pollPair returns a polling client connection and its peer on loopback.
+func pollPair(t *testing.T) (net.Conn, *net.TCPConn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -28,15 +28,24 @@ func TestPollConn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer peer.Close()
+	t.Cleanup(func() { peer.Close() })
 	c, err := polling(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	if _, ok := c.(*pollConn); !ok {
 		t.Fatalf("polling gave a %T", c)
 	}
+	return c, peer.(*net.TCPConn)
+}
+
+// TestPollConn: a polling connection returns what arrives whether it came
+// before the read or while the read polled or slept, honours a deadline
+// set from another goroutine (how a subscriber is stopped), and reports
+// the end of the stream as EOF and a reset as the error it is.
+func TestPollConn(t *testing.T) {
+	c, peer := pollPair(t)
 	buf := make([]byte, 16)
 	read := func(want string) {
 		t.Helper()
@@ -54,11 +63,16 @@ func TestPollConn(t *testing.T) {
 	defer late.Stop()
 	read("late")
 
-	if err := c.SetReadDeadline(time.Now().Add(20 * time.Millisecond)); err != nil {
+	stopped := make(chan error, 1)
+	go func() {
+		_, err := c.Read(buf)
+		stopped <- err
+	}()
+	if err := c.SetReadDeadline(time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("Read past the deadline: %v, want %v", err, os.ErrDeadlineExceeded)
+	if err := <-stopped; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read stopped by a deadline: %v, want %v", err, os.ErrDeadlineExceeded)
 	}
 	if err := c.SetReadDeadline(time.Time{}); err != nil {
 		t.Fatal(err)
@@ -66,5 +80,14 @@ func TestPollConn(t *testing.T) {
 	peer.Close()
 	if _, err := c.Read(buf); err != io.EOF {
 		t.Fatalf("Read after the peer closed: %v, want EOF", err)
+	}
+
+	c, peer = pollPair(t)
+	if err := peer.SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
+	peer.Close() // a reset
+	if _, err := c.Read(buf); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("Read after the peer reset: %v, want %v", err, syscall.ECONNRESET)
 	}
 }

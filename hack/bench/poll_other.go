@@ -7,5 +7,8 @@ import (
 	"net"
 )
 
-// polling is poll_linux.go's; elsewhere clients only sleep in their reads.
+// canPoll says whether -poll is available: poll_linux.go's polling is
+// Linux only.
+const canPoll = false
+
 func polling(net.Conn) (net.Conn, error) { return nil, errors.New("-poll: Linux only") }

@@ -117,7 +117,6 @@ type publisher struct {
 	// interval, when positive, paces message i to leave at start+i*interval
 	// and flushes each message on its own.
 	interval time.Duration
-	stamp    int64 // the payload's time since start (send)
 }
 
 var errReaderStopped = errors.New("acknowledgement reader stopped")
@@ -293,11 +292,10 @@ func (p *publisher) write(free, rel <-chan uint16, readerDone <-chan struct{}) e
 	return p.c.w.Flush()
 }
 
-// send writes message i. Its payload carries the time since start: a
-// paced message's own, an unpaced one's the time the first message of
-// its flush was buffered. Reading the clock for every message was 13% of
-// the generator's CPU in qos1 (kvm-clock here), and only the latency
-// scenario, which is paced, reads the stamps.
+// send writes message i. A paced message carries the time since start it
+// was sent at, for the latency scenario to read; an unpaced one 0:
+// reading the clock for every message was 13% of the generator's CPU in
+// qos1 (kvm-clock here), and nothing reads those stamps.
 func (p *publisher) send(i int, id uint16) error {
 	if p.interval > 0 {
 		if wait := time.Until(p.start.Add(time.Duration(i) * p.interval)); wait > 0 {
@@ -305,10 +303,10 @@ func (p *publisher) send(i int, id uint16) error {
 		}
 	}
 	t := &p.frames[i%len(p.frames)]
-	if p.interval > 0 || p.c.w.Buffered() == 0 {
-		p.stamp = int64(time.Since(p.start))
+	var stamp int64
+	if p.interval > 0 {
+		stamp = int64(time.Since(p.start))
 	}
-	stamp := p.stamp
 	if _, err := p.c.w.Write(t.appendFrame(p.c.w.AvailableBuffer(), id, stamp)); err != nil {
 		return err
 	}

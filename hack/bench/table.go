@@ -97,6 +97,9 @@ func readSamples(in io.Reader) (*samples, error) {
 		if t := f["transport"]; t != "" && t != "tcp" {
 			row += " " + t
 		}
+		if f["poll"] == "1" {
+			row += " poll"
+		}
 		if !slices.Contains(s.rows, row) {
 			s.rows = append(s.rows, row)
 		}

@@ -60,6 +60,7 @@ func TestWriteTableThreeBrokersDeviceAndTransport(t *testing.T) {
 		"broker=mqttd round=1 scenario=device devices=10000 rate=10000 cpu_us_per_msg=15 p50_us=120 p99_us=400 rss_per_conn=2000 loss_pct=0.00",
 		"broker=mosquitto round=1 scenario=qos1 rate=50 loss_pct=0.00 transport=tls",
 		"broker=mqttd round=1 scenario=qos1 rate=200 loss_pct=0.00 transport=tls",
+		"broker=mqttd round=1 scenario=qos1 rate=900 loss_pct=0.00 poll=1",
 	}, "\n")
 	var out bytes.Buffer
 	if err := writeTable(strings.NewReader(in), &out); err != nil {
@@ -73,6 +74,7 @@ func TestWriteTableThreeBrokersDeviceAndTransport(t *testing.T) {
 		"scenario metric mosquitto mqttd flashmq mqttd/mosquitto mqttd/flashmq",
 		"qos1 msg/s 100 (n=1) 600 (n=1) 400 (n=1) 6.00 1.50",
 		"qos1 tls msg/s 50 (n=1) 200 (n=1) - 4.00 -",
+		"qos1 poll msg/s - 900 (n=1) - - -",
 		"device n=5000 rate=1000 broker CPU µs/msg (lower is better) 40 (n=1) 20 (n=1) 10 (n=1) 0.50 2.00",
 		"device n=5000 rate=1000 RSS bytes/device (lower is better) 1000 (n=1) 2000 (n=1) 1000 (n=1) 2.00 2.00",
 		"device n=10000 rate=10000 p50 µs (lower is better) - 120 (n=1) - - -",
