@@ -15,25 +15,11 @@ import (
 // pollPair returns a polling client connection and its peer on loopback.
 func pollPair(t *testing.T) (net.Conn, *net.TCPConn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	raw, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { peer.Close() })
+	raw, peer := socketPair(t)
 	c, err := polling(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
 	if _, ok := c.(*pollConn); !ok {
 		t.Fatalf("polling gave a %T", c)
 	}

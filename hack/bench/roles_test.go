@@ -10,27 +10,35 @@ import (
 	"time"
 )
 
-// socketClient returns a client over one end of a loopback TCP connection
-// and the other end, standing for the broker, with a deadline on both. A
-// socket, not net.Pipe: the publisher writes before it reads, as it does
-// against a broker, and a pipe would block it until the other end read.
-func socketClient(t *testing.T) (*client, net.Conn) {
+// socketPair returns the two ends of a loopback TCP connection, closed
+// when the test ends.
+func socketPair(t *testing.T) (net.Conn, net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	cl, err := net.Dial("tcp", ln.Addr().String())
+	a, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	broker, err := ln.Accept()
+	b, err := ln.Accept()
 	if err != nil {
-		cl.Close()
+		a.Close()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { broker.Close(); cl.Close() })
+	t.Cleanup(func() { b.Close(); a.Close() })
+	return a, b
+}
+
+// socketClient returns a client over one end of a loopback TCP connection
+// and the other end, standing for the broker, with a deadline on both. A
+// socket, not net.Pipe: the publisher writes before it reads, as it does
+// against a broker, and a pipe would block it until the other end read.
+func socketClient(t *testing.T) (*client, net.Conn) {
+	t.Helper()
+	cl, broker := socketPair(t)
 	deadline := time.Now().Add(5 * time.Second)
 	if err := broker.SetDeadline(deadline); err != nil {
 		t.Fatal(err)
