@@ -55,7 +55,7 @@ func parseArgs(args []string, stderr io.Writer) (command, error) {
 	fs.DurationVar(&cfg.idle, "idle", 2*time.Second, "wait for missing messages this long after publishers finish")
 	fs.IntVar(&cfg.pubs, "pubs", 0, "fanin: publishers (default 8)")
 	fs.IntVar(&cfg.subs, "subs", 0, "fanout: subscribers (default 100)")
-	fs.IntVar(&cfg.msgs, "msgs", 0, "messages per publisher (fanin 50000, fanout 5000, qos1/qos2 200000 over tcp and 50000 otherwise, durable1/durable2 50000)")
+	fs.IntVar(&cfg.msgs, "msgs", 0, "messages per publisher (fanin 50000, fanout 5000, qos1/qos2 200000, durable1/durable2 50000)")
 	fs.IntVar(&cfg.size, "size", 64, "payload bytes (at least 8)")
 	fs.IntVar(&cfg.window, "window", 100, "unacknowledged QoS 1/2 messages per publisher")
 	fs.IntVar(&cfg.qos, "qos", -1, "latency: QoS 0 or 1 (default both, one line each)")
