@@ -169,7 +169,7 @@ func TestQueueFillsWindowOnReturn(t *testing.T) {
 }
 
 func TestUnacknowledgedResentWithDupOnReconnect(t *testing.T) {
-	_, addr := startServer(t, mqttd.Options{})
+	srv, addr := startServer(t, mqttd.Options{})
 	sub := connectRawSession(t, addr, "flaky", false, false)
 	sub.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "f/#", Options: packets.SubOptions{QoS: 2}}}})
 	sub.read()
@@ -196,6 +196,10 @@ func TestUnacknowledgedResentWithDupOnReconnect(t *testing.T) {
 	}
 	if rel, ok := again.read().(*packets.Pubrel); !ok || rel.PacketID != first[2].PacketID {
 		t.Fatalf("want the PUBREL for %d resent, got %+v", first[2].PacketID, rel)
+	}
+	// Three PUBLISHes and two sent again; a PUBREL is not a PUBLISH.
+	if n := srv.Stats().MessagesSent; n != 5 {
+		t.Errorf("messages sent %d, want 5", n)
 	}
 	again.send(&packets.Puback{PacketID: first[0].PacketID})
 	again.send(&packets.Pubrec{PacketID: first[1].PacketID})
