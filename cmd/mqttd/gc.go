@@ -349,10 +349,9 @@ func (t *gcTuner) releaseIdle() bool {
 	if objects > live {
 		spare += objects - live
 	}
-	if first {
+	if first || live < t.base {
 		t.base = live
 	}
-	t.base = min(t.base, live)
 	if first || spare < releaseMin || recent*releaseQuiet > spare {
 		t.quiet = 0
 		return false
