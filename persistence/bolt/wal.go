@@ -77,6 +77,12 @@ const (
 	walRetryAfter = time.Second
 )
 
+// walApplyChunk bounds the records one bbolt transaction applies: a
+// transaction holds every page it changes in memory until it commits,
+// and half a full log applied at once held some 100 MB. A variable for
+// the tests, which make logs of a few chunks.
+var walApplyChunk int64 = 4 << 20
+
 var (
 	keyWALSeq  = []byte("walseq")
 	keyWALSalt = []byte("walsalt")
@@ -268,10 +274,19 @@ func (s *Store) replay(w *wal) (goOn bool, err error) {
 			return false, fmt.Errorf("bolt: %s: %w: the log goes on from record %d, the file stops at %d",
 				w.path, ErrCorrupt, from, w.appliedSeq)
 		}
-		if err := s.applyRecords(w, recs, last); err != nil {
-			return false, fmt.Errorf("bolt: %s: replaying the log: %w", w.path, err)
+		// In transactions of at most walApplyChunk, as applyLog applies.
+		for len(recs) > 0 {
+			n, size := 1, len(recs[0])
+			for n < len(recs) && int64(size+len(recs[n])) <= walApplyChunk {
+				size += len(recs[n])
+				n++
+			}
+			if err := s.applyRecords(w, recs[:n], w.appliedSeq+uint64(n)); err != nil {
+				return false, fmt.Errorf("bolt: %s: replaying the log: %w", w.path, err)
+			}
+			w.appliedSeq += uint64(n)
+			recs = recs[n:]
 		}
-		w.appliedSeq = last
 	}
 	if last != 0 && last != w.appliedSeq {
 		return false, nil // the file is ahead of a log that is not its own
@@ -545,12 +560,12 @@ func (s *Store) checkpointLocked(need int) error {
 	// little; then the rest.
 	for {
 		s.wmu.Lock()
-		end, last := w.off, w.seq
+		end := w.off
 		s.wmu.Unlock()
 		if end-w.applied.Load() < walSmallRest {
 			break
 		}
-		if err := s.applyLog(end, last); err != nil {
+		if err := s.applyLog(end); err != nil {
 			return err
 		}
 	}
@@ -570,7 +585,7 @@ func (s *Store) checkpointLocked(need int) error {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if err := s.applyLog(w.off, w.seq); err != nil {
+	if err := s.applyLog(w.off); err != nil {
 		return err
 	}
 	if !due {
@@ -589,40 +604,64 @@ func (s *Store) checkpointLocked(need int) error {
 	return nil
 }
 
-// applyLog applies the records up to end, the last of which is last, to
-// the file. The caller holds s.amu.
-func (s *Store) applyLog(end int64, last uint64) error {
+// applyLog applies the records up to end to the file, in transactions of
+// at most walApplyChunk bytes of records (or one longer record), each
+// read when it is applied. The caller holds s.amu.
+func (s *Store) applyLog(end int64) error {
 	w := s.wal
-	from := w.applied.Load()
-	if end == from {
-		return nil
+	for from := w.applied.Load(); from < end; from = w.applied.Load() {
+		buf, err := w.read(from, min(end-from, walApplyChunk))
+		if err != nil {
+			return err
+		}
+		var recs [][]byte
+		var last uint64
+		off := int64(0)
+		for off < int64(len(buf)) {
+			seq, payload, next := readRecord(buf, off, w.salt, w.gen)
+			if next == 0 {
+				break // cut by the chunk, or not a record: the next pass tells
+			}
+			recs, last, off = append(recs, payload), seq, next
+		}
+		if len(recs) == 0 {
+			// A record longer than a chunk: read it whole.
+			size := walRecordHeader + int64(binary.LittleEndian.Uint32(buf[0:4]))
+			if len(buf) < walRecordHeader || size <= int64(len(buf)) || size > end-from {
+				return fmt.Errorf("bolt: %s: %w: a record written at %d does not read back", w.path, ErrCorrupt, from)
+			}
+			if buf, err = w.read(from, size); err != nil {
+				return err
+			}
+			seq, payload, next := readRecord(buf, 0, w.salt, w.gen)
+			if next == 0 {
+				return fmt.Errorf("bolt: %s: %w: a record written at %d does not read back", w.path, ErrCorrupt, from)
+			}
+			recs, last, off = [][]byte{payload}, seq, next
+		}
+		if err := s.applyRecords(w, recs, last); err != nil {
+			return err
+		}
+		w.applied.Store(from + off)
+		w.appliedSeq = last
 	}
-	n := end - from
+	return nil
+}
+
+// read reads n bytes of the log at off into w.rbuf, which it keeps for
+// the next read unless it grew past a chunk for one long record.
+func (w *wal) read(off, n int64) ([]byte, error) {
 	if int64(cap(w.rbuf)) < n {
 		w.rbuf = make([]byte, n)
 	}
 	buf := w.rbuf[:n]
-	if _, err := w.f.ReadAt(buf, from); err != nil {
-		return fmt.Errorf("bolt: read %s: %w", w.path, err)
-	}
-	var recs [][]byte
-	for off := int64(0); off < n; {
-		_, payload, next := readRecord(buf, off, w.salt, w.gen)
-		if next == 0 {
-			return fmt.Errorf("bolt: %s: %w: a record written at %d does not read back", w.path, ErrCorrupt, from+off)
-		}
-		recs = append(recs, payload)
-		off = next
-	}
-	if err := s.applyRecords(w, recs, last); err != nil {
-		return err
-	}
-	w.applied.Store(end)
-	w.appliedSeq = last
-	if cap(w.rbuf) > walMaxSize/4 {
+	if int64(cap(w.rbuf)) > walApplyChunk {
 		w.rbuf = nil
 	}
-	return nil
+	if _, err := w.f.ReadAt(buf, off); err != nil {
+		return nil, fmt.Errorf("bolt: read %s: %w", w.path, err)
+	}
+	return buf, nil
 }
 
 // applyRecords applies records, the last of which is last, in one bbolt

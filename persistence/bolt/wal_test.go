@@ -238,3 +238,87 @@ func TestWALMovedAside(t *testing.T) {
 		t.Fatalf("the new store replayed the old log: %+v", snap.Sessions)
 	}
 }
+
+// TestWALAppliedInChunks: the applier and a replay apply the log in
+// transactions of at most walApplyChunk of records (a longer record on
+// its own), so that a transaction, which holds what it changes in memory
+// until it commits, is bounded whatever the log holds; what they apply is
+// all there after a crash.
+func TestWALAppliedInChunks(t *testing.T) {
+	defer func(n int64) { walApplyChunk = n }(walApplyChunk)
+	walApplyChunk = 32 << 10
+	path := filepath.Join(t.TempDir(), "store.db")
+	s := mustOpen(t, path, Options{})
+	const records = 100
+	put := func(s *Store, from int) {
+		for i := range records {
+			id := uint64(from + i + 1)
+			size := 5000
+			if i == records/2 {
+				size = 3 * int(walApplyChunk) // one longer than a chunk
+			}
+			apply(t, s, func(b *persistence.Batch) {
+				if id == 1 {
+					b.PutSession(persistence.Session{ID: "c"})
+				}
+				b.PutMessage(&persistence.Message{ID: id, Topic: "t", Payload: bytes.Repeat([]byte{1}, size), QoS: 1})
+				b.PutOutbound("c", persistence.Outbound{Seq: id, MessageID: id, QoS: 1})
+			})
+		}
+	}
+	txID := func(s *Store) (id int) {
+		if err := s.db.View(func(tx *bbolt.Tx) error { id = tx.ID(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	// chunks is how many transactions what the log holds unapplied
+	// needs at the least.
+	chunks := func(s *Store) int {
+		s.wmu.Lock()
+		pending := s.wal.off - s.wal.applied.Load()
+		s.wmu.Unlock()
+		return int(pending / (walApplyChunk + 4<<10))
+	}
+	check := func(s *Store, n int) {
+		t.Helper()
+		snap := load(t, s)
+		if len(snap.Messages) != n || len(snap.Sessions) != 1 {
+			t.Fatalf("%d messages and %d sessions after the log was applied, want %d and 1", len(snap.Messages), len(snap.Sessions), n)
+		}
+	}
+
+	put(s, 0)
+	before, want := txID(s), chunks(s)
+	if err := s.checkpoint(0); err != nil {
+		t.Fatal(err)
+	}
+	if got := txID(s) - before; got < want || want < 3 {
+		t.Errorf("the applier committed %d transactions, want at least %d: one per chunk of at most %d bytes", got, want, walApplyChunk)
+	}
+	if int64(cap(s.wal.rbuf)) > walApplyChunk {
+		t.Errorf("the applier keeps a read buffer of %d bytes", cap(s.wal.rbuf))
+	}
+	crash(t, s)
+	s = mustOpen(t, path, Options{})
+	check(s, records)
+
+	put(s, records) // some only in the log at the crash
+	want = chunks(s)
+	crash(t, s)
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before2 int
+	if err := db.View(func(tx *bbolt.Tx) error { before2 = tx.ID(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s = mustOpen(t, path, Options{})
+	defer s.Close()
+	if got := txID(s) - before2; got < want || want < 3 {
+		t.Errorf("the replay committed %d transactions, want at least %d: one per chunk", got, want)
+	}
+	check(s, 2*records)
+}
