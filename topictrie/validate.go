@@ -218,3 +218,39 @@ func Matches(filter, topic string) bool {
 		filter, topic = frest, trest
 	}
 }
+
+// Overlap reports whether some topic name matches both a and b, valid
+// filters without a $share prefix. + overlaps any level, # the rest of
+// the other filter (the parent level included), and a filter starting
+// with a wildcard overlaps none whose first level is a name starting
+// with $ [MQTT-4.7.2-1].
+func Overlap(a, b string) bool {
+	if dollarOnly(a, b) || dollarOnly(b, a) {
+		return false
+	}
+	for {
+		if a == "#" || b == "#" {
+			return true
+		}
+		al, arest, amore := strings.Cut(a, "/")
+		bl, brest, bmore := strings.Cut(b, "/")
+		if al != "+" && bl != "+" && al != bl {
+			return false
+		}
+		switch {
+		case !amore && !bmore:
+			return true
+		case !amore:
+			return brest == "#" // "a" and "a/#" both match "a"
+		case !bmore:
+			return arest == "#"
+		}
+		a, b = arest, brest
+	}
+}
+
+// dollarOnly reports whether a's first level is a name starting with $
+// and b starts with a wildcard, which matches no such topic.
+func dollarOnly(a, b string) bool {
+	return strings.HasPrefix(a, "$") && (strings.HasPrefix(b, "+") || strings.HasPrefix(b, "#"))
+}
