@@ -44,9 +44,9 @@ const maxHeld = 1024
 
 // maxWaitingOps bounds the operations waiting for a commit (about 250
 // bytes each, and the messages they hold): past it a reader that added
-// some waits for the commit before it reads more, as when the disk is
-// slower than what QoS 0 retained messages ask of it, which no
-// acknowledgement holds back.
+// some waits for the commit before it answers another message, or reads
+// more, as when the disk is slower than what QoS 0 retained messages ask
+// of it, which no acknowledgement holds back.
 const maxWaitingOps = 16 << 10
 
 // durable is the broker's side of its store.
@@ -426,6 +426,13 @@ func (c *conn) answerEither(p packets.Packet, a *packets.Ack) {
 	}
 	full := h.held() >= maxHeld
 	h.mu.Unlock()
+	// A message fanned out to many stored sessions adds an operation for
+	// each: counted per answer, not per read, so that the messages of one
+	// read cannot add millions.
+	if !full && queue && c.srv.dur.commit.Waiting() > maxWaitingOps {
+		full = true
+		c.srv.stats.storeBackpressure.Add(1)
+	}
 	if full {
 		c.commitHeld(true)
 	}

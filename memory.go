@@ -36,19 +36,23 @@ func DefaultMaxMemory() int64 {
 }
 
 // DeriveFromMemory returns the limits whose defaults are shares of a
-// memory budget of m bytes: half for messages queued for sessions, a
-// sixteenth each for the retained store, for bytes waiting to be written
-// to connections and for packets arriving, and connections and sessions
-// at about 8 KiB and 4 KiB each (at most 50,000 and 100,000).
+// memory budget of m bytes: an eighth for messages queued for sessions,
+// a sixteenth each for the retained store, for bytes waiting to be
+// written to connections, for packets arriving and for subscriptions,
+// and connections and sessions at about 8 KiB and 4 KiB each (at most
+// 50,000 and 100,000). At the 512 MiB default each share holds at most
+// 64 MB of heap filled, which the attack tests check: the queues had
+// half, 256 MiB, before each entry's cost was counted.
 func DeriveFromMemory(m int64) Limits {
 	return Limits{
-		MaxMemory:             m,
-		MaxQueuedBytesTotal:   m / 2,
-		MaxRetainedBytes:      m / 16,
-		MaxOutboxBytesTotal:   m / 16,
-		MaxIncomingBytesTotal: m / 16,
-		MaxConnections:        int(min(max(m>>13, 16), DefaultMaxConnections)),
-		MaxSessions:           int(min(max(m>>12, 16), DefaultMaxSessions)),
+		MaxMemory:                 m,
+		MaxQueuedBytesTotal:       m / 8,
+		MaxRetainedBytes:          m / 16,
+		MaxOutboxBytesTotal:       m / 16,
+		MaxIncomingBytesTotal:     m / 16,
+		MaxSubscriptionBytesTotal: m / 16,
+		MaxConnections:            int(min(max(m>>13, 16), DefaultMaxConnections)),
+		MaxSessions:               int(min(max(m>>12, 16), DefaultMaxSessions)),
 	}
 }
 

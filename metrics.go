@@ -54,11 +54,14 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 		return max(s.sessions.Load()-online, 0)
 	})
 	gauge("subscriptions", "Subscriptions held by sessions.", func(s *stats) int64 { return s.subscriptions.Load() })
+	gauge("subscription_bytes", "What the subscriptions held by sessions cost, as limits.max_subscription_bytes_total counts it.",
+		func(*stats) int64 { return sess.SubscriptionBytes() })
 	gauge("retained_messages", "Retained messages.", func(s *stats) int64 { return s.retained.Load() })
 	gauge("retained_bytes", "Topic, payload and properties bytes of the retained messages.",
 		func(s *stats) int64 { return s.retainedBytes.Load() })
 	gauge("queued_messages", "Messages waiting in session queues.", func(s *stats) int64 { return s.queued.Load() })
-	gauge("queued_bytes", "Topic, payload and properties bytes of the messages waiting in session queues, each counted once.",
+	gauge("queued_bytes", "Topic, payload and properties bytes of the messages waiting in session queues, each counted once, "+
+		"and what each queued entry costs besides (limits.max_queued_bytes_total counts them).",
 		func(*stats) int64 { return queue.Bytes() })
 	gauge("inflight_messages", "QoS 1/2 messages sent to clients (or to be sent again when they come back) and not completely acknowledged.",
 		func(*stats) int64 { return sess.Inflight() })
@@ -98,7 +101,8 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 		func(s *stats) uint64 { return s.subsRevoked.Load() })
 	gauge("wills_delayed", "Wills waiting for their Will Delay Interval.", func(s *stats) int64 { return s.willsDelayed.Load() })
 	counter("wills_published_total", "Will messages published.", func(s *stats) uint64 { return s.willsPublished.Load() })
-	counter("subscriptions_refused_total", "Subscriptions refused: the client held limits.max_subscriptions_per_client.",
+	counter("subscriptions_refused_total", "Subscriptions refused by a limit: limits.max_filter_length, max_subscriptions_per_client, "+
+		"max_subscription_bytes_per_client, max_subscription_bytes_total, max_overlapping_subscriptions, or memory pressure.",
 		func(s *stats) uint64 { return s.subscriptionsRefused.Load() })
 	counter("user_properties_refused_total", "Messages refused: more user properties than limits.max_user_properties.",
 		func(s *stats) uint64 { return s.userPropsRefused.Load() })

@@ -8,6 +8,7 @@ import (
 
 	"mqttd"
 	"mqttd/packets"
+	"mqttd/session"
 )
 
 // histogramOf scrapes the histogram name from reg: its count, its sum
@@ -109,7 +110,7 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	gauge("mqttd_sessions_offline", 1)
 	gauge("mqttd_inflight_messages", 3) // an offline session's window still holds them
 	gauge("mqttd_queued_messages", 2)
-	gauge("mqttd_queued_bytes", 2*float64(2*len("q/b"))) // publishQoS1's payload is its topic
+	gauge("mqttd_queued_bytes", 2*float64(2*len("q/b")+session.EntryCost)) // publishQoS1's payload is its topic
 	gauge("mqttd_subscriptions", 1)
 	gauge("mqttd_retained_messages", 1)
 	gauge("mqttd_retained_bytes", float64(2*len("r")))

@@ -172,12 +172,13 @@ type Limits struct {
 	// MaxQueued bounds the messages queued per client beyond the window.
 	MaxQueued int `yaml:"max_queued"`
 	// MaxQueuedBytes bounds the topic, payload and properties bytes queued
-	// per client; past it, or past MaxQueued, a message for the client is
-	// dropped and counted.
+	// per client, and what each queued entry costs besides its message
+	// (session.EntryCost, 4 bytes per subscription identifier); past it,
+	// or past MaxQueued, a message for the client is dropped and counted.
 	MaxQueuedBytes int64 `yaml:"max_queued_bytes"`
 	// MaxQueuedBytesTotal bounds the bytes queued for all clients together,
 	// likewise. A message queued for many clients is shared and counts
-	// once.
+	// once; each entry holding it counts its own cost.
 	MaxQueuedBytesTotal int64 `yaml:"max_queued_bytes_total"`
 	// QueueQoS0 keeps QoS 0 messages for offline persistent sessions.
 	QueueQoS0 bool `yaml:"queue_qos0"`
@@ -209,6 +210,29 @@ type Limits struct {
 	// MaxSubscriptionsPerClient bounds the subscriptions one session
 	// holds; past it a new filter is refused (SUBACK 0x97, 3.1.1 0x80).
 	MaxSubscriptionsPerClient int `yaml:"max_subscriptions_per_client"`
+	// MaxFilterLength caps a subscription's topic filter, in bytes; a
+	// longer one is refused (SUBACK 0x8F, 3.1.1 0x80). The protocol allows
+	// 65,535.
+	MaxFilterLength int `yaml:"max_filter_length"`
+	// MaxSubscriptionBytesPerClient bounds what one session's
+	// subscriptions cost, as session.SubscriptionCost counts them (the
+	// filter, its trie levels, the entries); past it a new filter is
+	// refused (SUBACK 0x97, 3.1.1 0x80).
+	MaxSubscriptionBytesPerClient int64 `yaml:"max_subscription_bytes_per_client"`
+	// MaxSubscriptionBytesTotal bounds what the subscriptions of every
+	// session cost together, likewise, except that past it a client may
+	// still take subscriptions costing 32 KiB (a few dozen filters), so
+	// that clients that filled it do not lock every other client out.
+	// Under memory pressure no new subscription is taken.
+	MaxSubscriptionBytesTotal int64 `yaml:"max_subscription_bytes_total"`
+	// MaxOverlappingSubscriptions bounds how many of one session's
+	// wildcard subscriptions (plain or shared) may overlap a new one,
+	// that is match some topic both match; past it the new filter is
+	// refused (SUBACK 0x97, 3.1.1 0x80). So no topic matches more than
+	// this many subscriptions of one client, plus one without wildcards:
+	// each match costs CPU on every message and a subscription identifier
+	// in every copy (10,000 overlapping filters cost 0.33 ms a publish).
+	MaxOverlappingSubscriptions int `yaml:"max_overlapping_subscriptions"`
 	// MaxSessionExpiry caps the Session Expiry Interval a 5.0 client may
 	// ask for (a client asking for more is told the cap in CONNACK); an
 	// offline session is dropped, with its queue and subscriptions, when
@@ -253,13 +277,18 @@ const (
 	DefaultMaxConnectionsPerAddress  = 1000
 	DefaultMaxRetained               = 100000
 	DefaultMaxSubscriptionsPerClient = 10000
-	DefaultMaxSessions               = 100000
-	DefaultMaxUserProperties         = 64
-	DefaultMaxSessionExpiry          = 24 * time.Hour
-	DefaultPersistentSessionExpiry   = 24 * time.Hour
-	maxSessionExpiry                 = 0xFFFFFFFE * time.Second // 0xFFFFFFFF means "never" in 5.0
-	maxProtocolPacketSize            = 268435455
-	maxOutboxBytes                   = 1 << 30
+	DefaultMaxFilterLength           = 4096
+	// DefaultMaxSubscriptionBytesPerClient lets a client hold its 10,000
+	// subscriptions of a few levels each.
+	DefaultMaxSubscriptionBytesPerClient = 8 << 20
+	DefaultMaxOverlappingSubscriptions   = 128
+	DefaultMaxSessions                   = 100000
+	DefaultMaxUserProperties             = 64
+	DefaultMaxSessionExpiry              = 24 * time.Hour
+	DefaultPersistentSessionExpiry       = 24 * time.Hour
+	maxSessionExpiry                     = 0xFFFFFFFE * time.Second // 0xFFFFFFFF means "never" in 5.0
+	maxProtocolPacketSize                = 268435455
+	maxOutboxBytes                       = 1 << 30
 )
 
 // WithDefaults returns a copy of o with every zero field set to its default;
@@ -305,6 +334,10 @@ func (o Options) WithDefaults() Options {
 	setDefault(&l.MaxConnectionsPerAddress, DefaultMaxConnectionsPerAddress)
 	setDefault(&l.MaxRetained, DefaultMaxRetained)
 	setDefault(&l.MaxSubscriptionsPerClient, DefaultMaxSubscriptionsPerClient)
+	setDefault(&l.MaxFilterLength, DefaultMaxFilterLength)
+	setDefault(&l.MaxSubscriptionBytesPerClient, DefaultMaxSubscriptionBytesPerClient)
+	setDefault(&l.MaxSubscriptionBytesTotal, d.MaxSubscriptionBytesTotal)
+	setDefault(&l.MaxOverlappingSubscriptions, DefaultMaxOverlappingSubscriptions)
 	setDefault(&l.MaxSessions, d.MaxSessions)
 	setDefault(&l.MaxUserProperties, DefaultMaxUserProperties)
 	setDefault(&l.MaxSessionExpiry, DefaultMaxSessionExpiry)
@@ -351,6 +384,7 @@ func (o Options) Validate() error {
 		{"limits.max_connections_per_address", l.MaxConnectionsPerAddress},
 		{"limits.max_retained", l.MaxRetained},
 		{"limits.max_subscriptions_per_client", l.MaxSubscriptionsPerClient},
+		{"limits.max_overlapping_subscriptions", l.MaxOverlappingSubscriptions},
 		{"limits.max_sessions", l.MaxSessions},
 		{"limits.max_user_properties", l.MaxUserProperties},
 	} {
@@ -360,6 +394,9 @@ func (o Options) Validate() error {
 	}
 	if l.MaxOutboxBytes > maxOutboxBytes {
 		bad("limits.max_outbox_bytes", "must be at most %d, got %d", maxOutboxBytes, l.MaxOutboxBytes)
+	}
+	if l.MaxFilterLength < 0 || l.MaxFilterLength > 65535 {
+		bad("limits.max_filter_length", "must be between 0 and 65535, got %d", l.MaxFilterLength)
 	}
 	if l.MaxPacketSize < 0 || l.MaxPacketSize > maxProtocolPacketSize {
 		bad("limits.max_packet_size", "must be between 0 and %d, got %d", maxProtocolPacketSize, l.MaxPacketSize)
@@ -383,6 +420,8 @@ func (o Options) Validate() error {
 		{"limits.max_retained_bytes", l.MaxRetainedBytes},
 		{"limits.max_queued_bytes", l.MaxQueuedBytes},
 		{"limits.max_queued_bytes_total", l.MaxQueuedBytesTotal},
+		{"limits.max_subscription_bytes_per_client", l.MaxSubscriptionBytesPerClient},
+		{"limits.max_subscription_bytes_total", l.MaxSubscriptionBytesTotal},
 	} {
 		if f.v < 0 {
 			bad(f.key, "must not be negative, got %d", f.v)

@@ -64,6 +64,13 @@ func TestMemoryPressure(t *testing.T) {
 		t.Errorf("retained %d, refused %d; want 0, 1", st.Retained, st.RetainedRefused)
 	}
 
+	if codes := subscribe(pub, packets.Subscription{Filter: "new/+"}, packets.Subscription{Filter: "fast"}); codes[0] != packets.QuotaExceeded {
+		t.Errorf("SUBSCRIBE under memory pressure: %#x, want 0x97", codes)
+	}
+	if codes := subscribe(fast, packets.Subscription{Filter: "more"}, packets.Subscription{Filter: "fast", Options: packets.SubOptions{QoS: 1}}); codes[0] != packets.SubackFailure || codes[1] != 1 {
+		t.Errorf("3.1.1 SUBSCRIBE under memory pressure: %#x, want 0x80 for a new filter, QoS 1 for the one held", codes)
+	}
+
 	// slow reads nothing: the first message waits in its outbox, the
 	// second finds a backlog and is dropped at once.
 	pub.send(&packets.Publish{Topic: "q0", Payload: []byte("first")})

@@ -7,6 +7,7 @@ import (
 
 	"mqttd"
 	"mqttd/packets"
+	"mqttd/session"
 )
 
 // offlineSubscriber leaves a persistent session subscribed to filter at
@@ -25,7 +26,9 @@ func offlineSubscriber(t *testing.T, addr, id, filter string) {
 // either, messages for an offline session are dropped and counted, and
 // what was queued is delivered when the client comes back.
 func TestQueueByteLimits(t *testing.T) {
-	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxQueuedBytes: 1000, MaxQueuedBytesTotal: 1500}})
+	// Each entry counts session.EntryCost besides its 200 bytes.
+	const entry = 200 + session.EntryCost
+	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxQueuedBytes: 5 * entry, MaxQueuedBytesTotal: 7*entry + entry/2}})
 	offlineSubscriber(t, addr, "a", "a")
 	offlineSubscriber(t, addr, "b", "b")
 	pub := connectRawSession(t, addr, "pub", true, false)
@@ -36,10 +39,10 @@ func TestQueueByteLimits(t *testing.T) {
 			pub.read()
 		}
 	}
-	// a takes 5 x 200 = 1,000 bytes, its own limit; b takes what the
-	// total of 1,500 leaves: 2 messages.
-	if st := srv.Stats(); st.Queued != 7 || st.QueuedBytes != 1400 || st.Dropped["queue_full"] != 9 {
-		t.Errorf("%d messages, %d bytes queued, %d dropped; want 7, 1400, 9", st.Queued, st.QueuedBytes, st.Dropped["queue_full"])
+	// a takes 5 entries, its own limit; b takes what the total of 7.5
+	// leaves: 2 messages.
+	if st := srv.Stats(); st.Queued != 7 || st.QueuedBytes != 7*entry || st.Dropped["queue_full"] != 9 {
+		t.Errorf("%d messages, %d bytes queued, %d dropped; want 7, %d, 9", st.Queued, st.QueuedBytes, st.Dropped["queue_full"], 7*entry)
 	}
 	back := connectRawSession(t, addr, "a", false, true)
 	for i := range 5 {
@@ -80,24 +83,25 @@ func TestOfflineFloodBounded(t *testing.T) {
 // TestSharedMessageCountsOnce checks that a message queued for many
 // offline sessions counts once against limits.max_queued_bytes_total: it
 // is shared, so fanning a large message out to many sleeping devices does
-// not exhaust the total.
+// not exhaust the total. Each session's entry counts its own cost.
 func TestSharedMessageCountsOnce(t *testing.T) {
-	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxQueuedBytesTotal: 1500}})
+	const once, entries = 1008, 10 * session.EntryCost
+	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxQueuedBytesTotal: 1500 + entries}})
 	for i := range 10 {
 		offlineSubscriber(t, addr, fmt.Sprintf("device-%d", i), "firmware")
 	}
 	pub := connectRawSession(t, addr, "pub", true, false)
 	pub.send(&packets.Publish{Topic: "firmware", QoS: 1, PacketID: 1, Payload: bytes.Repeat([]byte("f"), 1000)})
 	pub.read()
-	if st := srv.Stats(); st.Queued != 10 || st.QueuedBytes != 1008 || st.Dropped["queue_full"] != 0 {
-		t.Errorf("%d queued, %d bytes, %d dropped; want 10, 1008 (once), 0", st.Queued, st.QueuedBytes, st.Dropped["queue_full"])
+	if st := srv.Stats(); st.Queued != 10 || st.QueuedBytes != once+entries || st.Dropped["queue_full"] != 0 {
+		t.Errorf("%d queued, %d bytes, %d dropped; want 10, %d (the message once), 0", st.Queued, st.QueuedBytes, st.Dropped["queue_full"], once+entries)
 	}
 	back := connectRawSession(t, addr, "device-3", false, true)
 	p := expectPublish(back, "firmware")
 	back.send(&packets.Puback{PacketID: p.PacketID})
 	back.ping()
-	if st := srv.Stats(); st.Queued != 9 || st.QueuedBytes != 1008 {
-		t.Errorf("after one device took it: %d queued, %d bytes; want 9, 1008", st.Queued, st.QueuedBytes)
+	if st := srv.Stats(); st.Queued != 9 || st.QueuedBytes != once+9*session.EntryCost {
+		t.Errorf("after one device took it: %d queued, %d bytes; want 9, %d", st.Queued, st.QueuedBytes, once+9*session.EntryCost)
 	}
 }
 

@@ -119,14 +119,19 @@ type Stats struct {
 	Sessions       int64 // client sessions kept, online or not
 	SessionsOnline int64 // sessions with a connection
 	Subscriptions  int64 // subscriptions held by sessions
-	Retained       int64 // retained messages
-	RetainedBytes  int64 // their topic, payload and properties bytes
-	Queued         int64 // messages waiting in session queues
+	// SubscriptionBytes is what they cost, as
+	// limits.max_subscription_bytes_total counts it.
+	SubscriptionBytes int64
+	Retained          int64 // retained messages
+	RetainedBytes     int64 // their topic, payload and properties bytes
+	Queued            int64 // messages waiting in session queues
 	// Inflight is the QoS 1/2 messages sent to clients (or to be sent
 	// again when they come back) and not completely acknowledged.
 	Inflight int64
 	// QueuedBytes is the topic, payload and properties bytes of the
-	// queued messages, each counted once however many queues hold it.
+	// queued messages, each counted once however many queues hold it,
+	// and what each queue's entry for it costs (session.EntryCost and its
+	// subscription identifiers).
 	QueuedBytes int64
 	// OutboxBytes is the bytes waiting to be written to connections.
 	OutboxBytes int64
@@ -168,8 +173,10 @@ type Stats struct {
 	SessionsExpired       uint64 // sessions dropped after their expiry interval offline
 	SessionsRefused       uint64 // new sessions refused by limits.max_sessions
 	UserPropertiesRefused uint64 // messages refused by limits.max_user_properties
-	// SubscriptionsRefused counts subscriptions refused by
-	// limits.max_subscriptions_per_client.
+	// SubscriptionsRefused counts subscriptions refused by a limit:
+	// limits.max_filter_length, max_subscriptions_per_client,
+	// max_subscription_bytes_per_client, max_subscription_bytes_total,
+	// max_overlapping_subscriptions, or memory pressure.
 	SubscriptionsRefused uint64
 	// StoreCommits counts the transactions the store applied (failed
 	// ones included), StoreOps the operations in them, StoreErrors those
@@ -205,6 +212,7 @@ func (s *Server) Stats() Stats {
 		Sessions:              st.sessions.Load(),
 		SessionsOnline:        st.sessionsOnline.Load(),
 		Subscriptions:         st.subscriptions.Load(),
+		SubscriptionBytes:     s.sessLim.SubscriptionBytes(),
 		Retained:              st.retained.Load(),
 		RetainedBytes:         st.retainedBytes.Load(),
 		Queued:                st.queued.Load(),

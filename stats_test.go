@@ -7,6 +7,7 @@ import (
 
 	"mqttd"
 	"mqttd/packets"
+	"mqttd/session"
 )
 
 // TestStatsGauges follows the gauges through a persistent session's life
@@ -50,7 +51,7 @@ func TestStatsGauges(t *testing.T) {
 	pub.send(&packets.Publish{Topic: "r/2", Retain: true, Payload: []byte("y")})
 	pub.ping()
 	expect("three messages queued", 3, queued, "mqttd_queued_messages")
-	expect("their bytes queued", 3*int64(len("q/a")+len("12345")), queuedBytes, "mqttd_queued_bytes")
+	expect("their bytes queued", 3*int64(len("q/a")+len("12345")+session.EntryCost), queuedBytes, "mqttd_queued_bytes")
 	expect("two retained messages", 2, retained, "mqttd_retained_messages")
 	pub.send(&packets.Publish{Topic: "r/1", Retain: true})
 	pub.ping()

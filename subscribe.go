@@ -42,6 +42,11 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 		retainedAt = make(map[string]int)
 	}
 	for i, sub := range p.Subscriptions {
+		if max := s.limits().MaxFilterLength; len(sub.Filter) > max {
+			codes[i] = c.refusal(packets.TopicFilterInvalid)
+			s.refuseSubscription(c, "max_filter_length", int64(max))
+			continue
+		}
 		f, err := s.topics.ParseFilter(sub.Filter)
 		if err != nil {
 			codes[i] = c.refusal(packets.TopicFilterInvalid)
@@ -72,14 +77,10 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 			codes[i] = c.refusal(packets.UnspecifiedError)
 			continue
 		}
-		if max := s.limits().MaxSubscriptionsPerClient; cl.sess.SubscriptionCount() >= max && !cl.sess.Subscribed(sub.Filter) {
+		if limit, value := s.subscriptionRoom(cl, sub.Filter, f.Topic); limit != "" {
 			cl.mu.Unlock()
 			codes[i] = c.refusal(packets.QuotaExceeded)
-			s.stats.subscriptionsRefused.Add(1)
-			if !rateLimited(&s.subsWarned) {
-				c.fields(s.log.Warn()).Int("max_subscriptions_per_client", max).
-					Msg("subscription refused: the client holds its maximum (logged at most every 10 s; mqttd_subscriptions_refused_total counts them all)")
-			}
+			s.refuseSubscription(c, limit, value)
 			continue
 		}
 		// Kept for the session's life: copied, so that it does not pin
@@ -130,6 +131,80 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 		s.sys.wakeUp()
 	}
 	return nil
+}
+
+// subscriptionRoom says which limit, if any, refuses cl a new
+// subscription to filter, whose part matched against topics is topic,
+// and the limit's value: what subscriptions hold is memory (their count
+// and cost, per client and together), and a topic matching many of one
+// client's subscriptions costs CPU on every message. A filter cl holds
+// already is replaced, and refused by none. The caller holds cl.mu.
+func (s *Server) subscriptionRoom(cl *client, filter, topic string) (limit string, value int64) {
+	if cl.sess.Subscribed(filter) {
+		return "", 0
+	}
+	lim := s.limits()
+	cost := session.SubscriptionCost(filter)
+	switch {
+	case s.stats.memoryPressure.Load():
+		return "max_memory", lim.MaxMemory
+	case cl.sess.SubscriptionCount() >= lim.MaxSubscriptionsPerClient:
+		return "max_subscriptions_per_client", int64(lim.MaxSubscriptionsPerClient)
+	case cl.sess.SubscriptionBytes()+cost > lim.MaxSubscriptionBytesPerClient:
+		return "max_subscription_bytes_per_client", lim.MaxSubscriptionBytesPerClient
+	case s.sessLim.SubscriptionBytes()+cost > lim.MaxSubscriptionBytesTotal && cl.sess.SubscriptionBytes()+cost > subscriptionFloor:
+		return "max_subscription_bytes_total", lim.MaxSubscriptionBytesTotal
+	case overlapping(cl.sess, topic, lim.MaxOverlappingSubscriptions) >= lim.MaxOverlappingSubscriptions:
+		return "max_overlapping_subscriptions", int64(lim.MaxOverlappingSubscriptions)
+	}
+	return "", 0
+}
+
+// subscriptionFloor is what a client's subscriptions may cost past
+// limits.max_subscription_bytes_total, a few dozen filters: clients that
+// filled the total do not keep every other client from subscribing.
+const subscriptionFloor = 32 << 10
+
+// overlapping counts the wildcard subscriptions of sess, plain or shared,
+// that overlap topic, a filter with a wildcard, up to most. Two filters
+// without wildcards never overlap, so a client whose new wildcard filter
+// overlaps fewer than most of its others can never have a topic match
+// more than most of its wildcard filters and one more: the last of them
+// subscribed overlapped all the others.
+func overlapping(sess *session.Session, topic string, most int) (n int) {
+	if !strings.ContainsAny(topic, "+#") {
+		return 0
+	}
+	sess.Subscriptions(func(sub session.Subscription) {
+		if n < most {
+			other := filterTopic(sub.Filter)
+			if strings.ContainsAny(other, "+#") && topictrie.Overlap(topic, other) {
+				n++
+			}
+		}
+	})
+	return n
+}
+
+// filterTopic is the part of a valid filter matched against topics: the
+// whole filter, or what follows the share name of a shared one.
+func filterTopic(filter string) string {
+	if rest, ok := strings.CutPrefix(filter, "$share/"); ok {
+		if _, topic, ok := strings.Cut(rest, "/"); ok {
+			return topic
+		}
+	}
+	return filter
+}
+
+// refuseSubscription counts a subscription a limit refused, and says so
+// (at most every 10 s) naming the limit.
+func (s *Server) refuseSubscription(c *conn, limit string, value int64) {
+	s.stats.subscriptionsRefused.Add(1)
+	if !rateLimited(&s.subsWarned) {
+		c.fields(s.log.Warn()).Int64(limit, value).
+			Msg("subscription refused by limits." + limit + " (logged at most every 10 s; mqttd_subscriptions_refused_total counts them all)")
+	}
 }
 
 // checkSharedNoLocal refuses the whole SUBSCRIBE, before any filter of it

@@ -281,11 +281,11 @@ func TestQueuedBytes(t *testing.T) {
 	for _, m := range []*Message{a, b, c} {
 		s.Deliver(Outbound{Msg: m, QoS: 1}, Target{}, t0)
 	}
-	if got, want := s.QueuedBytes(), a.Size()+b.Size()+c.Size(); got != want || want != 7+6+5 {
-		t.Fatalf("QueuedBytes = %d, want %d (7+6+5)", got, want)
+	if got, want := s.QueuedBytes(), a.Size()+b.Size()+c.Size()+3*EntryCost; got != want || want != 7+6+5+3*EntryCost {
+		t.Fatalf("QueuedBytes = %d, want %d (7+6+5 and three entries)", got, want)
 	}
-	if _, ok, _ := s.Next(t0, nil); !ok || s.QueuedBytes() != b.Size()+c.Size() {
-		t.Fatalf("after one sent: QueuedBytes = %d, want %d", s.QueuedBytes(), b.Size()+c.Size())
+	if _, ok, _ := s.Next(t0, nil); !ok || s.QueuedBytes() != b.Size()+c.Size()+2*EntryCost {
+		t.Fatalf("after one sent: QueuedBytes = %d, want %d", s.QueuedBytes(), b.Size()+c.Size()+2*EntryCost)
 	}
 	s.Puback(1)
 	s.Next(t0, nil)
@@ -360,9 +360,10 @@ func TestSubscriptionIndex(t *testing.T) {
 	}
 }
 
-// TestQueueBounds checks the queue refuses a message past its byte limit.
+// TestQueueBounds checks the queue refuses a message past its byte limit,
+// which counts each entry's cost besides its message.
 func TestQueueBounds(t *testing.T) {
-	s := New("c", Config{MaxQueuedBytes: 12}.Limits())
+	s := New("c", Config{MaxQueuedBytes: 12 + 2*EntryCost}.Limits())
 	m := msg("abcd", 1) // Size 8: topic and payload; "ab" makes 12
 	if _, r := s.Deliver(Outbound{Msg: m, QoS: 1}, Target{}, t0); r != Queued {
 		t.Fatalf("first message: %v, want Queued", r)
@@ -375,20 +376,46 @@ func TestQueueBounds(t *testing.T) {
 	}
 }
 
+// TestQueueCountsSubscriptionIDs checks an entry's subscription
+// identifiers count against the session's bytes and the budget: a client
+// with many overlapping subscriptions makes every entry carry one per
+// subscription, while the message is shared.
+func TestQueueCountsSubscriptionIDs(t *testing.T) {
+	ids := make([]uint32, 1000)
+	b := &QueueBudget{Max: int64(3 * (EntryCost + 4*len(ids)))}
+	s := New("c", Config{MaxQueuedBytes: 1 << 30}.Limits())
+	m := msg("t", 0)
+	queued := 0
+	for range 10 {
+		if _, r := s.Deliver(Outbound{Msg: m, QoS: 1, SubIDs: ids}, Target{Budget: b}, t0); r == Queued {
+			queued++
+		}
+	}
+	entry := EntryCost + 4*len(ids)
+	if queued != 2 || b.Bytes() != int64(m.Size()+2*entry) || s.QueuedBytes() != 2*(m.Size()+entry) {
+		t.Fatalf("queued %d, budget %d bytes, session %d; want 2, %d (the message once), %d",
+			queued, b.Bytes(), s.QueuedBytes(), m.Size()+2*entry, 2*(m.Size()+entry))
+	}
+	s.Clear(b)
+	if b.Bytes() != 0 {
+		t.Fatalf("%d bytes held after Clear, want 0", b.Bytes())
+	}
+}
+
 // TestQueueBudget checks the budget all queues share: a message queued by
 // two sessions counts once, a new message past the budget is refused
 // while one already held is not, a message that can be sent now is sent,
 // and the bytes come back when the last queue lets a message go, by Next,
 // by expiry or by Clear.
 func TestQueueBudget(t *testing.T) {
-	b := &QueueBudget{Max: 20}
+	b := &QueueBudget{Max: 20 + 2*EntryCost}
 	s1, s2 := New("s1", Config{}.Limits()), New("s2", Config{}.Limits())
 	big := msg("0123456789", 1) // Size 20
-	if _, r := s1.Deliver(Outbound{Msg: big, QoS: 1}, Target{Budget: b}, t0); r != Queued || b.Bytes() != 20 {
-		t.Fatalf("first: %v with %d bytes held, want Queued with 20", r, b.Bytes())
+	if _, r := s1.Deliver(Outbound{Msg: big, QoS: 1}, Target{Budget: b}, t0); r != Queued || b.Bytes() != 20+EntryCost {
+		t.Fatalf("first: %v with %d bytes held, want Queued with 20 and an entry", r, b.Bytes())
 	}
-	if _, r := s2.Deliver(Outbound{Msg: big, QoS: 1}, Target{Budget: b}, t0); r != Queued || b.Bytes() != 20 {
-		t.Fatalf("the same message for another session: %v with %d bytes held, want Queued, still 20", r, b.Bytes())
+	if _, r := s2.Deliver(Outbound{Msg: big, QoS: 1}, Target{Budget: b}, t0); r != Queued || b.Bytes() != 20+2*EntryCost {
+		t.Fatalf("the same message for another session: %v with %d bytes held, want Queued, 20 and two entries", r, b.Bytes())
 	}
 	small := msg("a", 1)
 	if _, r := s2.Deliver(Outbound{Msg: small, QoS: 1}, Target{Budget: b}, t0); r != DropFull {
@@ -398,8 +425,8 @@ func TestQueueBudget(t *testing.T) {
 		t.Fatalf("a message sent at once with the budget spent: %v, want Send", r)
 	}
 	s1.Next(t0, b)
-	if b.Bytes() != 20 {
-		t.Fatalf("%d bytes held after one of two queues let go, want 20", b.Bytes())
+	if b.Bytes() != 20+EntryCost {
+		t.Fatalf("%d bytes held after one of two queues let go, want 20 and an entry", b.Bytes())
 	}
 	s2.Clear(b)
 	if b.Bytes() != 0 || s2.Queued() != 0 {
@@ -602,7 +629,7 @@ func TestTakeIf(t *testing.T) {
 	if fmt.Sprint(topics) != "[x1 x3 x4]" {
 		t.Errorf("took %v, want [x1 x3 x4]", topics)
 	}
-	if s.Inflight() != 2 || s.Queued() != 1 || s.QueuedBytes() != msg("k2", 1).Size() || b.Bytes() != int64(msg("k2", 1).Size()) {
+	if s.Inflight() != 2 || s.Queued() != 1 || s.QueuedBytes() != msg("k2", 1).Size()+EntryCost || b.Bytes() != int64(msg("k2", 1).Size()+EntryCost) {
 		t.Errorf("left %d in flight, %d queued (%d bytes, budget %d); want 2, 1, k2's", s.Inflight(), s.Queued(), s.QueuedBytes(), b.Bytes())
 	}
 	if o, ok, _ := s.Next(t0, &b); !ok || o.Msg.Topic != "k2" {
@@ -627,7 +654,7 @@ func TestRestore(t *testing.T) {
 	one, two := msg("one", 1), msg("two", 2)
 	s.Restore(Outbound{Seq: 9, Msg: one, QoS: 1, Dup: true}, &b)
 	s.Restore(Outbound{Seq: 12, Msg: two, QoS: 2}, &b)
-	if s.Inflight() != 1 || s.Queued() != 2 || b.Bytes() != int64(one.Size()+two.Size()) {
+	if s.Inflight() != 1 || s.Queued() != 2 || b.Bytes() != int64(one.Size()+two.Size()+2*EntryCost) {
 		t.Fatalf("inflight %d, queued %d, budget %d after restore", s.Inflight(), s.Queued(), b.Bytes())
 	}
 	s.Resume()
