@@ -61,7 +61,7 @@ func (s *Store) updateTx(fn func(tx *bbolt.Tx) error) (err error) {
 
 // applier is one batch being applied.
 type applier struct {
-	messages, refs, retained, sessions, subs, out, rel, wills *bbolt.Bucket
+	meta, messages, refs, retained, sessions, subs, out, rel, wills *bbolt.Bucket
 
 	path string // for errors
 	// counts are the reference counts the batch touched, read on first
@@ -73,6 +73,9 @@ type applier struct {
 	// something refers to them then: a message delivered and acknowledged
 	// within one batch costs no write.
 	added map[uint64][]byte // encoded
+	// hashed is set once the batch put a key that holds a hash (see
+	// maxPlainKey): finish marks the file's schema for it.
+	hashed bool
 }
 
 type count struct{ was, now uint64 }
@@ -80,6 +83,7 @@ type count struct{ was, now uint64 }
 func newApplier(tx *bbolt.Tx, path string) *applier {
 	return &applier{
 		path:     path,
+		meta:     tx.Bucket(bucketMeta),
 		messages: tx.Bucket(bucketMessages),
 		refs:     tx.Bucket(bucketRefs),
 		retained: tx.Bucket(bucketRetained),
@@ -128,6 +132,7 @@ func (a *applier) applyToSession(op *persistence.Op) error {
 		if err != nil {
 			return err
 		}
+		a.hashed = a.hashed || hashedName(op.Subscription.Filter)
 		return a.subs.Put(subKey(id, op.Subscription.Filter), v)
 	case persistence.OpDeleteSubscription:
 		return a.subs.Delete(subKey(id, op.Filter))
@@ -188,6 +193,7 @@ func (a *applier) putSession(s *persistence.Session) error {
 		return persistence.ErrBadOp
 	}
 	// Only the record is replaced: what the session holds stays.
+	a.hashed = a.hashed || len(s.ID) > maxPlainKey
 	return a.sessions.Put(sessKey(s.ID, 0), encodeSession(s))
 }
 
@@ -296,16 +302,17 @@ func (a *applier) putRetained(topic string, id uint64) error {
 	if !a.stored(id) {
 		return persistence.ErrNoMessage
 	}
-	k := []byte(topic)
+	k := appendName(nil, topic)
 	old := a.retained.Get(k)
 	var oldID uint64
 	if old != nil {
 		var err error
-		if oldID, err = decodeID(old); err != nil {
+		if _, oldID, err = decodeRetained(k, old); err != nil {
 			return recordErr(a.path, bucketRetained, k, err)
 		}
 	}
-	if err := a.retained.Put(k, idKey(id)); err != nil {
+	a.hashed = a.hashed || hashedName(topic)
+	if err := a.retained.Put(k, encodeRetained(topic, id)); err != nil {
 		return err
 	}
 	if err := a.ref(id); err != nil {
@@ -321,12 +328,12 @@ func (a *applier) deleteRetained(topic string) error {
 	if topic == "" {
 		return nil
 	}
-	k := []byte(topic)
+	k := appendName(nil, topic)
 	old := a.retained.Get(k)
 	if old == nil {
 		return nil
 	}
-	id, err := decodeID(old)
+	_, id, err := decodeRetained(k, old)
 	if err != nil {
 		return recordErr(a.path, bucketRetained, k, err)
 	}
@@ -371,8 +378,16 @@ func (a *applier) unref(id uint64) error {
 }
 
 // finish writes the counts the batch changed and drops the messages left
-// without references.
+// without references, and marks the schema of a file that now holds
+// hashed keys.
 func (a *applier) finish() error {
+	if a.hashed {
+		if v, _ := uvarint(a.meta.Get(keyVersion)); v < schemaHashed {
+			if err := a.meta.Put(keyVersion, []byte{schemaHashed}); err != nil {
+				return err
+			}
+		}
+	}
 	for id, c := range a.counts {
 		k := idKey(id)
 		var err error

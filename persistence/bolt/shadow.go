@@ -56,20 +56,23 @@ func newShadow() *shadow {
 // loadShadow reads the keys the shadow keeps from the file.
 func loadShadow(tx *bbolt.Tx, path string) (*shadow, error) {
 	sh := newShadow()
-	err := tx.Bucket(bucketSessions).ForEach(func(k, _ []byte) error {
-		id, rest, ok := splitKey(k)
-		if !ok || len(rest) != 0 {
-			return recordErr(path, bucketSessions, k, errRecord)
+	ids := make(map[string]string) // session key → ID
+	err := tx.Bucket(bucketSessions).ForEach(func(k, v []byte) error {
+		s, err := sessionRecord(k, v)
+		if err != nil {
+			return recordErr(path, bucketSessions, k, err)
 		}
-		sh.sessions[id] = make(map[uint64]uint64)
+		ids[string(k)] = s.ID
+		sh.sessions[s.ID] = make(map[uint64]uint64)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	err = tx.Bucket(bucketOut).ForEach(func(k, v []byte) error {
-		id, rest, ok := splitKey(k)
-		if !ok || len(rest) != 8 || sh.sessions[id] == nil {
+		head, rest, ok := splitKey(k)
+		id, known := ids[string(head)]
+		if !ok || len(rest) != 8 || !known {
 			return recordErr(path, bucketOut, k, errRecord)
 		}
 		seq := binary.BigEndian.Uint64(rest)
@@ -97,11 +100,11 @@ func loadShadow(tx *bbolt.Tx, path string) (*shadow, error) {
 		return nil, err
 	}
 	err = tx.Bucket(bucketRetained).ForEach(func(k, v []byte) error {
-		id, err := decodeID(v)
+		topic, id, err := decodeRetained(k, v)
 		if err != nil {
 			return recordErr(path, bucketRetained, k, err)
 		}
-		sh.retained[string(k)] = id
+		sh.retained[topic] = id
 		return nil
 	})
 	return sh, err

@@ -84,8 +84,16 @@ var (
 	ErrSchema = errors.New("unknown database schema")
 )
 
-// schemaVersion is the layout described in the package comment.
-const schemaVersion = 1
+// Schema versions: schemaVersion is the layout described in the package
+// comment, which a new file is made with; a file is marked schemaHashed
+// by the transaction that first stores a key holding a hash (a session
+// ID, filter or retained topic longer than maxPlainKey), so that a build
+// that cannot read those refuses it as ErrSchema, which leaves it alone,
+// rather than meeting them as damage, which may move it aside.
+const (
+	schemaVersion = 1
+	schemaHashed  = 2
+)
 
 var (
 	bucketMeta     = []byte("meta")
@@ -255,9 +263,9 @@ func (s *Store) initSchema() (err error) {
 		if n <= 0 {
 			return fmt.Errorf("bolt: %s: %w: no schema version in meta", s.path, ErrCorrupt)
 		}
-		if v != schemaVersion {
-			return fmt.Errorf("bolt: %s: %w: schema version %d, this build reads %d",
-				s.path, ErrSchema, v, schemaVersion)
+		if v != schemaVersion && v != schemaHashed {
+			return fmt.Errorf("bolt: %s: %w: schema version %d, this build reads %d and %d",
+				s.path, ErrSchema, v, schemaVersion, schemaHashed)
 		}
 		for _, name := range allBuckets {
 			if tx.Bucket(name) == nil {
