@@ -56,14 +56,22 @@ func newShadow() *shadow {
 // loadShadow reads the keys the shadow keeps from the file.
 func loadShadow(tx *bbolt.Tx, path string) (*shadow, error) {
 	sh := newShadow()
-	ids := make(map[string]string) // session key → ID
+	hashed := make(map[string]string) // session key holding a hash → ID
 	err := tx.Bucket(bucketSessions).ForEach(func(k, v []byte) error {
-		s, err := sessionRecord(k, v)
-		if err != nil {
-			return recordErr(path, bucketSessions, k, err)
+		head, rest, ok := splitKey(k)
+		if !ok || len(rest) != 0 {
+			return recordErr(path, bucketSessions, k, errRecord)
 		}
-		ids[string(k)] = s.ID
-		sh.sessions[s.ID] = make(map[uint64]uint64)
+		id, plain := plainID(head)
+		if !plain {
+			s, err := sessionRecord(k, v)
+			if err != nil {
+				return recordErr(path, bucketSessions, k, err)
+			}
+			id = s.ID
+			hashed[string(k)] = id
+		}
+		sh.sessions[id] = make(map[uint64]uint64)
 		return nil
 	})
 	if err != nil {
@@ -71,8 +79,11 @@ func loadShadow(tx *bbolt.Tx, path string) (*shadow, error) {
 	}
 	err = tx.Bucket(bucketOut).ForEach(func(k, v []byte) error {
 		head, rest, ok := splitKey(k)
-		id, known := ids[string(head)]
-		if !ok || len(rest) != 8 || !known {
+		id, plain := plainID(head)
+		if !plain {
+			id = hashed[string(head)]
+		}
+		if !ok || len(rest) != 8 || sh.sessions[id] == nil {
 			return recordErr(path, bucketOut, k, errRecord)
 		}
 		seq := binary.BigEndian.Uint64(rest)
