@@ -21,6 +21,11 @@ func (s *Store) Apply(b *persistence.Batch) (err error) {
 	if b.Len() == 0 {
 		return nil // no transaction: bbolt writes a meta page even for an empty one
 	}
+	if !s.hashedSchema.Load() && holdsHashed(b) {
+		if err := s.markHashed(); err != nil {
+			return err
+		}
+	}
 	if s.wal != nil {
 		return s.logApply(b)
 	}
@@ -35,6 +40,42 @@ func (s *Store) Apply(b *persistence.Batch) (err error) {
 	})
 	if err == nil {
 		s.committed()
+	}
+	return err
+}
+
+// holdsHashed reports whether b puts a key that holds a hash (see
+// maxPlainKey); an op on a session whose key does follows its PutSession.
+func holdsHashed(b *persistence.Batch) bool {
+	for i := range b.Ops {
+		op := &b.Ops[i]
+		switch op.Kind {
+		case persistence.OpPutSession:
+			if len(op.Session.ID) > maxPlainKey {
+				return true
+			}
+		case persistence.OpPutSubscription:
+			if hashedName(op.Subscription.Filter) {
+				return true
+			}
+		case persistence.OpPutRetained:
+			if hashedName(op.Topic) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// markHashed marks the file schemaHashed, in a transaction of its own
+// before the first batch that holds a hashed key reaches the file or the
+// log: a build that cannot read such keys then refuses both.
+func (s *Store) markHashed() error {
+	err := s.updateTx(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyVersion, []byte{schemaHashed})
+	})
+	if err == nil {
+		s.hashedSchema.Store(true)
 	}
 	return err
 }
@@ -61,7 +102,7 @@ func (s *Store) updateTx(fn func(tx *bbolt.Tx) error) (err error) {
 
 // applier is one batch being applied.
 type applier struct {
-	meta, messages, refs, retained, sessions, subs, out, rel, wills *bbolt.Bucket
+	messages, refs, retained, sessions, subs, out, rel, wills *bbolt.Bucket
 
 	path string // for errors
 	// counts are the reference counts the batch touched, read on first
@@ -73,9 +114,6 @@ type applier struct {
 	// something refers to them then: a message delivered and acknowledged
 	// within one batch costs no write.
 	added map[uint64][]byte // encoded
-	// hashed is set once the batch put a key that holds a hash (see
-	// maxPlainKey): finish marks the file's schema for it.
-	hashed bool
 }
 
 type count struct{ was, now uint64 }
@@ -83,7 +121,6 @@ type count struct{ was, now uint64 }
 func newApplier(tx *bbolt.Tx, path string) *applier {
 	return &applier{
 		path:     path,
-		meta:     tx.Bucket(bucketMeta),
 		messages: tx.Bucket(bucketMessages),
 		refs:     tx.Bucket(bucketRefs),
 		retained: tx.Bucket(bucketRetained),
@@ -132,7 +169,6 @@ func (a *applier) applyToSession(op *persistence.Op) error {
 		if err != nil {
 			return err
 		}
-		a.hashed = a.hashed || hashedName(op.Subscription.Filter)
 		return a.subs.Put(subKey(id, op.Subscription.Filter), v)
 	case persistence.OpDeleteSubscription:
 		return a.subs.Delete(subKey(id, op.Filter))
@@ -193,7 +229,6 @@ func (a *applier) putSession(s *persistence.Session) error {
 		return persistence.ErrBadOp
 	}
 	// Only the record is replaced: what the session holds stays.
-	a.hashed = a.hashed || len(s.ID) > maxPlainKey
 	return a.sessions.Put(sessKey(s.ID, 0), encodeSession(s))
 }
 
@@ -311,7 +346,6 @@ func (a *applier) putRetained(topic string, id uint64) error {
 			return recordErr(a.path, bucketRetained, k, err)
 		}
 	}
-	a.hashed = a.hashed || hashedName(topic)
 	if err := a.retained.Put(k, encodeRetained(topic, id)); err != nil {
 		return err
 	}
@@ -378,16 +412,8 @@ func (a *applier) unref(id uint64) error {
 }
 
 // finish writes the counts the batch changed and drops the messages left
-// without references, and marks the schema of a file that now holds
-// hashed keys.
+// without references.
 func (a *applier) finish() error {
-	if a.hashed {
-		if v, _ := uvarint(a.meta.Get(keyVersion)); v < schemaHashed {
-			if err := a.meta.Put(keyVersion, []byte{schemaHashed}); err != nil {
-				return err
-			}
-		}
-	}
 	for id, c := range a.counts {
 		k := idKey(id)
 		var err error

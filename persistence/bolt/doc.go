@@ -25,8 +25,8 @@
 // ID longer than 16,000 bytes (maxPlainKey) is keyed by its length and its
 // SHA-256, and a filter or topic that long (or starting with byte 0xFF,
 // which UTF-8 never does) by 0xFF and its SHA-256; the record then holds
-// it whole (codec.go), and the first transaction to store one marks the
-// file schema 2.
+// it whole (codec.go). Before the first batch holding one reaches the
+// file or its log, a transaction of its own marks the file schema 2.
 //
 // Reference counts are kept apart from the messages so that an
 // acknowledgement rewrites a few bytes, not the payload: bbolt rewrites a

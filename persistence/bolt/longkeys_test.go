@@ -96,6 +96,15 @@ func TestSchema1File(t *testing.T) {
 	apply(t, s, func(b *persistence.Batch) {
 		b.PutSubscription("dev-1", persistence.Subscription{Filter: long})
 	})
+	// Marked before the batch is in the log, not once the log is applied:
+	// an older build replaying the log would meet the hashed key.
+	var marked uint64
+	if err := s.db.View(func(tx *bbolt.Tx) error {
+		marked, _ = uvarint(tx.Bucket(bucketMeta).Get(keyVersion))
+		return nil
+	}); err != nil || marked != schemaHashed {
+		t.Errorf("schema %d, %v while the hashed key is in the log, want %d", marked, err, schemaHashed)
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -86,10 +86,11 @@ var (
 
 // Schema versions: schemaVersion is the layout described in the package
 // comment, which a new file is made with; a file is marked schemaHashed
-// by the transaction that first stores a key holding a hash (a session
-// ID, filter or retained topic longer than maxPlainKey), so that a build
-// that cannot read those refuses it as ErrSchema, which leaves it alone,
-// rather than meeting them as damage, which may move it aside.
+// (markHashed) before the first batch holding a key that holds a hash (a
+// session ID, filter or retained topic longer than maxPlainKey) reaches
+// it or its log, so that a build that cannot read those refuses it as
+// ErrSchema, which leaves it alone, rather than meeting them as damage,
+// which may move it aside.
 const (
 	schemaVersion = 1
 	schemaHashed  = 2
@@ -148,6 +149,9 @@ type Store struct {
 	// (under amu).
 	failErr error
 	failAt  time.Time
+
+	// hashedSchema is set once the file is marked schemaHashed.
+	hashedSchema atomic.Bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -267,6 +271,7 @@ func (s *Store) initSchema() (err error) {
 			return fmt.Errorf("bolt: %s: %w: schema version %d, this build reads %d and %d",
 				s.path, ErrSchema, v, schemaVersion, schemaHashed)
 		}
+		s.hashedSchema.Store(v == schemaHashed)
 		for _, name := range allBuckets {
 			if tx.Bucket(name) == nil {
 				return fmt.Errorf("bolt: %s: %w: bucket %q is missing", s.path, ErrCorrupt, name)
