@@ -108,7 +108,11 @@ func sessKey(id string, extra int) []byte {
 }
 
 func subKey(id, filter string) []byte {
-	return appendName(sessKey(id, 1+sha256.Size), filter)
+	n := len(filter)
+	if hashedName(filter) {
+		n = 1 + sha256.Size
+	}
+	return appendName(sessKey(id, n), filter)
 }
 
 func outKey(id string, seq uint64) []byte {

@@ -93,6 +93,9 @@ func (l *loader) session(k []byte) (*persistence.SessionState, []byte, error) {
 	}
 	i, ok := l.index[string(head)]
 	if !ok {
+		if id, plain := plainID(head); plain {
+			return nil, nil, fmt.Errorf("%w: entry of no session (%q)", errRecord, id)
+		}
 		return nil, nil, fmt.Errorf("%w: entry of no session (key %x)", errRecord, head)
 	}
 	return &l.snap.Sessions[i], rest, nil
