@@ -189,10 +189,6 @@ func (d *durable) stored(m *session.Message) *persistence.Message {
 	return pm
 }
 
-// keyFits reports whether s can be a key in the store; a longer one is
-// kept in memory only.
-func keyFits(s string) bool { return len(s) <= persistence.MaxKeyLength }
-
 // outboundOf is the stored form of a session entry.
 func outboundOf(o session.Outbound, msgID uint64) persistence.Outbound {
 	po := persistence.Outbound{Seq: o.Seq, MessageID: msgID, QoS: o.QoS, Retain: o.Retain, SubIDs: o.SubIDs, Released: o.Released}
@@ -632,7 +628,7 @@ func (s *Server) claimSession(c *conn, cleanStart bool) (fresh, ok bool) {
 		}
 		fresh = true // never the other user's session
 	}
-	if s.dur == nil || c.expiry == 0 || !keyFits(id) {
+	if s.dur == nil || c.expiry == 0 {
 		s.mu.Unlock()
 		return fresh, true
 	}
@@ -664,7 +660,7 @@ func (s *Server) claimSession(c *conn, cleanStart bool) (fresh, ok bool) {
 // session the broker then had no room for (attach refuses only when there
 // was no session of that id).
 func (s *Server) forgetNewSession(c *conn) {
-	if s.dur == nil || c.expiry == 0 || !keyFits(c.info.ClientID) {
+	if s.dur == nil || c.expiry == 0 {
 		return
 	}
 	var ops [1]persistence.Op
@@ -682,7 +678,7 @@ func (s *Server) storeSessionLocked(c *conn, cl *client, persistent, willDropped
 	if s.dur == nil {
 		return
 	}
-	if !persistent || !keyFits(cl.id) {
+	if !persistent {
 		if cl.stored {
 			cl.stored = false
 			s.dur.oneLocked(persistence.Op{Kind: persistence.OpDeleteSession, SessionID: cl.id}, nil)

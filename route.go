@@ -404,7 +404,7 @@ func (s *Server) storeRetained(m *session.Message, owner *conn) {
 		s.log.Warn().Err(err).Str("topic", m.Topic).Msg("retained message not stored")
 		return
 	}
-	if s.dur != nil && keyFits(m.Topic) {
+	if s.dur != nil {
 		var ops [2]persistence.Op
 		b := persistence.Batch{Ops: ops[:0]}
 		pm := s.dur.stored(m)
@@ -462,7 +462,7 @@ func (s *Server) deleteRetained(topic string, stale *session.Message, owner *con
 	if old, ok := s.retain.RemoveIf(topic, match); ok {
 		s.stats.retained.Add(-1)
 		s.stats.retainedBytes.Add(-int64(old.Size()))
-		if s.dur != nil && keyFits(topic) {
+		if s.dur != nil {
 			var ops [1]persistence.Op
 			b := persistence.Batch{Ops: ops[:0]}
 			b.DeleteRetained(topic)

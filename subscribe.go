@@ -89,7 +89,7 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 		isNew, err := s.subs.Subscribe(filter, cl, opts)
 		if err == nil {
 			cl.sess.Subscribe(session.Subscription{Filter: filter, Options: sub.Options, ID: subID})
-			if cl.stored && keyFits(filter) {
+			if cl.stored {
 				s.dur.oneLocked(persistence.Op{Kind: persistence.OpPutSubscription, SessionID: cl.id,
 					Subscription: persistence.Subscription{Filter: filter, Options: opts.options(), ID: subID}}, c)
 			}
@@ -280,7 +280,7 @@ func (c *conn) handleUnsubscribe(p *packets.Unsubscribe) {
 			s.stats.subscriptions.Add(-1)
 		}
 		cl.mu.Lock()
-		if cl.sess.Unsubscribe(f) && cl.stored && keyFits(f) {
+		if cl.sess.Unsubscribe(f) && cl.stored {
 			s.dur.oneLocked(persistence.Op{Kind: persistence.OpDeleteSubscription, SessionID: cl.id, Filter: f}, c)
 		}
 		cl.mu.Unlock()

@@ -291,51 +291,33 @@ func Malformed(err error) bool {
 	return errors.Is(err, ErrNoSession) || errors.Is(err, ErrNoMessage) || errors.Is(err, ErrBadOp)
 }
 
-// MaxKeyLength bounds a session ID, a subscription's filter and a
-// retained topic, in bytes: a store keys records by them (bbolt's keys
-// are at most 32 KiB, a session's ID and a filter together). The broker
-// keeps longer ones out of the store.
-const MaxKeyLength = 16000
-
 // Valid reports ErrBadOp for an operation no store can apply: an unknown
 // kind, a nil Message or Will, an empty session ID (OpPutSession keys on
-// Session.ID) or retained topic (MQTT has no empty topic names), or a
-// key longer than MaxKeyLength. Stores call it on each operation first.
+// Session.ID) or retained topic (MQTT has no empty topic names). Keys of
+// any length are valid: a store that cannot key a record by a long one
+// keys it otherwise (persistence/bolt hashes it). Stores call it on each
+// operation first.
 func (op *Op) Valid() error {
-	long := func(s string) bool { return len(s) > MaxKeyLength }
 	switch op.Kind {
 	case OpPutMessage:
 		if op.Message == nil {
 			return ErrBadOp
 		}
-		return nil
 	case OpPutSession:
-		if op.Session.ID == "" || long(op.Session.ID) {
+		if op.Session.ID == "" {
 			return ErrBadOp
 		}
-		return nil
 	case OpPutRetained, OpDeleteRetained:
-		if op.Topic == "" || long(op.Topic) {
+		if op.Topic == "" {
 			return ErrBadOp
 		}
-		return nil
 	case OpPutWill:
 		if op.Will == nil {
 			return ErrBadOp
 		}
-	case OpPutSubscription:
-		if long(op.Subscription.Filter) {
-			return ErrBadOp
-		}
-	case OpDeleteSubscription:
-		if long(op.Filter) {
-			return ErrBadOp
-		}
-	case OpDeleteSession, OpPutOutbound, OpDeleteOutbound, OpPutAwaitingRel, OpDeleteAwaitingRel, OpDeleteWill:
+	case OpDeleteSession, OpPutSubscription, OpDeleteSubscription, OpPutOutbound, OpDeleteOutbound,
+		OpPutAwaitingRel, OpDeleteAwaitingRel, OpDeleteWill:
 	default:
-		return ErrBadOp
-	}
-	if long(op.SessionID) {
 		return ErrBadOp
 	}
 	return nil

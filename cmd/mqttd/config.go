@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -39,6 +40,12 @@ type metricsConfig struct {
 	Token string `yaml:"token"`
 	// PProf serves /debug/pprof/ too.
 	PProf bool `yaml:"pprof"`
+	// MaxConnections bounds the open connections to the address; past it
+	// new ones are closed at accept. 0 means 64.
+	MaxConnections int `yaml:"max_connections"`
+	// IdleTimeout closes a keep-alive connection that sends no request
+	// for this long. 0 means 60s.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
 }
 
 const defaultDataDir = "data"
@@ -166,7 +173,7 @@ func loadConfig(f cliFlags) (config, error) {
 	if cfg.Log.Format != "console" && cfg.Log.Format != "json" {
 		errs = append(errs, fmt.Errorf("log.format: unknown format %q (want console or json)", cfg.Log.Format))
 	}
-	errs = append(errs, cfg.GC.validate())
+	errs = append(errs, cfg.GC.validate(), cfg.Metrics.validate())
 	if cfg.DataDir == "" {
 		errs = append(errs, errors.New("data_dir: must not be empty"))
 	}

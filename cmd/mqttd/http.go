@@ -13,7 +13,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -247,9 +246,23 @@ func serveHTTP(mc metricsConfig, srv *mqttd.Server, reg *prometheus.Registry, lo
 	if warning != "" {
 		log.Warn().Str("address", l.Addr().String()).Msg(warning)
 	}
-	hs := &http.Server{Handler: newHTTPHandler(srv, reg, o), ReadHeaderTimeout: 10 * time.Second}
+	maxConns, idle := mc.MaxConnections, mc.IdleTimeout
+	if maxConns == 0 {
+		maxConns = defaultHTTPMaxConnections
+	}
+	if idle == 0 {
+		idle = defaultHTTPIdleTimeout
+	}
+	ll := newLimitListener(l, maxConns, reg, log)
+	hs := &http.Server{
+		Handler:           newHTTPHandler(srv, reg, o),
+		ReadHeaderTimeout: httpReadTimeout,
+		ReadTimeout:       httpReadTimeout,
+		WriteTimeout:      httpWriteTimeout,
+		IdleTimeout:       idle,
+	}
 	go func() {
-		if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		if err := hs.Serve(ll); !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("the metrics address stopped serving")
 		}
 	}()

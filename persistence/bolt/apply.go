@@ -21,6 +21,11 @@ func (s *Store) Apply(b *persistence.Batch) (err error) {
 	if b.Len() == 0 {
 		return nil // no transaction: bbolt writes a meta page even for an empty one
 	}
+	if !s.hashedSchema.Load() && holdsHashed(b) {
+		if err := s.markHashed(); err != nil {
+			return err
+		}
+	}
 	if s.wal != nil {
 		return s.logApply(b)
 	}
@@ -35,6 +40,42 @@ func (s *Store) Apply(b *persistence.Batch) (err error) {
 	})
 	if err == nil {
 		s.committed()
+	}
+	return err
+}
+
+// holdsHashed reports whether b puts a key that holds a hash (see
+// maxPlainKey); an op on a session whose key does follows its PutSession.
+func holdsHashed(b *persistence.Batch) bool {
+	for i := range b.Ops {
+		op := &b.Ops[i]
+		switch op.Kind {
+		case persistence.OpPutSession:
+			if len(op.Session.ID) > maxPlainKey {
+				return true
+			}
+		case persistence.OpPutSubscription:
+			if hashedName(op.Subscription.Filter) {
+				return true
+			}
+		case persistence.OpPutRetained:
+			if hashedName(op.Topic) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// markHashed marks the file schemaHashed, in a transaction of its own
+// before the first batch that holds a hashed key reaches the file or the
+// log: a build that cannot read such keys then refuses both.
+func (s *Store) markHashed() error {
+	err := s.updateTx(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyVersion, []byte{schemaHashed})
+	})
+	if err == nil {
+		s.hashedSchema.Store(true)
 	}
 	return err
 }
@@ -296,16 +337,16 @@ func (a *applier) putRetained(topic string, id uint64) error {
 	if !a.stored(id) {
 		return persistence.ErrNoMessage
 	}
-	k := []byte(topic)
+	k := appendName(nil, topic)
 	old := a.retained.Get(k)
 	var oldID uint64
 	if old != nil {
 		var err error
-		if oldID, err = decodeID(old); err != nil {
+		if _, oldID, err = decodeRetained(k, old); err != nil {
 			return recordErr(a.path, bucketRetained, k, err)
 		}
 	}
-	if err := a.retained.Put(k, idKey(id)); err != nil {
+	if err := a.retained.Put(k, encodeRetained(topic, id)); err != nil {
 		return err
 	}
 	if err := a.ref(id); err != nil {
@@ -321,12 +362,12 @@ func (a *applier) deleteRetained(topic string) error {
 	if topic == "" {
 		return nil
 	}
-	k := []byte(topic)
+	k := appendName(nil, topic)
 	old := a.retained.Get(k)
 	if old == nil {
 		return nil
 	}
-	id, err := decodeID(old)
+	_, id, err := decodeRetained(k, old)
 	if err != nil {
 		return recordErr(a.path, bucketRetained, k, err)
 	}

@@ -2,6 +2,7 @@ package bolt
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -16,12 +17,17 @@ import (
 //	              [uvarint Properties.Present, properties], payload
 //	will          1, varint At, uvarint message ID, then a message from flags on
 //	session       2, str Username, Version, uvarint Expiry, varint ExpireAt,
-//	              str Listener (version 1: without Listener)
-//	subscription  1, options byte, uvarint subscription ID
+//	              str Listener (version 1: without Listener; version 3,
+//	              for an ID the key holds hashed: then str ID)
+//	subscription  1, options byte, uvarint subscription ID (version 2,
+//	              for a filter the key holds hashed: then str filter)
+//	retained      message ID (8 bytes big-endian), then for a topic the
+//	              key holds hashed the topic (no version byte)
 //	outbound      1, flags, uvarint MessageID, uvarint PacketID,
 //	              uvarint count, count × uvarint subscription ID
 //
-// The keys hold the rest (message ID, session ID, filter, Seq). The
+// The keys hold the rest (message ID, session ID, filter, Seq), but for
+// a session ID, filter or topic too long to be a key (see maxPlainKey). The
 // payload comes last with no length: it is the rest of the value.
 // Properties.Present is kept beside the properties so that a bit set with
 // nothing to encode (a slice property left empty) comes back as it was.
@@ -57,17 +63,56 @@ const (
 // the file, the bucket and the key.
 var errRecord = errors.New("damaged record")
 
+// maxPlainKey is the longest session ID, filter or retained topic a key
+// holds as it is; a longer one is hashed. It is the bound earlier builds
+// refused longer ones at, so that every key they wrote is still the key
+// of its record, and a session key and a filter together stay under
+// bbolt's 32 KiB.
+const maxPlainKey = 16000
+
+// hashMark starts the key of a hashed filter or retained topic. No UTF-8
+// string starts with it, and a short one that does is hashed too, so that
+// a plain key can never be taken for a hashed one.
+const hashMark = 0xFF
+
+// hashedName reports whether a filter or retained topic is keyed by its
+// hash; its record then holds it whole.
+func hashedName(s string) bool {
+	return len(s) > maxPlainKey || len(s) > 0 && s[0] == hashMark
+}
+
+// appendName appends the key of a filter or retained topic: itself, or
+// hashMark and its SHA-256.
+func appendName(k []byte, s string) []byte {
+	if !hashedName(s) {
+		return append(k, s...)
+	}
+	h := sha256.Sum256([]byte(s))
+	return append(append(k, hashMark), h[:]...)
+}
+
 // sessKey is the key prefix of everything a session holds: its length
 // first, so that one session's keys can never be a prefix of another's
-// and each session's entries are contiguous in every bucket.
+// and each session's entries are contiguous in every bucket. An ID longer
+// than maxPlainKey is followed by its SHA-256 instead of itself: its
+// length says which, and its session record holds it whole.
 func sessKey(id string, extra int) []byte {
+	if len(id) > maxPlainKey {
+		k := make([]byte, 0, binary.MaxVarintLen64+sha256.Size+extra)
+		h := sha256.Sum256([]byte(id))
+		return append(binary.AppendUvarint(k, uint64(len(id))), h[:]...)
+	}
 	k := make([]byte, 0, binary.MaxVarintLen64+len(id)+extra)
 	k = binary.AppendUvarint(k, uint64(len(id)))
 	return append(k, id...)
 }
 
 func subKey(id, filter string) []byte {
-	return append(sessKey(id, len(filter)), filter...)
+	n := len(filter)
+	if hashedName(filter) {
+		n = 1 + sha256.Size
+	}
+	return appendName(sessKey(id, n), filter)
 }
 
 func outKey(id string, seq uint64) []byte {
@@ -78,14 +123,30 @@ func relKey(id string, pid uint16) []byte {
 	return binary.BigEndian.AppendUint16(sessKey(id, 2), pid)
 }
 
-// splitKey cuts a key made by sessKey into the session id and the rest.
-func splitKey(k []byte) (string, []byte, bool) {
+// splitKey cuts a key made by sessKey into its session's part, sessKey's
+// result, and the rest.
+func splitKey(k []byte) (head, rest []byte, ok bool) {
 	n, w := binary.Uvarint(k)
-	if w <= 0 || n > uint64(len(k)-w) {
-		return "", nil, false
+	if w <= 0 {
+		return nil, nil, false
+	}
+	if n > maxPlainKey {
+		n = sha256.Size
+	}
+	if n > uint64(len(k)-w) {
+		return nil, nil, false
 	}
 	end := w + int(n)
-	return string(k[w:end]), k[end:], true
+	return k[:end], k[end:], true
+}
+
+// plainID is the session ID a session key holds, unless it holds a hash.
+func plainID(head []byte) (string, bool) {
+	n, w := binary.Uvarint(head)
+	if w <= 0 || n > maxPlainKey {
+		return "", false
+	}
+	return string(head[w:]), true
 }
 
 func idKey(id uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), id) }
@@ -265,29 +326,48 @@ func decodeMessage(r *reader, m *persistence.Message) {
 	r.b = nil
 }
 
-// sessionV2 is the session record's format since it keeps the listener.
-const sessionV2 = 2
+// Session record formats: sessionV2 keeps the listener, sessionV3 also
+// the ID, for a session whose key holds its hash.
+const (
+	sessionV2 = 2
+	sessionV3 = 3
+)
 
 func encodeSession(s *persistence.Session) []byte {
-	dst := make([]byte, 0, 24+len(s.Username)+len(s.Listener))
-	dst = appendString(append(dst, sessionV2), s.Username)
+	long := len(s.ID) > maxPlainKey
+	format := byte(sessionV2)
+	n := 24 + len(s.Username) + len(s.Listener)
+	if long {
+		format, n = sessionV3, n+len(s.ID)
+	}
+	dst := make([]byte, 0, n)
+	dst = appendString(append(dst, format), s.Username)
 	dst = append(dst, s.Version)
 	dst = binary.AppendUvarint(dst, uint64(s.Expiry))
 	dst = binary.AppendVarint(dst, s.ExpireAt)
-	return appendString(dst, s.Listener)
+	dst = appendString(dst, s.Listener)
+	if long {
+		dst = appendString(dst, s.ID)
+	}
+	return dst
 }
 
+// decodeSession decodes a session record; id is the ID its key holds,
+// which a record of format 3 replaces with its own.
 func decodeSession(id string, v []byte) (persistence.Session, error) {
 	r := reader{b: v}
 	format := r.byte()
-	if format != recV1 && format != sessionV2 && r.err == nil {
-		r.err = fmt.Errorf("%w: session record format %d, this build reads %d and %d", errRecord, format, recV1, sessionV2)
+	if (format < recV1 || format > sessionV3) && r.err == nil {
+		r.err = fmt.Errorf("%w: session record format %d, this build reads 1 to %d", errRecord, format, sessionV3)
 	}
 	s := persistence.Session{ID: id, Username: r.string(), Version: r.byte()}
 	s.Expiry = uint32(r.uvarint())
 	s.ExpireAt = r.varint()
-	if format == sessionV2 {
+	if format >= sessionV2 {
 		s.Listener = r.string()
+	}
+	if format == sessionV3 {
+		s.ID = r.string()
 	}
 	return s, r.done()
 }
@@ -301,6 +381,10 @@ func (r *reader) done() error {
 	return r.err
 }
 
+// subV2 is the subscription record's format that holds its filter, for
+// a filter its key holds hashed.
+const subV2 = 2
+
 func encodeSubscription(s *persistence.Subscription) ([]byte, error) {
 	o := s.Options
 	if o.QoS > 3 || o.RetainHandling > 3 {
@@ -313,12 +397,22 @@ func encodeSubscription(s *persistence.Subscription) ([]byte, error) {
 	if o.RetainAsPublished {
 		b |= subRAP
 	}
-	return binary.AppendUvarint([]byte{recV1, b}, uint64(s.ID)), nil
+	if !hashedName(s.Filter) {
+		return binary.AppendUvarint([]byte{recV1, b}, uint64(s.ID)), nil
+	}
+	dst := make([]byte, 0, 16+len(s.Filter))
+	dst = binary.AppendUvarint(append(dst, subV2, b), uint64(s.ID))
+	return appendString(dst, s.Filter), nil
 }
 
+// decodeSubscription decodes a subscription record; filter is what its
+// key holds, which a record of format 2 replaces with its own.
 func decodeSubscription(filter string, v []byte) (persistence.Subscription, error) {
 	r := reader{b: v}
-	r.version()
+	format := r.byte()
+	if format != recV1 && format != subV2 && r.err == nil {
+		r.err = fmt.Errorf("%w: subscription record format %d, this build reads 1 and %d", errRecord, format, subV2)
+	}
 	b := r.byte()
 	s := persistence.Subscription{Filter: filter, Options: packets.SubOptions{
 		QoS:               b & 3,
@@ -327,6 +421,9 @@ func decodeSubscription(filter string, v []byte) (persistence.Subscription, erro
 		RetainHandling:    b >> 4 & 3,
 	}}
 	s.ID = uint32(r.uvarint())
+	if format == subV2 {
+		s.Filter = r.string()
+	}
 	return s, r.done()
 }
 
@@ -394,6 +491,32 @@ func decodeWill(v []byte) (*persistence.Will, error) {
 	w.Message.ID = r.uvarint()
 	decodeMessage(&r, &w.Message)
 	return w, r.err
+}
+
+// encodeRetained is the value of a retained topic: its message's ID,
+// and the topic if its key holds it hashed.
+func encodeRetained(topic string, id uint64) []byte {
+	if !hashedName(topic) {
+		return idKey(id)
+	}
+	return append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(topic)), id), topic...)
+}
+
+// decodeRetained decodes the value v of the retained key k into the topic
+// and its message's ID, checking that k is the topic's key.
+func decodeRetained(k, v []byte) (string, uint64, error) {
+	if len(v) < 8 {
+		return "", 0, errRecord
+	}
+	id := binary.BigEndian.Uint64(v)
+	topic := string(k)
+	if len(v) > 8 {
+		topic = string(v[8:])
+	}
+	if hashedName(topic) && string(appendName(nil, topic)) != string(k) {
+		return "", 0, fmt.Errorf("%w: retained topic does not match its key", errRecord)
+	}
+	return topic, id, nil
 }
 
 func decodeID(v []byte) (uint64, error) {

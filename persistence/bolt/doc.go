@@ -1,6 +1,7 @@
 // Package bolt is a persistence.Store in one bbolt file.
 //
-// Layout (schema version 1), one bucket each:
+// Layout (schema version 1, or 2 once it holds a hashed key), one bucket
+// each:
 //
 //	meta       "version" → schema version (uvarint); "walseq" → the last
 //	           log record applied (uvarint)
@@ -19,6 +20,13 @@
 // are flat rather than a bucket per session because a bbolt bucket that
 // holds buckets takes at least a page of its own: about 6 KB per session,
 // against under 200 bytes for a session with a subscription here.
+//
+// bbolt's keys are at most 32 KiB, MQTT's strings up to 64 KiB: a session
+// ID longer than 16,000 bytes (maxPlainKey) is keyed by its length and its
+// SHA-256, and a filter or topic that long (or starting with byte 0xFF,
+// which UTF-8 never does) by 0xFF and its SHA-256; the record then holds
+// it whole (codec.go). Before the first batch holding one reaches the
+// file or its log, a transaction of its own marks the file schema 2.
 //
 // Reference counts are kept apart from the messages so that an
 // acknowledgement rewrites a few bytes, not the payload: bbolt rewrites a

@@ -42,7 +42,7 @@ type loader struct {
 	tx    *bbolt.Tx
 	path  string
 	snap  persistence.Snapshot
-	index map[string]int // session ID → position in snap.Sessions
+	index map[string]int // session key (sessKey) → position in snap.Sessions
 }
 
 func (l *loader) load() (*persistence.Snapshot, error) {
@@ -87,31 +87,45 @@ func (l *loader) each(name []byte, fn func(k, v []byte) error) error {
 // session finds the state a key made by sessKey belongs to, and the rest
 // of the key.
 func (l *loader) session(k []byte) (*persistence.SessionState, []byte, error) {
-	id, rest, ok := splitKey(k)
+	head, rest, ok := splitKey(k)
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: bad session key", errRecord)
 	}
-	i, ok := l.index[id]
+	i, ok := l.index[string(head)]
 	if !ok {
-		return nil, nil, fmt.Errorf("%w: entry of no session (%q)", errRecord, id)
+		if id, plain := plainID(head); plain {
+			return nil, nil, fmt.Errorf("%w: entry of no session (%q)", errRecord, id)
+		}
+		return nil, nil, fmt.Errorf("%w: entry of no session (key %x)", errRecord, head)
 	}
 	return &l.snap.Sessions[i], rest, nil
 }
 
 func (l *loader) sessions() error {
 	return l.each(bucketSessions, func(k, v []byte) error {
-		id, rest, ok := splitKey(k)
-		if !ok || len(rest) != 0 {
-			return fmt.Errorf("%w: bad session key", errRecord)
-		}
-		s, err := decodeSession(id, v)
+		s, err := sessionRecord(k, v)
 		if err != nil {
 			return err
 		}
-		l.index[id] = len(l.snap.Sessions)
+		l.index[string(k)] = len(l.snap.Sessions)
 		l.snap.Sessions = append(l.snap.Sessions, persistence.SessionState{Session: s})
 		return nil
 	})
+}
+
+// sessionRecord decodes the record v of the session key k, whose ID is
+// in the key or, for a key holding its hash, in the record.
+func sessionRecord(k, v []byte) (persistence.Session, error) {
+	head, rest, ok := splitKey(k)
+	if !ok || len(rest) != 0 {
+		return persistence.Session{}, fmt.Errorf("%w: bad session key", errRecord)
+	}
+	id, _ := plainID(head)
+	s, err := decodeSession(id, v)
+	if err == nil && string(sessKey(s.ID, 0)) != string(k) {
+		err = fmt.Errorf("%w: session ID does not match its key", errRecord)
+	}
+	return s, err
 }
 
 func (l *loader) subs() error {
@@ -123,6 +137,9 @@ func (l *loader) subs() error {
 		sub, err := decodeSubscription(string(filter), v)
 		if err != nil {
 			return err
+		}
+		if hashedName(sub.Filter) && string(appendName(nil, sub.Filter)) != string(filter) {
+			return fmt.Errorf("%w: filter does not match its key", errRecord)
 		}
 		st.Subscriptions = append(st.Subscriptions, sub)
 		return nil
@@ -196,11 +213,11 @@ func (l *loader) messages() error {
 func (l *loader) retained() error {
 	l.snap.Retained = make(map[string]uint64)
 	return l.each(bucketRetained, func(k, v []byte) error {
-		id, err := decodeID(v)
+		topic, id, err := decodeRetained(k, v)
 		if err != nil {
 			return err
 		}
-		l.snap.Retained[string(k)] = id
+		l.snap.Retained[topic] = id
 		return nil
 	})
 }

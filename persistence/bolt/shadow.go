@@ -56,10 +56,20 @@ func newShadow() *shadow {
 // loadShadow reads the keys the shadow keeps from the file.
 func loadShadow(tx *bbolt.Tx, path string) (*shadow, error) {
 	sh := newShadow()
-	err := tx.Bucket(bucketSessions).ForEach(func(k, _ []byte) error {
-		id, rest, ok := splitKey(k)
+	hashed := make(map[string]string) // session key holding a hash → ID
+	err := tx.Bucket(bucketSessions).ForEach(func(k, v []byte) error {
+		head, rest, ok := splitKey(k)
 		if !ok || len(rest) != 0 {
 			return recordErr(path, bucketSessions, k, errRecord)
+		}
+		id, plain := plainID(head)
+		if !plain {
+			s, err := sessionRecord(k, v)
+			if err != nil {
+				return recordErr(path, bucketSessions, k, err)
+			}
+			id = s.ID
+			hashed[string(k)] = id
 		}
 		sh.sessions[id] = make(map[uint64]uint64)
 		return nil
@@ -68,7 +78,11 @@ func loadShadow(tx *bbolt.Tx, path string) (*shadow, error) {
 		return nil, err
 	}
 	err = tx.Bucket(bucketOut).ForEach(func(k, v []byte) error {
-		id, rest, ok := splitKey(k)
+		head, rest, ok := splitKey(k)
+		id, plain := plainID(head)
+		if !plain {
+			id = hashed[string(head)]
+		}
 		if !ok || len(rest) != 8 || sh.sessions[id] == nil {
 			return recordErr(path, bucketOut, k, errRecord)
 		}
@@ -97,11 +111,11 @@ func loadShadow(tx *bbolt.Tx, path string) (*shadow, error) {
 		return nil, err
 	}
 	err = tx.Bucket(bucketRetained).ForEach(func(k, v []byte) error {
-		id, err := decodeID(v)
+		topic, id, err := decodeRetained(k, v)
 		if err != nil {
 			return recordErr(path, bucketRetained, k, err)
 		}
-		sh.retained[string(k)] = id
+		sh.retained[topic] = id
 		return nil
 	})
 	return sh, err

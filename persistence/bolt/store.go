@@ -84,8 +84,17 @@ var (
 	ErrSchema = errors.New("unknown database schema")
 )
 
-// schemaVersion is the layout described in the package comment.
-const schemaVersion = 1
+// Schema versions: schemaVersion is the layout described in the package
+// comment, which a new file is made with; a file is marked schemaHashed
+// (markHashed) before the first batch holding a key that holds a hash (a
+// session ID, filter or retained topic longer than maxPlainKey) reaches
+// it or its log, so that a build that cannot read those refuses it as
+// ErrSchema, which leaves it alone, rather than meeting them as damage,
+// which may move it aside.
+const (
+	schemaVersion = 1
+	schemaHashed  = 2
+)
 
 var (
 	bucketMeta     = []byte("meta")
@@ -140,6 +149,9 @@ type Store struct {
 	// (under amu).
 	failErr error
 	failAt  time.Time
+
+	// hashedSchema is set once the file is marked schemaHashed.
+	hashedSchema atomic.Bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -255,10 +267,11 @@ func (s *Store) initSchema() (err error) {
 		if n <= 0 {
 			return fmt.Errorf("bolt: %s: %w: no schema version in meta", s.path, ErrCorrupt)
 		}
-		if v != schemaVersion {
-			return fmt.Errorf("bolt: %s: %w: schema version %d, this build reads %d",
-				s.path, ErrSchema, v, schemaVersion)
+		if v != schemaVersion && v != schemaHashed {
+			return fmt.Errorf("bolt: %s: %w: schema version %d, this build reads %d and %d",
+				s.path, ErrSchema, v, schemaVersion, schemaHashed)
 		}
+		s.hashedSchema.Store(v == schemaHashed)
 		for _, name := range allBuckets {
 			if tx.Bucket(name) == nil {
 				return fmt.Errorf("bolt: %s: %w: bucket %q is missing", s.path, ErrCorrupt, name)

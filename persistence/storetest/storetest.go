@@ -75,6 +75,7 @@ func Run(t *testing.T, o Opener) {
 		{"Wills", testWills},
 		{"Atomic", testAtomic},
 		{"InvalidOps", testInvalidOps},
+		{"LongKeys", testLongKeys},
 		{"Reopen", testReopen},
 		{"CopiesOnApply", testCopiesOnApply},
 		{"CopiesOnLoad", testCopiesOnLoad},
