@@ -16,7 +16,7 @@ import (
 // the same data dir has them all: they were once kept in memory only.
 func TestLongKeysSurviveRestart(t *testing.T) {
 	dir := t.TempDir()
-	opts := mqttd.Options{DataDir: dir, Limits: mqttd.Limits{MaxClientIDLength: 65535}}
+	opts := mqttd.Options{DataDir: dir, Limits: mqttd.Limits{MaxClientIDLength: 65535, MaxFilterLength: 65535}}
 	a := startDurable(t, opts)
 	topic := "ret/" + strings.Repeat("t", 20000-len("ret/"))
 	filter := "long/" + strings.Repeat("f", 20000-len("long/"))

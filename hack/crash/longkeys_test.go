@@ -1,6 +1,8 @@
 package crash
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,7 +18,12 @@ import (
 func TestLongKeysSurviveSIGKILL(t *testing.T) {
 	t.Parallel()
 	dataDir := t.TempDir()
-	b := startBroker(t, dataDir)
+	// Filters this long are past limits.max_filter_length's default.
+	config := filepath.Join(t.TempDir(), "mqttd.yaml")
+	if err := os.WriteFile(config, []byte("limits:\n  max_filter_length: 65535\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := startBroker(t, dataDir, "--config", config)
 	topic := "ret/" + strings.Repeat("t", 20000-len("ret/"))
 	filter := "long/" + strings.Repeat("f", 20000-len("long/"))
 
@@ -32,7 +39,7 @@ func TestLongKeysSurviveSIGKILL(t *testing.T) {
 	pub.close(true)
 	b.stop(t, syscall.SIGKILL)
 
-	b = startBroker(t, dataDir)
+	b = startBroker(t, dataDir, "--config", config)
 	if got := retained(t, b.addr); len(got) != 1 || got[topic] != "r" {
 		t.Errorf("after SIGKILL and restart %d retained messages, the long topic's %q; want it alone, \"r\"", len(got), got[topic])
 	}
