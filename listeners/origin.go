@@ -22,9 +22,11 @@ const originHint = "list the page's origin (scheme://host:port) in the listener'
 // a loopback address from a browser on this machine, the Host the
 // browser asked for must be a loopback name: a page at
 // http://attacker.example that rebinds its name to 127.0.0.1 would
-// otherwise pass for the same host (DNS rebinding). There, pages from
-// localhost and loopback addresses are let in whichever of those names
-// the WebSocket URL used.
+// otherwise pass for the same host (DNS rebinding). A page from a
+// loopback name that asked for a loopback name is on the browser's
+// machine as the broker is, whichever of localhost, 127.0.0.1 or ::1
+// each used: that holds behind a port forward too (Docker), where the
+// connection's own address is not loopback.
 func (l *Listener) originRefusal(r *http.Request) string {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
@@ -45,7 +47,7 @@ func (l *Listener) originRefusal(r *http.Request) string {
 		return "the Host " + r.Host + " is not a loopback name on a loopback connection (DNS rebinding?)"
 	}
 	page := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
-	if page == host || local && loopbackName(page) {
+	if page == host || loopbackName(page) && loopbackName(host) {
 		return ""
 	}
 	return "the page's origin is another site than the Host " + r.Host

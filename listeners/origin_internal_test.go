@@ -42,6 +42,8 @@ func TestOriginPolicy(t *testing.T) {
 			allowed: []string{"https://dash.example"}},
 		{name: "network listener, same host", local: lan, remote: "192.0.2.20:5000", host: "broker.lan:8083",
 			origin: "http://broker.lan:1880", ok: true},
+		{name: "port forward (Docker), page on 127.0.0.1, URL on localhost", local: lan, remote: "192.0.2.1:5000",
+			host: "localhost:8083", origin: "http://127.0.0.1:1880", ok: true},
 		{name: "network listener, page of the visitor's own localhost", local: lan, remote: "192.0.2.20:5000",
 			host: "192.0.2.10:8083", origin: "http://localhost:8000"},
 		{name: "network listener, foreign site", local: lan, remote: "192.0.2.20:5000", host: "broker.lan:8083",
