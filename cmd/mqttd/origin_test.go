@@ -48,3 +48,14 @@ func TestWSAllowedOrigin(t *testing.T) {
 		t.Errorf("default ws listener: allowed_origins %q, want %q", ws, want)
 	}
 }
+
+// TestDockerConfig keeps the Docker image's config loadable.
+func TestDockerConfig(t *testing.T) {
+	f, err := parseFlags([]string{"--config", "../../packaging/docker/mqttd.yaml"}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadConfig(f); err != nil {
+		t.Fatalf("packaging/docker/mqttd.yaml: %v", err)
+	}
+}
