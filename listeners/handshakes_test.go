@@ -53,20 +53,34 @@ func silentFlood(t *testing.T, addr, client string, n int, r *refusals) {
 	})
 }
 
-// acceptAll accepts from l until it closes, counting what it accepts.
+// acceptAll accepts from l until it closes, counting what it accepts
+// under "accepted", and closes those at the end of the test.
 func acceptAll(t *testing.T, l *listeners.Listener) *refusals {
 	t.Helper()
 	var got refusals
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		for {
 			c, err := l.Accept()
 			if err != nil {
 				return
 			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
 			got.add("accepted")
-			t.Cleanup(func() { c.Close() })
 		}
 	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
 	return &got
 }
 

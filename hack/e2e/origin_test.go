@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,13 +180,13 @@ func startWS(t *testing.T, addr string) *mqttd.Server {
 // startChromium opens url in headless Chromium, which resolves the test's
 // made-up names to 127.0.0.1, until the test ends; it returns what
 // Chromium prints.
-func startChromium(t *testing.T, bin, url string) *strings.Builder {
+func startChromium(t *testing.T, bin, url string) *lockedBuffer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	browser := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
 		"--host-resolver-rules=MAP attacker.example 127.0.0.1, MAP evil.example 127.0.0.1",
 		"--disable-features=HttpsUpgrades", "--user-data-dir="+t.TempDir(), url)
-	var out strings.Builder
+	var out lockedBuffer
 	browser.Stdout, browser.Stderr = &out, &out
 	if err := browser.Start(); err != nil {
 		cancel()
@@ -201,4 +202,23 @@ func startChromium(t *testing.T, bin, url string) *strings.Builder {
 		<-exited
 	})
 	return &out
+}
+
+// lockedBuffer collects what Chromium prints, which the test may read
+// while Chromium still writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
