@@ -102,7 +102,13 @@ func originRun(t *testing.T, bin string, bundle []byte, pageHost, wsHost string,
 	if rebind {
 		wsAddr = "127.0.0.1:" + port
 	}
-	var wsURL string
+	var srv *mqttd.Server
+	wsURL := "ws://" + net.JoinHostPort(wsHost, port) + "/mqtt"
+	if !rebind {
+		srv = startWS(t, wsAddr)
+		_, wsPort, _ := net.SplitHostPort(srv.Addrs()[0].String())
+		wsURL = "ws://" + net.JoinHostPort(wsHost, wsPort) + "/mqtt"
+	}
 	served := make(chan struct{}, 1)
 	page := http.NewServeMux()
 	page.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
@@ -113,15 +119,6 @@ func originRun(t *testing.T, bin string, bundle []byte, pageHost, wsHost string,
 		}
 	})
 	hs := serveHTTP(t, web, page)
-
-	var srv *mqttd.Server
-	if !rebind {
-		srv = startWS(t, wsAddr)
-		_, wsPort, _ := net.SplitHostPort(srv.Addrs()[0].String())
-		wsURL = "ws://" + net.JoinHostPort(wsHost, wsPort) + "/mqtt"
-	} else {
-		wsURL = "ws://" + net.JoinHostPort(wsHost, port) + "/mqtt"
-	}
 	browser := startChromium(t, bin, "http://"+net.JoinHostPort(pageHost, port)+"/")
 	if rebind {
 		select {
