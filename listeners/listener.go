@@ -101,8 +101,8 @@ type Config struct {
 	Logger zerolog.Logger
 	// Refused, when set, is told of every connection the listener closes
 	// before handing it on, with why (RefusedFull, RefusedPending,
-	// RefusedPerAddress, RefusedOrigin, RefusedHandshake), for the broker to count; Logger has a warning at
-	// most every 10 s.
+	// RefusedPerAddress, RefusedOrigin, RefusedHandshake), for the
+	// broker to count; Logger has a warning at most every 10 s.
 	Refused func(reason string)
 }
 
