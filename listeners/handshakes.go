@@ -38,19 +38,24 @@ func (l *Listener) releaseHandshake(a netip.Addr) {
 }
 
 // boundedAddr is the address a connection from remote is counted under
-// for MaxHandshakesPerAddress; the zero Addr, not counted, for addresses
-// that are not IP, loopback (a program on this machine, a reverse proxy
-// on it, trusted as far as the operator, as the broker's own
-// max_connections_per_address does) and ProxyTrusted peers, which speak
-// for many clients.
+// for MaxHandshakesPerAddress: an IPv6 client's /64, which one home or
+// one attacker holds whole as an IPv4 one holds its address. It is the
+// zero Addr, not counted, for addresses that are not IP, loopback (a
+// program on this machine, a reverse proxy on it, trusted as far as the
+// operator, as the broker's own max_connections_per_address does) and
+// ProxyTrusted peers, which speak for many clients.
 func (l *Listener) boundedAddr(remote net.Addr) netip.Addr {
 	ap, err := netip.ParseAddrPort(remote.String())
 	if err != nil {
 		return netip.Addr{}
 	}
-	a := ap.Addr().Unmap()
+	a := ap.Addr().Unmap().WithZone("")
 	if a.IsLoopback() || l.trusted(a) {
 		return netip.Addr{}
+	}
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.Addr()
 	}
 	return a
 }

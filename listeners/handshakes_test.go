@@ -149,3 +149,34 @@ func TestMaxHandshakes(t *testing.T) {
 		t.Fatalf("%d loopback connections refused by the bound per address", n)
 	}
 }
+
+// TestHandshakesPerAddressIPv6 checks that IPv6 clients are bounded by
+// their /64, which one holder can fill with addresses, and not by more.
+func TestHandshakesPerAddressIPv6(t *testing.T) {
+	var r refusals
+	l := listen(t, listeners.Config{Type: listeners.WS, ProxyProtocol: true, ProxyTrusted: loopback,
+		MaxHandshakesPerAddress: 2, Refused: r.add})
+	addr := l.Addr().String()
+	header := func(client string) []byte {
+		return []byte(fmt.Sprintf("PROXY TCP6 %s 2001:db8::100 40000 8083\r\n", client))
+	}
+	for _, client := range []string{"2001:db8:0:1::1", "2001:db8:0:1:ffff::2", "2001:db8:0:1::3"} {
+		dialSend(t, addr, header(client))
+	}
+	waitFor(t, "the third from one /64 refused", func() bool { return r.get(listeners.RefusedPerAddress) == 1 })
+	got := acceptAll(t, l)
+	d := websocket.Dialer{Subprotocols: []string{"mqtt"}, HandshakeTimeout: 10 * time.Second,
+		NetDial: func(network, a string) (net.Conn, error) {
+			c, err := net.Dial(network, a)
+			if err == nil {
+				_, err = c.Write(header("2001:db8:0:2::1"))
+			}
+			return c, err
+		}}
+	ws, resp, err := d.Dial("ws://"+addr+"/mqtt", nil)
+	if err != nil {
+		t.Fatalf("a client of the next /64: %v (%v)", err, resp)
+	}
+	t.Cleanup(func() { ws.Close() })
+	waitFor(t, "the client of the next /64 accepted", func() bool { return got.get("accepted") == 1 })
+}
