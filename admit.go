@@ -26,7 +26,9 @@ const (
 	// Refused by a listener before the connection reached the engine
 	// (listeners.Config.Refused).
 	rejectListenerFull // the listener's max_connections reached
-	rejectPending      // 1,024 connections of the listener in their handshake
+	rejectPending      // the listener's max_handshakes connections in their handshake
+	rejectPerAddress   // the listener's max_handshakes_per_address from the client's address
+	rejectOrigin       // a WebSocket page from an origin not allowed
 	rejectHandshake    // the TLS handshake, PROXY header or WebSocket upgrade failed
 	numRejectReasons
 )
@@ -37,6 +39,8 @@ var rejectReasonNames = [numRejectReasons]string{
 	rejectMemoryPressure: "memory_pressure",
 	rejectListenerFull:   listeners.RefusedFull,
 	rejectPending:        listeners.RefusedPending,
+	rejectPerAddress:     listeners.RefusedPerAddress,
+	rejectOrigin:         listeners.RefusedOrigin,
 	rejectHandshake:      listeners.RefusedHandshake,
 }
 

@@ -68,6 +68,14 @@ type ListenerConfig struct {
 	// MaxConnections bounds this listener's open connections (0: only
 	// limits.max_connections applies).
 	MaxConnections int `yaml:"max_connections"`
+	// MaxHandshakes bounds the connections in their TLS handshake, PROXY
+	// header or WebSocket upgrade at once (default 1024): past it new ones
+	// are closed at once.
+	MaxHandshakes int `yaml:"max_handshakes"`
+	// MaxHandshakesPerAddress bounds those from one client address
+	// (default 32), so that one address cannot hold all max_handshakes;
+	// loopback and proxy_trusted peers are not bounded by it.
+	MaxHandshakesPerAddress int `yaml:"max_handshakes_per_address"`
 
 	// Auth overrides the broker's auth settings for this listener, key by
 	// key: a password file, an ACL file or allow_anonymous of its own.
@@ -92,6 +100,7 @@ func (lc ListenerConfig) config(key string) (listeners.Config, []error) {
 	cfg := listeners.Config{
 		Type: typ, Address: lc.Address, Path: lc.Path, AllowedOrigins: lc.AllowedOrigins,
 		ProxyProtocol: lc.ProxyProtocol, MaxConnections: lc.MaxConnections, HandshakeTimeout: lc.HandshakeTimeout,
+		MaxHandshakes: lc.MaxHandshakes, MaxHandshakesPerAddress: lc.MaxHandshakesPerAddress,
 		TLS: listeners.TLSConfig{CertFile: lc.CertFile, KeyFile: lc.KeyFile, ClientCAFile: lc.ClientCAFile,
 			RequireClientCert: lc.RequireClientCert},
 	}
@@ -106,6 +115,12 @@ func (lc ListenerConfig) config(key string) (listeners.Config, []error) {
 	}
 	if lc.MaxConnections < 0 {
 		ck.bad("max_connections", "must not be negative, got %d", lc.MaxConnections)
+	}
+	if lc.MaxHandshakes < 0 {
+		ck.bad("max_handshakes", "must not be negative, got %d", lc.MaxHandshakes)
+	}
+	if lc.MaxHandshakesPerAddress < 0 {
+		ck.bad("max_handshakes_per_address", "must not be negative, got %d", lc.MaxHandshakesPerAddress)
 	}
 	if lc.HandshakeTimeout < 0 {
 		ck.bad("handshake_timeout", "must not be negative, got %s", lc.HandshakeTimeout)

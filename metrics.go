@@ -142,7 +142,7 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 	c.dropped = prometheus.NewDesc("mqttd_messages_dropped_total", "Deliveries dropped, by reason.", []string{"reason"}, nil)
 	c.disconnects = prometheus.NewDesc("mqttd_disconnects_total", "Connections closed, by reason.", []string{"reason"}, nil)
 	c.rejected = prometheus.NewDesc("mqttd_connections_rejected_total",
-		"Connections closed at accept, by the limit that refused them, or by their listener before MQTT (listener_max_connections, handshakes_pending, handshake_failed).", []string{"reason"}, nil)
+		"Connections closed at accept, by the limit that refused them, or by their listener before MQTT (listener_max_connections, handshakes_pending, handshakes_pending_per_address, websocket_origin, handshake_failed).", []string{"reason"}, nil)
 	return c
 }
 

@@ -200,7 +200,8 @@ type Stats struct {
 	// Rejected counts connections closed at accept, by the limit that
 	// refused them: max_connections, max_connections_per_address,
 	// memory_pressure; and those a listener closed before MQTT:
-	// listener_max_connections, handshakes_pending, handshake_failed.
+	// listener_max_connections, handshakes_pending, handshakes_pending_per_address,
+	// websocket_origin, handshake_failed.
 	Rejected map[string]uint64
 }
 

@@ -35,11 +35,19 @@ const (
 	// DefaultMaxMessageSize bounds a WebSocket message when Config gives
 	// none: the broker's default maximum packet size.
 	DefaultMaxMessageSize = 1 << 20
-	// maxPending bounds the connections of one listener that are still in
-	// their TLS handshake, PROXY header or WebSocket upgrade: past it new
-	// ones are closed at once, so a flood of clients that connect and say
-	// nothing costs at most this many goroutines for HandshakeTimeout.
-	maxPending = 1024
+	// DefaultMaxHandshakes bounds the connections of one listener that
+	// are still in their TLS handshake, PROXY header or WebSocket
+	// upgrade: past it new ones are closed at once, so a flood of clients
+	// that connect and say nothing costs at most this many goroutines
+	// (about 8 KiB each) for HandshakeTimeout.
+	DefaultMaxHandshakes = 1024
+	// DefaultMaxHandshakesPerAddress bounds those from one client
+	// address, so that one address cannot take the listener's every
+	// slot: 1,024 slots need 32 addresses to fill. A legitimate address
+	// rarely has many handshakes under way at once, since each lasts a
+	// few round trips; a NAT gateway whose devices all reconnect at once
+	// goes on at 32 at a time, the rest retrying.
+	DefaultMaxHandshakesPerAddress = 32
 )
 
 // Config describes one listener. Zero values mean the defaults above.
@@ -74,6 +82,16 @@ type Config struct {
 	// HandshakeTimeout bounds a TLS handshake, a PROXY header and a
 	// WebSocket upgrade (DefaultHandshakeTimeout).
 	HandshakeTimeout time.Duration
+	// MaxHandshakes bounds the connections in their TLS handshake, PROXY
+	// header or WebSocket upgrade at once (DefaultMaxHandshakes).
+	MaxHandshakes int
+	// MaxHandshakesPerAddress bounds those from one client address
+	// (DefaultMaxHandshakesPerAddress), checked before one of
+	// MaxHandshakes is taken. Loopback and ProxyTrusted peers are not
+	// bounded by it: they speak for many clients (a reverse proxy on the
+	// same machine) and are trusted as far as the operator; behind a
+	// PROXY header the client it names is bounded.
+	MaxHandshakesPerAddress int
 	// MaxMessageSize bounds a WebSocket message (DefaultMaxMessageSize):
 	// a larger one closes the connection. Give it the broker's maximum
 	// packet size.
@@ -83,16 +101,18 @@ type Config struct {
 	Logger zerolog.Logger
 	// Refused, when set, is told of every connection the listener closes
 	// before handing it on, with why (RefusedFull, RefusedPending,
-	// RefusedHandshake), for the broker to count; Logger has a warning at
-	// most every 10 s.
+	// RefusedPerAddress, RefusedOrigin, RefusedHandshake), for the
+	// broker to count; Logger has a warning at most every 10 s.
 	Refused func(reason string)
 }
 
 // Why a listener closed a connection before handing it on (Config.Refused).
 const (
-	RefusedFull      = "listener_max_connections" // the listener held its MaxConnections
-	RefusedPending   = "handshakes_pending"       // 1,024 connections were in their handshake already
-	RefusedHandshake = "handshake_failed"         // the TLS handshake, PROXY header or WebSocket upgrade failed
+	RefusedFull       = "listener_max_connections"       // the listener held its MaxConnections
+	RefusedPending    = "handshakes_pending"             // MaxHandshakes connections were in their handshake already
+	RefusedPerAddress = "handshakes_pending_per_address" // MaxHandshakesPerAddress from the client's address were
+	RefusedOrigin     = "websocket_origin"               // a page from an origin not allowed (DNS rebinding, a foreign site)
+	RefusedHandshake  = "handshake_failed"               // the TLS handshake, PROXY header or WebSocket upgrade failed
 )
 
 // Listener is an open listener. Accept returns connections ready for MQTT.
@@ -116,14 +136,20 @@ type Listener struct {
 	open    atomic.Int64 // connections counted against MaxConnections
 	pending atomic.Int64 // connections in their handshake
 	// mu guards handshaking: the connections in their handshake, which
-	// Close closes so that it leaves no goroutine waiting on a client.
+	// Close closes so that it leaves no goroutine waiting on a client;
+	// and perAddr: how many of them each client address has.
 	mu          sync.Mutex
 	handshaking map[net.Conn]struct{}
+	perAddr     map[netip.Addr]int
 	closed      bool
 	// Unix nanos of the last warning of each kind, which a flood of
 	// clients would otherwise repeat.
-	fullWarned atomic.Int64 // MaxConnections or maxPending reached
+	fullWarned atomic.Int64 // MaxConnections or MaxHandshakes reached
 	failWarned atomic.Int64 // a handshake, upgrade or PROXY header failed
+	addrWarned atomic.Int64 // MaxHandshakesPerAddress reached
+	// a page refused by its origin: apart from failWarned, so that the
+	// line naming allowed_origins is not crowded out by failed handshakes
+	originWarned atomic.Int64
 }
 
 // Listen opens the listener cfg describes.
@@ -134,8 +160,14 @@ func Listen(cfg Config) (*Listener, error) {
 	if cfg.MaxMessageSize <= 0 {
 		cfg.MaxMessageSize = DefaultMaxMessageSize
 	}
+	if cfg.MaxHandshakes <= 0 {
+		cfg.MaxHandshakes = DefaultMaxHandshakes
+	}
+	if cfg.MaxHandshakesPerAddress <= 0 {
+		cfg.MaxHandshakesPerAddress = DefaultMaxHandshakesPerAddress
+	}
 	l := &Listener{cfg: cfg, ready: make(chan net.Conn), failed: make(chan error, 1), done: make(chan struct{}),
-		handshaking: make(map[net.Conn]struct{})}
+		handshaking: make(map[net.Conn]struct{}), perAddr: make(map[netip.Addr]int)}
 	if cfg.Type == TLS || cfg.Type == WSS {
 		cs, err := newCertStore(cfg.TLS)
 		if err != nil {
@@ -323,33 +355,35 @@ func (s *stagedListener) loop() {
 			return
 		}
 		delay = 0
-		if l.pending.Add(1) > maxPending {
-			l.pending.Add(-1)
-			l.refuse(RefusedPending, &l.fullWarned).Str("remote", nc.RemoteAddr().String()).Int("pending", maxPending).
-				Msg("connection refused: too many connections in their handshake (logged at most every 10 s)")
-			nc.Close()
+		a, ok := l.takeHandshake(nc)
+		if !ok {
 			continue
 		}
 		l.mu.Lock()
 		if l.closed { // accepted as Close ran: it would not see this one
 			l.mu.Unlock()
-			l.pending.Add(-1)
+			l.releaseHandshake(a)
 			nc.Close()
 			return
 		}
 		l.handshaking[nc] = struct{}{}
 		l.mu.Unlock()
-		go s.prepare(nc)
+		go s.prepare(nc, a)
 	}
 }
 
-func (s *stagedListener) prepare(nc net.Conn) {
+// prepare prepares nc, which holds a handshake slot counted under a.
+func (s *stagedListener) prepare(nc net.Conn, a netip.Addr) {
 	l := s.l
-	defer l.pending.Add(-1)
+	defer l.releaseHandshake(a)
 	c, err := l.prepare(nc)
 	l.mu.Lock()
 	delete(l.handshaking, nc)
 	l.mu.Unlock()
+	if errors.Is(err, errPerAddress) {
+		l.refuseSlot(nc, RefusedPerAddress)
+		return
+	}
 	if err != nil {
 		l.refuse(RefusedHandshake, &l.failWarned).Err(err).Str("remote", nc.RemoteAddr().String()).
 			Msg("connection closed before MQTT (logged at most every 10 s)")
@@ -386,8 +420,18 @@ func (l *Listener) prepare(nc net.Conn) (net.Conn, error) {
 	deadline := time.Now().Add(l.cfg.HandshakeTimeout)
 	nc.SetDeadline(deadline)
 	if l.cfg.ProxyProtocol {
-		if err := l.readProxy(nc.(*sockConn)); err != nil {
+		sc := nc.(*sockConn)
+		if err := l.readProxy(sc); err != nil {
 			return nil, err
+		}
+		if sc.remote != nil && l.cfg.Type == TLS {
+			// The client the header names is bounded for its handshake,
+			// the proxy that sent it was not.
+			a := l.boundedAddr(sc.remote)
+			if !l.takeAddr(a) {
+				return nil, errPerAddress
+			}
+			defer l.releaseAddr(a)
 		}
 	}
 	if l.cfg.Type == TLS {
@@ -489,49 +533,3 @@ func setKeepAlive(nc net.Conn, kc net.KeepAliveConfig) error {
 	}
 	return nil
 }
-
-// pendingListener counts the connections it hands the WebSocket server
-// as pending until their upgrade, refusing more than maxPending at once,
-// as the staged listener does for TLS handshakes.
-type pendingListener struct {
-	net.Listener
-	l *Listener
-}
-
-func (p pendingListener) Accept() (net.Conn, error) {
-	l := p.l
-	for {
-		nc, err := p.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if l.pending.Add(1) > maxPending {
-			l.pending.Add(-1)
-			l.refuse(RefusedPending, &l.fullWarned).Str("remote", nc.RemoteAddr().String()).Int("pending", maxPending).
-				Msg("connection refused: too many connections before their WebSocket upgrade (logged at most every 10 s)")
-			nc.Close()
-			continue
-		}
-		return &pendingConn{Conn: newWaitConn(nc), l: l}, nil
-	}
-}
-
-// pendingConn is a connection counted as pending until it is upgraded or
-// closed.
-type pendingConn struct {
-	net.Conn
-	l    *Listener
-	once sync.Once
-}
-
-// settled uncounts the connection, once.
-func (c *pendingConn) settled() { c.once.Do(func() { c.l.pending.Add(-1) }) }
-
-// Close closes the connection and uncounts it if it was still pending.
-func (c *pendingConn) Close() error {
-	c.settled()
-	return c.Conn.Close()
-}
-
-// NetConn returns the connection under the count.
-func (c *pendingConn) NetConn() net.Conn { return c.Conn }

@@ -10,7 +10,7 @@ import (
 )
 
 // TestPendingCount checks that a WebSocket connection stops counting
-// against maxPending once upgraded, refused or closed before its upgrade.
+// against MaxHandshakes once upgraded, refused or closed before its upgrade.
 func TestPendingCount(t *testing.T) {
 	l, err := Listen(Config{Type: WS, Address: "127.0.0.1:0"})
 	if err != nil {

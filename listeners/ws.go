@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -41,8 +40,10 @@ func (l *Listener) serveWeb(inner net.Listener) {
 	up := &websocket.Upgrader{
 		HandshakeTimeout: l.cfg.HandshakeTimeout,
 		Subprotocols:     subprotocols,
-		CheckOrigin:      l.checkOrigin,
-		WriteBufferPool:  writeBuffers,
+		// The handler has checked the origin (originRefusal), with an
+		// answer and a log line that say why.
+		CheckOrigin:     func(*http.Request) bool { return true },
+		WriteBufferPool: writeBuffers,
 		// The HTTP server's 4 KiB read buffer would otherwise stay with
 		// the connection for its life; the engine reads through a buffer
 		// of its own, and a payload larger than this one is read past it.
@@ -55,6 +56,10 @@ func (l *Listener) serveWeb(inner net.Listener) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc(l.cfg.Path, func(w http.ResponseWriter, r *http.Request) {
+		if why := l.originRefusal(r); why != "" {
+			l.refuseOrigin(w, r, why)
+			return
+		}
 		ws, err := up.Upgrade(w, r, nil)
 		if err != nil {
 			return // answered by up.Error
@@ -106,24 +111,6 @@ func (w webLog) Write(b []byte) (int, error) {
 	w.l.refuse(RefusedHandshake, &w.l.failWarned).Str("detail", strings.TrimSpace(string(b))).
 		Msg("connection closed before MQTT (logged at most every 10 s)")
 	return len(b), nil
-}
-
-// checkOrigin lets in clients that are not browsers (no Origin header),
-// pages from the listener's own host and pages from AllowedOrigins, so
-// that a page elsewhere cannot use a visitor's browser to reach the
-// broker.
-func (l *Listener) checkOrigin(r *http.Request) bool {
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return true
-	}
-	for _, o := range l.cfg.AllowedOrigins {
-		if o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
-			return true
-		}
-	}
-	u, err := url.Parse(origin)
-	return err == nil && strings.EqualFold(u.Host, r.Host)
 }
 
 // clientAddr is the client's address: the socket's peer, or, when that is

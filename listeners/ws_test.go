@@ -137,36 +137,6 @@ func TestWebSocketOversizedMessageCloses(t *testing.T) {
 	}
 }
 
-func TestWebSocketOrigin(t *testing.T) {
-	_, addr := startBroker(t, listeners.Config{Type: listeners.WS, AllowedOrigins: []string{"https://dash.example"}})
-	url := "ws://" + addr + "/mqtt"
-	d := websocket.Dialer{Subprotocols: []string{"mqtt"}}
-	for _, tc := range []struct {
-		origin string
-		status int
-	}{
-		{"https://evil.example", http.StatusForbidden},
-		{"http://" + addr, http.StatusSwitchingProtocols},
-		{"https://dash.example", http.StatusSwitchingProtocols},
-		{"", http.StatusSwitchingProtocols}, // not a browser
-	} {
-		h := http.Header{}
-		if tc.origin != "" {
-			h.Set("Origin", tc.origin)
-		}
-		ws, resp, err := d.Dial(url, h)
-		if ws != nil {
-			ws.Close()
-		}
-		if resp == nil {
-			t.Fatalf("origin %q: %v", tc.origin, err)
-		}
-		if resp.StatusCode != tc.status {
-			t.Errorf("origin %q: status %d, want %d", tc.origin, resp.StatusCode, tc.status)
-		}
-	}
-}
-
 func TestWebSocketOtherPathAndPlainHTTP(t *testing.T) {
 	l := listen(t, listeners.Config{Type: listeners.WS, Path: "/broker"})
 	d := websocket.Dialer{Subprotocols: []string{"mqtt"}}

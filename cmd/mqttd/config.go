@@ -76,8 +76,10 @@ func (l *listFlag) Set(v string) error {
 
 // cliFlags are the command line; each also reads an MQTTD_* variable.
 type cliFlags struct {
-	config      string
-	listen      listFlag
+	config string
+	listen listFlag
+	// Origins added to every ws and wss listener's allowed_origins.
+	wsOrigins   listFlag
 	dataDir     string
 	logLevel    string
 	logFormat   string
@@ -98,6 +100,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cl
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.config, "config", getenv("MQTTD_CONFIG"), "YAML config `file` (env MQTTD_CONFIG)")
 	fs.Var(&f.listen, "listen", "`listener`, repeatable: host:port or tcp://host:port, tls://host:port, ws://host:port[/path], wss://host:port[/path], unix:///path; replaces the config's listeners (env MQTTD_LISTEN, comma-separated)")
+	fs.Var(&f.wsOrigins, "ws-allowed-origin", "browser `origin` (scheme://host[:port], or * for any page) let into every ws and wss listener, repeatable: for a dashboard served from another machine; pages from the listener's own host get in without it (env MQTTD_WS_ALLOWED_ORIGIN, comma-separated)")
 	fs.StringVar(&f.tlsCert, "tls-cert", getenv("MQTTD_TLS_CERT"), "certificate `file` (PEM) of the tls:// and wss:// listeners of --listen (env MQTTD_TLS_CERT)")
 	fs.StringVar(&f.tlsKey, "tls-key", getenv("MQTTD_TLS_KEY"), "private key `file` (PEM) of the tls:// and wss:// listeners of --listen (env MQTTD_TLS_KEY)")
 	fs.StringVar(&f.tlsClientCA, "tls-client-ca", getenv("MQTTD_TLS_CLIENT_CA"), "CA `file` (PEM): the tls:// and wss:// listeners of --listen then require client certificates it signed (mutual TLS; env MQTTD_TLS_CLIENT_CA)")
@@ -128,6 +131,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cl
 	if len(f.listen) == 0 && getenv("MQTTD_LISTEN") != "" {
 		f.listen = strings.Split(getenv("MQTTD_LISTEN"), ",")
 	}
+	if len(f.wsOrigins) == 0 && getenv("MQTTD_WS_ALLOWED_ORIGIN") != "" {
+		f.wsOrigins = strings.Split(getenv("MQTTD_WS_ALLOWED_ORIGIN"), ",")
+	}
 	return f, nil
 }
 
@@ -154,6 +160,7 @@ func loadConfig(f cliFlags) (config, error) {
 			cfg.Listeners = append(cfg.Listeners, lc)
 		}
 	}
+	f.addOrigins(cfg.Listeners)
 	setIf(&cfg.DataDir, f.dataDir)
 	setIf(&cfg.Auth.PasswordFile, f.passwordFile)
 	setIf(&cfg.Auth.ACLFile, f.aclFile)
@@ -213,6 +220,19 @@ func parseListen(v string, f cliFlags) (mqttd.ListenerConfig, error) {
 		lc.RequireClientCert = f.tlsClientCA != ""
 	}
 	return lc, nil
+}
+
+// addOrigins adds --ws-allowed-origin to the ws and wss listeners, those
+// of the config file, of --listen or the default one alike.
+func (f cliFlags) addOrigins(lcs []mqttd.ListenerConfig) {
+	for i := range lcs {
+		if lcs[i].Type != "ws" && lcs[i].Type != "wss" {
+			continue
+		}
+		for _, o := range f.wsOrigins {
+			lcs[i].AllowedOrigins = append(lcs[i].AllowedOrigins, strings.TrimSpace(o))
+		}
+	}
 }
 
 func setIf(dst *string, v string) {
