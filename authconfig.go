@@ -11,6 +11,7 @@ import (
 	"mqttd/auth"
 	"mqttd/auth/acl"
 	"mqttd/auth/passwd"
+	"mqttd/packets"
 	"mqttd/persistence"
 	"mqttd/session"
 )
@@ -315,14 +316,15 @@ func (s *Server) gateOf(name string) *gate {
 
 // authenticate checks a CONNECT's credentials for its listener: a custom
 // Authenticator decides alone; otherwise the listener's gate (the
-// certificate's name, the password file, anonymous clients).
-func (s *Server) authenticate(c *conn, g *gate, password []byte) error {
+// certificate's name, the password file, anonymous clients). byFile
+// says the password file let the client in.
+func (s *Server) authenticate(c *conn, g *gate, password []byte) (byFile bool, err error) {
 	if a := s.opts.Authenticator; a != nil {
 		err := a.Authenticate(*c.info, password)
 		if err != nil {
 			s.loginFailed(*c.info, err)
 		}
-		return err
+		return false, err
 	}
 	if g.passwd == nil && !g.identity && c.info.Username != "" && len(s.authFiles.passwd) > 0 {
 		// Usernames are checked on other listeners: one that cannot be
@@ -330,18 +332,18 @@ func (s *Server) authenticate(c *conn, g *gate, password []byte) error {
 		// a user there (their sessions, their ACL rules).
 		c.info.Username = ""
 	}
-	var err error
 	switch {
 	case g.identity:
 		// A certificate verified by the listener names the client; the
 		// password is not asked for.
-		return nil
+		return false, nil
 	case c.info.Username == "":
 		if !g.anonymous {
 			err = fmt.Errorf("anonymous clients are not allowed on this listener: %w", auth.ErrNotAuthorized)
 		}
 	case g.passwd != nil:
-		return g.passwd.Authenticate(*c.info, password) // it reports failures itself
+		err = g.passwd.Authenticate(*c.info, password) // it reports failures itself
+		return err == nil, err
 	case !g.anonymous:
 		// Without a password file a username proves nothing.
 		err = fmt.Errorf("no password file to check usernames with, and anonymous clients are not allowed: %w",
@@ -350,7 +352,7 @@ func (s *Server) authenticate(c *conn, g *gate, password []byte) error {
 	if err != nil {
 		s.loginFailed(*c.info, err)
 	}
-	return err
+	return false, err
 }
 
 // loginFailed counts and logs a refused login, never its password: each
@@ -416,6 +418,47 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// revokeDeleted ends, after a reload, the connections of users the
+// password file of their listener no longer has: a 5.0 client is told
+// DISCONNECT 0x87 (not authorized), a 3.1.1 one is closed. Their wills
+// are then asked about again (willRefused) and not published: a revoked
+// credential publishes nothing. A changed password does not end a
+// connection (the broker keeps no password to check again); deleting
+// the user and adding it back with the new password does. It returns
+// how many it ended.
+func (s *Server) revokeDeleted() int {
+	if len(s.authFiles.passwd) == 0 {
+		return 0
+	}
+	s.mu.Lock()
+	var gone []*conn
+	for _, cl := range s.clients {
+		cl.mu.Lock()
+		c, byFile := cl.conn, cl.passwdUser
+		cl.mu.Unlock()
+		if c == nil || !byFile {
+			continue
+		}
+		if g := s.gates[c.info.Listener]; g != nil && g.passwd != nil && !g.passwd.Has(c.info.Username) {
+			gone = append(gone, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range gone {
+		s.stats.clientsRevoked.Add(1)
+		s.writers.Add(1)
+		// Each on its own goroutine: telling a 5.0 client waits for its
+		// outbox to drain, up to a second, and one stuck client must not
+		// hold up the reload.
+		go func() {
+			defer s.writers.Done()
+			c.sendDisconnectAsync(packets.NotAuthorized)
+			c.closeWith(errRevoked)
+		}()
+	}
+	return len(gone)
 }
 
 // recheckSubscriptions asks the Authorizer again about every subscription

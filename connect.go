@@ -60,17 +60,19 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 	if cp.Properties.Has(packets.PropAuthMethod) {
 		return c.startAuth(cp)
 	}
-	c.mayBlock(func() { err = s.authenticate(c, g, cp.Password) })
+	var byFile bool
+	c.mayBlock(func() { byFile, err = s.authenticate(c, g, cp.Password) })
 	if err != nil {
 		c.refuse(authCode(c.version, err))
 		return closing(CloseAuthFailed, fmt.Errorf("authentication failed: %w", err))
 	}
-	return c.admit(cp)
+	return c.admit(cp, byFile)
 }
 
-// admit accepts a CONNECT whose client is authenticated, unless its will
-// or the session limit refuses it.
-func (c *conn) admit(cp *packets.Connect) error {
+// admit accepts a CONNECT whose client is authenticated (passwdUser: by
+// its listener's password file), unless its will or the session limit
+// refuses it.
+func (c *conn) admit(cp *packets.Connect, passwdUser bool) error {
 	s := c.srv
 	if cp.WillFlag && (isSys(cp.WillTopic) || !s.authz.Authorize(*c.info, auth.Request{Action: auth.Will,
 		Topic: cp.WillTopic, QoS: cp.WillQoS, Retain: cp.WillRetain})) {
@@ -94,7 +96,7 @@ func (c *conn) admit(cp *packets.Connect) error {
 	if !ok {
 		return c.refuseOtherUser()
 	}
-	switch s.attach(c, cp, fresh) {
+	switch s.attach(c, cp, fresh, passwdUser) {
 	case attachOtherUser:
 		// Another user's session came meanwhile: the record stored for
 		// this client is the other's now (attach stored it after), so

@@ -94,7 +94,7 @@ func (c *conn) connectStep(st *authState, data []byte) error {
 	}
 	c.info.Username = strings.Clone(user)
 	st.x, st.cp, st.out = nil, nil, out
-	return c.admit(cp)
+	return c.admit(cp, false)
 }
 
 // reauth handles an AUTH once the client is connected: a new exchange

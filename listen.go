@@ -271,8 +271,9 @@ func (s *Server) Listen() error {
 // ACL files (Options.Auth), and the certificates of tls and wss listeners.
 // New connections use the new files; open ones keep their TLS session,
 // but every subscription is asked about again under the new rules and
-// taken away if they no longer grant it, and messages already queued are
-// delivered only if the client may still read them. A file that does not
+// taken away if they no longer grant it, messages already queued are
+// delivered only if the client may still read them, and a user the
+// password file no longer has is disconnected (revokeDeleted). A file that does not
 // load leaves its old contents in force (never allowing all instead); the
 // error says which and why.
 func (s *Server) Reload() error {
@@ -280,6 +281,9 @@ func (s *Server) Reload() error {
 	lns := append([]*listener(nil), s.listeners...)
 	s.mu.Unlock()
 	errs := []error{s.reloadAuth()}
+	if n := s.revokeDeleted(); n > 0 {
+		s.log.Warn().Int("connections", n).Msg("connections ended: the reloaded password file no longer has their users")
+	}
 	if n := s.recheckSubscriptions(); n > 0 {
 		s.log.Info().Int("subscriptions", n).Msg("subscriptions revoked: the reloaded rules no longer grant them")
 	}

@@ -98,6 +98,10 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 		func(s *stats) uint64 { return s.subsRevoked.Load() })
 	gauge("wills_delayed", "Wills waiting for their Will Delay Interval.", func(s *stats) int64 { return s.willsDelayed.Load() })
 	counter("wills_published_total", "Will messages published.", func(s *stats) uint64 { return s.willsPublished.Load() })
+	counter("wills_refused_total", "Wills not published: asked again at publication, the user was no longer in the password file or the rules no longer granted the topic.",
+		func(s *stats) uint64 { return s.willsRefused.Load() })
+	counter("clients_revoked_total", "Connections ended by a reload that took their user out of the password file.",
+		func(s *stats) uint64 { return s.clientsRevoked.Load() })
 	counter("subscriptions_refused_total", "Subscriptions refused: the client held limits.max_subscriptions_per_client.",
 		func(s *stats) uint64 { return s.subscriptionsRefused.Load() })
 	counter("user_properties_refused_total", "Messages refused: more user properties than limits.max_user_properties.",

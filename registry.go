@@ -33,6 +33,11 @@ type client struct {
 	// stored is set while the session is kept in the store: every change
 	// of it is written (durable.go).
 	stored bool
+	// passwdUser: the latest connection logged in with its listener's
+	// password file, so a reload that takes the user out of it ends the
+	// connection (revokeDeleted) and refuses its will. In the padding
+	// beside the bools.
+	passwdUser bool
 	// queued is what the server's queue gauge counts of this session
 	// (accountQueueLocked); an int32 beside the bools, so that a client
 	// stays in a 64-byte allocation.
@@ -69,7 +74,7 @@ func (cl *client) owner() string {
 // when a new session is needed and the broker already holds
 // limits.max_sessions, or attachOtherUser when the session is another
 // user's and other_user_session is refuse.
-func (s *Server) attach(c *conn, cp *packets.Connect, clean bool) attachResult {
+func (s *Server) attach(c *conn, cp *packets.Connect, clean, passwdUser bool) attachResult {
 	id := c.info.ClientID
 	persistent := c.expiry > 0
 	s.mu.Lock()
@@ -99,7 +104,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool) attachResult {
 	var dropped []string
 	// A will waiting for its delay: the session ends here (published) or
 	// the client is back in time (dropped) [MQTT-3.1.3-9].
-	var endedWill *session.Message
+	var endedWill leftWill
 	resumedWill := false // a will waiting for its delay is dropped: the client is back
 	if clean || old == nil || old.clean {
 		if old != nil {
@@ -111,7 +116,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool) attachResult {
 		s.stats.sessions.Add(1)
 		present = false
 	} else {
-		resumedWill = s.takeWillLocked(old) != nil
+		resumedWill = s.takeWillLocked(old).msg != nil
 	}
 	s.stats.sessionsOnline.Add(1)
 	cl.who.Store(c.info) // not changed after CONNECT
@@ -124,7 +129,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool) attachResult {
 	c.cl = cl
 	// The bit is reserved in 3.1, which has no session present.
 	c.send(&packets.Connack{SessionPresent: present && c.version != packets.V31, Properties: s.connackProperties(c, cp)})
-	cl.conn, cl.clean = c, !persistent
+	cl.conn, cl.clean, cl.passwdUser = c, !persistent, passwdUser
 	cl.sess.SetReceiveMaximum(int(cp.Properties.ReceiveMaximum))
 	cl.sess.Resume() // pump sends the window again, as the outbox has room
 	cl.mu.Unlock()

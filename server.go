@@ -93,6 +93,7 @@ type Server struct {
 	rejectWarned atomic.Int64 // unix nanos of the last rejected-connection warning
 	retainWarned atomic.Int64 // unix nanos of the last retained-store-full warning
 	storeWarned  atomic.Int64 // unix nanos of the last store-error warning
+	willWarned   atomic.Int64 // unix nanos of the last will-refused line
 	storeHealth  storeHealth  // whether the store takes writes (Ready)
 
 	// dur is the store's side of the broker (durable.go); nil when

@@ -38,10 +38,15 @@ type stats struct {
 	// authFailures counts refused logins; readDenied, messages not
 	// delivered to a client the Authorizer did not let read their topic;
 	// subsRevoked, subscriptions a reload's rules took away.
-	authFailures    atomic.Uint64
-	readDenied      atomic.Uint64
-	subsRevoked     atomic.Uint64
-	willsPublished  atomic.Uint64
+	authFailures   atomic.Uint64
+	readDenied     atomic.Uint64
+	subsRevoked    atomic.Uint64
+	willsPublished atomic.Uint64
+	// willsRefused counts wills not published: the user was revoked, or
+	// the rules no longer grant the topic; clientsRevoked, connections
+	// a reload's password files ended.
+	willsRefused    atomic.Uint64
+	clientsRevoked  atomic.Uint64
 	retainedRefused atomic.Uint64 // retained messages the store had no room for
 	// subscriptions that matched more retained messages than were sent
 	retainedTruncated atomic.Uint64
@@ -158,6 +163,13 @@ type Stats struct {
 	// reloaded rules no longer grant them.
 	SubscriptionsRevoked uint64
 	WillsPublished       uint64
+	// WillsRefused counts wills not published because, asked again at
+	// publication, the password file no longer had the user or the
+	// Authorizer no longer granted the topic.
+	WillsRefused uint64
+	// ClientsRevoked counts connections ended by a reload that took the
+	// user out of the password file.
+	ClientsRevoked uint64
 	// WillsDelayed is the wills waiting for their Will Delay Interval.
 	WillsDelayed    int64
 	RetainedRefused uint64 // retained messages the store had no room for
@@ -228,6 +240,8 @@ func (s *Server) Stats() Stats {
 		ReadDenied:            st.readDenied.Load(),
 		SubscriptionsRevoked:  st.subsRevoked.Load(),
 		WillsPublished:        st.willsPublished.Load(),
+		WillsRefused:          st.willsRefused.Load(),
+		ClientsRevoked:        st.clientsRevoked.Load(),
 		WillsDelayed:          st.willsDelayed.Load(),
 		RetainedRefused:       st.retainedRefused.Load(),
 		RetainedTruncated:     st.retainedTruncated.Load(),

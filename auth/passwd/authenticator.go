@@ -201,6 +201,14 @@ func (a *Authenticator) check(user string, password []byte) (ok, known bool, err
 	return ok && known, known, nil
 }
 
+// Has reports whether the file, as last loaded, has an entry for user:
+// the broker asks after a reload whether a connected user is still
+// there.
+func (a *Authenticator) Has(user string) bool {
+	_, ok := a.table.Load().users[user]
+	return ok
+}
+
 // Stats returns the counters.
 func (a *Authenticator) Stats() Stats {
 	return Stats{
