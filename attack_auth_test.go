@@ -1,9 +1,14 @@
 package mqttd_test
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"mqttd"
 	"mqttd/auth/passwd"
@@ -105,5 +110,120 @@ func TestWillReauthorized(t *testing.T) {
 	expectNothing(watch)
 	if st := srv.Stats(); st.WillsRefused != 1 {
 		t.Errorf("%d wills refused, want 1", st.WillsRefused)
+	}
+}
+
+// TestRefusedLoginLinesLimited checks that a client refused as fast as it
+// connects cannot flood the log: of 60 refused anonymous CONNECTs (from
+// loopback, which no bucket slows) at most 20 "connection closed" and 20
+// "login refused" lines reach the info level, while
+// mqttd_disconnects_total counts every one.
+func TestRefusedLoginLinesLimited(t *testing.T) {
+	logs := &logLines{}
+	pw := writePasswords(t, t.TempDir(), "alice")
+	srv, addr := startServer(t, mqttd.Options{Logger: zerolog.New(logs).Level(zerolog.InfoLevel),
+		Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{PasswordFile: pw}}})
+	const n = 60
+	for i := range n {
+		expectRefused(t, addr, packets.V311, as(fmt.Sprint("anon-", i), "", ""), packets.ConnRefusedNotAuthorized)
+	}
+	waitFor(t, "every refused connection to close", func() bool { return srv.Stats().Disconnects["auth_failed"] == n })
+	closed := 0
+	for _, l := range logs.find("connection closed") {
+		if l["reason"] == "auth_failed" {
+			closed++
+		}
+	}
+	if closed == 0 || closed > 20 {
+		t.Errorf("%d auth_failed close lines at info for %d refusals, want 1 to 20", closed, n)
+	}
+	if got := len(logs.find("login refused (at most 20 lines every 10 s; mqttd_auth_failures_total counts them all)")); got > 20 {
+		t.Errorf("%d login refused lines, want at most 20", got)
+	}
+}
+
+// fromEach makes startServer's listener report each accepted connection
+// as coming from the next address sent on the returned channel.
+func fromEach(t *testing.T, opts mqttd.Options, size int) (*mqttd.Server, string, chan net.Addr) {
+	t.Helper()
+	from := make(chan net.Addr, size)
+	listenerWrap = func(l net.Listener) net.Listener { return fromListener{l, from} }
+	defer func() { listenerWrap = nil }()
+	srv, addr := startServer(t, opts)
+	return srv, addr, from
+}
+
+// TestLoginBucketPerSource checks the login bucket at its defaults (10
+// refused logins, then one per 10 s): refused logins from an IPv4 address
+// or from anywhere in an IPv6 /64 spend one bucket, and the next login
+// from there, even with the right password, is refused unchecked (5.0
+// 0x9F, 3.1.1 3) after a wait; a success gives back only its own
+// attempt; another /64 has a bucket of its own.
+func TestLoginBucketPerSource(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	pw := writePasswords(t, t.TempDir(), "alice")
+	srv, addr, from := fromEach(t, mqttd.Options{Registerer: reg,
+		Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{PasswordFile: pw}}}, 1)
+	try := func(src string, v packets.Version, cp *packets.Connect, want packets.ReasonCode) {
+		t.Helper()
+		from <- &net.TCPAddr{IP: net.ParseIP(src), Port: 40000}
+		if want == 0 {
+			connectAs(t, addr, v, cp).nc.Close()
+			return
+		}
+		expectRefused(t, addr, v, cp, want)
+	}
+	anon := as("anon", "", "")
+	for i := range mqttd.DefaultLoginBurst {
+		try("192.0.2.1", packets.V5, as("alice", "alice", "pw-alice"), 0) // gives its attempt back
+		try("192.0.2.1", packets.V5, anon, packets.NotAuthorized)
+		try(fmt.Sprintf("2001:db8::%d", i+1), packets.V311, anon, packets.ConnRefusedNotAuthorized)
+	}
+	try("192.0.2.1", packets.V5, as("alice", "alice", "pw-alice"), packets.ConnectionRateExceeded)
+	try("2001:db8::ff", packets.V311, anon, packets.ConnRefusedServerUnavailable)
+	try("2001:db8:0:1::1", packets.V5, as("alice", "alice", "pw-alice"), 0)
+	try("192.0.2.2", packets.V5, anon, packets.NotAuthorized)
+	if got := srv.Stats().LoginsRateLimited; got != 2 {
+		t.Errorf("%d logins rate-limited, want 2", got)
+	}
+	if got := metricValue(t, reg, "mqttd_logins_rate_limited_total"); got != 2 {
+		t.Errorf("mqttd_logins_rate_limited_total %v, want 2", got)
+	}
+	if got := metricValue(t, reg, "mqttd_login_sources"); got != 4 {
+		t.Errorf("mqttd_login_sources %v, want 4", got)
+	}
+}
+
+// TestLoginBucketParallel checks that parallel connections from one
+// address get no more password checks than the bucket holds: of 40
+// wrong passwords sent at once, at most 10 are checked (0x86); the others
+// are refused unchecked (0x9F).
+func TestLoginBucketParallel(t *testing.T) {
+	const n = 40
+	pw := writePasswords(t, t.TempDir(), "alice")
+	srv, addr, from := fromEach(t, mqttd.Options{Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{PasswordFile: pw}}}, n)
+	rcs := make([]*rawConn, n)
+	for i := range rcs {
+		from <- &net.TCPAddr{IP: net.ParseIP("192.0.2.7"), Port: 40000 + i}
+		rcs[i] = dialRaw(t, addr)
+		rcs[i].v = packets.V5
+	}
+	for _, rc := range rcs {
+		rc.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: "guess", CleanStart: true,
+			UsernameFlag: true, Username: "alice", PasswordFlag: true, Password: []byte("wrong")})
+	}
+	codes := map[packets.ReasonCode]int{}
+	for _, rc := range rcs {
+		if ack, ok := rc.read().(*packets.Connack); ok {
+			codes[ack.ReasonCode]++
+		}
+	}
+	checked, limited := codes[packets.BadUsernameOrPassword], codes[packets.ConnectionRateExceeded]
+	if checked > mqttd.DefaultLoginBurst || checked+limited != n {
+		t.Errorf("CONNACKs %v: %d checked, %d rate-limited; want at most %d checked, the rest rate-limited",
+			codes, checked, limited, mqttd.DefaultLoginBurst)
+	}
+	if got := srv.Stats().LoginsRateLimited; got != uint64(limited) {
+		t.Errorf("%d logins rate-limited counted, %d seen", got, limited)
 	}
 }

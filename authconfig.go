@@ -51,6 +51,17 @@ type Auth struct {
 	// dropped) and starts a fresh one. The new client never inherits the
 	// old session.
 	OtherUserSession string `yaml:"other_user_session"`
+	// LoginBurst is how many refused logins a source (an IPv4 address,
+	// an IPv6 /64) may have in a row before it must wait LoginInterval
+	// for each next attempt (default 10); LoginInterval is that wait
+	// (default 10s). A successful login gives its own attempt back and
+	// nothing else. Loopback is not limited.
+	LoginBurst    int           `yaml:"login_burst"`
+	LoginInterval time.Duration `yaml:"login_interval"`
+	// LoginAddresses bounds how many sources' attempts are remembered
+	// (default 10,000); past it those whose bucket refilled go first,
+	// then an arbitrary tenth (mqttd_login_sources_evicted_total).
+	LoginAddresses int `yaml:"login_addresses"`
 }
 
 // The values of Auth.OtherUserSession.
@@ -82,6 +93,15 @@ func (o Options) validateAuth(bad func(key, format string, args ...any)) {
 	case "", OtherUserRefuse, OtherUserReplace:
 	default:
 		bad("auth.other_user_session", "unknown value %q (want refuse or replace)", o.Auth.OtherUserSession)
+	}
+	if o.Auth.LoginBurst < 0 {
+		bad("auth.login_burst", "must not be negative")
+	}
+	if o.Auth.LoginInterval < 0 {
+		bad("auth.login_interval", "must not be negative")
+	}
+	if o.Auth.LoginAddresses < 0 {
+		bad("auth.login_addresses", "must not be negative")
 	}
 	files := o.Auth.PasswordFile != ""
 	acls := o.Auth.ACLFile != ""
@@ -319,6 +339,23 @@ func (s *Server) gateOf(name string) *gate {
 // certificate's name, the password file, anonymous clients). byFile
 // says the password file let the client in.
 func (s *Server) authenticate(c *conn, g *gate, password []byte) (byFile bool, err error) {
+	src := sourceAddr(c.info.Remote)
+	if wait, ok := s.logins.take(src); !ok {
+		t := time.NewTimer(wait)
+		<-t.C
+		s.loginFailed(*c.info, errLoginRateLimited)
+		return false, errLoginRateLimited
+	}
+	defer func() {
+		if err == nil {
+			s.logins.refund(src)
+		}
+	}()
+	return s.checkLogin(c, g, password)
+}
+
+// checkLogin is authenticate once the source's bucket let the login in.
+func (s *Server) checkLogin(c *conn, g *gate, password []byte) (byFile bool, err error) {
 	if a := s.opts.Authenticator; a != nil {
 		err := a.Authenticate(*c.info, password)
 		if err != nil {

@@ -260,6 +260,10 @@ func (s *Server) sessionExpiry(v packets.Version, cp *packets.Connect) uint32 {
 func authCode(v packets.Version, err error) packets.ReasonCode {
 	bad := errors.Is(err, auth.ErrBadCredentials)
 	switch {
+	case errors.Is(err, errLoginRateLimited) && v == packets.V5:
+		return packets.ConnectionRateExceeded
+	case errors.Is(err, errLoginRateLimited):
+		return packets.ConnRefusedServerUnavailable
 	case v == packets.V5 && bad:
 		return packets.BadUsernameOrPassword
 	case v == packets.V5:

@@ -86,6 +86,10 @@ type Server struct {
 	readCheck bool
 	authFiles *authFiles
 	loginLog  burstLimit
+	logins    *loginLimiter // refused logins by source (authlimit.go)
+	// closeLog limits the lines of connections closed before CONNECT
+	// completed, which one client can produce as fast as it connects.
+	closeLog burstLimit
 
 	stats        stats
 	queueBudget  session.QueueBudget // the bytes of all session queues
@@ -155,6 +159,7 @@ func New(opts Options) (*Server, error) {
 		done:    make(chan struct{}),
 		failed:  make(chan error, 1),
 	}
+	s.logins = newLoginLimiter(o.Auth, &s.stats)
 	lim := o.Limits
 	s.lim.Store(&lim)
 	s.decode.MaxUserProperties = o.Limits.MaxUserProperties + 1

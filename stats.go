@@ -45,8 +45,14 @@ type stats struct {
 	// willsRefused counts wills not published: the user was revoked, or
 	// the rules no longer grant the topic; clientsRevoked, connections
 	// a reload's password files ended.
-	willsRefused    atomic.Uint64
-	clientsRevoked  atomic.Uint64
+	willsRefused   atomic.Uint64
+	clientsRevoked atomic.Uint64
+	// loginsLimited counts logins refused unchecked for an empty bucket;
+	// loginSources, the sources with a bucket; loginEvicted, those
+	// forgotten before their bucket refilled (authlimit.go).
+	loginsLimited   atomic.Uint64
+	loginSources    atomic.Int64
+	loginEvicted    atomic.Uint64
 	retainedRefused atomic.Uint64 // retained messages the store had no room for
 	// subscriptions that matched more retained messages than were sent
 	retainedTruncated atomic.Uint64
@@ -170,6 +176,9 @@ type Stats struct {
 	// ClientsRevoked counts connections ended by a reload that took the
 	// user out of the password file.
 	ClientsRevoked uint64
+	// LoginsRateLimited counts logins refused without a check because
+	// their source had auth.login_burst refused logins in a row.
+	LoginsRateLimited uint64
 	// WillsDelayed is the wills waiting for their Will Delay Interval.
 	WillsDelayed    int64
 	RetainedRefused uint64 // retained messages the store had no room for
@@ -242,6 +251,7 @@ func (s *Server) Stats() Stats {
 		WillsPublished:        st.willsPublished.Load(),
 		WillsRefused:          st.willsRefused.Load(),
 		ClientsRevoked:        st.clientsRevoked.Load(),
+		LoginsRateLimited:     st.loginsLimited.Load(),
 		WillsDelayed:          st.willsDelayed.Load(),
 		RetainedRefused:       st.retainedRefused.Load(),
 		RetainedTruncated:     st.retainedTruncated.Load(),

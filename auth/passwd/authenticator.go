@@ -30,7 +30,8 @@ type Options struct {
 	MaxQueue int
 	// FailureDelay is the wait before checking a client whose address
 	// failed to log in once; it doubles with each further failure up to
-	// MaxFailureDelay (defaults 100ms and 5s). A success clears it.
+	// MaxFailureDelay (defaults 100ms and 5s). A success takes back one
+	// failure.
 	FailureDelay, MaxFailureDelay time.Duration
 	// MaxAddresses bounds how many addresses' failures are remembered
 	// (default 10,000); failures older than ForgetAfter (default 10m)
@@ -276,8 +277,19 @@ func (a *Authenticator) sweepLocked(now time.Time) {
 	}
 }
 
+// forget takes one failure of addr back after a success: only one, so
+// that a client with an account of its own cannot clear its address's
+// delay by logging in between guesses.
 func (a *Authenticator) forget(addr string) {
 	a.failMu.Lock()
-	delete(a.failures, addr)
-	a.failMu.Unlock()
+	defer a.failMu.Unlock()
+	f, ok := a.failures[addr]
+	switch {
+	case !ok:
+	case f.count <= 1:
+		delete(a.failures, addr)
+	default:
+		f.count--
+		a.failures[addr] = f
+	}
 }
