@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"mqttd"
+	"mqttd/auth"
 	"mqttd/auth/passwd"
 	"mqttd/packets"
 )
@@ -226,4 +227,47 @@ func TestLoginBucketParallel(t *testing.T) {
 	if got := srv.Stats().LoginsRateLimited; got != uint64(limited) {
 		t.Errorf("%d logins rate-limited counted, %d seen", got, limited)
 	}
+}
+
+// TestSCRAMFailuresAreLoginFailures checks that a refused SCRAM-SHA-256
+// exchange counts as a refused login (mqttd_auth_failures_total, the
+// "login refused" line) and draws on the source's bucket like a wrong
+// password: after the burst, even the right password is refused
+// unchecked (0x9F) before any challenge.
+func TestSCRAMFailuresAreLoginFailures(t *testing.T) {
+	logs := &logLines{}
+	cred, err := auth.NewSCRAMCredentials("wonderland", nil, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lookup := func(u string) (auth.SCRAMCredentials, bool) { return cred, u == "alice" }
+	srv, addr, from := fromEach(t, mqttd.Options{Logger: zerolog.New(logs).Level(zerolog.InfoLevel),
+		AuthMethods: []auth.Method{&auth.SCRAM{Lookup: lookup}}}, 1)
+	src := &net.TCPAddr{IP: net.ParseIP("192.0.2.9"), Port: 40000}
+	from <- src
+	rc, ack := scramConnect(t, addr, &scramClient{user: "alice", password: "wonderland", nonce: "ok"})
+	if ack.ReasonCode != 0 {
+		t.Fatalf("right password: CONNACK %#x", ack.ReasonCode)
+	}
+	rc.nc.Close()
+	for i := range mqttd.DefaultLoginBurst {
+		from <- src
+		rc, ack := scramConnect(t, addr, &scramClient{user: "alice", password: "wrong", nonce: fmt.Sprint("n", i)})
+		if ack.ReasonCode != packets.BadUsernameOrPassword {
+			t.Fatalf("wrong password: CONNACK %#x, want 0x86", ack.ReasonCode)
+		}
+		rc.expectClosed()
+	}
+	if st := srv.Stats(); st.AuthFailures != mqttd.DefaultLoginBurst {
+		t.Errorf("%d auth failures, want %d", st.AuthFailures, mqttd.DefaultLoginBurst)
+	}
+	if got := logs.find("login refused (at most 20 lines every 10 s; mqttd_auth_failures_total counts them all)"); len(got) != mqttd.DefaultLoginBurst {
+		t.Errorf("%d login refused lines, want %d", len(got), mqttd.DefaultLoginBurst)
+	}
+	from <- src
+	cp := &packets.Connect{ClientID: "scram-alice", CleanStart: true}
+	cp.Properties.AuthMethod, cp.Properties.AuthData = auth.SCRAMName, (&scramClient{user: "alice", nonce: "late"}).clientFirst()
+	cp.Properties.Set(packets.PropAuthMethod)
+	cp.Properties.Set(packets.PropAuthData)
+	expectRefused(t, addr, packets.V5, cp, packets.ConnectionRateExceeded)
 }

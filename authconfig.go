@@ -339,19 +339,14 @@ func (s *Server) gateOf(name string) *gate {
 // certificate's name, the password file, anonymous clients). byFile
 // says the password file let the client in.
 func (s *Server) authenticate(c *conn, g *gate, password []byte) (byFile bool, err error) {
-	src := sourceAddr(c.info.Remote)
-	if wait, ok := s.logins.take(src); !ok {
-		t := time.NewTimer(wait)
-		<-t.C
-		s.loginFailed(*c.info, errLoginRateLimited)
+	if !s.admitLogin(c) {
 		return false, errLoginRateLimited
 	}
-	defer func() {
-		if err == nil {
-			s.logins.refund(src)
-		}
-	}()
-	return s.checkLogin(c, g, password)
+	byFile, err = s.checkLogin(c, g, password)
+	if err == nil {
+		s.loginSucceeded(c)
+	}
+	return byFile, err
 }
 
 // checkLogin is authenticate once the source's bucket let the login in.

@@ -147,3 +147,20 @@ func (l *loginLimiter) sweepLocked(now int64) {
 		l.st.loginEvicted.Add(1)
 	}
 }
+
+// admitLogin takes a token for a login by c, or waits and reports it
+// refused, counted and logged like any refused login. It may block: the
+// caller runs it under mayBlock. A login admitted gives its token back
+// with loginSucceeded.
+func (s *Server) admitLogin(c *conn) bool {
+	wait, ok := s.logins.take(sourceAddr(c.info.Remote))
+	if !ok {
+		t := time.NewTimer(wait)
+		<-t.C
+		s.loginFailed(*c.info, errLoginRateLimited)
+	}
+	return ok
+}
+
+// loginSucceeded gives back the token of c's login.
+func (s *Server) loginSucceeded(c *conn) { s.logins.refund(sourceAddr(c.info.Remote)) }
