@@ -1,10 +1,12 @@
 package mqttd_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -270,4 +272,42 @@ func TestSCRAMFailuresAreLoginFailures(t *testing.T) {
 	cp.Properties.Set(packets.PropAuthMethod)
 	cp.Properties.Set(packets.PropAuthData)
 	expectRefused(t, addr, packets.V5, cp, packets.ConnectionRateExceeded)
+}
+
+// TestLegacyEntriesWarned checks that a password file with $6$ entries
+// (from an old Mosquitto) is warned about at start, naming the users.
+func TestLegacyEntriesWarned(t *testing.T) {
+	logs := &logLines{}
+	pw := writePasswords(t, t.TempDir(), "modern")
+	f, err := os.OpenFile(pw, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("old:$6$6cJdP4XOnU5ANGbe$7HJP/Nj6SQU/uM5mIhGGuoq80Sco+Nzbi/WbY0EgAxHPR2T1F1fyuLzj4FlHaebZvWQxYIqX+B09CrS2mbM4Mg==\n")
+	f.Close()
+	startServer(t, mqttd.Options{Logger: zerolog.New(logs).Level(zerolog.InfoLevel),
+		Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{PasswordFile: pw}}})
+	var found bool
+	for _, l := range allLines(logs) {
+		if l["level"] == "warn" && strings.Contains(fmt.Sprint(l["message"]), "$6$ entries") {
+			found = fmt.Sprint(l["users"]) == "[old]" && l["count"] == float64(1)
+		}
+	}
+	if !found {
+		t.Errorf("no warning naming the $6$ user")
+	}
+}
+
+// allLines returns every JSON line logged.
+func allLines(l *logLines) []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(l.buf.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
 }

@@ -164,6 +164,7 @@ func (s *Server) loadAuthFiles() error {
 				continue
 			}
 			f.passwd[p] = a
+			s.warnLegacy(p, a)
 		}
 		if p := c.ACLFile; p != "" && f.acl[p] == nil {
 			a, err := acl.Open(p)
@@ -403,6 +404,23 @@ func (s *Server) loginFailed(c auth.ClientInfo, err error) {
 		Msg("login refused (at most 20 lines every 10 s; mqttd_auth_failures_total counts them all)")
 }
 
+// warnLegacy warns, at start and after a reload, of the $6$ entries of
+// the password file at path: quicker to check than an unknown user
+// (which costs what the dearest entry does), so a client timing its
+// refusals can tell those names exist, and cheap to crack from a stolen
+// file.
+func (s *Server) warnLegacy(path string, a *passwd.Authenticator) {
+	legacy := a.Legacy()
+	if len(legacy) == 0 {
+		return
+	}
+	const most = 10
+	s.log.Warn().Str("password_file", path).Int("count", len(legacy)).Strs("users", legacy[:min(len(legacy), most)]).
+		Msg("password file has $6$ entries (salted SHA-512, from Mosquitto before 2.0): cheap to crack, and answered " +
+			"faster than unknown users, so their names can be told by timing; list them with " +
+			"mqttd passwd --upgrade FILE and set each password again")
+}
+
 // loginLogBurst is how many refused logins are logged each warnInterval.
 const loginLogBurst = 20
 
@@ -433,7 +451,9 @@ func (s *Server) reloadAuth() error {
 	for _, p := range sortedKeys(f.passwd) {
 		if err := f.passwd[p].Reload(); err != nil {
 			errs = append(errs, fmt.Errorf("password file kept as it was: %w", err))
+			continue
 		}
+		s.warnLegacy(p, f.passwd[p])
 	}
 	for _, p := range sortedKeys(f.acl) {
 		if err := f.acl[p].Reload(); err != nil {

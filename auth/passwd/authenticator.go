@@ -1,6 +1,7 @@
 package passwd
 
 import (
+	"crypto/rand"
 	"fmt"
 	"net"
 	"runtime"
@@ -124,20 +125,59 @@ func (a *Authenticator) Reload() error {
 	if err != nil {
 		return err
 	}
-	// The dummy costs as much as the dearest entry, so an unknown user is
-	// never cheaper to try than a known one.
-	dummy, err := NewHash([]byte("dummy"))
+	dummy, err := dummyFor(users)
 	if err != nil {
 		return err
-	}
-	for _, h := range users {
-		if h.pbkdf2 && h.iterations > dummy.iterations {
-			dummy.iterations = h.iterations
-		}
 	}
 	a.table.Store(&table{users: users, dummy: dummy})
 	return nil
 }
+
+// dummyFor makes the hash unknown users are checked against: one like
+// the dearest entry of users (its kind, iterations and salt length, so
+// the same work), with a random salt and a sum no password gives, so
+// that an unknown user costs what the slowest known one does and no
+// name can be told from an unknown one by being slower. Entries cheaper
+// than it ($6$ ones) still answer faster: Legacy lists them.
+func dummyFor(users Users) (Hash, error) {
+	dearest := Hash{pbkdf2: true, iterations: DefaultIterations, salt: make([]byte, saltLen)}
+	if len(users) > 0 {
+		dearest = Hash{}
+		for _, h := range users {
+			if h.dearerThan(dearest) {
+				dearest = h
+			}
+		}
+	}
+	d := Hash{pbkdf2: dearest.pbkdf2, iterations: dearest.iterations, salt: make([]byte, len(dearest.salt)),
+		sum: make([]byte, sumLen)}
+	if _, err := rand.Read(d.salt); err != nil {
+		return Hash{}, err
+	}
+	if _, err := rand.Read(d.sum); err != nil {
+		return Hash{}, err
+	}
+	return d, nil
+}
+
+// dearerThan reports whether checking h costs more than checking o:
+// PBKDF2 over one SHA-512, then more iterations, then a longer salt.
+func (h Hash) dearerThan(o Hash) bool {
+	if h.pbkdf2 != o.pbkdf2 {
+		return h.pbkdf2
+	}
+	if h.iterations != o.iterations {
+		return h.iterations > o.iterations
+	}
+	return len(h.salt) > len(o.salt)
+}
+
+// Legacy returns, sorted, the users whose entries are $6$ (one salted
+// SHA-512, as Mosquitto before 2.0 wrote them): cheaper to guess
+// offline, and, in a file that also has $7$ entries, quicker to check
+// than an unknown user, so that their names can be told apart by timing.
+// Setting their passwords again (mqttd passwd) makes them $7$.
+func (a *Authenticator) Legacy() []string { return a.table.Load().users.Legacy() }
 
 // Authenticate checks the client's user name and password. A client
 // without a user name gets ErrAnonymous; a wrong password or unknown user
@@ -192,14 +232,19 @@ func (a *Authenticator) check(user string, password []byte) (ok, known bool, err
 		<-a.workers
 		a.waiting.Add(-1)
 	}()
-	t := a.table.Load()
-	h, known := t.users[user]
-	if !known {
-		h = t.dummy
-	}
+	h, known := a.table.Load().entry(user)
 	// Verify runs for unknown users too; known gates the result after.
 	ok = h.Verify(password)
 	return ok && known, known, nil
+}
+
+// entry is the hash a login as user is checked against: the user's, or
+// for an unknown user the dummy.
+func (t *table) entry(user string) (Hash, bool) {
+	if h, ok := t.users[user]; ok {
+		return h, true
+	}
+	return t.dummy, false
 }
 
 // Has reports whether the file, as last loaded, has an entry for user:
