@@ -311,3 +311,28 @@ func allLines(l *logLines) []map[string]any {
 	}
 	return out
 }
+
+// TestClientIDPrefix checks auth.client_id_prefix "%u:": a user cannot
+// create a session under another user's device id (3.1.1 CONNACK 2, 5.0
+// 0x85), so the owner is not locked out of it; the owner may use it; an
+// id the broker assigns gets the user's prefix.
+func TestClientIDPrefix(t *testing.T) {
+	pw := writePasswords(t, t.TempDir(), "alice", "bob")
+	_, addr := startServer(t, mqttd.Options{Auth: mqttd.Auth{ClientIDPrefix: "%u:",
+		AuthConfig: mqttd.AuthConfig{PasswordFile: pw}}})
+	squat := as("alice:meter", "bob", "pw-bob")
+	squat.CleanStart = false
+	expectRefused(t, addr, packets.V311, squat, packets.ConnRefusedIdentifier)
+	expectRefused(t, addr, packets.V5, squat, packets.ClientIDNotValid)
+	expectRefused(t, addr, packets.V5, as("meter", "alice", "pw-alice"), packets.ClientIDNotValid)
+
+	owner := as("alice:meter", "alice", "pw-alice")
+	owner.CleanStart = false
+	connectAs(t, addr, packets.V311, owner).ping()
+
+	rc, ack := connectReply(t, addr, packets.V5, as("", "bob", "pw-bob"))
+	if ack.ReasonCode != 0 || !strings.HasPrefix(ack.Properties.AssignedClientID, "bob:") {
+		t.Errorf("CONNACK %#x with assigned id %q, want one starting bob:", ack.ReasonCode, ack.Properties.AssignedClientID)
+	}
+	rc.ping()
+}

@@ -51,6 +51,15 @@ type Auth struct {
 	// dropped) and starts a fresh one. The new client never inherits the
 	// old session.
 	OtherUserSession string `yaml:"other_user_session"`
+	// ClientIDPrefix, when set, is the prefix every client id must start
+	// with, %u standing for the client's username (empty for anonymous
+	// clients): "%u:" lets alice use only "alice:..." ids, so no user can
+	// create a session under another's device id (which other_user_session
+	// would then keep from its owner). An id the client leaves to the
+	// broker gets it. Without %u it is Mosquitto's clientid_prefixes.
+	// Pick a separator no username contains (no password-file username
+	// has ':'): with "%u-", user "al" could take "al-ice-..." ids.
+	ClientIDPrefix string `yaml:"client_id_prefix"`
 	// LoginBurst is how many refused logins a source (an IPv4 address,
 	// an IPv6 /64) may have in a row before it must wait LoginInterval
 	// for each next attempt (default 10); LoginInterval is that wait

@@ -74,6 +74,14 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 // refuses it.
 func (c *conn) admit(cp *packets.Connect, passwdUser bool) error {
 	s := c.srv
+	if err := c.clientIDPrefix(cp); err != nil {
+		code := packets.ConnRefusedIdentifier
+		if c.version == packets.V5 {
+			code = packets.ClientIDNotValid
+		}
+		c.refuse(code)
+		return closing(CloseConnectRefused, err)
+	}
 	if cp.WillFlag && (isSys(cp.WillTopic) || !s.authz.Authorize(*c.info, auth.Request{Action: auth.Will,
 		Topic: cp.WillTopic, QoS: cp.WillQoS, Retain: cp.WillRetain})) {
 		c.refuse(authCode(c.version, auth.ErrNotAuthorized))
@@ -124,6 +132,24 @@ func (c *conn) admit(cp *packets.Connect, passwdUser bool) error {
 	s.stats.connects.Add(1)
 	c.fields(c.srv.log.Info()).Str("username", c.info.Username).Uint8("version", byte(c.version)).Bool("clean", cp.CleanStart).
 		Uint32("session_expiry", c.expiry).Uint16("keepalive", cp.KeepAlive).Msg("client connected")
+	return nil
+}
+
+// clientIDPrefix applies auth.client_id_prefix once the username is
+// known (after any enhanced authentication): an id the broker assigns
+// gets the prefix, one the client chose must have it.
+func (c *conn) clientIDPrefix(cp *packets.Connect) error {
+	p := c.srv.opts.Auth.ClientIDPrefix
+	if p == "" {
+		return nil
+	}
+	want := strings.ReplaceAll(p, "%u", c.info.Username)
+	switch {
+	case cp.ClientID == "":
+		c.info.ClientID = want + c.info.ClientID
+	case !strings.HasPrefix(c.info.ClientID, want):
+		return fmt.Errorf("client id %q does not start with %q (auth.client_id_prefix %q)", c.info.ClientID, want, p)
+	}
 	return nil
 }
 
