@@ -336,3 +336,21 @@ func TestClientIDPrefix(t *testing.T) {
 	}
 	rc.ping()
 }
+
+// TestCRLFileSettings checks the validation of listeners' crl_file: only
+// for tls and wss listeners, and only with the client CAs that signed it.
+func TestCRLFileSettings(t *testing.T) {
+	for _, tc := range []struct {
+		lc   mqttd.ListenerConfig
+		want string
+	}{
+		{mqttd.ListenerConfig{Type: "tcp", Address: "127.0.0.1:0", CRLFile: "x.crl"}, "crl_file: only for tls and wss listeners"},
+		{mqttd.ListenerConfig{Type: "tls", Address: "127.0.0.1:0", CertFile: "c", KeyFile: "k", CRLFile: "x.crl"},
+			"client_ca_file: missing: crl_file needs the CA that signed it"},
+	} {
+		err := mqttd.Options{Listeners: []mqttd.ListenerConfig{tc.lc}}.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.lc, err, tc.want)
+		}
+	}
+}
