@@ -354,3 +354,37 @@ func TestCRLFileSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestChangedPasswordRevokes checks that a reload after a user's password
+// was changed ends the connections made with the old one (5.0 DISCONNECT
+// 0x87) and refuses their wills, while a reload that leaves the entry as
+// it was ends nothing; the new password then logs in.
+func TestChangedPasswordRevokes(t *testing.T) {
+	pw := writePasswords(t, t.TempDir(), "alice", "bob")
+	srv, addr := startServer(t, mqttd.Options{Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{PasswordFile: pw}}})
+	cp := as("alice", "alice", "pw-alice")
+	setWill(cp, "will/alice")
+	alice := connectAs(t, addr, packets.V5, cp)
+	bob := connectAs(t, addr, packets.V5, as("bob", "bob", "pw-bob"))
+	if err := srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	alice.ping() // the same file: nothing ended
+
+	if err := passwd.Set(pw, "alice", []byte("new secret"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := alice.read().(*packets.Disconnect); !ok || d.ReasonCode != packets.NotAuthorized {
+		t.Errorf("client of the old password got %+v, want DISCONNECT 0x87", d)
+	}
+	alice.expectClosed()
+	willsSettled(t, srv, 1)
+	bob.ping()
+	if st := srv.Stats(); st.ClientsRevoked != 1 || st.WillsRefused != 1 {
+		t.Errorf("%d revoked, %d wills refused; want 1 and 1", st.ClientsRevoked, st.WillsRefused)
+	}
+	connectAs(t, addr, packets.V5, as("alice", "alice", "new secret")).ping()
+}

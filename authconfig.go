@@ -345,27 +345,28 @@ func (s *Server) gateOf(name string) *gate {
 
 // authenticate checks a CONNECT's credentials for its listener: a custom
 // Authenticator decides alone; otherwise the listener's gate (the
-// certificate's name, the password file, anonymous clients). byFile
-// says the password file let the client in.
-func (s *Server) authenticate(c *conn, g *gate, password []byte) (byFile bool, err error) {
+// certificate's name, the password file, anonymous clients). stamp is
+// that of the password-file entry that let the client in, 0 when none
+// did.
+func (s *Server) authenticate(c *conn, g *gate, password []byte) (stamp uint32, err error) {
 	if !s.admitLogin(c) {
-		return false, errLoginRateLimited
+		return 0, errLoginRateLimited
 	}
-	byFile, err = s.checkLogin(c, g, password)
+	stamp, err = s.checkLogin(c, g, password)
 	if err == nil {
 		s.loginSucceeded(c)
 	}
-	return byFile, err
+	return stamp, err
 }
 
 // checkLogin is authenticate once the source's bucket let the login in.
-func (s *Server) checkLogin(c *conn, g *gate, password []byte) (byFile bool, err error) {
+func (s *Server) checkLogin(c *conn, g *gate, password []byte) (stamp uint32, err error) {
 	if a := s.opts.Authenticator; a != nil {
 		err := a.Authenticate(*c.info, password)
 		if err != nil {
 			s.loginFailed(*c.info, err)
 		}
-		return false, err
+		return 0, err
 	}
 	if g.passwd == nil && !g.identity && c.info.Username != "" && len(s.authFiles.passwd) > 0 {
 		// Usernames are checked on other listeners: one that cannot be
@@ -377,14 +378,13 @@ func (s *Server) checkLogin(c *conn, g *gate, password []byte) (byFile bool, err
 	case g.identity:
 		// A certificate verified by the listener names the client; the
 		// password is not asked for.
-		return false, nil
+		return 0, nil
 	case c.info.Username == "":
 		if !g.anonymous {
 			err = fmt.Errorf("anonymous clients are not allowed on this listener: %w", auth.ErrNotAuthorized)
 		}
 	case g.passwd != nil:
-		err = g.passwd.Authenticate(*c.info, password) // it reports failures itself
-		return err == nil, err
+		return g.passwd.AuthenticateEntry(*c.info, password) // it reports failures itself
 	case !g.anonymous:
 		// Without a password file a username proves nothing.
 		err = fmt.Errorf("no password file to check usernames with, and anonymous clients are not allowed: %w",
@@ -393,7 +393,7 @@ func (s *Server) checkLogin(c *conn, g *gate, password []byte) (byFile bool, err
 	if err != nil {
 		s.loginFailed(*c.info, err)
 	}
-	return false, err
+	return 0, err
 }
 
 // loginFailed counts and logs a refused login, never its password: each

@@ -9,14 +9,12 @@ import (
 // users they no longer have lose their connections, and entries still
 // on $6$ are warned about.
 
-// revokeDeleted ends, after a reload, the connections of users the
-// password file of their listener no longer has: a 5.0 client is told
-// DISCONNECT 0x87 (not authorized), a 3.1.1 one is closed. Their wills
-// are then asked about again (willRefused) and not published: a revoked
-// credential publishes nothing. A changed password does not end a
-// connection (the broker keeps no password to check again); deleting
-// the user and adding it back with the new password does. It returns
-// how many it ended.
+// revokeDeleted ends, after a reload, the connections of users whose
+// entry in the password file of their listener is gone or changed (a new
+// password): a 5.0 client is told DISCONNECT 0x87 (not authorized), a
+// 3.1.1 one is closed. Their wills are then asked about again
+// (willRefused) and not published: a revoked credential publishes
+// nothing. It returns how many it ended.
 func (s *Server) revokeDeleted() int {
 	if len(s.authFiles.passwd) == 0 {
 		return 0
@@ -25,12 +23,12 @@ func (s *Server) revokeDeleted() int {
 	var gone []*conn
 	for _, cl := range s.clients {
 		cl.mu.Lock()
-		c, byFile := cl.conn, cl.passwdUser
+		c, stamp := cl.conn, cl.passwdStamp
 		cl.mu.Unlock()
-		if c == nil || !byFile {
+		if c == nil || stamp == 0 {
 			continue
 		}
-		if g := s.gates[c.info.Listener]; g != nil && g.passwd != nil && !g.passwd.Has(c.info.Username) {
+		if g := s.gates[c.info.Listener]; g != nil && g.passwd != nil && !sameEntry(g.passwd, c.info.Username, stamp) {
 			gone = append(gone, c)
 		}
 	}
@@ -49,6 +47,17 @@ func (s *Server) revokeDeleted() int {
 	}
 	return len(gone)
 }
+
+// sameEntry reports whether a's file still has user's entry with stamp:
+// any stamp will do when it is unknown (a will restored from the store).
+func sameEntry(a *passwd.Authenticator, user string, stamp uint32) bool {
+	cur, ok := a.Entry(user)
+	return ok && (stamp == stampUnknown || cur == stamp)
+}
+
+// stampUnknown stands for a password-file login whose entry is not
+// known: a session restored from the store keeps no stamp.
+const stampUnknown = ^uint32(0)
 
 // warnLegacy warns, at start and after a reload, of the $6$ entries of
 // the password file at path: quicker to check than an unknown user

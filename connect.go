@@ -60,19 +60,19 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 	if cp.Properties.Has(packets.PropAuthMethod) {
 		return c.startAuth(cp)
 	}
-	var byFile bool
-	c.mayBlock(func() { byFile, err = s.authenticate(c, g, cp.Password) })
+	var stamp uint32
+	c.mayBlock(func() { stamp, err = s.authenticate(c, g, cp.Password) })
 	if err != nil {
 		c.refuse(authCode(c.version, err))
 		return closing(CloseAuthFailed, fmt.Errorf("authentication failed: %w", err))
 	}
-	return c.admit(cp, byFile)
+	return c.admit(cp, stamp)
 }
 
-// admit accepts a CONNECT whose client is authenticated (passwdUser: by
-// its listener's password file), unless its will or the session limit
-// refuses it.
-func (c *conn) admit(cp *packets.Connect, passwdUser bool) error {
+// admit accepts a CONNECT whose client is authenticated (stamp: by the
+// entry of its listener's password file with that stamp; 0: otherwise),
+// unless its will or the session limit refuses it.
+func (c *conn) admit(cp *packets.Connect, stamp uint32) error {
 	s := c.srv
 	if err := c.clientIDPrefix(cp); err != nil {
 		code := packets.ConnRefusedIdentifier
@@ -104,7 +104,7 @@ func (c *conn) admit(cp *packets.Connect, passwdUser bool) error {
 	if !ok {
 		return c.refuseOtherUser()
 	}
-	switch s.attach(c, cp, fresh, passwdUser) {
+	switch s.attach(c, cp, fresh, stamp) {
 	case attachOtherUser:
 		// Another user's session came meanwhile: the record stored for
 		// this client is the other's now (attach stored it after), so

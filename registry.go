@@ -33,11 +33,6 @@ type client struct {
 	// stored is set while the session is kept in the store: every change
 	// of it is written (durable.go).
 	stored bool
-	// passwdUser: the latest connection logged in with its listener's
-	// password file, so a reload that takes the user out of it ends the
-	// connection (revokeDeleted) and refuses its will. In the padding
-	// beside the bools.
-	passwdUser bool
 	// queued is what the server's queue gauge counts of this session
 	// (accountQueueLocked); an int32 beside the bools, so that a client
 	// stays in a 64-byte allocation.
@@ -46,6 +41,12 @@ type client struct {
 	// (expiryWheel), guarded by the wheel's lock: a client coming back is
 	// taken out without scanning the slot.
 	expiryPos int32
+	// passwdStamp is the stamp of the password-file entry the latest
+	// connection logged in with (passwd.Authenticator.Entry), 0 when it
+	// did not use the password file: a reload that deletes or changes the
+	// entry ends the connection (revokeDeleted) and refuses its will. In
+	// the padding after expiryPos.
+	passwdStamp uint32
 	// handler is set for an inline subscriber (Server.Subscribe), which
 	// has no session or connection.
 	handler Handler
@@ -74,7 +75,7 @@ func (cl *client) owner() string {
 // when a new session is needed and the broker already holds
 // limits.max_sessions, or attachOtherUser when the session is another
 // user's and other_user_session is refuse.
-func (s *Server) attach(c *conn, cp *packets.Connect, clean, passwdUser bool) attachResult {
+func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) attachResult {
 	id := c.info.ClientID
 	persistent := c.expiry > 0
 	s.mu.Lock()
@@ -129,7 +130,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean, passwdUser bool) at
 	c.cl = cl
 	// The bit is reserved in 3.1, which has no session present.
 	c.send(&packets.Connack{SessionPresent: present && c.version != packets.V31, Properties: s.connackProperties(c, cp)})
-	cl.conn, cl.clean, cl.passwdUser = c, !persistent, passwdUser
+	cl.conn, cl.clean, cl.passwdStamp = c, !persistent, stamp
 	cl.sess.SetReceiveMaximum(int(cp.Properties.ReceiveMaximum))
 	cl.sess.Resume() // pump sends the window again, as the outbox has room
 	cl.mu.Unlock()

@@ -137,13 +137,18 @@ func restoredWho(ss *persistence.SessionState) *auth.ClientInfo {
 }
 
 // restoredWill is a restored session's will, asked about again when it
-// is published. Whether the client logged in with the password file is
-// not stored: a user with a username did, unless the program decides
-// logins (an Authenticator, enhanced methods) or the listener names
-// clients by certificate (willRefused asks the gate).
+// is published. Whether the client logged in with the password file, and
+// with which entry, is not stored: a user with a username did, unless the
+// program decides logins (an Authenticator, enhanced methods) or the
+// listener names clients by certificate (willRefused asks the gate); the
+// will is published only if the file still has the user, whatever its
+// entry now.
 func (s *Server) restoredWill(ss *persistence.SessionState) leftWill {
-	return leftWill{msg: restoredMessage(&ss.Will.Message), who: restoredWho(ss),
-		passwd: ss.Session.Username != "" && s.opts.Authenticator == nil && len(s.methods) == 0}
+	w := leftWill{msg: restoredMessage(&ss.Will.Message), who: restoredWho(ss)}
+	if ss.Session.Username != "" && s.opts.Authenticator == nil && len(s.methods) == 0 {
+		w.passwdStamp = stampUnknown
+	}
+	return w
 }
 
 func restoredMessage(pm *persistence.Message) *session.Message {

@@ -23,9 +23,10 @@ import (
 type leftWill struct {
 	msg *session.Message
 	who *auth.ClientInfo
-	// passwd: the client logged in with its listener's password file,
-	// which must still have the user.
-	passwd bool
+	// passwdStamp: the client logged in with the entry of its
+	// listener's password file with this stamp, which must still be
+	// there unchanged (0: it did not use the password file).
+	passwdStamp uint32
 }
 
 // delayedWill is a will waiting for its Will Delay Interval. A timer each
@@ -48,7 +49,7 @@ func (c *conn) settleWill() {
 	cl := c.cl
 	s.mu.Lock()
 	cl.mu.Lock()
-	will.passwd = cl.passwdUser
+	will.passwdStamp = cl.passwdStamp
 	ended := cl.dropped || s.clients[cl.id] != cl
 	resumed := !ended && cl.conn != nil
 	at := cl.sess.ExpireAt()
@@ -165,9 +166,9 @@ func (s *Server) willRefused(w leftWill) string {
 	if w.who == nil {
 		return ""
 	}
-	if w.passwd {
-		if g := s.gateOf(w.who.Listener); g.passwd != nil && !g.identity && !g.passwd.Has(w.who.Username) {
-			return "the user is no longer in the password file"
+	if w.passwdStamp != 0 {
+		if g := s.gateOf(w.who.Listener); g.passwd != nil && !g.identity && !sameEntry(g.passwd, w.who.Username, w.passwdStamp) {
+			return "the user's password file entry was deleted or changed"
 		}
 	}
 	m := w.msg

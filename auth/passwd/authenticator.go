@@ -2,6 +2,7 @@ package passwd
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"runtime"
@@ -185,9 +186,17 @@ func (a *Authenticator) Legacy() []string { return a.table.Load().users.Legacy()
 // failed recently first waits (Options.FailureDelay), on its own
 // goroutine, not on a worker.
 func (a *Authenticator) Authenticate(c auth.ClientInfo, password []byte) error {
+	_, err := a.AuthenticateEntry(c, password)
+	return err
+}
+
+// AuthenticateEntry is Authenticate that also returns, on success, the
+// stamp of the entry the password matched (as Entry reports it), so a
+// reload that changes or deletes it can be told from one that does not.
+func (a *Authenticator) AuthenticateEntry(c auth.ClientInfo, password []byte) (stamp uint32, err error) {
 	if c.Username == "" {
 		a.anonymous.Add(1)
-		return ErrAnonymous
+		return 0, ErrAnonymous
 	}
 	addr := host(c.Remote)
 	// Clients without an address (in-process ones) are not slowed: under
@@ -197,14 +206,14 @@ func (a *Authenticator) Authenticate(c auth.ClientInfo, password []byte) error {
 		t := time.NewTimer(d)
 		<-t.C
 	}
-	ok, known, err := a.check(c.Username, password)
+	h, ok, known, err := a.check(c.Username, password)
 	switch {
 	case err != nil:
 		a.busy.Add(1)
 	case ok:
 		a.accepted.Add(1)
 		a.forget(addr)
-		return nil
+		return h.stamp(), nil
 	default:
 		a.failed.Add(1)
 		if !known {
@@ -218,24 +227,24 @@ func (a *Authenticator) Authenticate(c auth.ClientInfo, password []byte) error {
 	if a.opts.OnFailure != nil {
 		a.opts.OnFailure(c, err)
 	}
-	return err
+	return 0, err
 }
 
-// check runs one hash check on a worker.
-func (a *Authenticator) check(user string, password []byte) (ok, known bool, err error) {
+// check runs one hash check on a worker; h is the entry checked.
+func (a *Authenticator) check(user string, password []byte) (h Hash, ok, known bool, err error) {
 	if a.waiting.Add(1) > int64(a.opts.MaxQueue+a.opts.Workers) {
 		a.waiting.Add(-1)
-		return false, false, ErrBusy
+		return Hash{}, false, false, ErrBusy
 	}
 	a.workers <- struct{}{}
 	defer func() {
 		<-a.workers
 		a.waiting.Add(-1)
 	}()
-	h, known := a.table.Load().entry(user)
+	h, known = a.table.Load().entry(user)
 	// Verify runs for unknown users too; known gates the result after.
 	ok = h.Verify(password)
-	return ok && known, known, nil
+	return h, ok && known, known, nil
 }
 
 // entry is the hash a login as user is checked against: the user's, or
@@ -247,12 +256,22 @@ func (t *table) entry(user string) (Hash, bool) {
 	return t.dummy, false
 }
 
-// Has reports whether the file, as last loaded, has an entry for user:
-// the broker asks after a reload whether a connected user is still
-// there.
-func (a *Authenticator) Has(user string) bool {
-	_, ok := a.table.Load().users[user]
-	return ok
+// Entry reports whether the file, as last loaded, has an entry for user,
+// and a stamp of it (never 0) that changes when the entry does: the
+// broker asks after a reload whether a connected user is still there
+// with the password it logged in with.
+func (a *Authenticator) Entry(user string) (stamp uint32, ok bool) {
+	h, ok := a.table.Load().users[user]
+	return h.stamp(), ok
+}
+
+// stamp is a 32-bit digest of the entry's salted sum (random per entry),
+// never 0.
+func (h Hash) stamp() uint32 {
+	if len(h.sum) < 4 {
+		return 1
+	}
+	return max(binary.BigEndian.Uint32(h.sum), 1)
 }
 
 // Stats returns the counters.
