@@ -156,7 +156,11 @@ func (s *Server) admitLogin(c *conn) bool {
 	wait, ok := s.logins.take(sourceAddr(c.info.Remote))
 	if !ok {
 		t := time.NewTimer(wait)
-		<-t.C
+		select {
+		case <-t.C:
+		case <-s.done: // Shutdown need not wait for the refusal
+			t.Stop()
+		}
 		s.loginFailed(*c.info, errLoginRateLimited)
 	}
 	return ok
