@@ -381,3 +381,42 @@ func runMosquitto(t *testing.T, passwordFile string) int {
 		}
 	}
 }
+
+// TestEntryStamps checks the stamps the broker compares after a reload:
+// a login returns its entry's stamp, a reload of the same file keeps it,
+// a new password changes it, and a deleted user has none.
+func TestEntryStamps(t *testing.T) {
+	path := writeFile(t, "alice", "secret", "bob", "builder")
+	a, err := passwd.New(path, passwd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stamp, err := a.AuthenticateEntry(client("alice", "10.0.0.1"), []byte("secret"))
+	if cur, ok := a.Entry("alice"); err != nil || stamp == 0 || !ok || cur != stamp {
+		t.Fatalf("login stamp %d (%v), entry %d %v", stamp, err, cur, ok)
+	}
+	if s, err := a.AuthenticateEntry(client("alice", "10.0.0.1"), []byte("wrong")); s != 0 || err == nil {
+		t.Fatalf("wrong password: stamp %d, %v", s, err)
+	}
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if cur, _ := a.Entry("alice"); cur != stamp {
+		t.Error("a reload of the same file changed the stamp")
+	}
+	if err := passwd.Set(path, "alice", []byte("new"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := passwd.Delete(path, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if cur, ok := a.Entry("alice"); !ok || cur == stamp {
+		t.Error("a new password kept the stamp")
+	}
+	if _, ok := a.Entry("bob"); ok {
+		t.Error("a deleted user still has an entry")
+	}
+}
