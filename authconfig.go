@@ -50,6 +50,26 @@ type Auth struct {
 	// dropped) and starts a fresh one. The new client never inherits the
 	// old session.
 	OtherUserSession string `yaml:"other_user_session"`
+	// ClientIDPrefix, when set, is the prefix every client id must start
+	// with, %u standing for the client's username (empty for anonymous
+	// clients): "%u:" lets alice use only "alice:..." ids, so no user can
+	// create a session under another's device id (which other_user_session
+	// would then keep from its owner). An id the client leaves to the
+	// broker gets it. Without %u it is Mosquitto's clientid_prefixes.
+	// Pick a separator no username contains (no password-file username
+	// has ':'): with "%u-", user "al" could take "al-ice-..." ids.
+	ClientIDPrefix string `yaml:"client_id_prefix"`
+	// LoginBurst is how many refused logins a source (an IPv4 address,
+	// an IPv6 /64) may have in a row before it must wait LoginInterval
+	// for each next attempt (default 10); LoginInterval is that wait
+	// (default 10s). A successful login gives its own attempt back and
+	// nothing else. Loopback is not limited.
+	LoginBurst    int           `yaml:"login_burst"`
+	LoginInterval time.Duration `yaml:"login_interval"`
+	// LoginAddresses bounds how many sources' attempts are remembered
+	// (default 10,000); past it those whose bucket refilled go first,
+	// then an arbitrary tenth (mqttd_login_sources_evicted_total).
+	LoginAddresses int `yaml:"login_addresses"`
 }
 
 // The values of Auth.OtherUserSession.
@@ -81,6 +101,15 @@ func (o Options) validateAuth(bad func(key, format string, args ...any)) {
 	case "", OtherUserRefuse, OtherUserReplace:
 	default:
 		bad("auth.other_user_session", "unknown value %q (want refuse or replace)", o.Auth.OtherUserSession)
+	}
+	if o.Auth.LoginBurst < 0 {
+		bad("auth.login_burst", "must not be negative")
+	}
+	if o.Auth.LoginInterval < 0 {
+		bad("auth.login_interval", "must not be negative")
+	}
+	if o.Auth.LoginAddresses < 0 {
+		bad("auth.login_addresses", "must not be negative")
 	}
 	files := o.Auth.PasswordFile != ""
 	acls := o.Auth.ACLFile != ""
@@ -143,6 +172,7 @@ func (s *Server) loadAuthFiles() error {
 				continue
 			}
 			f.passwd[p] = a
+			s.warnLegacy(p, a)
 		}
 		if p := c.ACLFile; p != "" && f.acl[p] == nil {
 			a, err := acl.Open(p)
@@ -315,14 +345,28 @@ func (s *Server) gateOf(name string) *gate {
 
 // authenticate checks a CONNECT's credentials for its listener: a custom
 // Authenticator decides alone; otherwise the listener's gate (the
-// certificate's name, the password file, anonymous clients).
-func (s *Server) authenticate(c *conn, g *gate, password []byte) error {
+// certificate's name, the password file, anonymous clients). stamp is
+// that of the password-file entry that let the client in, 0 when none
+// did.
+func (s *Server) authenticate(c *conn, g *gate, password []byte) (stamp uint32, err error) {
+	if !s.admitLogin(c) {
+		return 0, errLoginRateLimited
+	}
+	stamp, err = s.checkLogin(c, g, password)
+	if err == nil {
+		s.loginSucceeded(c)
+	}
+	return stamp, err
+}
+
+// checkLogin is authenticate once the source's bucket let the login in.
+func (s *Server) checkLogin(c *conn, g *gate, password []byte) (stamp uint32, err error) {
 	if a := s.opts.Authenticator; a != nil {
 		err := a.Authenticate(*c.info, password)
 		if err != nil {
 			s.loginFailed(*c.info, err)
 		}
-		return err
+		return 0, err
 	}
 	if g.passwd == nil && !g.identity && c.info.Username != "" && len(s.authFiles.passwd) > 0 {
 		// Usernames are checked on other listeners: one that cannot be
@@ -330,18 +374,17 @@ func (s *Server) authenticate(c *conn, g *gate, password []byte) error {
 		// a user there (their sessions, their ACL rules).
 		c.info.Username = ""
 	}
-	var err error
 	switch {
 	case g.identity:
 		// A certificate verified by the listener names the client; the
 		// password is not asked for.
-		return nil
+		return 0, nil
 	case c.info.Username == "":
 		if !g.anonymous {
 			err = fmt.Errorf("anonymous clients are not allowed on this listener: %w", auth.ErrNotAuthorized)
 		}
 	case g.passwd != nil:
-		return g.passwd.Authenticate(*c.info, password) // it reports failures itself
+		return g.passwd.AuthenticateEntry(*c.info, password) // it reports failures itself
 	case !g.anonymous:
 		// Without a password file a username proves nothing.
 		err = fmt.Errorf("no password file to check usernames with, and anonymous clients are not allowed: %w",
@@ -350,7 +393,7 @@ func (s *Server) authenticate(c *conn, g *gate, password []byte) error {
 	if err != nil {
 		s.loginFailed(*c.info, err)
 	}
-	return err
+	return 0, err
 }
 
 // loginFailed counts and logs a refused login, never its password: each
@@ -399,7 +442,9 @@ func (s *Server) reloadAuth() error {
 	for _, p := range sortedKeys(f.passwd) {
 		if err := f.passwd[p].Reload(); err != nil {
 			errs = append(errs, fmt.Errorf("password file kept as it was: %w", err))
+			continue
 		}
+		s.warnLegacy(p, f.passwd[p])
 	}
 	for _, p := range sortedKeys(f.acl) {
 		if err := f.acl[p].Reload(); err != nil {

@@ -31,6 +31,7 @@ const (
 	CloseFrameTimeout                        // a packet took longer than limits.frame_timeout to arrive
 	CloseIncomingLimit                       // a packet would pass limits.max_incoming_bytes_total
 	CloseStoreError                          // what an acknowledgement covered could not be stored
+	CloseAuthRevoked                         // a reload took the user out of the password file
 	numCloseReasons
 )
 
@@ -53,6 +54,7 @@ var closeReasonNames = [numCloseReasons]string{
 	CloseFrameTimeout:     "frame_timeout",
 	CloseIncomingLimit:    "incoming_limit",
 	CloseStoreError:       "store_error",
+	CloseAuthRevoked:      "auth_revoked",
 }
 
 // String returns the reason as it appears in logs and metric labels.
@@ -94,6 +96,7 @@ var (
 	errKeepAlive      = closing(CloseKeepAlive, &packets.Error{Code: packets.KeepAliveTimeout,
 		Msg: "no packet within 1.5 x keepalive", Ref: "MQTT-3.1.2-24"})
 	errSlowConsumer  = closing(CloseSlowConsumer, errors.New("client did not read for the write timeout: slow consumer"))
+	errRevoked       = closing(CloseAuthRevoked, errors.New("the reloaded password file no longer has the user"))
 	errFrameTimeout  = closing(CloseFrameTimeout, errors.New("a packet did not arrive whole within the frame timeout"))
 	errIncomingLimit = closing(CloseIncomingLimit,
 		errors.New("the packets arriving on all connections hold limits.max_incoming_bytes_total"))

@@ -155,7 +155,14 @@ func (c *conn) closeWith(err error) {
 		// all of them.
 		connected := c.connected.Load()
 		ev := c.srv.log.Info()
-		if reason == CloseShutdown || !connected && reason.quiet() {
+		switch {
+		case reason == CloseShutdown || !connected && reason.quiet():
+			ev = c.srv.log.Debug()
+		case !connected && !c.srv.closeLog.allow():
+			// At most loginLogBurst lines at info every warnInterval
+			// (mqttd_disconnects_total counts them all): one client
+			// refused as fast as it can connect would otherwise write
+			// a line each time.
 			ev = c.srv.log.Debug()
 		}
 		msg := "connection closed"

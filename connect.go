@@ -60,18 +60,28 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 	if cp.Properties.Has(packets.PropAuthMethod) {
 		return c.startAuth(cp)
 	}
-	c.mayBlock(func() { err = s.authenticate(c, g, cp.Password) })
+	var stamp uint32
+	c.mayBlock(func() { stamp, err = s.authenticate(c, g, cp.Password) })
 	if err != nil {
 		c.refuse(authCode(c.version, err))
 		return closing(CloseAuthFailed, fmt.Errorf("authentication failed: %w", err))
 	}
-	return c.admit(cp)
+	return c.admit(cp, stamp)
 }
 
-// admit accepts a CONNECT whose client is authenticated, unless its will
-// or the session limit refuses it.
-func (c *conn) admit(cp *packets.Connect) error {
+// admit accepts a CONNECT whose client is authenticated (stamp: by the
+// entry of its listener's password file with that stamp; 0: otherwise),
+// unless its will or the session limit refuses it.
+func (c *conn) admit(cp *packets.Connect, stamp uint32) error {
 	s := c.srv
+	if err := c.clientIDPrefix(cp); err != nil {
+		code := packets.ConnRefusedIdentifier
+		if c.version == packets.V5 {
+			code = packets.ClientIDNotValid
+		}
+		c.refuse(code)
+		return closing(CloseConnectRefused, err)
+	}
 	if cp.WillFlag && (isSys(cp.WillTopic) || !s.authz.Authorize(*c.info, auth.Request{Action: auth.Will,
 		Topic: cp.WillTopic, QoS: cp.WillQoS, Retain: cp.WillRetain})) {
 		c.refuse(authCode(c.version, auth.ErrNotAuthorized))
@@ -94,7 +104,7 @@ func (c *conn) admit(cp *packets.Connect) error {
 	if !ok {
 		return c.refuseOtherUser()
 	}
-	switch s.attach(c, cp, fresh) {
+	switch s.attach(c, cp, fresh, stamp) {
 	case attachOtherUser:
 		// Another user's session came meanwhile: the record stored for
 		// this client is the other's now (attach stored it after), so
@@ -122,6 +132,24 @@ func (c *conn) admit(cp *packets.Connect) error {
 	s.stats.connects.Add(1)
 	c.fields(c.srv.log.Info()).Str("username", c.info.Username).Uint8("version", byte(c.version)).Bool("clean", cp.CleanStart).
 		Uint32("session_expiry", c.expiry).Uint16("keepalive", cp.KeepAlive).Msg("client connected")
+	return nil
+}
+
+// clientIDPrefix applies auth.client_id_prefix once the username is
+// known (after any enhanced authentication): an id the broker assigns
+// gets the prefix, one the client chose must have it.
+func (c *conn) clientIDPrefix(cp *packets.Connect) error {
+	p := c.srv.opts.Auth.ClientIDPrefix
+	if p == "" {
+		return nil
+	}
+	want := strings.ReplaceAll(p, "%u", c.info.Username)
+	switch {
+	case cp.ClientID == "":
+		c.info.ClientID = want + c.info.ClientID
+	case !strings.HasPrefix(c.info.ClientID, want):
+		return fmt.Errorf("client id %q does not start with %q (auth.client_id_prefix %q)", c.info.ClientID, want, p)
+	}
 	return nil
 }
 
@@ -258,6 +286,10 @@ func (s *Server) sessionExpiry(v packets.Version, cp *packets.Connect) uint32 {
 func authCode(v packets.Version, err error) packets.ReasonCode {
 	bad := errors.Is(err, auth.ErrBadCredentials)
 	switch {
+	case errors.Is(err, errLoginRateLimited) && v == packets.V5:
+		return packets.ConnectionRateExceeded
+	case errors.Is(err, errLoginRateLimited):
+		return packets.ConnRefusedServerUnavailable
 	case v == packets.V5 && bad:
 		return packets.BadUsernameOrPassword
 	case v == packets.V5:

@@ -41,6 +41,14 @@ func (s *Server) forgetAuth(c *conn) {
 // startAuth begins the exchange of a CONNECT naming an offered method
 // (checkConnect refused the others with 0x8C).
 func (c *conn) startAuth(cp *packets.Connect) error {
+	// An exchange is a login like a password's: it draws on the
+	// source's bucket, and only success gives the token back.
+	var admitted bool
+	c.mayBlock(func() { admitted = c.srv.admitLogin(c) })
+	if !admitted {
+		c.refuse(authCode(c.version, errLoginRateLimited))
+		return closing(CloseAuthFailed, errLoginRateLimited)
+	}
 	m := c.srv.methods[cp.Properties.AuthMethod]
 	st := &authState{method: m, x: m.Start(*c.info), cp: cp}
 	c.srv.authsMu.Lock()
@@ -72,6 +80,7 @@ func (c *conn) connectStep(st *authState, data []byte) error {
 	var err error
 	c.mayBlock(func() { out, done, err = st.x.Next(data) })
 	if err != nil {
+		c.srv.loginFailed(*c.info, fmt.Errorf("%s: %w", st.method.Name(), err))
 		c.refuse(authCode(c.version, err))
 		return closing(CloseAuthFailed, fmt.Errorf("%s authentication failed: %w", st.method.Name(), err))
 	}
@@ -94,7 +103,8 @@ func (c *conn) connectStep(st *authState, data []byte) error {
 	}
 	c.info.Username = strings.Clone(user)
 	st.x, st.cp, st.out = nil, nil, out
-	return c.admit(cp)
+	c.srv.loginSucceeded(c)
+	return c.admit(cp, 0)
 }
 
 // reauth handles an AUTH once the client is connected: a new exchange
@@ -109,6 +119,12 @@ func (c *conn) reauth(a *packets.Auth) error {
 	case a.Properties.AuthMethod != st.method.Name():
 		return c.protocolError("[MQTT-4.12.1-1]", "re-authentication with another method than the CONNECT's")
 	case a.ReasonCode == packets.ReAuthenticate && st.x == nil:
+		var admitted bool
+		c.mayBlock(func() { admitted = c.srv.admitLogin(c) })
+		if !admitted {
+			return c.fail(&packets.Error{Code: packets.ConnectionRateExceeded, Ref: "§4.12.1",
+				Msg: "re-authentication refused: too many refused logins from this address"})
+		}
 		st.x = st.method.Start(*c.info)
 	case a.ReasonCode != packets.ContinueAuthentication || st.x == nil:
 		return c.protocolError("§4.12.1", fmt.Sprintf("AUTH %#x out of turn", byte(a.ReasonCode)))
@@ -119,13 +135,16 @@ func (c *conn) reauth(a *packets.Auth) error {
 	c.mayBlock(func() { out, done, err = st.x.Next(a.Properties.AuthData) })
 	switch {
 	case err != nil:
+		c.srv.loginFailed(*c.info, fmt.Errorf("%s re-authentication: %w", st.method.Name(), err))
 		return c.fail(&packets.Error{Code: packets.NotAuthorized, Ref: "§4.12.1", Msg: "re-authentication failed"})
 	case !done:
 		c.sendAuth(packets.ContinueAuthentication, st.method.Name(), out)
 		return nil
 	case st.x.Username() != c.info.Username:
+		c.srv.loginFailed(*c.info, fmt.Errorf("%s re-authentication as %q: %w", st.method.Name(), st.x.Username(), auth.ErrNotAuthorized))
 		return c.fail(&packets.Error{Code: packets.NotAuthorized, Ref: "§4.12.1", Msg: "re-authenticated as another user"})
 	}
+	c.srv.loginSucceeded(c)
 	st.x = nil
 	c.sendAuth(packets.Success, st.method.Name(), out)
 	return nil

@@ -41,6 +41,11 @@ type ListenerConfig struct {
 	// RequireClientCert refuses clients without such a certificate
 	// (mutual TLS); it needs ClientCAFile.
 	RequireClientCert bool `yaml:"require_client_cert"`
+	// CRLFile is a certificate revocation list (PEM or DER) signed by a
+	// CA of ClientCAFile, Mosquitto's crlfile: the client certificates it
+	// lists are refused at the handshake. Read again on SIGHUP, for new
+	// handshakes; it needs ClientCAFile.
+	CRLFile string `yaml:"crl_file"`
 	// MinVersion is the oldest TLS version accepted: "1.2" (the default)
 	// or "1.3". 1.0 and 1.1 are refused.
 	MinVersion string `yaml:"min_version"`
@@ -102,7 +107,7 @@ func (lc ListenerConfig) config(key string) (listeners.Config, []error) {
 		ProxyProtocol: lc.ProxyProtocol, MaxConnections: lc.MaxConnections, HandshakeTimeout: lc.HandshakeTimeout,
 		MaxHandshakes: lc.MaxHandshakes, MaxHandshakesPerAddress: lc.MaxHandshakesPerAddress,
 		TLS: listeners.TLSConfig{CertFile: lc.CertFile, KeyFile: lc.KeyFile, ClientCAFile: lc.ClientCAFile,
-			RequireClientCert: lc.RequireClientCert},
+			RequireClientCert: lc.RequireClientCert, CRLFile: lc.CRLFile},
 	}
 	if !lc.checkPlace(ck, typ) {
 		return cfg, ck.errs
@@ -195,13 +200,16 @@ func (lc ListenerConfig) checkTLS(ck *listenerCheck, typ string) (uint16, []uint
 		if lc.RequireClientCert && lc.ClientCAFile == "" {
 			ck.bad("client_ca_file", "missing: require_client_cert needs the CAs to check client certificates with")
 		}
+		if lc.CRLFile != "" && lc.ClientCAFile == "" {
+			ck.bad("client_ca_file", "missing: crl_file needs the CA that signed it")
+		}
 	} else {
 		for _, f := range []struct {
 			name string
 			set  bool
 		}{
 			{"cert_file", lc.CertFile != ""}, {"key_file", lc.KeyFile != ""}, {"client_ca_file", lc.ClientCAFile != ""},
-			{"require_client_cert", lc.RequireClientCert}, {"min_version", lc.MinVersion != ""},
+			{"require_client_cert", lc.RequireClientCert}, {"crl_file", lc.CRLFile != ""}, {"min_version", lc.MinVersion != ""},
 			{"cipher_suites", len(lc.CipherSuites) > 0},
 		} {
 			if f.set {
@@ -286,8 +294,9 @@ func (s *Server) Listen() error {
 // ACL files (Options.Auth), and the certificates of tls and wss listeners.
 // New connections use the new files; open ones keep their TLS session,
 // but every subscription is asked about again under the new rules and
-// taken away if they no longer grant it, and messages already queued are
-// delivered only if the client may still read them. A file that does not
+// taken away if they no longer grant it, messages already queued are
+// delivered only if the client may still read them, and a user the
+// password file no longer has is disconnected (revokeDeleted). A file that does not
 // load leaves its old contents in force (never allowing all instead); the
 // error says which and why.
 func (s *Server) Reload() error {
@@ -295,6 +304,9 @@ func (s *Server) Reload() error {
 	lns := append([]*listener(nil), s.listeners...)
 	s.mu.Unlock()
 	errs := []error{s.reloadAuth()}
+	if n := s.revokeDeleted(); n > 0 {
+		s.log.Warn().Int("connections", n).Msg("connections ended: the reloaded password file no longer has their users")
+	}
 	if n := s.recheckSubscriptions(); n > 0 {
 		s.log.Info().Int("subscriptions", n).Msg("subscriptions revoked: the reloaded rules no longer grant them")
 	}

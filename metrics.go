@@ -101,6 +101,16 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 		func(s *stats) uint64 { return s.subsRevoked.Load() })
 	gauge("wills_delayed", "Wills waiting for their Will Delay Interval.", func(s *stats) int64 { return s.willsDelayed.Load() })
 	counter("wills_published_total", "Will messages published.", func(s *stats) uint64 { return s.willsPublished.Load() })
+	gauge("login_sources", "Sources (IPv4 addresses, IPv6 /64s) whose login attempts are remembered: at most auth.login_addresses.",
+		func(s *stats) int64 { return s.loginSources.Load() })
+	counter("logins_rate_limited_total", "Logins refused unchecked: their source had auth.login_burst refused logins and must wait auth.login_interval for each next.",
+		func(s *stats) uint64 { return s.loginsLimited.Load() })
+	counter("login_sources_evicted_total", "Sources forgotten before their login bucket refilled, to keep at most auth.login_addresses.",
+		func(s *stats) uint64 { return s.loginEvicted.Load() })
+	counter("wills_refused_total", "Wills not published: asked again at publication, the user was no longer in the password file or the rules no longer granted the topic.",
+		func(s *stats) uint64 { return s.willsRefused.Load() })
+	counter("clients_revoked_total", "Connections ended by a reload that took their user out of the password file.",
+		func(s *stats) uint64 { return s.clientsRevoked.Load() })
 	counter("subscriptions_refused_total", "Subscriptions refused by a limit: limits.max_filter_length, max_subscriptions_per_client, "+
 		"max_subscription_bytes_per_client, max_subscription_bytes_total, max_overlapping_subscriptions, or memory pressure.",
 		func(s *stats) uint64 { return s.subscriptionsRefused.Load() })

@@ -41,6 +41,12 @@ type client struct {
 	// (expiryWheel), guarded by the wheel's lock: a client coming back is
 	// taken out without scanning the slot.
 	expiryPos int32
+	// passwdStamp is the stamp of the password-file entry the latest
+	// connection logged in with (passwd.Authenticator.Entry), 0 when it
+	// did not use the password file: a reload that deletes or changes the
+	// entry ends the connection (revokeDeleted) and refuses its will. In
+	// the padding after expiryPos.
+	passwdStamp uint32
 	// handler is set for an inline subscriber (Server.Subscribe), which
 	// has no session or connection.
 	handler Handler
@@ -69,7 +75,7 @@ func (cl *client) owner() string {
 // when a new session is needed and the broker already holds
 // limits.max_sessions, or attachOtherUser when the session is another
 // user's and other_user_session is refuse.
-func (s *Server) attach(c *conn, cp *packets.Connect, clean bool) attachResult {
+func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) attachResult {
 	id := c.info.ClientID
 	persistent := c.expiry > 0
 	s.mu.Lock()
@@ -99,7 +105,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool) attachResult {
 	var dropped []string
 	// A will waiting for its delay: the session ends here (published) or
 	// the client is back in time (dropped) [MQTT-3.1.3-9].
-	var endedWill *session.Message
+	var endedWill leftWill
 	resumedWill := false // a will waiting for its delay is dropped: the client is back
 	if clean || old == nil || old.clean {
 		if old != nil {
@@ -111,7 +117,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool) attachResult {
 		s.stats.sessions.Add(1)
 		present = false
 	} else {
-		resumedWill = s.takeWillLocked(old) != nil
+		resumedWill = s.takeWillLocked(old).msg != nil
 	}
 	s.stats.sessionsOnline.Add(1)
 	cl.who.Store(c.info) // not changed after CONNECT
@@ -124,7 +130,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool) attachResult {
 	c.cl = cl
 	// The bit is reserved in 3.1, which has no session present.
 	c.send(&packets.Connack{SessionPresent: present && c.version != packets.V31, Properties: s.connackProperties(c, cp)})
-	cl.conn, cl.clean = c, !persistent
+	cl.conn, cl.clean, cl.passwdStamp = c, !persistent, stamp
 	cl.sess.SetReceiveMaximum(int(cp.Properties.ReceiveMaximum))
 	cl.sess.Resume() // pump sends the window again, as the outbox has room
 	cl.mu.Unlock()

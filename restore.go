@@ -55,7 +55,7 @@ func (s *Server) restore() error {
 		s.stats.retained.Add(1)
 		s.stats.retainedBytes.Add(int64(m.Size()))
 	}
-	var wills []*session.Message // of sessions that ended while the broker was down
+	var wills []leftWill // of sessions that ended while the broker was down
 	restored := 0
 	for i := range snap.Sessions {
 		ss := &snap.Sessions[i]
@@ -67,13 +67,12 @@ func (s *Server) restore() error {
 		if at <= now.UnixNano() {
 			gone.DeleteSession(id)
 			if ss.Will != nil {
-				wills = append(wills, restoredMessage(&ss.Will.Message))
+				wills = append(wills, s.restoredWill(ss))
 			}
 			continue
 		}
 		cl := &client{id: id, sess: session.New(id, s.sessLim), stored: true}
-		cl.who.Store(&auth.ClientInfo{ClientID: id, Username: ss.Session.Username, ProtocolVersion: ss.Session.Version,
-			Listener: ss.Session.Listener})
+		cl.who.Store(restoredWho(ss))
 		cl.sess.SetExpireAt(at)
 		for _, sub := range ss.Subscriptions {
 			isNew, err := s.subs.Subscribe(sub.Filter, cl, subOptsOf(sub))
@@ -111,7 +110,7 @@ func (s *Server) restore() error {
 		s.accountQueueLocked(cl)
 		s.expiry.schedule(cl, at)
 		if ss.Will != nil {
-			s.delayWillLocked(cl, restoredMessage(&ss.Will.Message), time.Duration(max(ss.Will.At-now.UnixNano(), 0)), at)
+			s.delayWillLocked(cl, s.restoredWill(ss), time.Duration(max(ss.Will.At-now.UnixNano(), 0)), at)
 		}
 		restored++
 	}
@@ -131,6 +130,27 @@ func (s *Server) restore() error {
 }
 
 // restoredMessage is a message as the store gave it back.
+// restoredWho is a restored session's client as the Authorizer knows it.
+func restoredWho(ss *persistence.SessionState) *auth.ClientInfo {
+	return &auth.ClientInfo{ClientID: ss.Session.ID, Username: ss.Session.Username, ProtocolVersion: ss.Session.Version,
+		Listener: ss.Session.Listener}
+}
+
+// restoredWill is a restored session's will, asked about again when it
+// is published. Whether the client logged in with the password file, and
+// with which entry, is not stored: a user with a username did, unless the
+// program decides logins (an Authenticator, enhanced methods) or the
+// listener names clients by certificate (willRefused asks the gate); the
+// will is published only if the file still has the user, whatever its
+// entry now.
+func (s *Server) restoredWill(ss *persistence.SessionState) leftWill {
+	w := leftWill{msg: restoredMessage(&ss.Will.Message), who: restoredWho(ss)}
+	if ss.Session.Username != "" && s.opts.Authenticator == nil && len(s.methods) == 0 {
+		w.passwdStamp = stampUnknown
+	}
+	return w
+}
+
 func restoredMessage(pm *persistence.Message) *session.Message {
 	m := newMessage(pm.Topic, pm.Payload, pm.QoS, pm.Retain, &pm.Properties, pm.Origin)
 	m.Expiry = pm.Expiry

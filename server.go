@@ -86,6 +86,10 @@ type Server struct {
 	readCheck bool
 	authFiles *authFiles
 	loginLog  burstLimit
+	logins    *loginLimiter // refused logins by source (authlimit.go)
+	// closeLog limits the lines of connections closed before CONNECT
+	// completed, which one client can produce as fast as it connects.
+	closeLog burstLimit
 
 	stats        stats
 	queueBudget  session.QueueBudget // the bytes of all session queues
@@ -93,6 +97,7 @@ type Server struct {
 	rejectWarned atomic.Int64 // unix nanos of the last rejected-connection warning
 	retainWarned atomic.Int64 // unix nanos of the last retained-store-full warning
 	storeWarned  atomic.Int64 // unix nanos of the last store-error warning
+	willWarned   atomic.Int64 // unix nanos of the last will-refused line
 	storeHealth  storeHealth  // whether the store takes writes (Ready)
 
 	// dur is the store's side of the broker (durable.go); nil when
@@ -154,6 +159,7 @@ func New(opts Options) (*Server, error) {
 		done:    make(chan struct{}),
 		failed:  make(chan error, 1),
 	}
+	s.logins = newLoginLimiter(o.Auth, &s.stats)
 	lim := o.Limits
 	s.lim.Store(&lim)
 	s.decode.MaxUserProperties = o.Limits.MaxUserProperties + 1

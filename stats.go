@@ -38,10 +38,21 @@ type stats struct {
 	// authFailures counts refused logins; readDenied, messages not
 	// delivered to a client the Authorizer did not let read their topic;
 	// subsRevoked, subscriptions a reload's rules took away.
-	authFailures    atomic.Uint64
-	readDenied      atomic.Uint64
-	subsRevoked     atomic.Uint64
-	willsPublished  atomic.Uint64
+	authFailures   atomic.Uint64
+	readDenied     atomic.Uint64
+	subsRevoked    atomic.Uint64
+	willsPublished atomic.Uint64
+	// willsRefused counts wills not published: the user was revoked, or
+	// the rules no longer grant the topic; clientsRevoked, connections
+	// a reload's password files ended.
+	willsRefused   atomic.Uint64
+	clientsRevoked atomic.Uint64
+	// loginsLimited counts logins refused unchecked for an empty bucket;
+	// loginSources, the sources with a bucket; loginEvicted, those
+	// forgotten before their bucket refilled (authlimit.go).
+	loginsLimited   atomic.Uint64
+	loginSources    atomic.Int64
+	loginEvicted    atomic.Uint64
 	retainedRefused atomic.Uint64 // retained messages the store had no room for
 	// subscriptions that matched more retained messages than were sent
 	retainedTruncated atomic.Uint64
@@ -163,6 +174,16 @@ type Stats struct {
 	// reloaded rules no longer grant them.
 	SubscriptionsRevoked uint64
 	WillsPublished       uint64
+	// WillsRefused counts wills not published because, asked again at
+	// publication, the password file no longer had the user or the
+	// Authorizer no longer granted the topic.
+	WillsRefused uint64
+	// ClientsRevoked counts connections ended by a reload that took the
+	// user out of the password file.
+	ClientsRevoked uint64
+	// LoginsRateLimited counts logins refused without a check because
+	// their source had auth.login_burst refused logins in a row.
+	LoginsRateLimited uint64
 	// WillsDelayed is the wills waiting for their Will Delay Interval.
 	WillsDelayed    int64
 	RetainedRefused uint64 // retained messages the store had no room for
@@ -237,6 +258,9 @@ func (s *Server) Stats() Stats {
 		ReadDenied:            st.readDenied.Load(),
 		SubscriptionsRevoked:  st.subsRevoked.Load(),
 		WillsPublished:        st.willsPublished.Load(),
+		WillsRefused:          st.willsRefused.Load(),
+		ClientsRevoked:        st.clientsRevoked.Load(),
+		LoginsRateLimited:     st.loginsLimited.Load(),
 		WillsDelayed:          st.willsDelayed.Load(),
 		RetainedRefused:       st.retainedRefused.Load(),
 		RetainedTruncated:     st.retainedTruncated.Load(),

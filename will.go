@@ -3,6 +3,7 @@ package mqttd
 import (
 	"time"
 
+	"mqttd/auth"
 	"mqttd/packets"
 	"mqttd/persistence"
 	"mqttd/session"
@@ -16,26 +17,39 @@ import (
 // and goes on with never publishes the old connection's will: the client
 // is back.
 
+// leftWill is a will with the client that left it, asked about again when
+// it is published: a reload may have taken the user out of the password
+// file, or the will's topic out of its rules, since the CONNECT.
+type leftWill struct {
+	msg *session.Message
+	who *auth.ClientInfo
+	// passwdStamp: the client logged in with the entry of its
+	// listener's password file with this stamp, which must still be
+	// there unchanged (0: it did not use the password file).
+	passwdStamp uint32
+}
+
 // delayedWill is a will waiting for its Will Delay Interval. A timer each
 // is fine: only clients that went away abnormally with a delay have one,
 // at most one per session; none when the session ends first.
 type delayedWill struct {
-	msg   *session.Message
+	leftWill
 	timer *time.Timer
 }
 
 // settleWill decides, once the connection's session was released
 // (cleanup, after detach), what becomes of its will.
 func (c *conn) settleWill() {
-	will := c.will
+	will := leftWill{msg: c.will, who: c.info}
 	c.will = nil // the idle wheel may hold the closed connection a while
 	s := c.srv
-	if will == nil || c.graceful || s.closing.Load() {
+	if will.msg == nil || c.graceful || s.closing.Load() {
 		return
 	}
 	cl := c.cl
 	s.mu.Lock()
 	cl.mu.Lock()
+	will.passwdStamp = cl.passwdStamp
 	ended := cl.dropped || s.clients[cl.id] != cl
 	resumed := !ended && cl.conn != nil
 	at := cl.sess.ExpireAt()
@@ -54,7 +68,7 @@ func (c *conn) settleWill() {
 		cl.mu.Lock()
 		if cl.stored {
 			s.dur.oneLocked(persistence.Op{Kind: persistence.OpPutWill, SessionID: cl.id,
-				Will: &persistence.Will{Message: *s.dur.stored(will), At: time.Now().Add(delay).UnixNano()}}, nil)
+				Will: &persistence.Will{Message: *s.dur.stored(will.msg), At: time.Now().Add(delay).UnixNano()}}, nil)
 		}
 		cl.mu.Unlock()
 	}
@@ -66,8 +80,8 @@ func (c *conn) settleWill() {
 // session ends first, at at (unix nanos; 0: never): it is then published
 // as the session ends (expireSession), and needs no timer. The caller
 // holds s.mu.
-func (s *Server) delayWillLocked(cl *client, will *session.Message, delay time.Duration, at int64) {
-	dw := &delayedWill{msg: will}
+func (s *Server) delayWillLocked(cl *client, will leftWill, delay time.Duration, at int64) {
+	dw := &delayedWill{leftWill: will}
 	s.wills[cl] = dw
 	s.stats.willsDelayed.Add(1)
 	if at == 0 || time.Now().Add(delay).UnixNano() < at {
@@ -91,24 +105,24 @@ func (s *Server) fireWill(cl *client, dw *delayedWill) {
 	}
 	cl.mu.Unlock()
 	s.mu.Unlock()
-	s.publishWill(dw.msg)
+	s.publishWill(dw.leftWill)
 }
 
 // takeWillLocked takes cl's delayed will out, stopping its timer, and
 // returns it: the caller publishes it when the session ends (once it
 // has released s.mu) or drops it when the client is back. The caller
 // holds s.mu.
-func (s *Server) takeWillLocked(cl *client) *session.Message {
+func (s *Server) takeWillLocked(cl *client) leftWill {
 	dw, ok := s.wills[cl]
 	if !ok {
-		return nil
+		return leftWill{}
 	}
 	if dw.timer != nil {
 		dw.timer.Stop()
 	}
 	delete(s.wills, cl)
 	s.stats.willsDelayed.Add(-1)
-	return dw.msg
+	return dw.leftWill
 }
 
 // dropWillsLocked forgets every delayed will at Shutdown: wills are not
@@ -120,9 +134,19 @@ func (s *Server) dropWillsLocked() {
 	}
 }
 
-// publishWill publishes a will; its Message Expiry Interval starts now.
-func (s *Server) publishWill(will *session.Message) {
+// publishWill publishes a will, if the client that left it may still
+// publish it; its Message Expiry Interval starts now.
+func (s *Server) publishWill(w leftWill) {
+	will := w.msg
 	if will == nil {
+		return
+	}
+	if why := s.willRefused(w); why != "" {
+		s.stats.willsRefused.Add(1)
+		if !rateLimited(&s.willWarned) {
+			s.log.Info().Str("client_id", will.Origin).Str("username", w.who.Username).Str("topic", will.Topic).
+				Msg("will not published: " + why + " (logged at most every 10 s; mqttd_wills_refused_total counts them all)")
+		}
 		return
 	}
 	if props := will.Properties; props != nil && props.Has(packets.PropMessageExpiry) {
@@ -132,4 +156,24 @@ func (s *Server) publishWill(will *session.Message) {
 	s.log.Info().Str("client_id", will.Origin).Str("topic", will.Topic).Uint8("qos", will.QoS).Bool("retain", will.Retain).
 		Msg("will published")
 	s.publish(will, nil)
+}
+
+// willRefused says why a will may no longer be published, or "" when it
+// may: it was authorized at CONNECT, but a reload since may have taken
+// the user out of the password file (a revoked credential publishes
+// nothing, its will included) or the topic out of the user's rules.
+func (s *Server) willRefused(w leftWill) string {
+	if w.who == nil {
+		return ""
+	}
+	if w.passwdStamp != 0 {
+		if g := s.gateOf(w.who.Listener); g.passwd != nil && !g.identity && !sameEntry(g.passwd, w.who.Username, w.passwdStamp) {
+			return "the user's password file entry was deleted or changed"
+		}
+	}
+	m := w.msg
+	if isSys(m.Topic) || !s.authz.Authorize(*w.who, auth.Request{Action: auth.Will, Topic: m.Topic, QoS: m.QoS, Retain: m.Retain}) {
+		return "the rules no longer let the client write the will's topic"
+	}
+	return ""
 }

@@ -1,8 +1,10 @@
 package listeners
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -21,6 +23,12 @@ type TLSConfig struct {
 	// ClientCAFile (mutual TLS); without it a certificate is verified
 	// when a client offers one.
 	RequireClientCert bool
+	// CRLFile is a certificate revocation list (PEM or DER) issued by
+	// one of the ClientCAFile CAs, Mosquitto's crlfile: a client
+	// certificate it lists is refused at the handshake. Read again by
+	// Reload; a list whose next update has passed still applies (it is
+	// not a reason to refuse everyone). Empty: no list.
+	CRLFile string
 	// MinVersion is tls.VersionTLS12 (the default, for 0) or
 	// tls.VersionTLS13; older versions are refused.
 	MinVersion uint16
@@ -83,11 +91,77 @@ func (cs *certStore) load() (*tls.Config, error) {
 		}
 		conf.ClientCAs = pool
 		conf.ClientAuth = tls.VerifyClientCertIfGiven
+		if c.CRLFile != "" {
+			revoked, err := loadCRL(c.CRLFile, pem)
+			if err != nil {
+				return nil, err
+			}
+			conf.VerifyConnection = revoked.check
+		}
+	} else if c.CRLFile != "" {
+		return nil, fmt.Errorf("CRL %s: no client CA to check it with", c.CRLFile)
 	}
 	if c.RequireClientCert {
 		conf.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return conf, nil
+}
+
+// revokedSerials are the certificates a CRL lists, by serial number, and
+// the issuer that signed the list.
+type revokedSerials struct {
+	issuer  []byte // the issuer's raw subject
+	serials map[string]bool
+}
+
+// loadCRL reads the CRL at path, PEM or DER, and checks that one of the
+// CAs in caPEM signed it: a list anyone could write would let them
+// refuse any device.
+func loadCRL(path string, caPEM []byte) (*revokedSerials, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("CRL: %w", err)
+	}
+	if b, _ := pem.Decode(data); b != nil {
+		if b.Type != "X509 CRL" {
+			return nil, fmt.Errorf("CRL %s: PEM block %q, want X509 CRL", path, b.Type)
+		}
+		data = b.Bytes
+	}
+	crl, err := x509.ParseRevocationList(data)
+	if err != nil {
+		return nil, fmt.Errorf("CRL %s: %w", path, err)
+	}
+	signed := false
+	for rest := caPEM; len(rest) > 0 && !signed; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			break
+		}
+		ca, err := x509.ParseCertificate(b.Bytes)
+		signed = err == nil && crl.CheckSignatureFrom(ca) == nil
+	}
+	if !signed {
+		return nil, fmt.Errorf("CRL %s: not signed by a CA of the client CA file", path)
+	}
+	r := &revokedSerials{issuer: crl.RawIssuer, serials: map[string]bool{}}
+	for _, e := range crl.RevokedCertificateEntries {
+		r.serials[e.SerialNumber.String()] = true
+	}
+	return r, nil
+}
+
+// check refuses a handshake whose verified client certificate, or an
+// intermediate under the CRL's issuer, the list revokes.
+func (r *revokedSerials) check(cs tls.ConnectionState) error {
+	for _, chain := range cs.VerifiedChains {
+		for _, cert := range chain {
+			if bytes.Equal(cert.RawIssuer, r.issuer) && r.serials[cert.SerialNumber.String()] {
+				return fmt.Errorf("client certificate %q (serial %s) is revoked by the CRL", cert.Subject.CommonName, cert.SerialNumber)
+			}
+		}
+	}
+	return nil
 }
 
 // reload swaps in the files as they are now, or keeps the current

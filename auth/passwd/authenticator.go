@@ -1,6 +1,8 @@
 package passwd
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"runtime"
@@ -30,7 +32,8 @@ type Options struct {
 	MaxQueue int
 	// FailureDelay is the wait before checking a client whose address
 	// failed to log in once; it doubles with each further failure up to
-	// MaxFailureDelay (defaults 100ms and 5s). A success clears it.
+	// MaxFailureDelay (defaults 100ms and 5s). A success takes back one
+	// failure.
 	FailureDelay, MaxFailureDelay time.Duration
 	// MaxAddresses bounds how many addresses' failures are remembered
 	// (default 10,000); failures older than ForgetAfter (default 10m)
@@ -123,20 +126,59 @@ func (a *Authenticator) Reload() error {
 	if err != nil {
 		return err
 	}
-	// The dummy costs as much as the dearest entry, so an unknown user is
-	// never cheaper to try than a known one.
-	dummy, err := NewHash([]byte("dummy"))
+	dummy, err := dummyFor(users)
 	if err != nil {
 		return err
-	}
-	for _, h := range users {
-		if h.pbkdf2 && h.iterations > dummy.iterations {
-			dummy.iterations = h.iterations
-		}
 	}
 	a.table.Store(&table{users: users, dummy: dummy})
 	return nil
 }
+
+// dummyFor makes the hash unknown users are checked against: one like
+// the dearest entry of users (its kind, iterations and salt length, so
+// the same work), with a random salt and a sum no password gives, so
+// that an unknown user costs what the slowest known one does and no
+// name can be told from an unknown one by being slower. Entries cheaper
+// than it ($6$ ones) still answer faster: Legacy lists them.
+func dummyFor(users Users) (Hash, error) {
+	dearest := Hash{pbkdf2: true, iterations: DefaultIterations, salt: make([]byte, saltLen)}
+	if len(users) > 0 {
+		dearest = Hash{}
+		for _, h := range users {
+			if h.dearerThan(dearest) {
+				dearest = h
+			}
+		}
+	}
+	d := Hash{pbkdf2: dearest.pbkdf2, iterations: dearest.iterations, salt: make([]byte, len(dearest.salt)),
+		sum: make([]byte, sumLen)}
+	if _, err := rand.Read(d.salt); err != nil {
+		return Hash{}, err
+	}
+	if _, err := rand.Read(d.sum); err != nil {
+		return Hash{}, err
+	}
+	return d, nil
+}
+
+// dearerThan reports whether checking h costs more than checking o:
+// PBKDF2 over one SHA-512, then more iterations, then a longer salt.
+func (h Hash) dearerThan(o Hash) bool {
+	if h.pbkdf2 != o.pbkdf2 {
+		return h.pbkdf2
+	}
+	if h.iterations != o.iterations {
+		return h.iterations > o.iterations
+	}
+	return len(h.salt) > len(o.salt)
+}
+
+// Legacy returns, sorted, the users whose entries are $6$ (one salted
+// SHA-512, as Mosquitto before 2.0 wrote them): cheaper to guess
+// offline, and, in a file that also has $7$ entries, quicker to check
+// than an unknown user, so that their names can be told apart by timing.
+// Setting their passwords again (mqttd passwd) makes them $7$.
+func (a *Authenticator) Legacy() []string { return a.table.Load().users.Legacy() }
 
 // Authenticate checks the client's user name and password. A client
 // without a user name gets ErrAnonymous; a wrong password or unknown user
@@ -144,9 +186,17 @@ func (a *Authenticator) Reload() error {
 // failed recently first waits (Options.FailureDelay), on its own
 // goroutine, not on a worker.
 func (a *Authenticator) Authenticate(c auth.ClientInfo, password []byte) error {
+	_, err := a.AuthenticateEntry(c, password)
+	return err
+}
+
+// AuthenticateEntry is Authenticate that also returns, on success, the
+// stamp of the entry the password matched (as Entry reports it), so a
+// reload that changes or deletes it can be told from one that does not.
+func (a *Authenticator) AuthenticateEntry(c auth.ClientInfo, password []byte) (stamp uint32, err error) {
 	if c.Username == "" {
 		a.anonymous.Add(1)
-		return ErrAnonymous
+		return 0, ErrAnonymous
 	}
 	addr := host(c.Remote)
 	// Clients without an address (in-process ones) are not slowed: under
@@ -156,14 +206,14 @@ func (a *Authenticator) Authenticate(c auth.ClientInfo, password []byte) error {
 		t := time.NewTimer(d)
 		<-t.C
 	}
-	ok, known, err := a.check(c.Username, password)
+	h, ok, known, err := a.check(c.Username, password)
 	switch {
 	case err != nil:
 		a.busy.Add(1)
 	case ok:
 		a.accepted.Add(1)
 		a.forget(addr)
-		return nil
+		return h.stamp(), nil
 	default:
 		a.failed.Add(1)
 		if !known {
@@ -177,28 +227,51 @@ func (a *Authenticator) Authenticate(c auth.ClientInfo, password []byte) error {
 	if a.opts.OnFailure != nil {
 		a.opts.OnFailure(c, err)
 	}
-	return err
+	return 0, err
 }
 
-// check runs one hash check on a worker.
-func (a *Authenticator) check(user string, password []byte) (ok, known bool, err error) {
+// check runs one hash check on a worker; h is the entry checked.
+func (a *Authenticator) check(user string, password []byte) (h Hash, ok, known bool, err error) {
 	if a.waiting.Add(1) > int64(a.opts.MaxQueue+a.opts.Workers) {
 		a.waiting.Add(-1)
-		return false, false, ErrBusy
+		return Hash{}, false, false, ErrBusy
 	}
 	a.workers <- struct{}{}
 	defer func() {
 		<-a.workers
 		a.waiting.Add(-1)
 	}()
-	t := a.table.Load()
-	h, known := t.users[user]
-	if !known {
-		h = t.dummy
-	}
+	h, known = a.table.Load().entry(user)
 	// Verify runs for unknown users too; known gates the result after.
 	ok = h.Verify(password)
-	return ok && known, known, nil
+	return h, ok && known, known, nil
+}
+
+// entry is the hash a login as user is checked against: the user's, or
+// for an unknown user the dummy.
+func (t *table) entry(user string) (Hash, bool) {
+	if h, ok := t.users[user]; ok {
+		return h, true
+	}
+	return t.dummy, false
+}
+
+// Entry reports whether the file, as last loaded, has an entry for user,
+// and a stamp of it (never 0) that changes when the entry does: the
+// broker asks after a reload whether a connected user is still there
+// with the password it logged in with.
+func (a *Authenticator) Entry(user string) (stamp uint32, ok bool) {
+	h, ok := a.table.Load().users[user]
+	return h.stamp(), ok
+}
+
+// stamp is a 32-bit digest of the entry's salted sum (random per entry),
+// never 0.
+func (h Hash) stamp() uint32 {
+	if len(h.sum) < 4 {
+		return 1
+	}
+	return max(binary.BigEndian.Uint32(h.sum), 1)
 }
 
 // Stats returns the counters.
@@ -268,8 +341,19 @@ func (a *Authenticator) sweepLocked(now time.Time) {
 	}
 }
 
+// forget takes one failure of addr back after a success: only one, so
+// that a client with an account of its own cannot clear its address's
+// delay by logging in between guesses.
 func (a *Authenticator) forget(addr string) {
 	a.failMu.Lock()
-	delete(a.failures, addr)
-	a.failMu.Unlock()
+	defer a.failMu.Unlock()
+	f, ok := a.failures[addr]
+	switch {
+	case !ok:
+	case f.count <= 1:
+		delete(a.failures, addr)
+	default:
+		f.count--
+		a.failures[addr] = f
+	}
 }

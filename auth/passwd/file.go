@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -69,6 +70,18 @@ func Parse(r io.Reader, name string) (Users, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return users, nil
+}
+
+// Legacy returns, sorted, the users whose entries are $6$ (Hash.Legacy).
+func (u Users) Legacy() []string {
+	var out []string
+	for name, h := range u {
+		if h.Legacy() {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Load reads the password file at path.

@@ -97,6 +97,10 @@ func ParseHash(s string) (Hash, error) {
 	return h, nil
 }
 
+// Legacy reports a $6$ entry: one salted SHA-512, as Mosquitto before 2.0
+// wrote them. It cannot be made $7$ without the password.
+func (h Hash) Legacy() bool { return !h.pbkdf2 }
+
 // String is the hash as written in a file.
 func (h Hash) String() string {
 	salt, sum := base64.StdEncoding.EncodeToString(h.salt), base64.StdEncoding.EncodeToString(h.sum)

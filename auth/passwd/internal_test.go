@@ -105,3 +105,55 @@ func TestUnknownUserChecksADummyOfTheSameCost(t *testing.T) {
 		t.Fatalf("dummy has %d iterations, want the file's 1000", d.iterations)
 	}
 }
+
+// Entries of each kind and cost, for the dummy's tests: a $6$ one, a $7$
+// one as mosquitto_passwd writes it, and a dearer $7$ one with a 64-byte
+// salt.
+const (
+	legacyEntry = "$6$6cJdP4XOnU5ANGbe$7HJP/Nj6SQU/uM5mIhGGuoq80Sco+Nzbi/WbY0EgAxHPR2T1F1fyuLzj4FlHaebZvWQxYIqX+B09CrS2mbM4Mg=="
+	modernEntry = "$7$101$6cJdP4XOnU5ANGbe$7HJP/Nj6SQU/uM5mIhGGuoq80Sco+Nzbi/WbY0EgAxHPR2T1F1fyuLzj4FlHaebZvWQxYIqX+B09CrS2mbM4Mg=="
+	dearEntry   = "$7$2000$7HJP/Nj6SQU/uM5mIhGGuoq80Sco+Nzbi/WbY0EgAxHPR2T1F1fyuLzj4FlHaebZvWQxYIqX+B09CrS2mbM4Mg==$7HJP/Nj6SQU/uM5mIhGGuoq80Sco+Nzbi/WbY0EgAxHPR2T1F1fyuLzj4FlHaebZvWQxYIqX+B09CrS2mbM4Mg=="
+)
+
+// TestUnknownUserChecksTheDearestEntry checks that a login as an unknown
+// user is checked against a hash of the same kind, iteration count and
+// salt length as the dearest entry of the file, so it does the same
+// hashing work as the slowest known user: PBKDF2 with the most
+// iterations where there is one, a single SHA-512 in a file of $6$
+// entries only. It checks the work, not the time.
+func TestUnknownUserChecksTheDearestEntry(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		entries []string
+		want    string // the entry whose cost the dummy must have
+		legacy  string // the user with the $6$ entry
+	}{
+		{"legacy only", []string{legacyEntry}, legacyEntry, "user0"},
+		{"mixed", []string{legacyEntry, modernEntry}, modernEntry, "user0"},
+		{"dear", []string{modernEntry, dearEntry, legacyEntry}, dearEntry, "user2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "passwd")
+			var lines string
+			for i, e := range tc.entries {
+				lines += "user" + strconv.Itoa(i) + ":" + e + "\n"
+			}
+			if err := os.WriteFile(path, []byte(lines), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			a, err := New(path, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := ParseHash(tc.want)
+			got, known := a.table.Load().entry("nobody")
+			if known || got.pbkdf2 != want.pbkdf2 || got.iterations != want.iterations || len(got.salt) != len(want.salt) {
+				t.Errorf("unknown user checked against pbkdf2=%v iterations=%d salt=%d bytes; want %v, %d, %d (%s)",
+					got.pbkdf2, got.iterations, len(got.salt), want.pbkdf2, want.iterations, len(want.salt), tc.want[:8])
+			}
+			if legacy := a.Legacy(); len(legacy) != 1 || legacy[0] != tc.legacy {
+				t.Errorf("Legacy() = %v, want [%s]", legacy, tc.legacy)
+			}
+		})
+	}
+}

@@ -86,7 +86,7 @@ type cliFlags struct {
 	metricsAddr string
 	version     bool
 	// The keys of the tls:// and wss:// listeners given with --listen.
-	tlsCert, tlsKey, tlsClientCA string
+	tlsCert, tlsKey, tlsClientCA, tlsCRL string
 	// auth, over the config's auth block.
 	passwordFile, aclFile, allowAnonymous string
 	// The metrics address's token and pprof, over the config's metrics block.
@@ -103,6 +103,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cl
 	fs.Var(&f.wsOrigins, "ws-allowed-origin", "browser `origin` (scheme://host[:port], or * for any page) let into every ws and wss listener, repeatable: for a dashboard served from another machine; pages from the listener's own host get in without it (env MQTTD_WS_ALLOWED_ORIGIN, comma-separated)")
 	fs.StringVar(&f.tlsCert, "tls-cert", getenv("MQTTD_TLS_CERT"), "certificate `file` (PEM) of the tls:// and wss:// listeners of --listen (env MQTTD_TLS_CERT)")
 	fs.StringVar(&f.tlsKey, "tls-key", getenv("MQTTD_TLS_KEY"), "private key `file` (PEM) of the tls:// and wss:// listeners of --listen (env MQTTD_TLS_KEY)")
+	fs.StringVar(&f.tlsCRL, "tls-crl", getenv("MQTTD_TLS_CRL"), "CRL `file` (PEM or DER) signed by --tls-client-ca: the client certificates it revokes are refused; read again on SIGHUP (env MQTTD_TLS_CRL)")
 	fs.StringVar(&f.tlsClientCA, "tls-client-ca", getenv("MQTTD_TLS_CLIENT_CA"), "CA `file` (PEM): the tls:// and wss:// listeners of --listen then require client certificates it signed (mutual TLS; env MQTTD_TLS_CLIENT_CA)")
 	fs.StringVar(&f.passwordFile, "password-file", getenv("MQTTD_PASSWORD_FILE"), "password `file` (mosquitto_passwd's format; see mqttd passwd): clients with a username must give its password (env MQTTD_PASSWORD_FILE)")
 	fs.StringVar(&f.aclFile, "acl-file", getenv("MQTTD_ACL_FILE"), "ACL `file` in Mosquitto's acl_file syntax: what each user may publish and read (env MQTTD_ACL_FILE)")
@@ -194,7 +195,7 @@ func loadConfig(f cliFlags) (config, error) {
 // parseListen turns a --listen value into a listener: scheme://address
 // for tcp, tls, ws and wss (ws and wss may add a path), unix:///path for
 // a unix socket; a bare host:port is tcp. tls and wss take their keys
-// from --tls-cert, --tls-key and --tls-client-ca.
+// from --tls-cert, --tls-key, --tls-client-ca and --tls-crl.
 func parseListen(v string, f cliFlags) (mqttd.ListenerConfig, error) {
 	scheme, rest, ok := strings.Cut(v, "://")
 	if !ok {
@@ -217,7 +218,7 @@ func parseListen(v string, f cliFlags) (mqttd.ListenerConfig, error) {
 	}
 	if scheme == "tls" || scheme == "wss" {
 		lc.CertFile, lc.KeyFile, lc.ClientCAFile = f.tlsCert, f.tlsKey, f.tlsClientCA
-		lc.RequireClientCert = f.tlsClientCA != ""
+		lc.RequireClientCert, lc.CRLFile = f.tlsClientCA != "", f.tlsCRL
 	}
 	return lc, nil
 }

@@ -22,10 +22,12 @@ func runPasswd(args []string, stdin io.Reader, stderr io.Writer) int {
 	create := flags.Bool("c", false, "create the file, replacing any that exists")
 	batch := flags.Bool("b", false, "take the password from the command line")
 	del := flags.Bool("D", false, "delete the user")
+	upgrade := flags.Bool("upgrade", false, "list the users whose entries are still $6$ (exit status 1 if any)")
 	flags.Usage = func() {
 		fmt.Fprint(stderr, "Usage: mqttd passwd [-c] FILE USER          (prompts for the password)\n"+
 			"       mqttd passwd [-c] -b FILE USER PASSWORD\n"+
-			"       mqttd passwd -D FILE USER\n\n"+
+			"       mqttd passwd -D FILE USER\n"+
+			"       mqttd passwd --upgrade FILE\n\n"+
 			"Writes Mosquitto-compatible password files (PBKDF2-SHA512, as mosquitto_passwd).\n\n")
 		flags.PrintDefaults()
 	}
@@ -34,6 +36,13 @@ func runPasswd(args []string, stdin io.Reader, stderr io.Writer) int {
 			return 0
 		}
 		return 2
+	}
+	if *upgrade {
+		if flags.NArg() != 1 || *create || *batch || *del {
+			flags.Usage()
+			return 2
+		}
+		return listLegacy(flags.Arg(0), stderr)
 	}
 	want := 2
 	if *batch {
@@ -64,6 +73,33 @@ func runPasswd(args []string, stdin io.Reader, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// listLegacy is "mqttd passwd --upgrade FILE". A $6$ entry cannot be
+// made $7$ without its password, which the file does not hold, and the
+// broker does not rewrite entries as users log in (the file is the
+// operator's, often read-only to the broker, as with Mosquitto): so it
+// lists the users still on $6$ and says how to upgrade each, with exit
+// status 1 while any remain, for scripts.
+func listLegacy(file string, out io.Writer) int {
+	users, err := passwd.Load(file)
+	if err != nil {
+		fmt.Fprintln(out, "mqttd passwd:", err)
+		return 1
+	}
+	legacy := users.Legacy()
+	if len(legacy) == 0 {
+		fmt.Fprintf(out, "%s: no $6$ entries: every user is PBKDF2-SHA512 ($7$)\n", file)
+		return 0
+	}
+	fmt.Fprintf(out, "%s: %d of %d users have $6$ entries (one salted SHA-512, from Mosquitto before 2.0):\n",
+		file, len(legacy), len(users))
+	for _, u := range legacy {
+		fmt.Fprintln(out, "  "+u)
+	}
+	fmt.Fprintf(out, "They cannot be converted without their passwords. Set each again, which writes it as $7$:\n"+
+		"  mqttd passwd %s USER\nthen send the broker SIGHUP.\n", file)
+	return 1
 }
 
 // promptPassword asks twice, without echo when stdin is a terminal, and

@@ -121,3 +121,26 @@ func TestPasswdPrompts(t *testing.T) {
 		t.Fatal("prompted password not written")
 	}
 }
+
+// TestPasswdUpgrade checks "mqttd passwd --upgrade FILE": it lists the
+// users whose entries are still $6$, with exit status 1, until each
+// password is set again, then reports none, with 0.
+func TestPasswdUpgrade(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "passwd")
+	runPasswdCmd(t, 0, "-c", "-b", path, "modern", "one")
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("old:$6$6cJdP4XOnU5ANGbe$7HJP/Nj6SQU/uM5mIhGGuoq80Sco+Nzbi/WbY0EgAxHPR2T1F1fyuLzj4FlHaebZvWQxYIqX+B09CrS2mbM4Mg==\n")
+	f.Close()
+	out := runPasswdCmd(t, 1, "--upgrade", path)
+	if !strings.Contains(out, "\n  old\n") || strings.Contains(out, "  modern") || !strings.Contains(out, "mqttd passwd "+path+" USER") {
+		t.Errorf("--upgrade listed:\n%s", out)
+	}
+	runPasswdCmd(t, 0, "-b", path, "old", "two")
+	if out := runPasswdCmd(t, 0, "--upgrade", path); !strings.Contains(out, "no $6$ entries") {
+		t.Errorf("--upgrade after setting the password:\n%s", out)
+	}
+	runPasswdCmd(t, 2, "--upgrade", "-b", path, "old", "x")
+}
