@@ -39,6 +39,7 @@ func (s *Server) restore() error {
 		}
 		m := restoredMessage(pm)
 		msgs[id] = m
+		delete(snap.Messages, id) // copied: the store's copy can go
 		return m
 	}
 	var gone persistence.Batch // what expired while the broker was down
@@ -113,6 +114,9 @@ func (s *Server) restore() error {
 			s.delayWillLocked(cl, s.restoredWill(ss), time.Duration(max(ss.Will.At-now.UnixNano(), 0)), at)
 		}
 		restored++
+		// Restored: what the store gave back of it can go, so that the
+		// peak is not the whole store twice over.
+		*ss = persistence.SessionState{}
 	}
 	if gone.Len() > 0 {
 		if err := d.store.Apply(&gone); err != nil {
@@ -129,7 +133,6 @@ func (s *Server) restore() error {
 	return nil
 }
 
-// restoredMessage is a message as the store gave it back.
 // restoredWho is a restored session's client as the Authorizer knows it.
 func restoredWho(ss *persistence.SessionState) *auth.ClientInfo {
 	return &auth.ClientInfo{ClientID: ss.Session.ID, Username: ss.Session.Username, ProtocolVersion: ss.Session.Version,
@@ -151,6 +154,7 @@ func (s *Server) restoredWill(ss *persistence.SessionState) leftWill {
 	return w
 }
 
+// restoredMessage is a message as the store gave it back.
 func restoredMessage(pm *persistence.Message) *session.Message {
 	m := newMessage(pm.Topic, pm.Payload, pm.QoS, pm.Retain, &pm.Properties, pm.Origin)
 	m.Expiry = pm.Expiry
