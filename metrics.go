@@ -110,6 +110,8 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 		func(s *stats) uint64 { return s.retainedRefused.Load() })
 	counter("retained_sends_truncated_total", "Subscriptions whose retained messages were not all sent: "+
 		"one SUBSCRIBE is sent at most limits.max_inflight + limits.max_queued.", func(s *stats) uint64 { return s.retainedTruncated.Load() })
+	counter("retained_sends_limited_total", "Subscriptions whose retained messages were not all sent: the client had been sent "+
+		"a session's worth within limits.retained_send_refill.", func(s *stats) uint64 { return s.retainedLimited.Load() })
 	counter("store_commits_total", "Transactions (each one fsync at durability sync) the store applied.",
 		func(s *stats) uint64 { return s.storeCommits.Load() })
 	counter("store_operations_total", "Operations (messages, session entries, deletes) in the store's transactions.",
