@@ -621,9 +621,12 @@ func (s *Store) applyChunk(from, end int64) error {
 	if err != nil {
 		return err
 	}
-	if size := walRecordHeader + int64(binary.LittleEndian.Uint32(buf[0:4])); n >= walRecordHeader && size > n && size <= end-from {
-		if buf, err = w.read(from, size); err != nil {
-			return err
+	if n >= walRecordHeader {
+		// A first record longer than the chunk is read whole.
+		if size := walRecordHeader + int64(binary.LittleEndian.Uint32(buf[0:4])); size > n && size <= end-from {
+			if buf, err = w.read(from, size); err != nil {
+				return err
+			}
 		}
 	}
 	var recs [][]byte
