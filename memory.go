@@ -37,18 +37,19 @@ func DefaultMaxMemory() int64 {
 
 // DeriveFromMemory returns the limits whose defaults are shares of a
 // memory budget of m bytes: half for messages queued for sessions, a
-// thirty-second for the retained store (a retained byte costs about two
-// in RSS while it arrives: the reader's garbage and the collector's
-// headroom; at a sixteenth, 200 retained messages of 1 MiB grew the
-// mqttd command by 69-87 MB on a 512 MiB budget, at a thirty-second by
-// 44-50 MB), a sixteenth each for bytes waiting to be written to
-// connections and for packets arriving, and connections and sessions at
-// about 8 KiB and 4 KiB each (at most 50,000 and 100,000).
+// sixty-fourth for the retained store (while retained messages arrive
+// through the store, a retained byte costs about three of RSS: the
+// reader's garbage, the collector's headroom, the pages bbolt rewrites;
+// 200 retained messages of 1 MiB grew the mqttd command by 69-87 MB on a
+// 512 MiB budget at a sixteenth, by 47-65 MB at a thirty-second and by
+// 29-35 MB at a sixty-fourth), a sixteenth each for bytes waiting to be
+// written to connections and for packets arriving, and connections and
+// sessions at about 8 KiB and 4 KiB each (at most 50,000 and 100,000).
 func DeriveFromMemory(m int64) Limits {
 	return Limits{
 		MaxMemory:             m,
 		MaxQueuedBytesTotal:   m / 2,
-		MaxRetainedBytes:      m / 32,
+		MaxRetainedBytes:      m / 64,
 		MaxOutboxBytesTotal:   m / 16,
 		MaxIncomingBytesTotal: m / 16,
 		MaxConnections:        int(min(max(m>>13, 16), DefaultMaxConnections)),
