@@ -164,7 +164,8 @@ type Stats struct {
 	RetainedRefused uint64 // retained messages the store had no room for
 	// RetainedTruncated counts subscriptions whose retained messages
 	// were not all sent: one SUBSCRIBE is sent at most what the session
-	// can hold (limits.max_inflight + limits.max_queued).
+	// can hold (limits.max_inflight + limits.max_queued messages,
+	// limits.max_queued_bytes bytes).
 	RetainedTruncated     uint64
 	RetainedSendsLimited  uint64 // likewise, the client was sent a session's worth within limits.retained_send_refill
 	SessionsExpired       uint64 // sessions dropped after their expiry interval offline

@@ -201,7 +201,8 @@ func (c *conn) retainedCut(filter string, a *retainedAllowance) {
 		if !rateLimited(&s.retainSendWarned) {
 			c.fields(s.log.Warn()).Str("filter", filter).Int("limit", s.opts.Limits.MaxInflight+s.opts.Limits.MaxQueued).
 				Msg("retained messages not all sent: a SUBSCRIBE matched more than the session can hold (limits.max_inflight + " +
-					"limits.max_queued); logged at most every 10 s, mqttd_retained_sends_truncated_total counts them")
+					"limits.max_queued messages, limits.max_queued_bytes bytes); logged at most every 10 s, " +
+					"mqttd_retained_sends_truncated_total counts them")
 		}
 		return
 	}
