@@ -35,21 +35,25 @@ func DefaultMaxMemory() int64 {
 	return min(max(mem/4, minDefaultMemory), maxDefaultMemory)
 }
 
+// retainedShare is the share of the memory budget the retained store
+// takes by default, 1/64. While retained messages arrive through the
+// store, a retained byte costs about three of RSS (the reader's garbage,
+// the collector's headroom, the pages bbolt rewrites): 200 retained
+// messages of 1 MiB grew the mqttd command by 69-87 MB on a 512 MiB budget
+// at 1/16, by 47-65 MB at 1/32 and by 28-37 MB at 1/64
+// (TestBinaryRetainedRSS).
+const retainedShare = 64
+
 // DeriveFromMemory returns the limits whose defaults are shares of a
 // memory budget of m bytes: half for messages queued for sessions, a
-// sixty-fourth for the retained store (while retained messages arrive
-// through the store, a retained byte costs about three of RSS: the
-// reader's garbage, the collector's headroom, the pages bbolt rewrites;
-// 200 retained messages of 1 MiB grew the mqttd command by 69-87 MB on a
-// 512 MiB budget at a sixteenth, by 47-65 MB at a thirty-second and by
-// 29-35 MB at a sixty-fourth), a sixteenth each for bytes waiting to be
-// written to connections and for packets arriving, and connections and
-// sessions at about 8 KiB and 4 KiB each (at most 50,000 and 100,000).
+// sixty-fourth for the retained store, a sixteenth each for bytes waiting
+// to be written to connections and for packets arriving, and connections and sessions
+// at about 8 KiB and 4 KiB each (at most 50,000 and 100,000).
 func DeriveFromMemory(m int64) Limits {
 	return Limits{
 		MaxMemory:             m,
 		MaxQueuedBytesTotal:   m / 2,
-		MaxRetainedBytes:      m / 64,
+		MaxRetainedBytes:      m / retainedShare,
 		MaxOutboxBytesTotal:   m / 16,
 		MaxIncomingBytesTotal: m / 16,
 		MaxConnections:        int(min(max(m>>13, 16), DefaultMaxConnections)),
