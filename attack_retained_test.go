@@ -187,12 +187,12 @@ func TestAttackRetainedResubscribe(t *testing.T) {
 }
 
 // TestAttackRetainedResubscribeLarge: the loop against retained messages
-// of 1 MiB, as many as the store takes at the default limits (the same
-// attack as with the 200 of TestAttackRetainedStore). The bytes of the
-// allowance (limits.max_queued_bytes) bound it: one store's worth, not
-// one per SUBSCRIBE.
+// of 1 MiB, as many as the store takes at the default limits (20 are
+// published; TestAttackRetainedStore publishes 200, which the store takes
+// no more of). The bytes of the allowance (limits.max_queued_bytes) bound
+// it: one allowance's worth, not one store's worth per SUBSCRIBE.
 func TestAttackRetainedResubscribeLarge(t *testing.T) {
-	const messages, loops = 200, 8
+	const messages, loops = 20, 8
 	srv, addr := startServer(t, mqttd.Options{})
 	payload, buf := payloadOf(bigPayload), encodeBuf()
 	heap := attackBaseline(t, addr)
