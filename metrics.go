@@ -123,7 +123,9 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 	counter("retained_refused_total", "Retained messages not kept: the retained store was full.",
 		func(s *stats) uint64 { return s.retainedRefused.Load() })
 	counter("retained_sends_truncated_total", "Subscriptions whose retained messages were not all sent: "+
-		"one SUBSCRIBE is sent at most limits.max_inflight + limits.max_queued.", func(s *stats) uint64 { return s.retainedTruncated.Load() })
+		"one SUBSCRIBE is sent at most limits.max_inflight + limits.max_queued messages and limits.max_queued_bytes bytes.", func(s *stats) uint64 { return s.retainedTruncated.Load() })
+	counter("retained_sends_limited_total", "Subscriptions whose retained messages were not all sent: the client had been sent "+
+		"a session's worth within limits.retained_send_refill.", func(s *stats) uint64 { return s.retainedLimited.Load() })
 	counter("store_commits_total", "Transactions (each one fsync at durability sync) the store applied.",
 		func(s *stats) uint64 { return s.storeCommits.Load() })
 	counter("store_operations_total", "Operations (messages, session entries, deletes) in the store's transactions.",

@@ -248,6 +248,12 @@ type Limits struct {
 	// MaxRetainedBytes bounds the topic, payload and properties bytes of
 	// the retained messages, likewise.
 	MaxRetainedBytes int64 `yaml:"max_retained_bytes"`
+	// RetainedSendRefill bounds the retained messages sent to a client for
+	// its new subscriptions over time: each client id may be sent a
+	// session's worth (MaxInflight + MaxQueued messages, MaxQueuedBytes
+	// bytes) at once, and that allowance comes back over this time; past
+	// it a subscription's retained messages are not sent.
+	RetainedSendRefill time.Duration `yaml:"retained_send_refill"`
 }
 
 // Default values of Options.
@@ -290,6 +296,11 @@ const (
 	maxProtocolPacketSize                = 268435455
 	maxOutboxBytes                       = 1 << 30
 )
+
+// DefaultRetainedSendRefill is the default Limits.RetainedSendRefill: a
+// client looping SUBSCRIBE "#" is sent about 1,700 retained messages and
+// 280 KiB a second at the other defaults.
+const DefaultRetainedSendRefill = time.Minute
 
 // WithDefaults returns a copy of o with every zero field set to its default;
 // New applies it, and it shows what a configuration amounts to.
@@ -343,6 +354,7 @@ func (o Options) WithDefaults() Options {
 	setDefault(&l.MaxSessionExpiry, DefaultMaxSessionExpiry)
 	setDefault(&l.PersistentSessionExpiry, DefaultPersistentSessionExpiry)
 	setDefault(&l.MaxRetainedBytes, d.MaxRetainedBytes)
+	setDefault(&l.RetainedSendRefill, DefaultRetainedSendRefill)
 	return o
 }
 
@@ -446,6 +458,9 @@ func (o Options) Validate() error {
 	}
 	if l.WriteTimeout < 0 {
 		bad("limits.write_timeout", "must not be negative, got %s", l.WriteTimeout)
+	}
+	if l.RetainedSendRefill < 0 {
+		bad("limits.retained_send_refill", "must not be negative, got %s", l.RetainedSendRefill)
 	}
 	return errors.Join(errs...)
 }

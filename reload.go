@@ -21,6 +21,7 @@ var reloadableLimits = map[string]bool{
 	"max_overlapping_subscriptions":     true,
 	"max_retained":                      true,
 	"max_retained_bytes":                true,
+	"retained_send_refill":              true,
 	"max_keepalive":                     true,
 	"refuse_keepalive_v311":             true,
 	"max_session_expiry":                true,

@@ -112,6 +112,10 @@ type Server struct {
 	userPropsWarned  atomic.Int64 // unix nanos of the last user-properties warning
 	incomingWarned   atomic.Int64 // unix nanos of the last incoming-bytes warning
 	retainSendWarned atomic.Int64 // unix nanos of the last retained-sends-truncated warning
+	// retainedSends are the clients' allowances of retained messages
+	// (retainedsend.go), and retainLimitWarned the last time one ran out.
+	retainedSends     retainedSends
+	retainLimitWarned atomic.Int64
 }
 
 type listener struct {

@@ -56,6 +56,7 @@ type stats struct {
 	retainedRefused atomic.Uint64 // retained messages the store had no room for
 	// subscriptions that matched more retained messages than were sent
 	retainedTruncated atomic.Uint64
+	retainedLimited   atomic.Uint64 // likewise, the client's allowance used up (retainedsend.go)
 	sessionsExpired   atomic.Uint64
 	sessionsRefused   atomic.Uint64 // new sessions refused by limits.max_sessions
 	userPropsRefused  atomic.Uint64 // messages refused by limits.max_user_properties
@@ -189,8 +190,10 @@ type Stats struct {
 	RetainedRefused uint64 // retained messages the store had no room for
 	// RetainedTruncated counts subscriptions whose retained messages
 	// were not all sent: one SUBSCRIBE is sent at most what the session
-	// can hold (limits.max_inflight + limits.max_queued).
+	// can hold (limits.max_inflight + limits.max_queued messages,
+	// limits.max_queued_bytes bytes).
 	RetainedTruncated     uint64
+	RetainedSendsLimited  uint64 // likewise, the client was sent a session's worth within limits.retained_send_refill
 	SessionsExpired       uint64 // sessions dropped after their expiry interval offline
 	SessionsRefused       uint64 // new sessions refused by limits.max_sessions
 	UserPropertiesRefused uint64 // messages refused by limits.max_user_properties
@@ -264,6 +267,7 @@ func (s *Server) Stats() Stats {
 		WillsDelayed:          st.willsDelayed.Load(),
 		RetainedRefused:       st.retainedRefused.Load(),
 		RetainedTruncated:     st.retainedTruncated.Load(),
+		RetainedSendsLimited:  st.retainedLimited.Load(),
 		SessionsExpired:       st.sessionsExpired.Load(),
 		SessionsRefused:       st.sessionsRefused.Load(),
 		UserPropertiesRefused: st.userPropsRefused.Load(),

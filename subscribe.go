@@ -120,10 +120,15 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 	c.answer(&packets.Suback{PacketID: p.PacketID, ReasonCodes: codes})
 	// However many filters it lists, one SUBSCRIBE is sent at most what
 	// the session could hold (its window and queue) of retained messages,
-	// which bounds the CPU it costs as well.
-	budget := s.opts.Limits.MaxInflight + s.opts.Limits.MaxQueued
-	for _, r := range sendRetained {
-		c.sendRetained(r.filter.Topic, r.opts, &budget)
+	// and a client at most that much per limits.retained_send_refill
+	// (retainedsend.go), which bounds the CPU it costs as well.
+	if len(sendRetained) > 0 {
+		now := time.Now()
+		a := s.retainedAllowance(cl.id, now)
+		for _, r := range sendRetained {
+			c.sendRetained(r.filter.Topic, r.opts, &a, now)
+		}
+		s.retainedSent(cl.id, &a, now)
 	}
 	// After the retained messages: fresher values published meanwhile
 	// must not be overtaken by the older ones retained.
@@ -232,22 +237,11 @@ func (c *conn) refusal(code packets.ReasonCode) packets.ReasonCode {
 }
 
 // sendRetained delivers the retained messages matching a new subscription,
-// with the retain flag set [MQTT-3.3.1-8], at most *budget of them, which
-// it lowers by as many; a subscription that matched more is counted.
-func (c *conn) sendRetained(filter string, opts subOpts, budget *int) {
+// with the retain flag set [MQTT-3.3.1-8], as many as a allows, and counts
+// them in a; a subscription that matched more is counted.
+func (c *conn) sendRetained(filter string, opts subOpts, a *retainedAllowance, now time.Time) {
 	s := c.srv
-	items := s.retain.MatchN(filter, nil, *budget+1)
-	if len(items) > *budget {
-		items = items[:*budget]
-		s.stats.retainedTruncated.Add(1)
-		if !rateLimited(&s.retainSendWarned) {
-			c.fields(s.log.Warn()).Str("filter", filter).Int("limit", s.opts.Limits.MaxInflight+s.opts.Limits.MaxQueued).
-				Msg("retained messages not all sent: a SUBSCRIBE matched more than the session can hold (limits.max_inflight + " +
-					"limits.max_queued); logged at most every 10 s, mqttd_retained_sends_truncated_total counts them")
-		}
-	}
-	*budget -= len(items)
-	now := time.Now()
+	items := s.retain.MatchN(filter, nil, max(a.msgs, 0)+1)
 	var ids []uint32
 	if opts.id != 0 {
 		ids = []uint32{opts.id}
@@ -255,6 +249,10 @@ func (c *conn) sendRetained(filter string, opts subOpts, budget *int) {
 	var enc encoded
 	clock := func() time.Time { return now }
 	for _, it := range items {
+		if a.msgs <= 0 || a.bytes <= 0 {
+			c.retainedCut(filter, a)
+			break
+		}
 		m := it.Value
 		if m.Expired(now) {
 			s.deleteRetained(it.Topic, m, c) // not a message stored since the match
@@ -262,6 +260,33 @@ func (c *conn) sendRetained(filter string, opts subOpts, budget *int) {
 		}
 		enc.reset(m, c)
 		s.deliver(c.cl, m, min(m.QoS, opts.qos), true, ids, &enc, clock)
+		a.msgs--
+		a.bytes -= int64(m.Size())
+		a.sent++
+		a.sentBytes += int64(m.Size())
+	}
+}
+
+// retainedCut counts a subscription whose retained messages were not all
+// sent, and says why in the log (rate-limited).
+func (c *conn) retainedCut(filter string, a *retainedAllowance) {
+	s := c.srv
+	if a.full {
+		s.stats.retainedTruncated.Add(1)
+		if !rateLimited(&s.retainSendWarned) {
+			c.fields(s.log.Warn()).Str("filter", filter).Int("limit", s.opts.Limits.MaxInflight+s.opts.Limits.MaxQueued).
+				Msg("retained messages not all sent: a SUBSCRIBE matched more than the session can hold (limits.max_inflight + " +
+					"limits.max_queued messages, limits.max_queued_bytes bytes); logged at most every 10 s, " +
+					"mqttd_retained_sends_truncated_total counts them")
+		}
+		return
+	}
+	s.stats.retainedLimited.Add(1)
+	if !rateLimited(&s.retainLimitWarned) {
+		c.fields(s.log.Warn()).Str("filter", filter).Dur("retained_send_refill", s.limits().RetainedSendRefill).
+			Msg("retained messages not all sent: the client was sent a session's worth (limits.max_inflight + limits.max_queued " +
+				"messages, limits.max_queued_bytes bytes) within limits.retained_send_refill; logged at most every 10 s, " +
+				"mqttd_retained_sends_limited_total counts them")
 	}
 }
 

@@ -649,13 +649,14 @@ func (s *Store) applyLog(end int64) error {
 }
 
 // read reads n bytes of the log at off into w.rbuf, which it keeps for
-// the next read unless it grew past a chunk for one long record.
+// the next read only up to the log's initial size: a burst of large
+// records does not leave its buffer held.
 func (w *wal) read(off, n int64) ([]byte, error) {
 	if int64(cap(w.rbuf)) < n {
 		w.rbuf = make([]byte, n)
 	}
 	buf := w.rbuf[:n]
-	if int64(cap(w.rbuf)) > walApplyChunk {
+	if cap(w.rbuf) > walInitialSize {
 		w.rbuf = nil
 	}
 	if _, err := w.f.ReadAt(buf, off); err != nil {

@@ -296,9 +296,6 @@ func TestWALAppliedInChunks(t *testing.T) {
 	if got := txID(s) - before; got < want || want < 3 {
 		t.Errorf("the applier committed %d transactions, want at least %d: one per chunk of at most %d bytes", got, want, walApplyChunk)
 	}
-	if int64(cap(s.wal.rbuf)) > walApplyChunk {
-		t.Errorf("the applier keeps a read buffer of %d bytes", cap(s.wal.rbuf))
-	}
 	crash(t, s)
 	s = mustOpen(t, path, Options{})
 	check(s, records)
