@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -228,6 +229,47 @@ func TestLoginBucketParallel(t *testing.T) {
 	}
 	if got := srv.Stats().LoginsRateLimited; got != uint64(limited) {
 		t.Errorf("%d logins rate-limited counted, %d seen", got, limited)
+	}
+}
+
+// slowAuthenticator lets every client in after a delay, as a login
+// backend across a network would.
+type slowAuthenticator struct{ delay time.Duration }
+
+func (a slowAuthenticator) Authenticate(auth.ClientInfo, []byte) error {
+	time.Sleep(a.delay)
+	return nil
+}
+
+// TestLoginBucketParallelGood checks that good logins are not refused
+// for their number: 40 devices behind one address (a NAT) logging in at
+// once, each checked by a backend that takes 200 ms, hold the bucket's
+// tokens only while they are checked, and each gets one back as an
+// earlier login succeeds.
+func TestLoginBucketParallelGood(t *testing.T) {
+	const n = 40
+	srv, addr, from := fromEach(t, mqttd.Options{Authenticator: slowAuthenticator{200 * time.Millisecond}}, n)
+	rcs := make([]*rawConn, n)
+	for i := range rcs {
+		from <- &net.TCPAddr{IP: net.ParseIP("192.0.2.8"), Port: 40000 + i}
+		rcs[i] = dialRaw(t, addr)
+		rcs[i].v = packets.V5
+	}
+	for i, rc := range rcs {
+		rc.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: fmt.Sprint("device-", i), CleanStart: true,
+			UsernameFlag: true, Username: "alice", PasswordFlag: true, Password: []byte("pw")})
+	}
+	codes := map[packets.ReasonCode]int{}
+	for _, rc := range rcs {
+		if ack, ok := rc.read().(*packets.Connack); ok {
+			codes[ack.ReasonCode]++
+		}
+	}
+	if codes[packets.Success] != n {
+		t.Errorf("CONNACKs %v for %d good logins from one address, want all accepted", codes, n)
+	}
+	if got := srv.Stats().LoginsRateLimited; got != 0 {
+		t.Errorf("%d logins rate-limited, want none", got)
 	}
 }
 

@@ -30,6 +30,11 @@ const (
 	// each connection a while (bounded by max_connections_per_address)
 	// rather than turning them over as fast as it can.
 	loginRefusalWait = 2 * time.Second
+	// loginRetry is how often a login finding its bucket empty looks
+	// again while it waits: logins under way hold tokens until they
+	// succeed, and a burst of good ones (a NAT's devices reconnecting at
+	// once) gets them back as those do.
+	loginRetry = 50 * time.Millisecond
 )
 
 // errLoginRateLimited refuses a login whose source's bucket is empty.
@@ -108,8 +113,7 @@ func (l *loginLimiter) take(src netip.Addr) (wait time.Duration, ok bool) {
 	}
 	l.refill(b, now)
 	if b.tokens < 1 {
-		l.st.loginsLimited.Add(1)
-		return min(time.Duration((1-b.tokens)*float64(l.interval)), loginRefusalWait), false
+		return time.Duration((1 - b.tokens) * float64(l.interval)), false
 	}
 	b.tokens--
 	return 0, true
@@ -149,21 +153,33 @@ func (l *loginLimiter) sweepLocked(now int64) {
 }
 
 // admitLogin takes a token for a login by c, or waits and reports it
-// refused, counted and logged like any refused login. It may block: the
-// caller runs it under mayBlock. A login admitted gives its token back
-// with loginSucceeded.
+// refused, counted and logged like any refused login. While it waits it
+// looks again every loginRetry, since the tokens may be held by logins
+// under way that will succeed and give them back: only a bucket spent by
+// refused logins refuses one. It may block: the caller runs it under
+// mayBlock. A login admitted gives its token back with loginSucceeded.
 func (s *Server) admitLogin(c *conn) bool {
-	wait, ok := s.logins.take(sourceAddr(c.info.Remote))
-	if !ok {
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-s.done: // Shutdown need not wait for the refusal
-			t.Stop()
+	src := sourceAddr(c.info.Remote)
+	deadline := time.Now().Add(loginRefusalWait)
+	for {
+		wait, ok := s.logins.take(src)
+		if ok {
+			return true
 		}
+		left := time.Until(deadline)
+		if left > 0 {
+			t := time.NewTimer(min(wait, left, loginRetry))
+			select {
+			case <-t.C:
+				continue
+			case <-s.done: // Shutdown need not wait for the refusal
+				t.Stop()
+			}
+		}
+		s.stats.loginsLimited.Add(1)
 		s.loginFailed(*c.info, errLoginRateLimited)
+		return false
 	}
-	return ok
 }
 
 // loginSucceeded gives back the token of c's login.
