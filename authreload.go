@@ -32,10 +32,15 @@ func (s *Server) revokeDeleted() int {
 			gone = append(gone, c)
 		}
 	}
+	if s.closing.Load() {
+		gone = nil // Shutdown closes them all, and waits for no more writers
+	}
+	// Counted under the registry lock, as Shutdown sets closing under it
+	// before it waits for the writers.
+	s.writers.Add(len(gone))
 	s.mu.Unlock()
 	for _, c := range gone {
 		s.stats.clientsRevoked.Add(1)
-		s.writers.Add(1)
 		// Each on its own goroutine: telling a 5.0 client waits for its
 		// outbox to drain, up to a second, and one stuck client must not
 		// hold up the reload.
@@ -46,6 +51,13 @@ func (s *Server) revokeDeleted() int {
 		}()
 	}
 	return len(gone)
+}
+
+// staleEntry reports whether the password file of c's listener no longer
+// has the entry with stamp that let c's user in.
+func (c *conn) staleEntry(stamp uint32) bool {
+	g := c.srv.gateOf(c.info.Listener)
+	return g.passwd != nil && !sameEntry(g.passwd, c.info.Username, stamp)
 }
 
 // sameEntry reports whether a's file still has user's entry with stamp:

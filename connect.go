@@ -132,6 +132,13 @@ func (c *conn) admit(cp *packets.Connect, stamp uint32) error {
 	s.stats.connects.Add(1)
 	c.fields(c.srv.log.Info()).Str("username", c.info.Username).Uint8("version", byte(c.version)).Bool("clean", cp.CleanStart).
 		Uint32("session_expiry", c.expiry).Uint16("keepalive", cp.KeepAlive).Msg("client connected")
+	// A reload between the password check and attach looked for this
+	// client before it was attached: its entry is looked at again now.
+	if stamp != 0 && c.staleEntry(stamp) {
+		s.stats.clientsRevoked.Add(1)
+		c.sendDisconnect(packets.NotAuthorized)
+		return errRevoked
+	}
 	return nil
 }
 

@@ -626,8 +626,11 @@ func (s *Store) applyLog(end int64) error {
 		}
 		if len(recs) == 0 {
 			// A record longer than a chunk: read it whole.
+			if len(buf) < walRecordHeader {
+				return fmt.Errorf("bolt: %s: %w: a record written at %d does not read back", w.path, ErrCorrupt, from)
+			}
 			size := walRecordHeader + int64(binary.LittleEndian.Uint32(buf[0:4]))
-			if len(buf) < walRecordHeader || size <= int64(len(buf)) || size > end-from {
+			if size <= int64(len(buf)) || size > end-from {
 				return fmt.Errorf("bolt: %s: %w: a record written at %d does not read back", w.path, ErrCorrupt, from)
 			}
 			if buf, err = w.read(from, size); err != nil {
