@@ -221,9 +221,10 @@ type Limits struct {
 	MaxSubscriptionBytesPerClient int64 `yaml:"max_subscription_bytes_per_client"`
 	// MaxSubscriptionBytesTotal bounds what the subscriptions of every
 	// session cost together, likewise, except that past it a client may
-	// still take subscriptions costing 32 KiB (a few dozen filters), so
-	// that clients that filled it do not lock every other client out.
-	// Under memory pressure no new subscription is taken.
+	// still take subscriptions costing 32 KiB (a few dozen filters) from a
+	// reserve of an eighth more, so that clients that filled it do not
+	// lock every other client out. Under memory pressure no new
+	// subscription is taken.
 	MaxSubscriptionBytesTotal int64 `yaml:"max_subscription_bytes_total"`
 	// MaxOverlappingSubscriptions bounds how many of one session's
 	// wildcard subscriptions (plain or shared) may overlap a new one,

@@ -157,7 +157,9 @@ func (s *Server) subscriptionRoom(cl *client, filter, topic string) (limit strin
 		return "max_subscriptions_per_client", int64(lim.MaxSubscriptionsPerClient)
 	case cl.sess.SubscriptionBytes()+cost > lim.MaxSubscriptionBytesPerClient:
 		return "max_subscription_bytes_per_client", lim.MaxSubscriptionBytesPerClient
-	case s.sessLim.SubscriptionBytes()+cost > lim.MaxSubscriptionBytesTotal && cl.sess.SubscriptionBytes()+cost > subscriptionFloor:
+	case s.sessLim.SubscriptionBytes()+cost > lim.MaxSubscriptionBytesTotal &&
+		(cl.sess.SubscriptionBytes()+cost > subscriptionFloor ||
+			s.sessLim.SubscriptionBytes()+cost > lim.MaxSubscriptionBytesTotal+lim.MaxSubscriptionBytesTotal/8):
 		return "max_subscription_bytes_total", lim.MaxSubscriptionBytesTotal
 	case overlapping(cl.sess, topic, lim.MaxOverlappingSubscriptions) >= lim.MaxOverlappingSubscriptions:
 		return "max_overlapping_subscriptions", int64(lim.MaxOverlappingSubscriptions)
@@ -166,8 +168,11 @@ func (s *Server) subscriptionRoom(cl *client, filter, topic string) (limit strin
 }
 
 // subscriptionFloor is what a client's subscriptions may cost past
-// limits.max_subscription_bytes_total, a few dozen filters: clients that
-// filled the total do not keep every other client from subscribing.
+// limits.max_subscription_bytes_total, a few dozen filters, from a
+// reserve of an eighth more: clients that filled the total do not keep
+// every other client from subscribing, and since subscriptions outlive
+// their connections, the reserve bounds what sessions taken one after
+// another for their floor can hold.
 const subscriptionFloor = 32 << 10
 
 // overlapping counts the wildcard subscriptions of sess, plain or shared,
