@@ -3,6 +3,7 @@ package persistence
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,9 +31,11 @@ import (
 type Committer struct {
 	store Store
 
-	mu    sync.Mutex
-	next  Batch  // the operations of the units waiting for the next commit
-	units []unit // where each waiting unit ends in next.Ops
+	mu   sync.Mutex
+	next Batch // the operations of the units waiting for the next commit
+	// waiting is len(next.Ops), as of the last unit added or taken.
+	waiting atomic.Int64
+	units   []unit // where each waiting unit ends in next.Ops
 	// puts are the waiting OpPutOutbound operations by entry; quick
 	// counts those marked quick.
 	puts  map[outKey]pendingPut
@@ -170,6 +173,7 @@ func (c *Committer) addLocked(b *Batch, owner Owner) (ticket uint64) {
 	}
 	c.added++
 	c.units = append(c.units, unit{end: len(c.next.Ops), ticket: c.added, owner: owner, live: c.building})
+	c.waiting.Store(int64(len(c.next.Ops)))
 	c.stats.Batches++
 	return c.added
 }
@@ -283,6 +287,7 @@ func (c *Committer) cutLocked() int {
 // takeLocked moves the first n waiting units and their operations into
 // round and units. The caller holds c.mu.
 func (c *Committer) takeLocked(n int, round *Batch, units []unit) []unit {
+	defer func() { c.waiting.Store(int64(len(c.next.Ops))) }()
 	if n == len(c.units) {
 		round.Ops, c.next.Ops = c.next.Ops, round.Ops[:0]
 		units, c.units = c.units, units[:0]
@@ -443,12 +448,9 @@ func (c *Committer) startLocked() bool {
 	return true
 }
 
-// Waiting reports how many operations wait for a commit.
-func (c *Committer) Waiting() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.next.Ops)
-}
+// Waiting reports how many operations wait for a commit. It takes no
+// lock: a reader asks after every acknowledgement it holds.
+func (c *Committer) Waiting() int { return int(c.waiting.Load()) }
 
 // Stats returns the counts so far.
 func (c *Committer) Stats() CommitStats {
