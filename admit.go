@@ -57,21 +57,26 @@ func (s *Server) listenerRefused(reason string) {
 
 func (r rejectReason) String() string { return rejectReasonNames[r] }
 
-// sourceAddr is the address a connection is counted under; the zero Addr
-// for addresses that are not IP (a pipe, a unix socket) and for
-// loopback, which the per-address limit leaves alone: a program on the
-// broker's own machine is trusted as far as its operator (the global
-// limit still counts it).
+// sourceAddr is the address a connection is counted under: an IPv4
+// address, or the first address of an IPv6 /64, which one holder fills
+// with addresses at will; the zero Addr for addresses that are not IP (a
+// pipe, a unix socket) and for loopback, which the per-address limit
+// leaves alone: a program on the broker's own machine is trusted as far
+// as its operator (the global limit still counts it).
 func sourceAddr(a net.Addr) netip.Addr {
 	ta, ok := a.(*net.TCPAddr)
 	if !ok {
 		return netip.Addr{}
 	}
 	ip, ok := netip.AddrFromSlice(ta.IP)
-	if !ok || ip.Unmap().IsLoopback() {
+	if ip = ip.Unmap(); !ok || ip.IsLoopback() {
 		return netip.Addr{}
 	}
-	return ip.Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.Addr()
+	}
+	return ip
 }
 
 // admitLocked counts a new connection from src, or says why it is

@@ -75,3 +75,32 @@ func TestConnectionLimits(t *testing.T) {
 	waitFor(t, "a1's connection to close", func() bool { return srv.Stats().Connections == 3 })
 	dial(deviceA, "a4", true) // room again, globally and for device A
 }
+
+// TestConnectionLimitPerIPv6Prefix checks that IPv6 sources are counted
+// by their /64, which one holder fills with addresses at will: a third
+// connection from another address of the same /64 is over a limit of
+// two, one from another /64 is not.
+func TestConnectionLimitPerIPv6Prefix(t *testing.T) {
+	from := make(chan net.Addr, 1)
+	listenerWrap = func(l net.Listener) net.Listener { return fromListener{l, from} }
+	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxConnectionsPerAddress: 2}})
+	listenerWrap = nil
+	dial := func(ip, id string, admitted bool) {
+		t.Helper()
+		from <- &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000}
+		if admitted {
+			connectRaw(t, addr, &packets.Connect{ClientID: id, CleanStart: true})
+			return
+		}
+		rc := dialRaw(t, addr)
+		rc.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, ClientID: id, CleanStart: true})
+		rc.expectClosed()
+	}
+	dial("2001:db8:1:1::1", "a1", true)
+	dial("2001:db8:1:1::2", "a2", true)
+	dial("2001:db8:1:1:ffff::3", "a3", false) // the same /64
+	dial("2001:db8:1:2::1", "b1", true)       // another /64
+	if got := srv.Stats().Rejected["max_connections_per_address"]; got != 1 {
+		t.Errorf("max_connections_per_address rejections: %d, want 1", got)
+	}
+}

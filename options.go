@@ -195,8 +195,8 @@ type Limits struct {
 	// closed at accept, before anything is read from it.
 	MaxConnections int `yaml:"max_connections"`
 	// MaxConnectionsPerAddress bounds the open connections from one source
-	// IP address, so one device cannot take them all. Connections from
-	// loopback addresses are not limited per address.
+	// IPv4 address or IPv6 /64, so one device cannot take them all.
+	// Connections from loopback addresses are not limited per address.
 	MaxConnectionsPerAddress int `yaml:"max_connections_per_address"`
 	// MaxUserProperties bounds the 5.0 user properties of a message (a
 	// PUBLISH or a will): past it the PUBLISH is refused (PUBACK/PUBREC
