@@ -260,36 +260,6 @@ func subscribeAllNoFatal(rc *rawConn, filters []string) []packets.ReasonCode {
 	return codes
 }
 
-// offlineSessions leaves n 5.0 sessions named prefix-NNNN offline, each
-// subscribed to filter at QoS 1 with an hour's expiry.
-func offlineSessions(t *testing.T, srv *mqttd.Server, addr, prefix, filter string, n int) {
-	t.Helper()
-	const workers = 8
-	online := srv.Stats().SessionsOnline
-	ids := make(chan int)
-	errs := make(chan error, n)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for i := range ids {
-				if err := expiringSubscriber(addr, fmt.Sprintf("%s-%04d", prefix, i), filter, 3600); err != nil {
-					errs <- err
-				}
-			}
-		})
-	}
-	for i := range n {
-		ids <- i
-	}
-	close(ids)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	waitFor(t, "the sessions offline", func() bool { return srv.Stats().SessionsOnline <= online })
-}
-
 // TestAttackOfflineFanOut: 500 offline persistent sessions subscribed to
 // one topic and 2,000 one-byte QoS 1 messages on it. A message is held
 // once, but every session holds an entry for it: the entries count
@@ -300,7 +270,7 @@ func TestAttackOfflineFanOut(t *testing.T) {
 	srv, addr := startServer(t, mqttd.Options{})
 	heap := attackBaseline(t, addr)
 	base := srv.Stats()
-	offlineSessions(t, srv, addr, "fan", "fan/#", sessions)
+	offlineSessions(t, srv, addr, "fan", "fan/#", sessions, 3600)
 
 	pub := newPublisher(t, addr, packets.V311, "fanner", nil)
 	for sent := 0; sent < messages; sent += 100 {
@@ -328,7 +298,7 @@ func TestStoreBackpressurePerMessage(t *testing.T) {
 	const sessions, messages = 200, 200
 	reg := prometheus.NewRegistry()
 	srv, addr := startServer(t, mqttd.Options{DataDir: t.TempDir(), Registerer: reg})
-	offlineSessions(t, srv, addr, "stored", "stored/#", sessions)
+	offlineSessions(t, srv, addr, "stored", "stored/#", sessions, 3600)
 	count0, _, before := histogramOf(t, reg, "mqttd_store_commit_operations")
 
 	pub := newPublisher(t, addr, packets.V311, "fanner", nil)

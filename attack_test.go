@@ -359,31 +359,26 @@ func expiringSubscriber(addr, id, filter string, expiry uint32) error {
 	return nil
 }
 
-// TestAttackExpiringSessions: 1000 5.0 sessions that expire after a second
-// offline, each subscribed to exp/# at QoS 1, and 400 small messages
-// queued for each. At the peak the heap stays under the bound; once the
-// sessions expire, the broker gives back what they held.
-func TestAttackExpiringSessions(t *testing.T) {
-	const sessions, messages, workers = 1000, 400, 8
-	start := time.Now()
-	srv, addr := startServer(t, mqttd.Options{})
-	heap := attackBaseline(t, addr)
-	base := srv.Stats()
-	pub := newPublisher(t, addr, packets.V311, "flooder", nil)
-
+// offlineSessions leaves n 5.0 sessions named prefix-NNNN offline, each
+// subscribed to filter at QoS 1 with a Session Expiry Interval of expiry
+// seconds, connecting them from worker goroutines.
+func offlineSessions(t *testing.T, srv *mqttd.Server, addr, prefix, filter string, n int, expiry uint32) {
+	t.Helper()
+	const workers = 8
+	online := srv.Stats().SessionsOnline
 	ids := make(chan int)
-	errs := make(chan error, sessions)
+	errs := make(chan error, n)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for i := range ids {
-				if err := expiringSubscriber(addr, fmt.Sprintf("exp-%04d", i), "exp/#", 1); err != nil {
+				if err := expiringSubscriber(addr, fmt.Sprintf("%s-%04d", prefix, i), filter, expiry); err != nil {
 					errs <- err
 				}
 			}
 		})
 	}
-	for i := range sessions {
+	for i := range n {
 		ids <- i
 	}
 	close(ids)
@@ -392,8 +387,23 @@ func TestAttackExpiringSessions(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+	waitFor(t, "the sessions offline", func() bool { return srv.Stats().SessionsOnline <= online })
+}
+
+// TestAttackExpiringSessions: 1000 5.0 sessions that expire after a second
+// offline, each subscribed to exp/# at QoS 1, and 400 small messages
+// queued for each. At the peak the heap stays under the bound; once the
+// sessions expire, the broker gives back what they held.
+func TestAttackExpiringSessions(t *testing.T) {
+	const sessions, messages = 1000, 400
+	start := time.Now()
+	srv, addr := startServer(t, mqttd.Options{})
+	heap := attackBaseline(t, addr)
+	base := srv.Stats()
+	pub := newPublisher(t, addr, packets.V311, "flooder", nil)
+
+	offlineSessions(t, srv, addr, "exp", "exp/#", sessions, 1)
 	connected := time.Since(start)
-	waitFor(t, "the sessions offline", func() bool { return srv.Stats().SessionsOnline <= base.SessionsOnline+1 })
 
 	// All 400 publishes in one write, then their PUBACKs.
 	var out []byte
@@ -429,11 +439,16 @@ func TestAttackExpiringSessions(t *testing.T) {
 
 // TestAttackRetainedStore: 200 retained messages of 1 MiB on distinct
 // topics. Past the store's limit they are refused (5.0 publisher: 0x97);
-// either answer is fine, the heap is what is checked.
-func TestAttackRetainedStore(t *testing.T) {
+// either answer is fine, the heap is what is checked, at the peak and
+// once they are cleared (at most retainedResidue stays).
+func TestAttackRetainedStore(t *testing.T) { attackRetainedStore(t, mqttd.Options{}, "") }
+
+// attackRetainedStore runs TestAttackRetainedStore's attack on a broker
+// with opts; what names the broker in the log.
+func attackRetainedStore(t *testing.T, opts mqttd.Options, what string) {
 	const messages = 200
 	start := time.Now()
-	srv, addr := startServer(t, mqttd.Options{})
+	srv, addr := startServer(t, opts)
 	payload, buf := payloadOf(bigPayload), encodeBuf()
 	heap := attackBaseline(t, addr)
 	base := srv.Stats()
@@ -452,7 +467,7 @@ func TestAttackRetainedStore(t *testing.T) {
 	st := srv.Stats()
 	t.Logf("at the peak: %d retained (%.1f MB counted), %d refused; PUBACK codes %v",
 		st.Retained, mb(st.RetainedBytes), st.RetainedRefused-base.RetainedRefused, codes)
-	heap.check("200 retained messages of 1 MiB", attackHeapBound)
+	heap.check("200 retained messages of 1 MiB"+what, attackHeapBound)
 
 	ordinaryExchange(t, addr, "during")
 	// Clearing them gives the store back.
@@ -465,7 +480,7 @@ func TestAttackRetainedStore(t *testing.T) {
 		t.Errorf("%d retained after clearing, want %d", st.Retained, base.Retained)
 	}
 	ordinaryExchange(t, addr, "after")
-	heap.log("after the retained messages were cleared")
+	heap.check("after the retained messages were cleared"+what, retainedResidue)
 	t.Logf("took %v", time.Since(start).Round(time.Millisecond))
 	runtime.KeepAlive(payload)
 	runtime.KeepAlive(pub)
