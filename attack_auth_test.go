@@ -198,6 +198,30 @@ func TestLoginBucketPerSource(t *testing.T) {
 	}
 }
 
+// connectAllFrom opens n 5.0 connections from ip (through fromEach's
+// listener), sends each a CONNECT as alice with password before reading
+// any answer, and counts the CONNACKs' codes.
+func connectAllFrom(t *testing.T, addr string, from chan<- net.Addr, ip string, n int, password string) map[packets.ReasonCode]int {
+	t.Helper()
+	rcs := make([]*rawConn, n)
+	for i := range rcs {
+		from <- &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000 + i}
+		rcs[i] = dialRaw(t, addr)
+		rcs[i].v = packets.V5
+	}
+	for i, rc := range rcs {
+		rc.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: fmt.Sprint("device-", i), CleanStart: true,
+			UsernameFlag: true, Username: "alice", PasswordFlag: true, Password: []byte(password)})
+	}
+	codes := map[packets.ReasonCode]int{}
+	for _, rc := range rcs {
+		if ack, ok := rc.read().(*packets.Connack); ok {
+			codes[ack.ReasonCode]++
+		}
+	}
+	return codes
+}
+
 // TestLoginBucketParallel checks that parallel connections from one
 // address get no more password checks than the bucket holds: of 40
 // wrong passwords sent at once, at most 10 are checked (0x86); the others
@@ -206,22 +230,7 @@ func TestLoginBucketParallel(t *testing.T) {
 	const n = 40
 	pw := writePasswords(t, t.TempDir(), "alice")
 	srv, addr, from := fromEach(t, mqttd.Options{Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{PasswordFile: pw}}}, n)
-	rcs := make([]*rawConn, n)
-	for i := range rcs {
-		from <- &net.TCPAddr{IP: net.ParseIP("192.0.2.7"), Port: 40000 + i}
-		rcs[i] = dialRaw(t, addr)
-		rcs[i].v = packets.V5
-	}
-	for _, rc := range rcs {
-		rc.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: "guess", CleanStart: true,
-			UsernameFlag: true, Username: "alice", PasswordFlag: true, Password: []byte("wrong")})
-	}
-	codes := map[packets.ReasonCode]int{}
-	for _, rc := range rcs {
-		if ack, ok := rc.read().(*packets.Connack); ok {
-			codes[ack.ReasonCode]++
-		}
-	}
+	codes := connectAllFrom(t, addr, from, "192.0.2.7", n, "wrong")
 	checked, limited := codes[packets.BadUsernameOrPassword], codes[packets.ConnectionRateExceeded]
 	if checked > mqttd.DefaultLoginBurst || checked+limited != n {
 		t.Errorf("CONNACKs %v: %d checked, %d rate-limited; want at most %d checked, the rest rate-limited",
@@ -249,22 +258,7 @@ func (a slowAuthenticator) Authenticate(auth.ClientInfo, []byte) error {
 func TestLoginBucketParallelGood(t *testing.T) {
 	const n = 40
 	srv, addr, from := fromEach(t, mqttd.Options{Authenticator: slowAuthenticator{200 * time.Millisecond}}, n)
-	rcs := make([]*rawConn, n)
-	for i := range rcs {
-		from <- &net.TCPAddr{IP: net.ParseIP("192.0.2.8"), Port: 40000 + i}
-		rcs[i] = dialRaw(t, addr)
-		rcs[i].v = packets.V5
-	}
-	for i, rc := range rcs {
-		rc.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: fmt.Sprint("device-", i), CleanStart: true,
-			UsernameFlag: true, Username: "alice", PasswordFlag: true, Password: []byte("pw")})
-	}
-	codes := map[packets.ReasonCode]int{}
-	for _, rc := range rcs {
-		if ack, ok := rc.read().(*packets.Connack); ok {
-			codes[ack.ReasonCode]++
-		}
-	}
+	codes := connectAllFrom(t, addr, from, "192.0.2.8", n, "pw")
 	if codes[packets.Success] != n {
 		t.Errorf("CONNACKs %v for %d good logins from one address, want all accepted", codes, n)
 	}
