@@ -2,6 +2,7 @@ package mqttd_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"net"
@@ -95,6 +96,8 @@ type rawConn struct {
 	nc net.Conn
 	br *bufio.Reader
 	v  packets.Version
+	// wait is how long a read waits for a packet; 0 means 10 s.
+	wait time.Duration
 }
 
 func dialRaw(t *testing.T, addr string) *rawConn {
@@ -150,7 +153,7 @@ func (rc *rawConn) read() packets.Packet {
 }
 
 func (rc *rawConn) tryRead() (packets.Packet, error) {
-	rc.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	rc.nc.SetReadDeadline(time.Now().Add(cmp.Or(rc.wait, 10*time.Second)))
 	return packets.ReadPacket(rc.br, rc.v, 0)
 }
 
