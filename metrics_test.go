@@ -1,6 +1,9 @@
 package mqttd_test
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 
@@ -181,4 +184,23 @@ func TestMetricsHaveHelp(t *testing.T) {
 	if labels, _ := labelsOf(t, reg, "mqttd_build_info"); labels["version"] == "" {
 		t.Errorf("mqttd_build_info labels %v: no version", labels)
 	}
+}
+
+// TestNewFailureUnregistersMetrics checks that a New that fails after
+// registering its collector (here: the data directory is a file) takes
+// it back, so that New may be tried again on the same registry.
+func TestNewFailureUnregistersMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mqttd.New(mqttd.Options{Registerer: reg, DataDir: notDir}); err == nil {
+		t.Fatal("New with a file for its data directory succeeded")
+	}
+	srv, err := mqttd.New(mqttd.Options{Registerer: reg, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("New after a failed New on the same registry: %v", err)
+	}
+	srv.Shutdown(context.Background())
 }

@@ -177,14 +177,24 @@ func New(opts Options) (*Server, error) {
 	s.outboxWait.max, s.outboxWait.total = o.Limits.MaxOutboxBytesTotal, &s.stats.outboxBytes
 	s.readers = newReaderPool(s)
 	s.writerGoroutines = newWriterPool()
+	var col *collector
 	if o.Registerer != nil {
-		if err := o.Registerer.Register(newCollector(&s.stats, &s.queueBudget, s.sessLim, o)); err != nil {
+		col = newCollector(&s.stats, &s.queueBudget, s.sessLim, o)
+		if err := o.Registerer.Register(col); err != nil {
 			return nil, err
 		}
 	}
+	// Past here a failure takes the collector back, so that the caller
+	// may try New again on the same registry.
+	fail := func(err error) (*Server, error) {
+		if col != nil {
+			o.Registerer.Unregister(col)
+		}
+		return nil, err
+	}
 	d, err := openStore(o)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	if d != nil {
 		s.dur = d
@@ -193,7 +203,7 @@ func New(opts Options) (*Server, error) {
 		s.stats.committer = d.commit
 		if err := s.restore(); err != nil {
 			s.closeStore()
-			return nil, err
+			return fail(err)
 		}
 	}
 	return s, nil
