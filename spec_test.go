@@ -11,7 +11,7 @@ import (
 	"mqttd/packets/packettest"
 )
 
-// TestSpec runs one subtest per row of ../shared/SPEC-CHECKLIST.md that
+// TestSpec runs one subtest per row of docs/spec-checklist.md that
 // concerns the broker, over real sockets. Each row replays the row's
 // invalid fixtures from packettest (see runInvalidFixture) and then the
 // row's broker-level checks from specRows.

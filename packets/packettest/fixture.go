@@ -7,7 +7,7 @@ import "mqttd/packets"
 // error it must be rejected with.
 type Fixture struct {
 	// Name identifies the fixture; invalid ones start with their
-	// SPEC-CHECKLIST row number ("row05-...").
+	// docs/spec-checklist.md row number ("row05-...").
 	Name string
 	// Version is the protocol version to decode with (0: before CONNECT,
 	// as ReadPacket is called for a connection's first packet). CONNECT

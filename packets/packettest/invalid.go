@@ -3,7 +3,7 @@ package packettest
 import "mqttd/packets"
 
 // Invalid holds frames the codec must reject, each with the reason code of
-// the *packets.Error. Names start with the SPEC-CHECKLIST.md row they
+// the *packets.Error. Names start with the docs/spec-checklist.md row they
 // test. Codec-level rows covered: 1, 3-10, 13, 14, 17, 18, 20, 21, 23-29,
 // 35, 36, 38-40, 43, 44, 47, 48. Rows 15, 26 (alias), 34 and 41 are valid
 // at codec level and live in Valid; rows 2, 11, 12, 16, 19, 22, 30-33, 37,
