@@ -37,5 +37,5 @@
 // cheap because the walk stops where the trie ends, and filters and stored
 // topic names are capped at Limits.MaxLevels levels, which bounds recursion.
 // There is no match cache: an exact match over a million subscriptions
-// already takes well under a microsecond (see BENCHMARKS.md).
+// already takes well under a microsecond (see docs/perf-log.md).
 package topictrie
