@@ -41,5 +41,7 @@
 // aliases a reader's buffer: each frame's body is a copy the packet owns.
 // No panic reaches the connection
 // loop: a handler that panics closes its connection, counted as
-// internal_error. New starts no goroutine and opens no descriptor.
+// internal_error. Without a data directory (or Options.Store) New starts
+// no goroutine and opens no descriptor; with one it opens the store, and
+// the bbolt store starts the applier of its log.
 package mqttd
