@@ -3,11 +3,7 @@ package session
 import (
 	"errors"
 	"math"
-	"strings"
-	"sync/atomic"
 	"time"
-
-	"mqttd/packets"
 )
 
 // Defaults used where Config leaves a field zero; the broker's defaults
@@ -23,133 +19,6 @@ const (
 // the maximum number of QoS 2 messages waiting for PUBREL.
 var ErrAwaitingRelFull = errors.New("session: too many QoS 2 messages awaiting PUBREL")
 
-// Message is an application message as routed. It is immutable once routed
-// and shared by every session it is delivered to.
-//
-// It is allocated for every message a client publishes, so it is kept
-// small (88 bytes): its expiry is in Unix nanoseconds rather than a
-// time.Time, and the small fields share the last word.
-type Message struct {
-	Topic   string
-	Payload []byte
-	// Properties are the 5.0 properties to forward; nil when there are
-	// none, which spares 3.x messages carrying a few hundred empty bytes.
-	Properties *packets.Properties
-	// Expiry is when the message expires, in Unix nanoseconds; 0: never.
-	Expiry  int64
-	Origin  string // client id of the publisher, for No Local
-	storeID atomic.Uint64
-	queued  atomic.Int32 // how many session queues hold it (QueueBudget)
-	QoS     byte         // as published
-	Retain  bool         // as published
-}
-
-// ExpiresAt returns when m expires, and false when it never does.
-func (m *Message) ExpiresAt() (time.Time, bool) {
-	if m.Expiry == 0 {
-		return time.Time{}, false
-	}
-	return time.Unix(0, m.Expiry), true
-}
-
-// SetExpiresAt makes m expire at t.
-func (m *Message) SetExpiresAt(t time.Time) { m.Expiry = t.UnixNano() }
-
-// StoreID returns the id under which the broker's store keeps m, giving
-// it one from next on first use: a message delivered to many persistent
-// sessions, or retained, is stored once.
-func (m *Message) StoreID(next *atomic.Uint64) uint64 {
-	if id := m.storeID.Load(); id != 0 {
-		return id
-	}
-	id := next.Add(1)
-	if m.storeID.CompareAndSwap(0, id) {
-		return id
-	}
-	return m.storeID.Load()
-}
-
-// SetStoreID records the id a message read back from the store has.
-func (m *Message) SetStoreID(id uint64) { m.storeID.Store(id) }
-
-// QueueBudget bounds the bytes the queues of all sessions hold together.
-// A message queued by many sessions is shared, so it counts once: from
-// the first queue it enters until the last one lets it go; each entry
-// that holds it counts its own cost (EntryCost, subscription identifiers).
-type QueueBudget struct {
-	// Max is the most bytes the queues may hold; 0 means no bound.
-	Max   int64
-	bytes atomic.Int64
-}
-
-// Bytes reports the Message.Size of the messages the queues hold, and
-// the cost of their entries.
-func (b *QueueBudget) Bytes() int64 { return b.bytes.Load() }
-
-// hold counts one more queue holding m, whose Size is size, with an
-// entry costing entry bytes: the message counts with the first queue, the
-// entry with each. It is refused when the budget has no room for what it
-// adds. A nil budget bounds and counts nothing.
-func (b *QueueBudget) hold(m *Message, size, entry int64) bool {
-	if b == nil {
-		return true
-	}
-	for {
-		n := m.queued.Load()
-		add := entry
-		if n == 0 {
-			add += size
-		}
-		if b.Max > 0 && b.bytes.Load()+add > b.Max {
-			return false
-		}
-		if m.queued.CompareAndSwap(n, n+1) {
-			b.bytes.Add(add)
-			return true
-		}
-	}
-}
-
-// release counts one queue fewer holding m, as hold counted it.
-func (b *QueueBudget) release(m *Message, size, entry int64) {
-	if b == nil {
-		return
-	}
-	if m.queued.Add(-1) == 0 {
-		entry += size
-	}
-	b.bytes.Add(-entry)
-}
-
-// Size is what m is counted as, queued or retained: its topic, payload
-// and properties bytes.
-func (m *Message) Size() int {
-	n := len(m.Topic) + len(m.Payload)
-	if m.Properties != nil {
-		n += m.Properties.Size()
-	}
-	return n
-}
-
-// EntryCost is what a queued entry costs besides its message, in bytes,
-// as the queue bounds count it: a message shared by a thousand offline
-// sessions is held once, but each of them holds an Outbound for it in a
-// ring that may have twice the room it uses (~120 bytes), and the store's
-// index of a stored session's entries keeps about as much again.
-// Counting only the message let 500 offline sessions hold 9 million
-// entries of a one-byte message, 1.4 GB, within a 256 MiB bound.
-const EntryCost = 160
-
-// cost is what o costs in a queue besides its message: EntryCost and its
-// subscription identifiers, one word each (a client with overlapping
-// subscriptions can make every entry carry many).
-func (o *Outbound) cost() int { return EntryCost + 4*cap(o.SubIDs) }
-
-// Expired reports whether m has passed its expiry time at now.
-func (m *Message) Expired(now time.Time) bool {
-	return m.Expiry != 0 && now.UnixNano() >= m.Expiry
-}
-
 // Outbound is one message on its way to this session's client.
 type Outbound struct {
 	Msg *Message
@@ -164,43 +33,6 @@ type Outbound struct {
 	Released bool     // PUBREC received: PUBREL is the outstanding packet
 	resend   bool     // in the window, to be sent again on this connection (Resume)
 	held     bool     // queued until Stable passes its Seq (Target.Hold)
-}
-
-// Config bounds a session.
-type Config struct {
-	// MaxInflight is the outbound window: QoS 1/2 messages sent and not yet
-	// fully acknowledged. A 5.0 client's Receive Maximum lowers it.
-	MaxInflight int
-	// MaxQueued bounds the messages waiting for the window (or for the
-	// client to come back).
-	MaxQueued int
-	// MaxQueuedBytes bounds their Message.Size and the cost of their
-	// entries (EntryCost and subscription identifiers), together.
-	MaxQueuedBytes int64
-	// QueueQoS0 keeps QoS 0 messages for an offline client, as
-	// Mosquitto's queue_qos0_messages does.
-	QueueQoS0 bool
-	// MaxAwaitingRel bounds inbound QoS 2 packet ids awaiting PUBREL.
-	MaxAwaitingRel int
-}
-
-func (c Config) withDefaults() Config {
-	if c.MaxInflight <= 0 {
-		c.MaxInflight = DefaultMaxInflight
-	}
-	if c.MaxInflight > 65535 {
-		c.MaxInflight = 65535
-	}
-	if c.MaxQueued <= 0 {
-		c.MaxQueued = DefaultMaxQueued
-	}
-	if c.MaxQueuedBytes <= 0 {
-		c.MaxQueuedBytes = DefaultMaxQueuedBytes
-	}
-	if c.MaxAwaitingRel <= 0 {
-		c.MaxAwaitingRel = DefaultMaxAwaitingRel
-	}
-	return c
 }
 
 // Result says what Deliver did with a message.
@@ -239,66 +71,6 @@ type Session struct {
 	expireAt int64 // unix nanos the session expires at while offline; 0: online, or never
 }
 
-// subIndexMin is the count of subscriptions past which they are indexed;
-// below it a scan is cheaper than a map, and costs an idle client nothing.
-const subIndexMin = 8
-
-// limits is Config with defaults applied, in the width the session needs.
-//
-// Sessions made from one Config share it: a session holds a pointer, not
-// a copy, since the broker keeps one session per client, idle or not.
-type limits struct {
-	maxInflight, maxQueued, maxAwaitingRel int32
-	queueQoS0                              bool
-	maxQueuedBytes                         int64
-	// inflight counts the entries in the windows of every session sharing
-	// these limits, for the broker's gauge: kept here because every change
-	// of a window reaches it, with the session's lock held. On a cache
-	// line of its own, since every delivery reads the limits above.
-	_        [64]byte
-	inflight atomic.Int64
-	// subBytes counts the SubscriptionCost of every subscription the
-	// sessions sharing these limits hold.
-	subBytes atomic.Int64
-}
-
-// Limits are a Config with its defaults applied, for New. Make them once
-// and share them between sessions.
-type Limits struct{ l limits }
-
-// Limits applies c's defaults.
-func (c Config) Limits() *Limits {
-	c = c.withDefaults()
-	l := new(Limits)
-	l.l.maxInflight = int32(c.MaxInflight)
-	l.l.maxQueued = int32(min(c.MaxQueued, 1<<31-1))
-	l.l.maxAwaitingRel = int32(min(c.MaxAwaitingRel, 1<<31-1))
-	l.l.queueQoS0 = c.QueueQoS0
-	l.l.maxQueuedBytes = c.MaxQueuedBytes
-	return l
-}
-
-// Inflight reports how many QoS 1/2 messages are in the windows of the
-// sessions made with l, online or not: sent (or to be sent again) and
-// not completely acknowledged.
-func (l *Limits) Inflight() int64 { return l.l.inflight.Load() }
-
-// SubscriptionBytes reports the SubscriptionCost of the subscriptions
-// the sessions made with l hold, together.
-func (l *Limits) SubscriptionBytes() int64 { return l.l.subBytes.Load() }
-
-// SubscriptionCost is what the broker counts a subscription to filter as
-// holding, in bytes: the filter, a trie node for each level and a fixed
-// part for the entries in the session, its index and the trie's set. It
-// overstates what a filter sharing its first levels with others costs,
-// and is near what one of unique levels does (heap measured per
-// subscription: 14 bytes on 3 levels, 437 where this counts 750; 47 on 8
-// unique levels, 1,381 for 1,583; 4,090 on 3, 4,393 for 4,826; 255 on
-// 128 unique levels, 19,900 for 20,991).
-func SubscriptionCost(filter string) int64 {
-	return 256 + int64(len(filter)) + 160*int64(strings.Count(filter, "/")+1)
-}
-
 // queues are the outbound messages: those in the window in send order
 // (entries acknowledged out of order are tombstoned) and those waiting.
 type queues struct {
@@ -314,13 +86,6 @@ type queues struct {
 	// stable is the Seq below which held entries may be sent (Stable);
 	// here rather than in Session, which every idle client has.
 	stable uint64
-}
-
-// Subscription is one topic filter a session holds.
-type Subscription struct {
-	Filter  string
-	Options packets.SubOptions
-	ID      uint32 // 5.0 subscription identifier; 0 when none
 }
 
 // New returns an empty session for client id.
@@ -767,80 +532,3 @@ func (s *Session) Pubrel(id uint16) bool {
 
 // AwaitingRel reports how many inbound QoS 2 ids wait for PUBREL.
 func (s *Session) AwaitingRel() int { return len(s.awaitingRel) }
-
-// Subscribe records a subscription; it reports whether the filter was
-// already held (the new options replace the old).
-func (s *Session) Subscribe(sub Subscription) (existed bool) {
-	if i := s.findSub(sub.Filter); i >= 0 {
-		s.subs[i] = sub
-		return true
-	}
-	cost := SubscriptionCost(sub.Filter)
-	s.subBytes += cost
-	s.lim.subBytes.Add(cost)
-	s.subs = append(s.subs, sub)
-	if s.subIndex != nil {
-		s.subIndex[sub.Filter] = len(s.subs) - 1
-	} else if len(s.subs) > subIndexMin {
-		s.subIndex = make(map[string]int, len(s.subs))
-		for i, sub := range s.subs {
-			s.subIndex[sub.Filter] = i
-		}
-	}
-	return false
-}
-
-// Unsubscribe drops a subscription; it reports whether it existed.
-func (s *Session) Unsubscribe(filter string) bool {
-	i := s.findSub(filter)
-	if i < 0 {
-		return false
-	}
-	cost := SubscriptionCost(filter)
-	s.subBytes -= cost
-	s.lim.subBytes.Add(-cost)
-	last := len(s.subs) - 1
-	s.subs[i] = s.subs[last]
-	s.subs[last] = Subscription{}
-	s.subs = s.subs[:last]
-	if s.subIndex != nil {
-		delete(s.subIndex, filter)
-		if i < last {
-			s.subIndex[s.subs[i].Filter] = i
-		}
-	}
-	return true
-}
-
-// findSub returns the place of filter in subs, or -1.
-func (s *Session) findSub(filter string) int {
-	if s.subIndex != nil {
-		if i, ok := s.subIndex[filter]; ok {
-			return i
-		}
-		return -1
-	}
-	for i := range s.subs {
-		if s.subs[i].Filter == filter {
-			return i
-		}
-	}
-	return -1
-}
-
-// Subscribed reports whether the session holds filter.
-func (s *Session) Subscribed(filter string) bool { return s.findSub(filter) >= 0 }
-
-// SubscriptionCount reports how many subscriptions the session holds.
-func (s *Session) SubscriptionCount() int { return len(s.subs) }
-
-// SubscriptionBytes reports the SubscriptionCost of the subscriptions the
-// session holds, together.
-func (s *Session) SubscriptionBytes() int64 { return s.subBytes }
-
-// Subscriptions calls fn for every subscription held.
-func (s *Session) Subscriptions(fn func(Subscription)) {
-	for _, sub := range s.subs {
-		fn(sub)
-	}
-}
