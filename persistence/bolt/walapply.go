@@ -1,0 +1,229 @@
+package bolt
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"mqttd/persistence"
+)
+
+// The log's applier: it applies what the log holds to the bbolt file
+// walApplyAfter after the first record, or once the log is half full (a
+// checkpoint, which Apply waits for), a chunk per transaction.
+
+// kickApplier wakes the applier: after walApplyAfter, or at once when the
+// log is half full.
+func (s *Store) kickApplier(hurry bool) {
+	ch := s.walKick
+	if hurry {
+		ch = s.walHurry
+	}
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// walLoop applies the log to the file a while after records come.
+func (s *Store) walLoop() {
+	defer close(s.walStopped)
+	t := time.NewTimer(walApplyAfter)
+	t.Stop()
+	for {
+		select {
+		case <-s.walStop:
+			return
+		case <-s.walKick:
+			t.Reset(walApplyAfter)
+			select {
+			case <-s.walStop:
+				t.Stop()
+				return // Close applies the rest
+			case <-t.C:
+			case <-s.walHurry:
+				t.Stop()
+			}
+		case <-s.walHurry:
+		}
+		// A failure leaves the records in the log, which is durable; the
+		// next checkpoint tries again, and Apply fails once the log is
+		// full and a checkpoint cannot empty it.
+		_ = s.checkpoint(0)
+	}
+}
+
+// checkpoint applies the whole log to the file. When the log is half
+// full, or has no room for a record of need bytes, it starts over, at the
+// size sizeFor gives.
+func (s *Store) checkpoint(need int) error {
+	s.amu.Lock()
+	defer s.amu.Unlock()
+	// After a failure (a full disk) the next tries wait a while: each is a
+	// whole bbolt transaction, and every Apply asks for one once the log
+	// is half full.
+	if s.failErr != nil && time.Since(s.failAt) < walRetryAfter {
+		return s.failErr
+	}
+	err := s.checkpointLocked(need)
+	s.failErr, s.failAt = err, time.Now()
+	return err
+}
+
+// checkpointLocked is checkpoint; the caller holds s.amu.
+func (s *Store) checkpointLocked(need int) error {
+	w := s.wal
+	// Most of it without holding up Apply, until what comes meanwhile is
+	// little; then the rest.
+	for {
+		s.wmu.Lock()
+		end := w.off
+		s.wmu.Unlock()
+		if end-w.applied.Load() < walSmallRest {
+			break
+		}
+		if err := s.applyLog(end); err != nil {
+			return err
+		}
+	}
+	// A larger log is written (grow) before Apply is held up: records go
+	// only below w.size meanwhile.
+	s.wmu.Lock()
+	due, from, to := w.due(need), w.size, w.sizeFor(need)
+	s.wmu.Unlock()
+	if due && to > from {
+		if err := w.grow(from, to); err != nil && walHeaderSize+int64(need) > from {
+			return err // too large for the log as it is
+		} else if err == nil {
+			s.wmu.Lock()
+			w.size = to
+			s.wmu.Unlock()
+		}
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.applyLog(w.off); err != nil {
+		return err
+	}
+	if !due {
+		// Starting over costs an fdatasync; while the log has room (it
+		// may have started over while this call waited for s.amu), new
+		// records follow the applied ones.
+		return nil
+	}
+	if walHeaderSize+int64(need) > w.size {
+		return fmt.Errorf("bolt: %s: a record of %d bytes does not fit the log", w.path, need)
+	}
+	if err := w.startOver(); err != nil {
+		s.walErr.CompareAndSwap(nil, &err)
+		return err
+	}
+	return nil
+}
+
+// applyLog applies the records up to end to the file, in transactions of
+// at most walApplyChunk bytes of records (or one longer record), each
+// read when it is applied. The caller holds s.amu.
+func (s *Store) applyLog(end int64) error {
+	w := s.wal
+	for from := w.applied.Load(); from < end; from = w.applied.Load() {
+		buf, err := w.read(from, min(end-from, walApplyChunk))
+		if err != nil {
+			return err
+		}
+		var recs [][]byte
+		var last uint64
+		off := int64(0)
+		for off < int64(len(buf)) {
+			seq, payload, next := readRecord(buf, off, w.salt, w.gen)
+			if next == 0 {
+				break // cut by the chunk, or not a record: the next pass tells
+			}
+			recs, last, off = append(recs, payload), seq, next
+		}
+		if len(recs) == 0 {
+			// A record longer than a chunk: read it whole.
+			if len(buf) < walRecordHeader {
+				return fmt.Errorf("bolt: %s: %w: a record written at %d does not read back", w.path, ErrCorrupt, from)
+			}
+			size := walRecordHeader + int64(binary.LittleEndian.Uint32(buf[0:4]))
+			if size <= int64(len(buf)) || size > end-from {
+				return fmt.Errorf("bolt: %s: %w: a record written at %d does not read back", w.path, ErrCorrupt, from)
+			}
+			if buf, err = w.read(from, size); err != nil {
+				return err
+			}
+			seq, payload, next := readRecord(buf, 0, w.salt, w.gen)
+			if next == 0 {
+				return fmt.Errorf("bolt: %s: %w: a record written at %d does not read back", w.path, ErrCorrupt, from)
+			}
+			recs, last, off = [][]byte{payload}, seq, next
+		}
+		if err := s.applyRecords(w, recs, last); err != nil {
+			return err
+		}
+		w.applied.Store(from + off)
+		w.appliedSeq = last
+	}
+	return nil
+}
+
+// read reads n bytes of the log at off into w.rbuf, which it keeps for
+// the next read only up to the log's initial size: a burst of large
+// records does not leave its buffer held.
+func (w *wal) read(off, n int64) ([]byte, error) {
+	if int64(cap(w.rbuf)) < n {
+		w.rbuf = make([]byte, n)
+	}
+	buf := w.rbuf[:n]
+	if cap(w.rbuf) > walInitialSize {
+		w.rbuf = nil
+	}
+	if _, err := w.f.ReadAt(buf, off); err != nil {
+		return nil, fmt.Errorf("bolt: read %s: %w", w.path, err)
+	}
+	return buf, nil
+}
+
+// applyRecords applies records, the last of which is last, in one bbolt
+// transaction that also records last. Each record is finished (its counts
+// written, the messages it left unreferenced dropped) before the next, so
+// that the next meets the state Apply checked it against.
+func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64) error {
+	err := s.updateTx(func(tx *bbolt.Tx) error {
+		for _, rec := range recs {
+			a := newApplier(tx, s.path)
+			err := eachOp(rec, func(op *walOp) error {
+				var err error
+				if op.op.Kind == persistence.OpPutMessage {
+					err = a.putEncodedMessage(op.id, op.raw)
+				} else {
+					err = a.apply(&op.op)
+				}
+				if err != nil {
+					return fmt.Errorf("bolt: log op (%s): %w", kindName(op.op.Kind), err)
+				}
+				return nil
+			})
+			if errors.Is(err, errRecord) {
+				return fmt.Errorf("bolt: %s: %w: %v", w.path, ErrCorrupt, err)
+			}
+			if err == nil {
+				err = a.finish()
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketMeta).Put(keyWALSeq, binary.AppendUvarint(nil, last))
+	})
+	if err != nil && (errors.Is(err, ErrCorrupt) || persistence.Malformed(err)) {
+		// The shadow took what the file refuses: they disagree, and no
+		// later record can be trusted to apply either.
+		s.walErr.CompareAndSwap(nil, &err)
+	}
+	return err
+}
