@@ -20,9 +20,10 @@
 //   - server.go: New, Serve, listeners and the accept loop, Shutdown.
 //   - reader.go: dispatch, where every frame from either reader is
 //     decoded and handled, and the goroutine reader for connections that
-//     expose no descriptor (TLS, WebSocket); reader_linux.go, poll_linux.go
-//     and idle_linux.go: the epoll reader for plain sockets, its poller and
-//     the keepalive wheel.
+//     expose no descriptor (TLS, WebSocket); reader_linux.go,
+//     readerpool_linux.go, poll_linux.go and idle_linux.go: the epoll
+//     reader for plain sockets, the bounded pool of its goroutines, its
+//     poller and the keepalive wheel.
 //   - connect.go (CONNECT), handle.go (every other packet), subscribe.go.
 //   - registry.go: clients, attach and takeover, detach, refilling the
 //     window from the session queue.
