@@ -66,13 +66,13 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 		c.refuse(authCode(c.version, err))
 		return closing(CloseAuthFailed, fmt.Errorf("authentication failed: %w", err))
 	}
-	return c.admit(cp, stamp)
+	return c.acceptConnect(cp, stamp)
 }
 
-// admit accepts a CONNECT whose client is authenticated (stamp: by the
+// acceptConnect accepts a CONNECT whose client is authenticated (stamp: by the
 // entry of its listener's password file with that stamp; 0: otherwise),
 // unless its will or the session limit refuses it.
-func (c *conn) admit(cp *packets.Connect, stamp uint32) error {
+func (c *conn) acceptConnect(cp *packets.Connect, stamp uint32) error {
 	s := c.srv
 	if err := c.clientIDPrefix(cp); err != nil {
 		code := packets.ConnRefusedIdentifier

@@ -104,7 +104,7 @@ func (c *conn) connectStep(st *authState, data []byte) error {
 	c.info.Username = strings.Clone(user)
 	st.x, st.cp, st.out = nil, nil, out
 	c.srv.loginSucceeded(c)
-	return c.admit(cp, 0)
+	return c.acceptConnect(cp, 0)
 }
 
 // reauth handles an AUTH once the client is connected: a new exchange

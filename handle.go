@@ -114,7 +114,7 @@ func (c *conn) handlePublish(p *packets.Publish, borrowed bool) error {
 		}
 	case 1:
 		if v.code == packets.Success {
-			v = c.route(p, borrowed)
+			v = c.routeAcked(p, borrowed)
 		}
 		c.answerAck(&packets.Ack{Type: packets.TypePuback, PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})
 	case 2:
@@ -156,13 +156,13 @@ func (c *conn) publishInPlace(fh packets.FixedHeader, body []byte) bool {
 	return n < len(body) && body[n] == 0
 }
 
-// route publishes an acknowledged (QoS 1/2) PUBLISH. A 5.0 client can be
+// routeAcked publishes an acknowledged (QoS 1/2) PUBLISH. A 5.0 client can be
 // told that its retained message does not fit the retained store: the
 // message is then refused with 0x97 and not routed. Otherwise (3.1.1, or
 // QoS 0) a retained message that does not fit is routed but not kept. A
 // message nobody subscribed to is acknowledged with 0x10 (no matching
 // subscribers), which 3.1.1 reads as success.
-func (c *conn) route(p *packets.Publish, borrowed bool) verdict {
+func (c *conn) routeAcked(p *packets.Publish, borrowed bool) verdict {
 	m := c.message(p, borrowed)
 	if c.version == packets.V5 && m.Retain && len(m.Payload) > 0 && !c.srv.retainRoom(m) {
 		c.srv.refuseRetained(m)
@@ -242,7 +242,7 @@ func (c *conn) publishQoS2(p *packets.Publish, v verdict, borrowed bool) error {
 			Msg: fmt.Sprintf("more than %d QoS 2 messages awaiting PUBREL", c.srv.opts.Limits.MaxAwaitingRel)})
 	}
 	if isNew {
-		if v = c.route(p, borrowed); v.code >= 0x80 {
+		if v = c.routeAcked(p, borrowed); v.code >= 0x80 {
 			cl.mu.Lock()
 			c.pubrelLocked(p.PacketID)
 			cl.mu.Unlock()

@@ -212,7 +212,7 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 	if qos == 0 && len(subIDs) == 0 && s.deliverQoS0(cl, retain, enc) {
 		return
 	}
-	if full := s.deliverLocked(cl, enc.kept(), qos, retain, subIDs, enc, clock); full != nil {
+	if full := s.deliverToSession(cl, enc.kept(), qos, retain, subIDs, enc, clock); full != nil {
 		full.Msg("message dropped: the session queue is full (limits.max_queued, limits.max_queued_bytes) or all queues are " +
 			"(limits.max_queued_bytes_total); logged at most every 10 s, mqttd_messages_dropped_total{reason=queue_full} counts them all")
 	}
@@ -243,10 +243,10 @@ func (s *Server) readableAs(cl *client, m *session.Message, qos byte, retain boo
 	return who == nil || s.authz.Authorize(*who, auth.Request{Action: auth.Read, Topic: m.Topic, QoS: qos, Retain: retain})
 }
 
-// deliverLocked is deliver through the session, under the client's lock,
+// deliverToSession is deliver through the session, under the client's lock,
 // which it takes. When a queue-full warning is due it returns the event
 // to log, for the caller to write once the lock is released.
-func (s *Server) deliverLocked(cl *client, m *session.Message, qos byte, retain bool, subIDs []uint32, enc *encoded, clock func() time.Time) (warn *zerolog.Event) {
+func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, retain bool, subIDs []uint32, enc *encoded, clock func() time.Time) (warn *zerolog.Event) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if cl.dropped {
