@@ -3,8 +3,6 @@ package mqttd
 import (
 	"net"
 	"net/netip"
-	"sync/atomic"
-	"time"
 
 	"mqttd/listeners"
 )
@@ -115,7 +113,7 @@ func (s *Server) releaseLocked(src netip.Addr) {
 func (s *Server) reject(nc net.Conn, r rejectReason, listener string) {
 	s.stats.rejected[r].Add(1) // before the close, which the client sees
 	nc.Close()
-	if rateLimited(&s.rejectWarned) {
+	if s.rejectWarned.limited() {
 		return
 	}
 	s.log.Warn().Stringer("reason", r).Str("remote", nc.RemoteAddr().String()).Str("listener", listener).
@@ -123,15 +121,4 @@ func (s *Server) reject(nc net.Conn, r rejectReason, listener string) {
 		Int("max_connections_per_address", s.limits().MaxConnectionsPerAddress).
 		Int64("max_memory", s.opts.Limits.MaxMemory).
 		Msg("connection refused: limit reached (logged at most every 10 s; mqttd_connections_rejected_total counts them all)")
-}
-
-// warnInterval rate-limits repeated warnings.
-const warnInterval = 10 * time.Second
-
-// rateLimited reports whether a warning was logged within warnInterval;
-// when not, it records that the caller logs one now. last holds the time.
-func rateLimited(last *atomic.Int64) bool {
-	now := time.Now().UnixNano()
-	prev := last.Load()
-	return now-prev < int64(warnInterval) || !last.CompareAndSwap(prev, now)
 }

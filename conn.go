@@ -80,7 +80,7 @@ type conn struct {
 	// beside the other 4-byte fields, where it costs no padding.
 	rstate atomic.Int32
 
-	dropWarned atomic.Int64 // unix nanos of the last outbox-full warning
+	dropWarned throttle // unix nanos of the last outbox-full warning
 	// held are the acknowledgements waiting for the store (durable.go);
 	// nil until the reader first changes durable state.
 	held *heldAnswers
@@ -241,8 +241,8 @@ func (c *conn) cleanup() {
 
 // warnEvery logs msg at warn level unless it was logged for this
 // connection within warnInterval; last holds the time it was.
-func (c *conn) warnEvery(last *atomic.Int64, msg string) {
-	if !rateLimited(last) {
+func (c *conn) warnEvery(last *throttle, msg string) {
+	if !last.limited() {
 		c.fields(c.srv.log.Warn()).Msg(msg)
 	}
 }

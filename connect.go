@@ -118,7 +118,7 @@ func (c *conn) acceptConnect(cp *packets.Connect, stamp uint32) error {
 		s.forgetNewSession(c)
 		s.stats.sessionsRefused.Add(1) // before the CONNACK the client sees
 		c.refuse(code)
-		if !rateLimited(&s.sessionsWarned) {
+		if !s.sessionsWarned.limited() {
 			c.fields(s.log.Warn()).Int("max_sessions", s.limits().MaxSessions).
 				Msg("new session refused: the broker holds its maximum (logged at most every 10 s; mqttd_sessions_refused_total counts them all)")
 		}

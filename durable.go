@@ -102,7 +102,7 @@ func (cs checkedStore) Apply(b *persistence.Batch) error {
 	st.storeCommitOps.observe(&storeCommitOpsBounds, float64(b.Len()))
 	if err != nil {
 		st.storeErrors.Add(1)
-		if !rateLimited(&cs.s.storeWarned) {
+		if !cs.s.storeWarned.limited() {
 			cs.s.log.Error().Err(err).Int("ops", b.Len()).
 				Msg("store commit failed: what it held is not acknowledged (logged at most every 10 s; mqttd_store_errors_total counts them all)")
 		}

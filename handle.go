@@ -184,7 +184,7 @@ func (c *conn) userPropertiesFit(p *packets.Properties) bool {
 		return true
 	}
 	c.srv.stats.userPropsRefused.Add(1)
-	if !rateLimited(&c.srv.userPropsWarned) {
+	if !c.srv.userPropsWarned.limited() {
 		c.fields(c.srv.log.Warn()).Int("max_user_properties", max).
 			Msg("message refused: too many user properties (logged at most every 10 s; mqttd_user_properties_refused_total counts them all)")
 	}

@@ -287,7 +287,7 @@ func (s *Server) incomingFull(more int) bool {
 	if s.stats.incomingBytes.Load()+int64(more) <= s.opts.Limits.MaxIncomingBytesTotal {
 		return false
 	}
-	if !rateLimited(&s.incomingWarned) {
+	if !s.incomingWarned.limited() {
 		s.log.Warn().Int64("incoming_bytes", s.stats.incomingBytes.Load()).
 			Int64("max_incoming_bytes_total", s.opts.Limits.MaxIncomingBytesTotal).
 			Msg("connection closed: the packets arriving on all connections hold limits.max_incoming_bytes_total " +

@@ -2,10 +2,7 @@
 
 package mqttd
 
-import (
-	"runtime"
-	"sync/atomic"
-)
+import "runtime"
 
 // readerPool runs the reader goroutines: at most max of them, so that a
 // burst in which every connection becomes readable at once (a power cut
@@ -37,7 +34,7 @@ type readerPool struct {
 	// went from idle to running), so it is bounded by the connections.
 	waiting []*conn
 	head    int
-	warned  atomic.Int64
+	warned  throttle
 }
 
 // maxParkedReaders bounds the goroutines (and grown stacks) kept idle.
@@ -82,7 +79,7 @@ func (p *readerPool) run(c *conn) {
 		p.waiting = append(p.waiting, c)
 		p.mu.Unlock()
 		p.srv.stats.readerWaits.Add(1)
-		if !rateLimited(&p.warned) {
+		if !p.warned.limited() {
 			p.srv.log.Warn().Int("readers", p.max).
 				Msg("every reader is busy: connections with bytes to read wait for one; mqttd_reader_waits_total counts them")
 		}

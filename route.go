@@ -284,7 +284,7 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 		s.accountQueueLocked(cl)
 	case session.DropFull:
 		s.stats.dropped[dropQueueFull].Add(1)
-		if !rateLimited(&s.queueWarned) {
+		if !s.queueWarned.limited() {
 			return s.log.Warn().Str("client_id", cl.id).Str("topic", m.Topic).Int("queued", cl.sess.Queued()).
 				Int("queued_bytes", cl.sess.QueuedBytes()).Int64("all_queued_bytes", s.queueBudget.Bytes())
 		}
@@ -441,7 +441,7 @@ func (s *Server) retainRoom(m *session.Message) bool {
 // refuseRetained counts a retained message the store had no room for.
 func (s *Server) refuseRetained(m *session.Message) {
 	s.stats.retainedRefused.Add(1)
-	if !rateLimited(&s.retainWarned) {
+	if !s.retainWarned.limited() {
 		s.log.Warn().Str("topic", m.Topic).Int("size", m.Size()).
 			Int("max_retained", s.limits().MaxRetained).Int64("max_retained_bytes", s.limits().MaxRetainedBytes).
 			Msg("retained message not kept: the retained store is full (logged at most every 10 s; mqttd_retained_refused_total counts them all)")

@@ -94,11 +94,11 @@ type Server struct {
 	stats        stats
 	queueBudget  session.QueueBudget // the bytes of all session queues
 	outboxWait   outboxWaiters
-	rejectWarned atomic.Int64 // unix nanos of the last rejected-connection warning
-	retainWarned atomic.Int64 // unix nanos of the last retained-store-full warning
-	storeWarned  atomic.Int64 // unix nanos of the last store-error warning
-	willWarned   atomic.Int64 // unix nanos of the last will-refused line
-	storeHealth  storeHealth  // whether the store takes writes (Ready)
+	rejectWarned throttle    // unix nanos of the last rejected-connection warning
+	retainWarned throttle    // unix nanos of the last retained-store-full warning
+	storeWarned  throttle    // unix nanos of the last store-error warning
+	willWarned   throttle    // unix nanos of the last will-refused line
+	storeHealth  storeHealth // whether the store takes writes (Ready)
 
 	// dur is the store's side of the broker (durable.go); nil when
 	// nothing is kept.
@@ -106,16 +106,16 @@ type Server struct {
 	// retainMu orders the retained store's changes with the units that
 	// record them, when there is a store.
 	retainMu         sync.Mutex
-	queueWarned      atomic.Int64 // unix nanos of the last queue-full warning
-	subsWarned       atomic.Int64 // unix nanos of the last subscription-limit warning
-	sessionsWarned   atomic.Int64 // unix nanos of the last session-limit warning
-	userPropsWarned  atomic.Int64 // unix nanos of the last user-properties warning
-	incomingWarned   atomic.Int64 // unix nanos of the last incoming-bytes warning
-	retainSendWarned atomic.Int64 // unix nanos of the last retained-sends-truncated warning
+	queueWarned      throttle // unix nanos of the last queue-full warning
+	subsWarned       throttle // unix nanos of the last subscription-limit warning
+	sessionsWarned   throttle // unix nanos of the last session-limit warning
+	userPropsWarned  throttle // unix nanos of the last user-properties warning
+	incomingWarned   throttle // unix nanos of the last incoming-bytes warning
+	retainSendWarned throttle // unix nanos of the last retained-sends-truncated warning
 	// retainedSends are the clients' allowances of retained messages
 	// (retainedsend.go), and retainLimitWarned the last time one ran out.
 	retainedSends     retainedSends
-	retainLimitWarned atomic.Int64
+	retainLimitWarned throttle
 }
 
 type listener struct {

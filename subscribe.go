@@ -211,7 +211,7 @@ func filterTopic(filter string) string {
 // (at most every 10 s) naming the limit.
 func (s *Server) refuseSubscription(c *conn, limit string, value int64) {
 	s.stats.subscriptionsRefused.Add(1)
-	if !rateLimited(&s.subsWarned) {
+	if !s.subsWarned.limited() {
 		c.fields(s.log.Warn()).Int64(limit, value).
 			Msg("subscription refused by limits." + limit + " (logged at most every 10 s; mqttd_subscriptions_refused_total counts them all)")
 	}
@@ -278,7 +278,7 @@ func (c *conn) retainedCut(filter string, a *retainedAllowance) {
 	s := c.srv
 	if a.full {
 		s.stats.retainedTruncated.Add(1)
-		if !rateLimited(&s.retainSendWarned) {
+		if !s.retainSendWarned.limited() {
 			c.fields(s.log.Warn()).Str("filter", filter).Int("limit", s.opts.Limits.MaxInflight+s.opts.Limits.MaxQueued).
 				Msg("retained messages not all sent: a SUBSCRIBE matched more than the session can hold (limits.max_inflight + " +
 					"limits.max_queued messages, limits.max_queued_bytes bytes); logged at most every 10 s, " +
@@ -287,7 +287,7 @@ func (c *conn) retainedCut(filter string, a *retainedAllowance) {
 		return
 	}
 	s.stats.retainedLimited.Add(1)
-	if !rateLimited(&s.retainLimitWarned) {
+	if !s.retainLimitWarned.limited() {
 		c.fields(s.log.Warn()).Str("filter", filter).Dur("retained_send_refill", s.limits().RetainedSendRefill).
 			Msg("retained messages not all sent: the client was sent a session's worth (limits.max_inflight + limits.max_queued " +
 				"messages, limits.max_queued_bytes bytes) within limits.retained_send_refill; logged at most every 10 s, " +

@@ -143,7 +143,7 @@ func (s *Server) publishWill(w leftWill) {
 	}
 	if why := s.willRefused(w); why != "" {
 		s.stats.willsRefused.Add(1)
-		if !rateLimited(&s.willWarned) {
+		if !s.willWarned.limited() {
 			s.log.Info().Str("client_id", will.Origin).Str("username", w.who.Username).Str("topic", will.Topic).
 				Msg("will not published: " + why + " (logged at most every 10 s; mqttd_wills_refused_total counts them all)")
 		}
