@@ -49,7 +49,7 @@ type Server struct {
 	methods   map[string]auth.Method   // Options.AuthMethods by name
 	wills     map[*client]*delayedWill // waiting for their Will Delay Interval (will.go)
 	conns     map[*conn]struct{}
-	perAddr   map[netip.Addr]int // open connections by source address (admit.go)
+	perAddr   map[netip.Addr]int // open connections by source address (admission.go)
 	listeners []*listener
 	gates     map[string]*gate // how each listener lets clients in, by name (authconfig.go)
 	serving   bool
