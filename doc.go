@@ -15,6 +15,15 @@
 // (session) are pure packages it drives; the auth package holds the
 // Authenticator and Authorizer interfaces it asks.
 //
+// # Words
+//
+// A conn is one network connection: its socket, outbox and reader state.
+// A client is the record for a client id, which outlives its connections:
+// its session, its latest conn, whether the session is stored. A
+// session.Session is the protocol state inside a client: windows, queue,
+// packet ids, subscriptions. ARCHITECTURE.md follows a QoS 1 PUBLISH
+// through them file by file.
+//
 // # Where to start reading
 //
 //   - server.go: New, Serve, listeners and the accept loop, Shutdown.
