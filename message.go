@@ -281,8 +281,8 @@ func (c *conn) writeOutboundRun(run []session.Outbound, wake bool) (unsent uint6
 		}
 		return b
 	}, true)
-	// Counted once a run: an atomic addition a message was 1% of the
-	// broker's CPU in qos1.
+	// Counted once a run: an atomic addition a message showed in qos1's
+	// profile.
 	if published > 0 {
 		c.srv.stats.messagesSent.Add(uint64(published))
 	}

@@ -121,7 +121,7 @@ func (c *conn) enqueue(mode enqueueMode, add func(b []byte) []byte) bool {
 // enqueueFit is enqueue that, with wantFit, also returns what fit returns
 // once the frames are added, under the same hold of the lock: the pump
 // asks fit after each run it writes (writeOutboundRun), where a second
-// lock and unlock per message took 5% of the broker's CPU in qos1. fit is
+// lock and unlock per message showed in qos1's profile. fit is
 // -1 when nothing was added.
 func (c *conn) enqueueFit(mode enqueueMode, add func(b []byte) []byte, wantFit bool) (ok bool, fit int) {
 	o := &c.out

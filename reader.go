@@ -148,7 +148,7 @@ const maxWriterYields = 4
 // answerFromRead is answerBeforeWait for a TLS or WebSocket connection
 // from the listeners, which calls it when a read finds its socket empty.
 // Answering at every refill of the small buffer wrote a WebSocket message
-// per few frames (writes were 59% of the broker's CPU in QoS 2), and a
+// per few frames (writes took most of the broker's CPU in QoS 2), and a
 // TLS record per refill for records crypto/tls had read ahead. It runs
 // deep in crypto/tls's or gorilla's read, so a writer goroutine writes
 // the answers: written on the reader's stack, under the read's frames,

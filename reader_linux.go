@@ -446,7 +446,7 @@ func (c *conn) frames(b []byte, owned bool, held int, pub *packets.Publish) (fra
 // ackRun completes the messages the PUBACKs and PUBCOMPs at the start of
 // b acknowledge under one hold of the client's lock, where each took it
 // (handleAck): a subscriber acknowledges its window of 100 in one write,
-// and the lock's 100 round trips were 2% of the broker's CPU in qos1. It
+// and the lock's 100 round trips showed in qos1's profile. It
 // stops before the first frame that is anything else, is incomplete or
 // malformed, or acknowledges nothing in flight, which the caller then
 // dispatches one by one as before (a refused one is the same refusal

@@ -11,8 +11,8 @@ import "runtime"
 // bound wait, in the order they became readable, for a reader to finish.
 // A few readers stay parked between wakeups, so a wakeup hands its
 // connection to one of them instead of starting a goroutine, which then
-// grows its stack through the handlers again: pprof of the conns scenario
-// had 8% of CPU in stack growth.
+// grows its stack through the handlers again, which showed in the conns
+// scenario's profile (docs/perf-log.md).
 //
 // A reader counted in the bound blocks only for bounded times: a
 // publisher's stall on a full outbox (maxStall), a commit it waits for,

@@ -4,8 +4,8 @@ package mqttd
 // between writes, so a delivery hands its connection to one of them
 // instead of starting a goroutine, whose stack starts small and grows
 // again through the write: over WebSocket (gorilla's frames, a deadline
-// per write) and TLS the growth, a copy of the stack each time, was 4.7%
-// of the broker's CPU in qos1, every write of a window starting a writer.
+// per write) and TLS the growth, a copy of the stack each time, showed in
+// qos1's profile, every write of a window starting a writer.
 // A woken writer runs next on its P as a new goroutine does, so it yields
 // to the readers behind it just the same (runWriter).
 type writerPool struct{ parked }

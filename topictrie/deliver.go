@@ -19,7 +19,7 @@ import (
 // It does not allocate: it sorts subs by KeyID, unless every normal
 // subscription in them is on one filter, whose keys are distinct (a
 // topic with many subscribers on one filter: sorting them for every
-// message was 10% of a 100-subscriber fan-out). fn must not keep the slice
+// message showed in a 100-subscriber fan-out's profile). fn must not keep the slice
 // it is given, which aliases subs.
 func ForEachDelivery[K comparable, V any](subs []Sub[K, V], fn func(run []Sub[K, V])) {
 	if oneFilter(subs) {

@@ -122,7 +122,7 @@ func (g gcConfig) burstPercent(rate float64, live, scan uint64) int {
 // judged interval by interval, the burst passed the budget and kept
 // GOGC=100). Past that it sets Go's own GOGC=100, so that the policy
 // trades CPU for memory only up to the budget: a fan-in, which collects every few milliseconds at GOGC=100
-// already (10% of its CPU) and whose live heap swings between 1 and 9 MB,
+// already and whose live heap swings between 1 and 9 MB,
 // keeps Go's headroom, where following each cycle's live heap left a small
 // headroom over a heap that had shrunk meanwhile and doubled the
 // collector's CPU. A flow that would pass the budget only with the
@@ -325,8 +325,9 @@ func (t *gcTuner) initIdle() {
 // collections of the busy moment before it. A heap that is busy again
 // gets its pages back from the system, a fault per page, and regrows from
 // a small goal: released after one idle second, flows a few seconds apart
-// lost 15-20% of their rate, and after ten, qos1 runs 15 s apart lost
-// 10% (a page fault costs 12 us on the test machine). So the spare of a
+// lost a sixth of their rate, and after ten, qos1 runs 15 s apart still
+// lost some (a page fault costs 12 us on the test machine; the figures are
+// in docs/perf-log.md). So the spare of a
 // flow, which did not grow the live heap, waits releaseAfterFlow ticks:
 // what the next burst would fault in again, held meanwhile by the heap
 // goal its garbage rate holds up, if it is at most a quarter more than
