@@ -515,7 +515,7 @@ func (s *Server) revokeDenied(cl *client) []string {
 	})
 	for _, f := range gone {
 		if cl.sess.Unsubscribe(f) && cl.stored {
-			s.dur.oneLocked(persistence.Op{Kind: persistence.OpDeleteSubscription, SessionID: cl.id, Filter: f}, nil)
+			s.dur.oneLocked(persistence.DeleteSubscription(cl.id, f), nil)
 		}
 	}
 	return gone

@@ -182,8 +182,8 @@ func (d *durable) deliveredLocked(cl *client, o session.Outbound, pm *persistenc
 		pm = d.stored(o.Msg)
 	}
 	ops := [2]persistence.Op{
-		{Kind: persistence.OpPutMessage, Message: pm}, // kept once: a message already stored stays as it is
-		{Kind: persistence.OpPutOutbound, SessionID: cl.id, Outbound: outboundOf(o, pm.ID)},
+		persistence.PutMessage(pm), // kept once: a message already stored stays as it is
+		persistence.PutOutbound(cl.id, outboundOf(o, pm.ID)),
 	}
 	b := persistence.Batch{Ops: ops[:]}
 	if then == nil {
@@ -216,7 +216,7 @@ func (s *Server) stableThen(cl *client, seq uint64) func() {
 // removedLocked deletes entry seq of a stored session: acknowledged,
 // expired, discarded or handed to another session. The caller holds cl.mu.
 func (d *durable) removedLocked(cl *client, seq uint64, owner *conn) {
-	ops := [1]persistence.Op{{Kind: persistence.OpDeleteOutbound, SessionID: cl.id, Seq: seq}}
+	ops := [1]persistence.Op{persistence.DeleteOutbound(cl.id, seq)}
 	d.add(&persistence.Batch{Ops: ops[:]}, owner, false)
 }
 
@@ -225,7 +225,7 @@ func (d *durable) removedLocked(cl *client, seq uint64, owner *conn) {
 // publisher's answer still waits for the entry to be stored here, until
 // the other member's copy is. The caller holds cl.mu.
 func (d *durable) handedLocked(cl *client, seq uint64) {
-	ops := [1]persistence.Op{{Kind: persistence.OpDeleteOutbound, SessionID: cl.id, Seq: seq, Handed: true}}
+	ops := [1]persistence.Op{persistence.DeleteHandedOutbound(cl.id, seq)}
 	d.add(&persistence.Batch{Ops: ops[:]}, nil, false)
 }
 
@@ -236,9 +236,8 @@ func (d *durable) releasedLocked(cl *client, o session.Outbound, owner *conn) {
 	pm := d.stored(o.Msg)
 	o.Released = true
 	ops := [2]persistence.Op{
-		// Put again in case it is not stored: the store keeps the first.
-		{Kind: persistence.OpPutMessage, Message: pm},
-		{Kind: persistence.OpPutOutbound, SessionID: cl.id, Outbound: outboundOf(o, pm.ID)},
+		persistence.PutMessage(pm), // again in case it is not stored: the store keeps the first
+		persistence.PutOutbound(cl.id, outboundOf(o, pm.ID)),
 	}
 	d.add(&persistence.Batch{Ops: ops[:]}, owner, true)
 }
@@ -246,10 +245,10 @@ func (d *durable) releasedLocked(cl *client, o session.Outbound, owner *conn) {
 // sessionLocked writes a stored session's record, as connection c (its
 // latest) and expiry make it. The caller holds cl.mu.
 func (d *durable) sessionLocked(cl *client, c *conn, expiry uint32, owner *conn) {
-	d.oneLocked(persistence.Op{Kind: persistence.OpPutSession, SessionID: cl.id, Session: persistence.Session{
+	d.oneLocked(persistence.PutSession(persistence.Session{
 		ID: cl.id, Username: c.info.Username, Version: byte(c.version),
 		Expiry: expiry, ExpireAt: cl.sess.ExpireAt(), Listener: c.info.Listener,
-	}}, owner)
+	}), owner)
 }
 
 // oneLocked adds a unit of one operation on a stored session. The caller
@@ -335,12 +334,12 @@ func (s *Server) storeSessionLocked(c *conn, cl *client, persistent, willDropped
 	if !persistent {
 		if cl.stored {
 			cl.stored = false
-			s.dur.oneLocked(persistence.Op{Kind: persistence.OpDeleteSession, SessionID: cl.id}, nil)
+			s.dur.oneLocked(persistence.DeleteSession(cl.id), nil)
 		}
 		return
 	}
 	if willDropped && cl.stored {
-		s.dur.oneLocked(persistence.Op{Kind: persistence.OpDeleteWill, SessionID: cl.id}, nil)
+		s.dur.oneLocked(persistence.DeleteWill(cl.id), nil)
 	}
 	cl.stored = true
 	s.dur.sessionLocked(cl, c, c.expiry, nil)

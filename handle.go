@@ -227,7 +227,7 @@ func (c *conn) publishQoS2(p *packets.Publish, v verdict, borrowed bool) error {
 		// DUP sent again after a crash would not be routed; without it,
 		// it would be routed twice.
 		group = c.srv.dur.commit.Begin()
-		c.srv.dur.oneLocked(persistence.Op{Kind: persistence.OpPutAwaitingRel, SessionID: cl.id, PacketID: p.PacketID}, c)
+		c.srv.dur.oneLocked(persistence.PutAwaitingRel(cl.id, p.PacketID), c)
 	}
 	cl.mu.Unlock()
 	end := func() {
@@ -322,7 +322,7 @@ func (c *conn) pubrelLocked(id uint16) bool {
 		// The PUBCOMP waits for this: sent before it is stored, a crash
 		// would keep the id, and the client's next message under it
 		// would be taken for this one again and dropped.
-		c.srv.dur.oneLocked(persistence.Op{Kind: persistence.OpDeleteAwaitingRel, SessionID: cl.id, PacketID: id}, c)
+		c.srv.dur.oneLocked(persistence.DeleteAwaitingRel(cl.id, id), c)
 	}
 	return true
 }

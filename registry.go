@@ -211,7 +211,7 @@ func (s *Server) dropSessionLocked(cl *client) []string {
 	}
 	if cl.stored {
 		cl.stored = false
-		s.dur.oneLocked(persistence.Op{Kind: persistence.OpDeleteSession, SessionID: cl.id}, nil)
+		s.dur.oneLocked(persistence.DeleteSession(cl.id), nil)
 	}
 	var filters []string
 	cl.sess.Subscriptions(func(sub session.Subscription) { filters = append(filters, sub.Filter) })

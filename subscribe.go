@@ -90,8 +90,8 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 		if err == nil {
 			cl.sess.Subscribe(session.Subscription{Filter: filter, Options: sub.Options, ID: subID})
 			if cl.stored {
-				s.dur.oneLocked(persistence.Op{Kind: persistence.OpPutSubscription, SessionID: cl.id,
-					Subscription: persistence.Subscription{Filter: filter, Options: opts.options(), ID: subID}}, c)
+				s.dur.oneLocked(persistence.PutSubscription(cl.id,
+					persistence.Subscription{Filter: filter, Options: opts.options(), ID: subID}), c)
 			}
 		}
 		cl.mu.Unlock()
@@ -311,7 +311,7 @@ func (c *conn) handleUnsubscribe(p *packets.Unsubscribe) {
 		}
 		cl.mu.Lock()
 		if cl.sess.Unsubscribe(f) && cl.stored {
-			s.dur.oneLocked(persistence.Op{Kind: persistence.OpDeleteSubscription, SessionID: cl.id, Filter: f}, c)
+			s.dur.oneLocked(persistence.DeleteSubscription(cl.id, f), c)
 		}
 		cl.mu.Unlock()
 		if codes != nil && !existed {

@@ -67,8 +67,8 @@ func (c *conn) settleWill() {
 	if s.dur != nil {
 		cl.mu.Lock()
 		if cl.stored {
-			s.dur.oneLocked(persistence.Op{Kind: persistence.OpPutWill, SessionID: cl.id,
-				Will: &persistence.Will{Message: *s.dur.stored(will.msg), At: time.Now().Add(delay).UnixNano()}}, nil)
+			s.dur.oneLocked(persistence.PutWill(cl.id,
+				&persistence.Will{Message: *s.dur.stored(will.msg), At: time.Now().Add(delay).UnixNano()}), nil)
 		}
 		cl.mu.Unlock()
 	}
@@ -101,7 +101,7 @@ func (s *Server) fireWill(cl *client, dw *delayedWill) {
 	s.stats.willsDelayed.Add(-1)
 	cl.mu.Lock()
 	if cl.stored {
-		s.dur.oneLocked(persistence.Op{Kind: persistence.OpDeleteWill, SessionID: cl.id}, nil)
+		s.dur.oneLocked(persistence.DeleteWill(cl.id), nil)
 	}
 	cl.mu.Unlock()
 	s.mu.Unlock()

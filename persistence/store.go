@@ -200,74 +200,125 @@ func (b *Batch) Reset() {
 	b.Ops = b.Ops[:0]
 }
 
+// The operations, one constructor each, so that the broker builds no Op
+// by hand: it puts them in arrays on its stack (calling a Batch's builder
+// methods, which append, on a batch over such an array moves the array to
+// the heap), and the Batch methods append them.
+
 // PutMessage stores m (see OpPutMessage).
-func (b *Batch) PutMessage(m *Message) { b.Ops = append(b.Ops, Op{Kind: OpPutMessage, Message: m}) }
+func PutMessage(m *Message) Op { return Op{Kind: OpPutMessage, Message: m} }
 
 // PutSession stores s.
-func (b *Batch) PutSession(s Session) {
-	b.Ops = append(b.Ops, Op{Kind: OpPutSession, SessionID: s.ID, Session: s})
-}
+func PutSession(s Session) Op { return Op{Kind: OpPutSession, SessionID: s.ID, Session: s} }
 
 // DeleteSession removes a session and everything it holds.
-func (b *Batch) DeleteSession(id string) {
-	b.Ops = append(b.Ops, Op{Kind: OpDeleteSession, SessionID: id})
-}
+func DeleteSession(id string) Op { return Op{Kind: OpDeleteSession, SessionID: id} }
 
 // PutSubscription adds or replaces a subscription of a session.
-func (b *Batch) PutSubscription(session string, s Subscription) {
-	b.Ops = append(b.Ops, Op{Kind: OpPutSubscription, SessionID: session, Subscription: s})
+func PutSubscription(session string, s Subscription) Op {
+	return Op{Kind: OpPutSubscription, SessionID: session, Subscription: s}
 }
 
 // DeleteSubscription removes a session's subscription to filter.
-func (b *Batch) DeleteSubscription(session, filter string) {
-	b.Ops = append(b.Ops, Op{Kind: OpDeleteSubscription, SessionID: session, Filter: filter})
+func DeleteSubscription(session, filter string) Op {
+	return Op{Kind: OpDeleteSubscription, SessionID: session, Filter: filter}
 }
 
 // PutOutbound adds or replaces an outbound entry of a session.
-func (b *Batch) PutOutbound(session string, o Outbound) {
-	b.Ops = append(b.Ops, Op{Kind: OpPutOutbound, SessionID: session, Outbound: o})
+func PutOutbound(session string, o Outbound) Op {
+	return Op{Kind: OpPutOutbound, SessionID: session, Outbound: o}
 }
 
 // DeleteOutbound removes the outbound entry seq of a session.
-func (b *Batch) DeleteOutbound(session string, seq uint64) {
-	b.Ops = append(b.Ops, Op{Kind: OpDeleteOutbound, SessionID: session, Seq: seq})
+func DeleteOutbound(session string, seq uint64) Op {
+	return Op{Kind: OpDeleteOutbound, SessionID: session, Seq: seq}
 }
 
 // DeleteHandedOutbound removes an entry handed to another session (see
 // Op.Handed).
-func (b *Batch) DeleteHandedOutbound(session string, seq uint64) {
-	b.Ops = append(b.Ops, Op{Kind: OpDeleteOutbound, SessionID: session, Seq: seq, Handed: true})
+func DeleteHandedOutbound(session string, seq uint64) Op {
+	return Op{Kind: OpDeleteOutbound, SessionID: session, Seq: seq, Handed: true}
 }
 
 // PutAwaitingRel records an inbound QoS 2 packet id awaiting PUBREL.
-func (b *Batch) PutAwaitingRel(session string, id uint16) {
-	b.Ops = append(b.Ops, Op{Kind: OpPutAwaitingRel, SessionID: session, PacketID: id})
+func PutAwaitingRel(session string, id uint16) Op {
+	return Op{Kind: OpPutAwaitingRel, SessionID: session, PacketID: id}
 }
 
 // DeleteAwaitingRel removes it.
-func (b *Batch) DeleteAwaitingRel(session string, id uint16) {
-	b.Ops = append(b.Ops, Op{Kind: OpDeleteAwaitingRel, SessionID: session, PacketID: id})
+func DeleteAwaitingRel(session string, id uint16) Op {
+	return Op{Kind: OpDeleteAwaitingRel, SessionID: session, PacketID: id}
 }
 
 // PutRetained makes message id the retained message of topic.
-func (b *Batch) PutRetained(topic string, id uint64) {
-	b.Ops = append(b.Ops, Op{Kind: OpPutRetained, Topic: topic, MessageID: id})
+func PutRetained(topic string, id uint64) Op {
+	return Op{Kind: OpPutRetained, Topic: topic, MessageID: id}
 }
 
 // DeleteRetained clears the retained message of topic.
-func (b *Batch) DeleteRetained(topic string) {
-	b.Ops = append(b.Ops, Op{Kind: OpDeleteRetained, Topic: topic})
-}
+func DeleteRetained(topic string) Op { return Op{Kind: OpDeleteRetained, Topic: topic} }
 
 // PutWill stores a delayed will of a session.
-func (b *Batch) PutWill(session string, w *Will) {
-	b.Ops = append(b.Ops, Op{Kind: OpPutWill, SessionID: session, Will: w})
-}
+func PutWill(session string, w *Will) Op { return Op{Kind: OpPutWill, SessionID: session, Will: w} }
 
 // DeleteWill removes a session's delayed will.
-func (b *Batch) DeleteWill(session string) {
-	b.Ops = append(b.Ops, Op{Kind: OpDeleteWill, SessionID: session})
+func DeleteWill(session string) Op { return Op{Kind: OpDeleteWill, SessionID: session} }
+
+// PutMessage appends PutMessage(m).
+func (b *Batch) PutMessage(m *Message) { b.Ops = append(b.Ops, PutMessage(m)) }
+
+// PutSession appends PutSession(s).
+func (b *Batch) PutSession(s Session) { b.Ops = append(b.Ops, PutSession(s)) }
+
+// DeleteSession appends DeleteSession(id).
+func (b *Batch) DeleteSession(id string) { b.Ops = append(b.Ops, DeleteSession(id)) }
+
+// PutSubscription appends PutSubscription(session, s).
+func (b *Batch) PutSubscription(session string, s Subscription) {
+	b.Ops = append(b.Ops, PutSubscription(session, s))
 }
+
+// DeleteSubscription appends DeleteSubscription(session, filter).
+func (b *Batch) DeleteSubscription(session, filter string) {
+	b.Ops = append(b.Ops, DeleteSubscription(session, filter))
+}
+
+// PutOutbound appends PutOutbound(session, o).
+func (b *Batch) PutOutbound(session string, o Outbound) {
+	b.Ops = append(b.Ops, PutOutbound(session, o))
+}
+
+// DeleteOutbound appends DeleteOutbound(session, seq).
+func (b *Batch) DeleteOutbound(session string, seq uint64) {
+	b.Ops = append(b.Ops, DeleteOutbound(session, seq))
+}
+
+// DeleteHandedOutbound appends DeleteHandedOutbound(session, seq).
+func (b *Batch) DeleteHandedOutbound(session string, seq uint64) {
+	b.Ops = append(b.Ops, DeleteHandedOutbound(session, seq))
+}
+
+// PutAwaitingRel appends PutAwaitingRel(session, id).
+func (b *Batch) PutAwaitingRel(session string, id uint16) {
+	b.Ops = append(b.Ops, PutAwaitingRel(session, id))
+}
+
+// DeleteAwaitingRel appends DeleteAwaitingRel(session, id).
+func (b *Batch) DeleteAwaitingRel(session string, id uint16) {
+	b.Ops = append(b.Ops, DeleteAwaitingRel(session, id))
+}
+
+// PutRetained appends PutRetained(topic, id).
+func (b *Batch) PutRetained(topic string, id uint64) { b.Ops = append(b.Ops, PutRetained(topic, id)) }
+
+// DeleteRetained appends DeleteRetained(topic).
+func (b *Batch) DeleteRetained(topic string) { b.Ops = append(b.Ops, DeleteRetained(topic)) }
+
+// PutWill appends PutWill(session, w).
+func (b *Batch) PutWill(session string, w *Will) { b.Ops = append(b.Ops, PutWill(session, w)) }
+
+// DeleteWill appends DeleteWill(session).
+func (b *Batch) DeleteWill(session string) { b.Ops = append(b.Ops, DeleteWill(session)) }
 
 // Errors a Store returns for a batch that does not hold together; the
 // batch is then not applied.
