@@ -14,23 +14,12 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"mqttd"
+	"mqttd/internal/testutil"
 	"mqttd/packets"
 )
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
-}
+// waitFor polls cond until it holds, failing the test after 10 s.
+var waitFor = testutil.WaitFor
 
 // listenerWrap, when set, wraps the listener of every startServer: TestSpec
 // sets it to run its rows against the goroutine reader too.

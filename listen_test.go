@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"mqttd"
+	"mqttd/internal/testutil"
 	"mqttd/packets"
 )
 
@@ -177,52 +178,6 @@ func TestHTTPOnMQTTPort(t *testing.T) {
 			waitFor(t, "the log line", func() bool { return strings.Contains(logs.String(), "HTTP request on an MQTT port") })
 		})
 	}
-}
-
-// writeServerCert writes a self-signed certificate for 127.0.0.1, which
-// clients take as their CA, and its key.
-func writeServerCert(t *testing.T) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true,
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
-}
-
-// certPool is a pool of the certificates in the PEM file cert: a
-// client's CA for writeServerCert's.
-func certPool(t *testing.T, cert string) *x509.CertPool {
-	t.Helper()
-	pem, err := os.ReadFile(cert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
-	return pool
 }
 
 // TestListenerMaxConnections checks a listener's own limit through the
@@ -418,3 +373,17 @@ func TestRestoredSessionKeepsItsListener(t *testing.T) {
 		t.Errorf("%d deliveries denied: the restored session was judged by the broker's ACL, not its listener's", n)
 	}
 }
+
+// writeServerCert writes a self-signed certificate for 127.0.0.1, which
+// clients take as their CA, and its key.
+func writeServerCert(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	testutil.WriteSelfSigned(t, certFile, keyFile, "127.0.0.1")
+	return certFile, keyFile
+}
+
+// certPool is a pool of the certificates in the PEM file cert: a
+// client's CA for writeServerCert's.
+var certPool = testutil.CertPool

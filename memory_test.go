@@ -5,25 +5,19 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"testing"
 	"time"
 
 	"mqttd"
+	"mqttd/internal/testutil"
 	"mqttd/packets"
 )
 
 // idleConns is how many connections the memory benchmark holds open.
 const idleConns = 5000
 
-// heapInUse returns the live heap after collecting garbage.
-func heapInUse() uint64 {
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc + ms.StackInuse
-}
+// heapInUse is the live heap and stacks after collecting garbage.
+var heapInUse = testutil.HeapInUse
 
 // dialIdle opens a connection that CONNECTs and SUBSCRIBEs, reads the
 // answers into a stack buffer and then stays idle with no goroutine.

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"mqttd/internal/testutil"
 )
 
 // Unit tests of the outbox and its writer (outbox.go). A conn is built on
@@ -103,21 +105,8 @@ func snapshot(c *conn) outboxSnapshot {
 	return st
 }
 
-// waitUntil polls cond every millisecond until it holds, failing the test
-// after 10 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
-}
+// waitUntil polls cond until it holds, failing the test after 10 s.
+var waitUntil = testutil.WaitFor
 
 // waitTaken waits until c's writer has taken n bytes out of the outbox and
 // is writing them: on a net.Pipe nobody reads, it blocks there.

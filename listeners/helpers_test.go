@@ -21,23 +21,12 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"mqttd"
+	"mqttd/internal/testutil"
 	"mqttd/listeners"
 )
 
 // waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
-}
+var waitFor = testutil.WaitFor
 
 // listen opens a listener on 127.0.0.1 port 0 (for types with an
 // address) and closes it at the end of the test.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"mqttd/internal/testutil"
 	"mqttd/listeners"
 )
 
@@ -21,13 +22,7 @@ import (
 const idleConns = 2000
 
 // heapInUse is the live heap and goroutine stacks after a full GC.
-func heapInUse() uint64 {
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc + ms.StackInuse
-}
+var heapInUse = testutil.HeapInUse
 
 // BenchmarkIdleConnection reports the broker's live heap and stacks per
 // idle connection holding one subscription ("broker-B/conn"), for each

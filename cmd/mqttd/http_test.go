@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"mqttd"
+	"mqttd/internal/testutil"
 	"mqttd/packets"
 	"mqttd/persistence"
 )
@@ -388,19 +389,8 @@ func TestHTTPPages(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds, failing after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
-}
+// waitFor polls cond until it holds, failing the test after 10 s.
+var waitFor = testutil.WaitFor
 
 // TestHTTPToken checks who may use the API and pprof: anyone through a
 // loopback address and name when no token is set; nobody on another

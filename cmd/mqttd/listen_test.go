@@ -2,15 +2,7 @@ package main
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -25,6 +17,7 @@ import (
 
 	"mqttd"
 	"mqttd/auth/passwd"
+	"mqttd/internal/testutil"
 )
 
 func TestListenForms(t *testing.T) {
@@ -93,26 +86,7 @@ func waitOutput(t *testing.T, out *syncBuffer, want string) {
 
 // writeSelfSigned writes a self-signed certificate for 127.0.0.1 with
 // common name cn and its key.
-func writeSelfSigned(t *testing.T, certFile, keyFile, cn string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
-}
+var writeSelfSigned = testutil.WriteSelfSigned
 
 // TestSIGHUPReloadsCertificates runs the command with a TLS listener and
 // sends it SIGHUP with a broken certificate file, then a good one.

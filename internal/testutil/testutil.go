@@ -1,0 +1,91 @@
+// Package testutil holds what the tests of every package share: waiting
+// for a condition with a deadline, measuring the heap, and certificates
+// for TLS listeners. Only tests import it; it imports nothing of mqttd.
+package testutil
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// WaitFor polls cond every 2 ms until it holds, failing the test after
+// 10 s with what it waited for. Call it from the test's goroutine.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		case <-tick.C:
+		}
+	}
+}
+
+// HeapInUse is the live heap and the goroutine stacks after two full
+// collections.
+func HeapInUse() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc + ms.StackInuse
+}
+
+// WriteSelfSigned writes to certFile and keyFile a self-signed certificate
+// for 127.0.0.1 with common name cn, valid for an hour either side of now,
+// which clients take as their CA, and its key.
+func WriteSelfSigned(t testing.TB, certFile, keyFile, cn string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// CertPool is a pool of the certificates in the PEM file certFile: a
+// client's CA for WriteSelfSigned's.
+func CertPool(t testing.TB, certFile string) *x509.CertPool {
+	t.Helper()
+	b, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		t.Fatalf("no certificate in %s", certFile)
+	}
+	return pool
+}
