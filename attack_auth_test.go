@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -241,23 +242,59 @@ func TestLoginBucketParallel(t *testing.T) {
 	}
 }
 
-// slowAuthenticator lets every client in after a delay, as a login
-// backend across a network would.
-type slowAuthenticator struct{ delay time.Duration }
+// gatedAuthenticator holds the logins it checks until release is closed,
+// as a login backend across a network would for a while, and closes full
+// once it holds a bucket's worth of them.
+type gatedAuthenticator struct {
+	held          atomic.Int32
+	full, release chan struct{}
+}
 
-func (a slowAuthenticator) Authenticate(auth.ClientInfo, []byte) error {
-	time.Sleep(a.delay)
+func (a *gatedAuthenticator) Authenticate(auth.ClientInfo, []byte) error {
+	if a.held.Add(1) == mqttd.DefaultLoginBurst {
+		close(a.full)
+	}
+	<-a.release
 	return nil
 }
 
 // TestLoginBucketParallelGood checks that good logins are not refused
 // for their number: 40 devices behind one address (a NAT) logging in at
-// once, each checked by a backend that takes 200 ms, hold the bucket's
-// tokens only while they are checked, and each gets one back as an
-// earlier login succeeds.
+// once, with a backend that holds the first ten until they are all under
+// way, hold the bucket's tokens only while they are checked, and the
+// others get them as those succeed.
 func TestLoginBucketParallelGood(t *testing.T) {
 	const n = 40
-	srv, addr, from := fromEach(t, mqttd.Options{Authenticator: slowAuthenticator{200 * time.Millisecond}}, n)
+	backend := &gatedAuthenticator{full: make(chan struct{}), release: make(chan struct{})}
+	srv, addr, from := fromEach(t, mqttd.Options{Authenticator: backend}, n)
+	// Released once it holds ten and the broker has read every CONNECT,
+	// so that the others find the bucket empty; the test's goroutine is
+	// reading the CONNACKs meanwhile.
+	connects := uint64(0)
+	for i := range n {
+		b, _ := (&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: fmt.Sprint("device-", i), CleanStart: true,
+			UsernameFlag: true, Username: "alice", PasswordFlag: true, Password: []byte("pw")}).Append(nil, packets.V5)
+		connects += uint64(len(b))
+	}
+	base := srv.Stats().BytesReceived
+	go func() {
+		defer close(backend.release)
+		deadline := time.After(10 * time.Second)
+		select {
+		case <-backend.full:
+		case <-deadline:
+			return
+		}
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for srv.Stats().BytesReceived-base < connects {
+			select {
+			case <-tick.C:
+			case <-deadline:
+				return
+			}
+		}
+	}()
 	codes := connectAllFrom(t, addr, from, "192.0.2.8", n, "pw")
 	if codes[packets.Success] != n {
 		t.Errorf("CONNACKs %v for %d good logins from one address, want all accepted", codes, n)
