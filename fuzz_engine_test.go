@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"mqttd"
+	"mqttd/internal/testutil"
 	"mqttd/packets"
 	"mqttd/packets/packettest"
 )
@@ -716,21 +717,6 @@ func ackProperties(p packets.Packet) *packets.Properties {
 	return nil
 }
 
-// lockedBuffer collects the broker's log lines, written from any of its
-// goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// lockedBuffer collects output written from other goroutines while the
+// test reads it.
+type lockedBuffer = testutil.LockedBuffer

@@ -2,11 +2,9 @@ package listeners_test
 
 import (
 	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"math/big"
 	"strings"
 	"testing"
@@ -26,23 +24,8 @@ type crlCA struct {
 
 func newCRLCA(t *testing.T, p *pkiFiles, name string) *crlCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &crlCA{key: key, file: p.write(t, name+".pem", pemBlock("CERTIFICATE", der))}
-	if ca.cert, err = x509.ParseCertificate(der); err != nil {
-		t.Fatal(err)
-	}
+	cert, key := selfSigned(t, name)
+	ca := &crlCA{cert: cert, key: key, file: p.write(t, name+".pem", pemBlock("CERTIFICATE", cert.Raw))}
 	goodCert, goodKey := p.issue(t, name+"-good", ca.cert, key, time.Now().Add(time.Hour), false)
 	revCert, revKey := p.issue(t, name+"-revoked", ca.cert, key, time.Now().Add(time.Hour), false)
 	ca.good = loadPair(t, goodCert, goodKey)

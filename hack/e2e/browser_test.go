@@ -60,27 +60,9 @@ func chromium(t *testing.T) string {
 // lets in pages from origin.
 func startBroker(t *testing.T, origin string) (tcp, ws net.Addr) {
 	t.Helper()
-	srv, err := mqttd.New(mqttd.Options{Listeners: []mqttd.ListenerConfig{
+	srv := serveBroker(t, []mqttd.ListenerConfig{
 		{Address: "127.0.0.1:0"},
 		{Type: "ws", Address: "127.0.0.1:0", AllowedOrigins: []string{origin}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve() }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-served; !errors.Is(err, mqttd.ErrServerClosed) {
-			t.Errorf("Serve returned %v", err)
-		}
 	})
 	addrs := srv.Addrs()
 	return addrs[0], addrs[1]
@@ -186,4 +168,29 @@ func TestBrowser(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("paho got nothing from the page within 30 s")
 	}
+}
+
+// serveBroker runs a broker with listeners until the test ends.
+func serveBroker(t *testing.T, listeners []mqttd.ListenerConfig) *mqttd.Server {
+	t.Helper()
+	srv, err := mqttd.New(mqttd.Options{Listeners: listeners})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-served; !errors.Is(err, mqttd.ErrServerClosed) {
+			t.Errorf("Serve returned %v", err)
+		}
+	})
+	return srv
 }

@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,10 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"mqttd/internal/testutil"
 
 	"mqttd"
 )
@@ -152,26 +151,7 @@ func serveHTTP(t *testing.T, l net.Listener, h http.Handler) *http.Server {
 // origin policy.
 func startWS(t *testing.T, addr string) *mqttd.Server {
 	t.Helper()
-	srv, err := mqttd.New(mqttd.Options{Listeners: []mqttd.ListenerConfig{{Type: "ws", Address: addr}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve() }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-served; !errors.Is(err, mqttd.ErrServerClosed) {
-			t.Errorf("Serve returned %v", err)
-		}
-	})
-	return srv
+	return serveBroker(t, []mqttd.ListenerConfig{{Type: "ws", Address: addr}})
 }
 
 // startChromium opens url in headless Chromium, which resolves the test's
@@ -201,21 +181,6 @@ func startChromium(t *testing.T, bin, url string) *lockedBuffer {
 	return &out
 }
 
-// lockedBuffer collects what Chromium prints, which the test may read
-// while Chromium still writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// lockedBuffer collects output written from other goroutines while the
+// test reads it.
+type lockedBuffer = testutil.LockedBuffer

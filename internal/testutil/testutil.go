@@ -14,6 +14,8 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -88,4 +90,24 @@ func CertPool(t testing.TB, certFile string) *x509.CertPool {
 		t.Fatalf("no certificate in %s", certFile)
 	}
 	return pool
+}
+
+// LockedBuffer collects what a broker or a child process writes, from
+// any goroutine, while the test reads it.
+type LockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *LockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns what was written so far.
+func (b *LockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
