@@ -12,7 +12,7 @@ type eventConn struct{}
 
 func newPoller() (*poller, error) { return nil, nil }
 
-func (*poller) close() {}
+func (*poller) Close() {}
 
 type idleWheel struct{}
 

@@ -53,13 +53,13 @@ func TestDeadPeerProbe(t *testing.T) {
 		if server == nil {
 			t.Fatal("the server side of the connection not found")
 		}
-		if server.ev == nil || !server.ev.acquire() {
+		if server.ev == nil || !server.ev.Acquire() {
 			t.Fatal("the server side of the connection is not served by the poller")
 		}
-		fd := int(server.ev.fd)
+		fd := server.ev.Num()
 		on, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE)
 		idle, _ := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE)
-		server.ev.releaseFD()
+		server.ev.Release()
 		switch {
 		case keepAlive == 0 && (on != 1 || idle != int(deadPeerProbe.Idle/time.Second)):
 			t.Errorf("keepalive 0: SO_KEEPALIVE %d, TCP_KEEPIDLE %d s; want 1, %d", on, idle, deadPeerProbe.Idle/time.Second)

@@ -5,16 +5,12 @@ package mqttd
 import (
 	"bytes"
 	"errors"
-	"net"
-	"os"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"mqttd/internal/netpoll"
 	"mqttd/listeners"
 	"mqttd/packets"
 )
@@ -42,18 +38,11 @@ var readPool = sync.Pool{New: func() any {
 	return &readScratch{buf: make([]byte, eventReadBufSize)}
 }}
 
-// eventConn is the state of a connection read on poller events instead
-// of by a goroutine of its own. Its socket is a descriptor of the
-// engine's own (listeners.Detach), without Go's netFD and pollDesc:
-// the engine reads and writes it without blocking, and a writer that
-// finds the socket full waits for the poller's EPOLLOUT.
+// eventConn is the socket of a connection read on poller events instead
+// of by a goroutine of its own: a descriptor of the engine's own
+// (listeners.Detach), and the incomplete frame carried between wakeups.
 type eventConn struct {
-	fd int32
-	// fdState counts the system calls using fd (in units of fdUser) and
-	// has fdClosed set once the connection is closed: whoever leaves it
-	// at fdClosed alone closes fd, so that no call ever uses a number
-	// the kernel has given to another connection meanwhile.
-	fdState atomic.Int32
+	netpoll.FD
 	// partial is an incomplete frame carried to the next wakeup (frame,
 	// keepFrame), behind a pointer: an idle connection pays 8 bytes for
 	// it, not a slice's 24, which keeps eventConn at 32 bytes.
@@ -61,47 +50,15 @@ type eventConn struct {
 	// uncount takes the connection off its listener's count; nil when
 	// it is not counted.
 	uncount func()
-	// writable is signalled by the poller when the socket takes writes
-	// again (and by close); made by the first write that finds it full.
-	writable atomic.Pointer[chan struct{}]
 }
 
-const (
-	fdClosed int32 = 1
-	fdUser   int32 = 2
-)
-
-// acquire reports whether fd is open, keeping it open until releaseFD.
-func (e *eventConn) acquire() bool {
-	for {
-		s := e.fdState.Load()
-		if s&fdClosed != 0 {
-			return false
-		}
-		if e.fdState.CompareAndSwap(s, s+fdUser) {
-			return true
-		}
-	}
-}
-
-func (e *eventConn) releaseFD() {
-	if e.fdState.Add(-fdUser) == fdClosed {
-		unix.Close(int(e.fd))
-	}
-}
-
-// close closes the socket once the calls using it return, and wakes a
-// writer waiting for room. It reports false when it was closed already.
+// close closes the socket once the calls using it return, and takes the
+// connection off its listener's count. It reports false when it was
+// closed already.
 func (e *eventConn) close() bool {
-	if !e.acquire() {
+	if !e.FD.Close() {
 		return false
 	}
-	if e.fdState.Or(fdClosed)&fdClosed != 0 {
-		e.releaseFD()
-		return false
-	}
-	e.wakeWriter()
-	e.releaseFD()
 	if e.uncount != nil {
 		e.uncount()
 	}
@@ -126,84 +83,22 @@ func (e *eventConn) keepFrame(b []byte) {
 	e.partial = &b
 }
 
-// read is one read(2) without blocking.
-func (e *eventConn) read(b []byte) (int, error) {
-	if !e.acquire() {
-		return 0, net.ErrClosed
+// poller is the engine's epoll instance.
+type poller = netpoll.Poller[*conn]
+
+func newPoller() (*poller, error) { return netpoll.New[*conn]() }
+
+// PollReadable is the poller's word that bytes arrived (or the stream
+// ended, hup): a reader must drain the socket.
+func (c *conn) PollReadable(hup bool) {
+	if hup {
+		c.hup.Store(true) // the reader must read to the end
 	}
-	n, err := rawRead(int(e.fd), b)
-	e.releaseFD()
-	return n, err
+	c.wakeReader()
 }
 
-// write writes all of b, waiting for the poller's word whenever the
-// socket is full, for at most timeout in all.
-func (e *eventConn) write(b []byte, timeout time.Duration) (int, error) {
-	var timer *time.Timer
-	n := 0
-	for n < len(b) {
-		if !e.acquire() {
-			return n, net.ErrClosed
-		}
-		m, err := rawWrite(int(e.fd), b[n:])
-		e.releaseFD()
-		if m > 0 {
-			n += m
-		}
-		switch {
-		case err == nil || err == syscall.EINTR:
-		case err == syscall.EAGAIN:
-			w := e.writable.Load()
-			if w == nil {
-				// Made once, by the first write that finds the socket
-				// full; an EPOLLOUT that came before it is not lost, as
-				// the write is tried again before waiting.
-				ch := make(chan struct{}, 1)
-				e.writable.Store(&ch)
-				continue
-			}
-			if timer == nil {
-				timer = time.NewTimer(timeout)
-				defer timer.Stop()
-			}
-			select {
-			case <-*w:
-			case <-timer.C:
-				return n, os.ErrDeadlineExceeded
-			}
-		default:
-			return n, err
-		}
-	}
-	return n, nil
-}
-
-// wakeWriter tells a writer waiting for room to try again.
-func (e *eventConn) wakeWriter() {
-	if w := e.writable.Load(); w != nil {
-		select {
-		case *w <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// setKeepAlive turns on TCP keepalive probes as kc says, as
-// net.TCPConn.SetKeepAliveConfig does; on a unix socket the TCP settings
-// fail, which is harmless.
-func (e *eventConn) setKeepAlive(kc net.KeepAliveConfig) {
-	if !e.acquire() {
-		return
-	}
-	defer e.releaseFD()
-	fd := int(e.fd)
-	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1) != nil {
-		return
-	}
-	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, int(kc.Idle/time.Second))
-	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, int(kc.Interval/time.Second))
-	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPCNT, kc.Count)
-}
+// PollWritable is the poller's word that the socket takes writes again.
+func (c *conn) PollWritable() { c.ev.WakeWriter() }
 
 // startEvent serves c from the poller when the connection is a plain
 // socket; it reports false when c must have a reader goroutine instead.
@@ -216,11 +111,12 @@ func (c *conn) startEvent(pl *poller) bool {
 	if err != nil {
 		return false
 	}
-	c.ev = &eventConn{fd: int32(fd), uncount: uncount}
+	c.ev = &eventConn{uncount: uncount}
+	c.ev.Init(fd)
 	c.nc = nil
 	c.touch()
 	c.setIdleLimit(c.srv.limits().ConnectTimeout)
-	if err := pl.add(fd, c); err != nil {
+	if err := pl.Add(fd, c); err != nil {
 		// Out of epoll watches or memory; with Go's descriptor closed the
 		// connection cannot go back to a reader goroutine.
 		c.fields(c.srv.log.Warn()).Err(err).Msg("cannot watch the connection; closing it")
@@ -236,7 +132,7 @@ func (c *conn) startEvent(pl *poller) bool {
 // outbox's writing role.
 func (c *conn) write(b []byte, timeout time.Duration) (int, error) {
 	if c.ev != nil {
-		return c.ev.write(b, timeout)
+		return c.ev.Write(b, timeout)
 	}
 	return c.writeNetConn(b, timeout)
 }
@@ -244,7 +140,7 @@ func (c *conn) write(b []byte, timeout time.Duration) (int, error) {
 // probeDeadPeer turns on deadPeerProbe where the connection is TCP.
 func (c *conn) probeDeadPeer() {
 	if c.ev != nil {
-		c.ev.setKeepAlive(deadPeerProbe)
+		c.ev.SetKeepAlive(deadPeerProbe)
 		return
 	}
 	c.probeNetConn()
@@ -283,7 +179,7 @@ func (c *conn) readEvents() {
 	}()
 	ev := c.ev
 	for {
-		n, err := ev.read(rs.buf)
+		n, err := ev.Read(rs.buf)
 		switch {
 		case err == nil && n > 0:
 			c.srv.stats.bytesReceived.Add(uint64(n))
@@ -564,7 +460,7 @@ func (c *conn) closeSocket() {
 		c.nc.Close()
 		return
 	}
-	c.srv.poller.remove(int(c.ev.fd), c)
+	c.srv.poller.Remove(c.ev.Num(), c)
 	c.ev.close()
 	c.wakeReader()
 }

@@ -153,18 +153,19 @@ func eventConnFor(t *testing.T, nc net.Conn) *eventConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := &eventConn{fd: int32(fd)}
+	ev := new(eventConn)
+	ev.Init(fd)
 	t.Cleanup(func() { ev.close() })
 	return ev
 }
 
 // queued returns the bytes waiting in the socket's receive queue.
 func queued(ev *eventConn) int {
-	if !ev.acquire() {
+	if !ev.Acquire() {
 		return -1
 	}
-	defer ev.releaseFD()
-	n, err := unix.IoctlGetInt(int(ev.fd), unix.SIOCINQ)
+	defer ev.Release()
+	n, err := unix.IoctlGetInt(ev.Num(), unix.SIOCINQ)
 	if err != nil {
 		return -1
 	}

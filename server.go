@@ -421,7 +421,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// Every connection has closed its outbox, so no writer starts
 		// any more; the idle wheel starts none once it has stopped.
 		s.idle.close()
-		s.poller.close()
+		s.poller.Close()
 		s.expiry.close()
 		s.memory.close()
 		s.sys.close() // before the writers: its deliveries may start some

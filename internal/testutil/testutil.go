@@ -111,3 +111,28 @@ func (b *LockedBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// TCPPair returns both ends of a TCP connection on loopback, closed when
+// the test ends.
+func TCPPair(t testing.TB) (server, client net.Conn) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	client, err = net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err = l.Accept()
+	if err != nil {
+		client.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		server.Close()
+		client.Close()
+	})
+	return server, client
+}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package mqttd
+package netpoll
 
 import (
 	"errors"
@@ -12,11 +12,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// poller watches idle connections with one epoll instance so that a
+// Watcher is what a Poller tells about a descriptor it watches. Both
+// methods run on the poller's goroutine, must not block, and are called
+// after the Poller's lock is released, so they may call Remove.
+type Watcher interface {
+	comparable
+	// PollReadable reports bytes to read, or the end of the stream: hup
+	// is set when the peer hung up or the socket failed, and the watcher
+	// must then read until the end.
+	PollReadable(hup bool)
+	// PollWritable reports that the socket takes writes again (or
+	// failed): a writer waiting for room should try again.
+	PollWritable()
+}
+
+// Poller watches idle connections with one epoll instance so that a
 // connection with nothing to read holds no goroutine, stack or read
 // buffer: a reader goroutine exists only while there are bytes to handle.
-// Edge-triggered, so a connection is not reported again until new bytes
-// arrive; conn.wakeReader makes sure one reader drains them.
+// Edge-triggered, so a descriptor is not reported again until new bytes
+// arrive; the watcher makes sure one reader drains them.
 //
 // The poller goroutine never blocks in epoll_wait. The epoll descriptor
 // is itself registered with Go's network poller (an epoll instance is
@@ -24,15 +38,15 @@ import (
 // in the system call instead kept the scheduler's P, so with one CPU the
 // readers it had just started waited for sysmon to take the P back, which
 // doubled QoS 1 latency.
-type poller struct {
+type Poller[W Watcher] struct {
 	epfd int
 	file *os.File // epfd as Go's network poller sees it
 	mu   sync.Mutex
-	// conns holds each watched connection at its descriptor's number:
-	// the kernel gives out the lowest free numbers, so it is dense, and a
-	// slot costs 8 bytes where a map entry cost ~30.
-	conns []*conn
-	done  chan struct{}
+	// watched holds each watcher at its descriptor's number: the kernel
+	// gives out the lowest free numbers, so it is dense, and a slot costs
+	// a pointer where a map entry cost ~30 bytes.
+	watched []W
+	done    chan struct{}
 }
 
 // EPOLLET is bit 31: package syscall declares it negative on some
@@ -46,9 +60,11 @@ const (
 	// writer waiting for room must.
 	readEvents  = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOLLERR
 	writeEvents = unix.EPOLLOUT | unix.EPOLLHUP | unix.EPOLLERR
+	hupEvents   = unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOLLERR
 )
 
-func newPoller() (*poller, error) {
+// New starts a poller and its goroutine.
+func New[W Watcher]() (*Poller[W], error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("epoll_create1: %w", err)
@@ -58,7 +74,7 @@ func newPoller() (*poller, error) {
 		unix.Close(epfd)
 		return nil, fmt.Errorf("epoll: %w", err)
 	}
-	pl := &poller{epfd: epfd, file: os.NewFile(uintptr(epfd), "epoll"), done: make(chan struct{})}
+	pl := &Poller[W]{epfd: epfd, file: os.NewFile(uintptr(epfd), "epoll"), done: make(chan struct{})}
 	raw, err := pl.file.SyscallConn()
 	if err != nil {
 		pl.file.Close()
@@ -68,33 +84,41 @@ func newPoller() (*poller, error) {
 	return pl, nil
 }
 
-// add watches fd for c. Bytes already waiting are reported at once.
-func (pl *poller) add(fd int, c *conn) error {
+// Add watches fd for w. Bytes already waiting are reported at once.
+func (pl *Poller[W]) Add(fd int, w W) error {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	if fd >= len(pl.conns) {
-		pl.conns = append(pl.conns, make([]*conn, max(fd+1, 2*len(pl.conns))-len(pl.conns))...)
+	if fd >= len(pl.watched) {
+		pl.watched = append(pl.watched, make([]W, max(fd+1, 2*len(pl.watched))-len(pl.watched))...)
 	}
-	pl.conns[fd] = c
+	pl.watched[fd] = w
 	ev := unix.EpollEvent{Events: pollEvents, Fd: int32(fd)}
 	if err := unix.EpollCtl(pl.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-		pl.conns[fd] = nil
+		var none W
+		pl.watched[fd] = none
 		return fmt.Errorf("epoll_ctl add: %w", err)
 	}
 	return nil
 }
 
-// remove stops watching fd. It must run before the descriptor is closed,
-// so that a new connection given the same number is never mistaken for c;
-// closing the descriptor takes it out of the epoll set, so no epoll_ctl
-// call is needed (an event already fetched for it finds no connection, or
-// at worst wakes a new one's reader for nothing).
-func (pl *poller) remove(fd int, c *conn) {
+// Remove stops watching fd for w. It must run before the descriptor is
+// closed, so that a new connection given the same number is never
+// mistaken for w's; closing the descriptor takes it out of the epoll set,
+// so no epoll_ctl call is needed (an event already fetched for it finds
+// no watcher, or at worst wakes a new one's reader for nothing).
+func (pl *Poller[W]) Remove(fd int, w W) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	if fd < len(pl.conns) && pl.conns[fd] == c {
-		pl.conns[fd] = nil
+	if fd < len(pl.watched) && pl.watched[fd] == w {
+		var none W
+		pl.watched[fd] = none
 	}
+}
+
+// ready is a watcher with the events fetched for it.
+type ready[W Watcher] struct {
+	w      W
+	events uint32
 }
 
 // run fetches events without blocking and parks in the network poller
@@ -106,10 +130,10 @@ func (pl *poller) remove(fd int, c *conn) {
 // again would first throw that record away (Read resets it), and would
 // need a fetch that finds nothing before parking: one epoll_wait more per
 // wakeup.
-func (pl *poller) run(raw syscall.RawConn) {
+func (pl *Poller[W]) run(raw syscall.RawConn) {
 	defer close(pl.done)
 	events := make([]unix.EpollEvent, 256)
-	ready := make([]*conn, 0, len(events))
+	woken := make([]ready[W], 0, len(events))
 	failed := false
 	fetch := func(fd uintptr) bool {
 		for {
@@ -121,7 +145,7 @@ func (pl *poller) run(raw syscall.RawConn) {
 				failed = true // closed
 				return true
 			}
-			ready = pl.wake(events[:n], ready)
+			woken = pl.wake(events[:n], woken)
 			if n < len(events) {
 				return false
 			}
@@ -134,40 +158,39 @@ func (pl *poller) run(raw syscall.RawConn) {
 	}
 }
 
-// wake hands each connection with bytes to read to a reader, and tells
-// writers waiting for room that there is some.
-func (pl *poller) wake(events []unix.EpollEvent, ready []*conn) []*conn {
-	ready = ready[:0]
+// wake tells writers waiting for room that there is some, then readers
+// that there are bytes: a reader's answers may be what the writer waits
+// to send.
+func (pl *Poller[W]) wake(events []unix.EpollEvent, woken []ready[W]) []ready[W] {
+	woken = woken[:0]
+	var none W
 	pl.mu.Lock()
 	for _, ev := range events {
-		if int(ev.Fd) >= len(pl.conns) {
+		if int(ev.Fd) >= len(pl.watched) {
 			continue
 		}
-		c := pl.conns[ev.Fd]
-		if c == nil {
-			continue
-		}
-		if ev.Events&writeEvents != 0 {
-			c.ev.wakeWriter()
-		}
-		if ev.Events&readEvents != 0 {
-			if ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-				c.hup.Store(true) // the reader must read to the end
-			}
-			ready = append(ready, c)
+		if w := pl.watched[ev.Fd]; w != none {
+			woken = append(woken, ready[W]{w, ev.Events})
 		}
 	}
 	pl.mu.Unlock()
-	for _, c := range ready {
-		c.wakeReader()
+	for _, r := range woken {
+		if r.events&writeEvents != 0 {
+			r.w.PollWritable()
+		}
 	}
-	clear(ready)
-	return ready
+	for _, r := range woken {
+		if r.events&readEvents != 0 {
+			r.w.PollReadable(r.events&hupEvents != 0)
+		}
+	}
+	clear(woken)
+	return woken
 }
 
-// close stops the poller goroutine and releases the epoll descriptor; a
-// nil poller (Serve never ran) has nothing to close.
-func (pl *poller) close() {
+// Close stops the poller goroutine and releases the epoll descriptor; a
+// nil Poller has nothing to close.
+func (pl *Poller[W]) Close() {
 	if pl == nil {
 		return
 	}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package mqttd
+package netpoll
 
 import (
 	"unsafe"

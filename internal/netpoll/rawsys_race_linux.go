@@ -1,6 +1,6 @@
 //go:build linux && race
 
-package mqttd
+package netpoll
 
 import (
 	"runtime"

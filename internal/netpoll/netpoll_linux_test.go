@@ -1,0 +1,260 @@
+//go:build linux
+
+package netpoll
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"mqttd/internal/testutil"
+)
+
+// Tests of the engine's own descriptor: writes that wait for the poller's
+// word when the socket is full, a close that never lets a call use a
+// number the kernel may have given to another connection, and the
+// poller's reports.
+
+// watcher records what the poller tells about its descriptor, and wakes
+// the FD's writer as the broker's connections do.
+type watcher struct {
+	fd       *FD
+	readable chan bool // hup, per report
+	writable atomic.Int32
+}
+
+func (w *watcher) PollReadable(hup bool) {
+	select {
+	case w.readable <- hup:
+	default:
+	}
+}
+
+func (w *watcher) PollWritable() {
+	w.writable.Add(1)
+	w.fd.WakeWriter()
+}
+
+// served returns the server end of a loopback TCP connection as an FD
+// watched by a poller, its watcher, and the client end.
+func served(t *testing.T) (*FD, *watcher, *Poller[*watcher], net.Conn) {
+	t.Helper()
+	srvEnd, cli := testutil.TCPPair(t)
+	f := fdOf(t, srvEnd)
+	pl, err := New[*watcher]()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pl.Close)
+	w := &watcher{fd: f, readable: make(chan bool, 16)}
+	if err := pl.Add(f.Num(), w); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pl.Remove(f.Num(), w) })
+	return f, w, pl, cli
+}
+
+// fdOf takes nc's descriptor out of Go's hands into an FD of its own.
+func fdOf(t *testing.T, nc net.Conn) *FD {
+	t.Helper()
+	file, err := nc.(*net.TCPConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	fd, err := unix.Dup(int(file.Fd()))
+	file.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		t.Fatal(err)
+	}
+	f := new(FD)
+	f.Init(fd)
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// bigWrite is more than the loopback socket's send and receive buffers
+// hold together, so that writing it finds the socket full.
+const bigWrite = 32 << 20
+
+// writeAsync writes b on a goroutine of its own and reports the outcome
+// on the channel returned.
+func writeAsync(f *FD, b []byte, timeout time.Duration) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		n, err := f.Write(b, timeout)
+		if err == nil && n != len(b) {
+			err = io.ErrShortWrite
+		}
+		done <- err
+	}()
+	return done
+}
+
+// waitWriteFull polls until a write has found f's socket full.
+func waitWriteFull(t *testing.T, f *FD) {
+	t.Helper()
+	testutil.WaitFor(t, "the write to find the socket full", func() bool { return f.writable.Load() != nil })
+}
+
+// TestWriteWaitsForRoom: a write larger than the socket holds waits for
+// the client to read and completes, every byte in order, woken by the
+// poller's PollWritable.
+func TestWriteWaitsForRoom(t *testing.T) {
+	f, w, _, cli := served(t)
+	b := bytes.Repeat([]byte("0123456789abcdef"), bigWrite/16)
+	done := writeAsync(f, b, time.Minute)
+	waitWriteFull(t, f)
+	cli.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, len(b))
+	if n, err := io.ReadFull(cli, got); err != nil {
+		t.Fatalf("client read %d of %d bytes: %v", n, len(b), err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if !bytes.Equal(got, b) {
+		t.Error("the client read other bytes than were written")
+	}
+	if w.writable.Load() == 0 {
+		t.Error("the poller never reported the socket writable")
+	}
+}
+
+// TestWriteTimeout: a write the client does not read ends with a timeout.
+func TestWriteTimeout(t *testing.T) {
+	f, _, _, _ := served(t)
+	err := <-writeAsync(f, make([]byte, bigWrite), 100*time.Millisecond)
+	var ne net.Error
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("write nobody reads: %v, want a timeout", err)
+	}
+}
+
+// TestCloseWakesWriter: closing the descriptor ends a write waiting for
+// room at once, however long its timeout.
+func TestCloseWakesWriter(t *testing.T) {
+	f, _, _, _ := served(t)
+	done := writeAsync(f, make([]byte, bigWrite), time.Hour)
+	waitWriteFull(t, f)
+	f.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Errorf("write after close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write waiting for room did not end when the descriptor closed")
+	}
+}
+
+// TestCloseWaitsForUsers: a close while a call uses the descriptor leaves
+// it open until that call is done; then it is closed, and no call gets to
+// use it again.
+func TestCloseWaitsForUsers(t *testing.T) {
+	srvEnd, cli := testutil.TCPPair(t)
+	f := fdOf(t, srvEnd)
+	if !f.Acquire() {
+		t.Fatal("acquire on an open descriptor failed")
+	}
+	if !f.Close() {
+		t.Fatal("close of an open descriptor reported it closed already")
+	}
+	if _, err := unix.FcntlInt(uintptr(f.Num()), unix.F_GETFD, 0); err != nil {
+		t.Fatalf("the descriptor in use was closed: %v", err)
+	}
+	if f.Acquire() {
+		t.Error("acquire after close succeeded")
+	}
+	if f.Close() {
+		t.Error("a second close reported closing")
+	}
+	f.Release() // the last user closes it: the client reads the end
+	cli.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := cli.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("client read %d, %v after the close; want EOF", n, err)
+	}
+	if _, err := f.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("read after close: %v, want net.ErrClosed", err)
+	}
+}
+
+// readReport waits for the poller's next PollReadable and returns its hup.
+func readReport(t *testing.T, w *watcher) bool {
+	t.Helper()
+	select {
+	case hup := <-w.readable:
+		return hup
+	case <-time.After(10 * time.Second):
+		t.Fatal("the poller reported no bytes to read")
+		return false
+	}
+}
+
+// TestPollerReportsReadsAndHangUp: bytes arriving are reported readable,
+// once per edge, and the peer's close is reported with hup set; the
+// bytes are all there to read, then the end of the stream.
+func TestPollerReportsReadsAndHangUp(t *testing.T) {
+	f, w, _, cli := served(t)
+	if _, err := cli.Write([]byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	if readReport(t, w) {
+		t.Error("bytes were reported as a hang-up")
+	}
+	cli.Close()
+	for !readReport(t, w) {
+	}
+	b := make([]byte, 8)
+	n, err := f.Read(b)
+	if err != nil || string(b[:n]) != "abc" {
+		t.Fatalf("read %q, %v; want abc", b[:n], err)
+	}
+	if n, err := f.Read(b); n != 0 || err != nil {
+		t.Errorf("read after the peer closed: %d, %v; want the end (0, nil)", n, err)
+	}
+}
+
+// TestPollerRemove: Remove by a watcher that no longer owns the number
+// (a closed connection whose number was given out again) changes nothing;
+// Remove by the owner stops its reports. The epoll ready list is in order
+// of readiness, so once a second descriptor written later is reported, a
+// report for the first would have come too.
+func TestPollerRemove(t *testing.T) {
+	f, w, pl, cli := served(t)
+	pl.Remove(f.Num(), &watcher{})
+	if _, err := cli.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	readReport(t, w)
+
+	pl.Remove(f.Num(), w)
+	if _, err := cli.Write([]byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	srv2, cli2 := testutil.TCPPair(t)
+	f2 := fdOf(t, srv2)
+	w2 := &watcher{fd: f2, readable: make(chan bool, 16)}
+	if err := pl.Add(f2.Num(), w2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli2.Write([]byte("z")); err != nil {
+		t.Fatal(err)
+	}
+	readReport(t, w2)
+	select {
+	case <-w.readable:
+		t.Error("a removed watcher was told of bytes")
+	default:
+	}
+}
