@@ -18,9 +18,9 @@ import (
 
 // conn is one network connection. One reader at a time handles its input:
 // for a plain socket, a goroutine the poller starts when bytes arrive and
-// that ends when they are handled (reader_linux.go); for any other
+// that ends when they are handled (conn_read_linux.go); for any other
 // net.Conn (TLS, WebSocket), a goroutine of its own blocked in Read
-// (serve, reader.go). The outbox makes sure exactly one goroutine writes
+// (serve, conn_read.go). The outbox makes sure exactly one goroutine writes
 // at a time.
 type conn struct {
 	srv *Server
@@ -76,7 +76,7 @@ type conn struct {
 	// idlePos is the connection's place in its idle wheel slot, guarded
 	// by the wheel's lock.
 	idlePos int32
-	// rstate is readerIdle, readerRunning, ... (reader_linux.go); here,
+	// rstate is readerIdle, readerRunning, ... (conn_read_linux.go); here,
 	// beside the other 4-byte fields, where it costs no padding.
 	rstate atomic.Int32
 

@@ -26,20 +26,19 @@
 //
 // # Where to start reading
 //
+// ARCHITECTURE.md gives one reading order and the file map; in short:
+//
 //   - server.go: New, Serve, listeners and the accept loop, Shutdown.
-//   - reader.go: dispatch, where every frame from either reader is
-//     decoded and handled, and the goroutine reader for connections that
-//     expose no descriptor (TLS, WebSocket); reader_linux.go,
-//     readerpool_linux.go, poll_linux.go and idle_linux.go: the epoll
-//     reader for plain sockets, the bounded pool of its goroutines, its
-//     poller and the keepalive wheel.
-//   - connect.go (CONNECT), handle.go (every other packet), subscribe.go.
-//   - registry.go: clients, attach and takeover, detach, refilling the
-//     window from the session queue.
-//   - route.go: publish and deliver; message.go: building and encoding
-//     messages; outbox.go: the outbox and its writer.
-//   - close.go: why connections end; stats.go and metrics.go: counting.
-//   - ARCHITECTURE.md explains the engine, LOCKING.md the lock order.
+//   - conn.go, conn_read.go, conn_write.go: a connection, its readers
+//     (conn_read_linux.go and engine_linux.go for the epoll engine) and
+//     its outbox and writer; keepalive.go, conn_answer.go (answers held
+//     until their commit), goroutines.go, admission.go.
+//   - handle.go and handle_*.go: one file per kind of packet.
+//   - registry.go (attach, takeover, detach), route.go, deliver.go,
+//     retain.go, message.go, share.go, will.go, expiry.go.
+//   - durable.go and restore.go: the store; close.go: why connections
+//     end; stats.go and metrics.go: counting.
+//   - LOCKING.md gives the lock order.
 //
 // # What it must not do
 //

@@ -258,70 +258,6 @@ func (d *durable) oneLocked(op persistence.Op, owner *conn) {
 	d.add(&persistence.Batch{Ops: ops[:]}, owner, true)
 }
 
-// claimSession decides whether c may have the session its client id
-// names: not another username's when other_user_session is refuse (ok
-// false); a fresh one (fresh) for a clean start, or instead of another
-// username's under replace. A persistent session that is not resumed has
-// its record stored before the CONNACK, so that a crash just after it
-// cannot leave the client counting on a session the broker forgot; it is
-// added under the registry lock with the decision, so that it reaches the
-// store before anything a later claimant of the id (which attach orders
-// under the same lock) stores, and a fresh one deletes what the id held
-// in the same transaction, so that no crash leaves the newcomer the old
-// session's contents.
-func (s *Server) claimSession(c *conn, cleanStart bool) (fresh, ok bool) {
-	id := c.info.ClientID
-	fresh = cleanStart
-	s.mu.Lock()
-	old := s.clients[id]
-	if old != nil && old.owner() != c.info.Username {
-		if s.opts.Auth.OtherUserSession != OtherUserReplace {
-			s.mu.Unlock()
-			return false, false
-		}
-		fresh = true // never the other user's session
-	}
-	if s.dur == nil || c.expiry == 0 {
-		s.mu.Unlock()
-		return fresh, true
-	}
-	if old != nil && !fresh {
-		old.mu.Lock()
-		resumed := old.stored
-		old.mu.Unlock()
-		if resumed {
-			s.mu.Unlock()
-			return fresh, true
-		}
-	}
-	var ops [2]persistence.Op
-	b := persistence.Batch{Ops: ops[:0]}
-	if old != nil {
-		b.DeleteSession(id)
-	}
-	b.PutSession(persistence.Session{ID: id, Username: c.info.Username, Version: byte(c.version), Expiry: c.expiry,
-		Listener: c.info.Listener})
-	t := s.dur.commit.Add(&b, nil)
-	s.mu.Unlock()
-	done := make(chan struct{})
-	s.dur.commit.Wait(t, func() { close(done) })
-	<-done
-	return fresh, true
-}
-
-// forgetNewSession takes out the record claimSession stored for a
-// session the broker then had no room for (attach refuses only when there
-// was no session of that id).
-func (s *Server) forgetNewSession(c *conn) {
-	if s.dur == nil || c.expiry == 0 {
-		return
-	}
-	var ops [1]persistence.Op
-	b := persistence.Batch{Ops: ops[:0]}
-	b.DeleteSession(c.info.ClientID)
-	s.dur.add(&b, nil, false)
-}
-
 // storeSessionLocked keeps a persistent session in the store as its
 // client connects (the record says it is online: no expiry running), or
 // takes out one that now ends with its connection. willDropped says a
@@ -343,4 +279,99 @@ func (s *Server) storeSessionLocked(c *conn, cl *client, persistent, willDropped
 	}
 	cl.stored = true
 	s.dur.sessionLocked(cl, c, c.expiry, nil)
+}
+
+// Ready returns nil when the broker serves as it should: Serve runs,
+// every listener accepts connections, and the store takes writes (no
+// commit has failed since the last one that succeeded). Otherwise it
+// returns what is not ready, one error per problem (errors.Join).
+//
+// While commits fail it also starts, at most every probeInterval, a
+// probe: a commit that writes and deletes a record no client can have.
+// A broker taken out of service as not ready gets no traffic to commit,
+// so without the probe it would never find out that the disk has room
+// again.
+func (s *Server) Ready() error {
+	var errs []error
+	s.mu.Lock()
+	switch {
+	case s.closing.Load():
+		errs = append(errs, errors.New("shutting down"))
+	case !s.serving:
+		errs = append(errs, errors.New("not serving yet"))
+	case len(s.listeners) == 0:
+		errs = append(errs, errors.New("no listener"))
+	}
+	for _, ln := range s.listeners {
+		if ln.stopped != nil {
+			errs = append(errs, fmt.Errorf("listener %s stopped: %w", ln.name, ln.stopped))
+		}
+	}
+	s.mu.Unlock()
+	if f := s.storeHealth.failed.Load(); f != nil && s.dur != nil {
+		if !s.closing.Load() {
+			s.probeStore()
+		}
+		errs = append(errs, fmt.Errorf("store: commits have failed for %s: %w", time.Since(f.since).Round(time.Second), f.err))
+	}
+	return errors.Join(errs...)
+}
+
+// storeHealth is what Ready knows of the store.
+type storeHealth struct {
+	// failed is set while commits fail: from the first failure after a
+	// success, with the last error. Only the committer's goroutine, one
+	// at a time, stores it.
+	failed  atomic.Pointer[storeFailing]
+	probing atomic.Bool  // a probe waits for its commit
+	probed  atomic.Int64 // unix nanos the last probe started
+}
+
+type storeFailing struct {
+	err   error
+	since time.Time
+}
+
+// record notes a commit's outcome. A unit that does not hold together
+// (a bug, which the committer finds and fails alone) says nothing of
+// whether the store takes writes.
+func (h *storeHealth) record(err error) {
+	switch {
+	case err == nil:
+		if h.failed.Load() != nil {
+			h.failed.Store(nil)
+		}
+	case errors.Is(err, persistence.ErrNoSession), errors.Is(err, persistence.ErrNoMessage), errors.Is(err, persistence.ErrBadOp):
+	default:
+		since := time.Now()
+		if f := h.failed.Load(); f != nil {
+			since = f.since
+		}
+		h.failed.Store(&storeFailing{err: err, since: since})
+	}
+}
+
+// probeInterval bounds how often Ready probes a failing store: each probe
+// is a commit, an fsync with durability sync.
+const probeInterval = time.Second
+
+// probeSession is the session a probe stores and deletes in one
+// transaction, so that none is ever kept. No client can have it: MQTT
+// strings never hold U+0000 [MQTT-1.5.4-2].
+const probeSession = "\x00mqttd readiness probe"
+
+// probeStore starts a probe unless one waits or one started within
+// probeInterval. Its outcome reaches storeHealth through checkedStore,
+// as every commit's does.
+func (s *Server) probeStore() {
+	h := &s.storeHealth
+	now := time.Now().UnixNano()
+	if now-h.probed.Load() < int64(probeInterval) || !h.probing.CompareAndSwap(false, true) {
+		return
+	}
+	h.probed.Store(now)
+	var b persistence.Batch
+	b.PutSession(persistence.Session{ID: probeSession})
+	b.DeleteSession(probeSession)
+	s.dur.commit.Submit(&b, func(error) { h.probing.Store(false) })
 }

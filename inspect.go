@@ -1,20 +1,15 @@
 package mqttd
 
 import (
-	"errors"
-	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"mqttd/packets"
-	"mqttd/persistence"
 	"mqttd/session"
 )
 
-// Looking at the broker from outside: whether it is ready to serve, and
-// read-only listings of its sessions, their subscriptions and the
+// Looking at the broker from outside: read-only listings of its sessions, their subscriptions and the
 // retained topics, for operators (cmd/mqttd serves them over HTTP).
 //
 // A listing is paged in a stable order (by client id, filter or topic,
@@ -286,99 +281,4 @@ func siftDown[T any](h []T, i int, cmp func(a, b T) int) {
 		h[i], h[big] = h[big], h[i]
 		i = big
 	}
-}
-
-// Ready returns nil when the broker serves as it should: Serve runs,
-// every listener accepts connections, and the store takes writes (no
-// commit has failed since the last one that succeeded). Otherwise it
-// returns what is not ready, one error per problem (errors.Join).
-//
-// While commits fail it also starts, at most every probeInterval, a
-// probe: a commit that writes and deletes a record no client can have.
-// A broker taken out of service as not ready gets no traffic to commit,
-// so without the probe it would never find out that the disk has room
-// again.
-func (s *Server) Ready() error {
-	var errs []error
-	s.mu.Lock()
-	switch {
-	case s.closing.Load():
-		errs = append(errs, errors.New("shutting down"))
-	case !s.serving:
-		errs = append(errs, errors.New("not serving yet"))
-	case len(s.listeners) == 0:
-		errs = append(errs, errors.New("no listener"))
-	}
-	for _, ln := range s.listeners {
-		if ln.stopped != nil {
-			errs = append(errs, fmt.Errorf("listener %s stopped: %w", ln.name, ln.stopped))
-		}
-	}
-	s.mu.Unlock()
-	if f := s.storeHealth.failed.Load(); f != nil && s.dur != nil {
-		if !s.closing.Load() {
-			s.probeStore()
-		}
-		errs = append(errs, fmt.Errorf("store: commits have failed for %s: %w", time.Since(f.since).Round(time.Second), f.err))
-	}
-	return errors.Join(errs...)
-}
-
-// storeHealth is what Ready knows of the store.
-type storeHealth struct {
-	// failed is set while commits fail: from the first failure after a
-	// success, with the last error. Only the committer's goroutine, one
-	// at a time, stores it.
-	failed  atomic.Pointer[storeFailing]
-	probing atomic.Bool  // a probe waits for its commit
-	probed  atomic.Int64 // unix nanos the last probe started
-}
-
-type storeFailing struct {
-	err   error
-	since time.Time
-}
-
-// record notes a commit's outcome. A unit that does not hold together
-// (a bug, which the committer finds and fails alone) says nothing of
-// whether the store takes writes.
-func (h *storeHealth) record(err error) {
-	switch {
-	case err == nil:
-		if h.failed.Load() != nil {
-			h.failed.Store(nil)
-		}
-	case errors.Is(err, persistence.ErrNoSession), errors.Is(err, persistence.ErrNoMessage), errors.Is(err, persistence.ErrBadOp):
-	default:
-		since := time.Now()
-		if f := h.failed.Load(); f != nil {
-			since = f.since
-		}
-		h.failed.Store(&storeFailing{err: err, since: since})
-	}
-}
-
-// probeInterval bounds how often Ready probes a failing store: each probe
-// is a commit, an fsync with durability sync.
-const probeInterval = time.Second
-
-// probeSession is the session a probe stores and deletes in one
-// transaction, so that none is ever kept. No client can have it: MQTT
-// strings never hold U+0000 [MQTT-1.5.4-2].
-const probeSession = "\x00mqttd readiness probe"
-
-// probeStore starts a probe unless one waits or one started within
-// probeInterval. Its outcome reaches storeHealth through checkedStore,
-// as every commit's does.
-func (s *Server) probeStore() {
-	h := &s.storeHealth
-	now := time.Now().UnixNano()
-	if now-h.probed.Load() < int64(probeInterval) || !h.probing.CompareAndSwap(false, true) {
-		return
-	}
-	h.probed.Store(now)
-	var b persistence.Batch
-	b.PutSession(persistence.Session{ID: probeSession})
-	b.DeleteSession(probeSession)
-	s.dur.commit.Submit(&b, func(error) { h.probing.Store(false) })
 }

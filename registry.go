@@ -13,8 +13,8 @@ import (
 
 // The client registry: one client per client id, holding its session
 // across connections; attaching a connection to it (and taking it over
-// from an older connection), detaching it, and refilling the connection's
-// outbox from the session.
+// from an older connection), detaching it, and claiming a
+// persistent session in the store.
 
 // client is the broker's record of one client id: its session, which
 // outlives connections when it is persistent, and its current connection.
@@ -240,117 +240,66 @@ func (s *Server) accountQueueLocked(cl *client) {
 	cl.queued = n
 }
 
-// pump moves the window's resends and then queued messages into the
-// outbox of the client's current connection while it has room and the
-// session's window allows: after a connection takes the session, after a
-// write drained an outbox, and after an acknowledgement freed the window.
-// The acknowledgement may come late on a connection already taken over;
-// the window it freed is then filled on the new one.
-func (c *conn) pump() { c.pumpFrom(c, c) }
-
-// pumpIfDue pumps once for the acknowledgements handled since the last
-// time, on the reader's goroutine: after each read of the poller's
-// reader, and before serve's reader refills its buffer. A window of 100
-// acknowledged in one read took the client's lock, the outbox's for its
-// room and the pump's set-up a hundred times.
-func (c *conn) pumpIfDue() {
-	if c.pumpDue {
-		c.pumpDue = false
-		c.pump()
+// claimSession decides whether c may have the session its client id
+// names: not another username's when other_user_session is refuse (ok
+// false); a fresh one (fresh) for a clean start, or instead of another
+// username's under replace. A persistent session that is not resumed has
+// its record stored before the CONNACK, so that a crash just after it
+// cannot leave the client counting on a session the broker forgot; it is
+// added under the registry lock with the decision, so that it reaches the
+// store before anything a later claimant of the id (which attach orders
+// under the same lock) stores, and a fresh one deletes what the id held
+// in the same transaction, so that no crash leaves the newcomer the old
+// session's contents.
+func (s *Server) claimSession(c *conn, cleanStart bool) (fresh, ok bool) {
+	id := c.info.ClientID
+	fresh = cleanStart
+	s.mu.Lock()
+	old := s.clients[id]
+	if old != nil && old.owner() != c.info.Username {
+		if s.opts.Auth.OtherUserSession != OtherUserReplace {
+			s.mu.Unlock()
+			return false, false
+		}
+		fresh = true // never the other user's session
 	}
+	if s.dur == nil || c.expiry == 0 {
+		s.mu.Unlock()
+		return fresh, true
+	}
+	if old != nil && !fresh {
+		old.mu.Lock()
+		resumed := old.stored
+		old.mu.Unlock()
+		if resumed {
+			s.mu.Unlock()
+			return fresh, true
+		}
+	}
+	var ops [2]persistence.Op
+	b := persistence.Batch{Ops: ops[:0]}
+	if old != nil {
+		b.DeleteSession(id)
+	}
+	b.PutSession(persistence.Session{ID: id, Username: c.info.Username, Version: byte(c.version), Expiry: c.expiry,
+		Listener: c.info.Listener})
+	t := s.dur.commit.Add(&b, nil)
+	s.mu.Unlock()
+	done := make(chan struct{})
+	s.dur.commit.Wait(t, func() { close(done) })
+	<-done
+	return fresh, true
 }
 
-// pumpFrom is pump run by the goroutine that reads from, a connection
-// whose own frames wait for its flush; frames for any other connection
-// (all of them, with from nil) wake that connection's writer.
-//
-// owner is the connection whose reader pumps, for the changes to the
-// store to be committed at the end of its read; nil commits them at once.
-func (c *conn) pumpFrom(from, owner *conn) {
-	cl := c.cl
-	if cl == nil {
+// forgetNewSession takes out the record claimSession stored for a
+// session the broker then had no room for (attach refuses only when there
+// was no session of that id).
+func (s *Server) forgetNewSession(c *conn) {
+	if s.dur == nil || c.expiry == 0 {
 		return
 	}
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	target := cl.conn
-	if target == nil || (cl.sess.Queued() == 0 && !cl.sess.Resending()) {
-		return
-	}
-	defer c.srv.accountQueueLocked(cl)
-	// Read once, and only for a message that can expire: reading the
-	// clock per message showed in qos1's profile.
-	var now time.Time
-	clock := func() time.Time {
-		if now.IsZero() {
-			now = time.Now()
-		}
-		return now
-	}
-	expired := func(o session.Outbound) {
-		c.srv.stats.dropped[dropExpired].Add(1)
-		if cl.stored {
-			c.srv.dur.removedLocked(cl, o.Seq, owner)
-		}
-	}
-	runp, used := pumpRuns.Get().(*[]session.Outbound), 0
-	defer func() {
-		clear((*runp)[:used]) // drop the messages
-		pumpRuns.Put(runp)
-	}()
-	for fit, _ := target.fit(); fit >= 0; {
-		// Taken under the client's lock alone, then written under one
-		// hold of the outbox's: what the session's side does (expired and
-		// discarded entries reach the store) is not done under it.
-		run, room, more := (*runp)[:0], fit, true
-		for len(run) < cap(run) {
-			o, ok := cl.sess.NextFit(clock, &c.srv.queueBudget, room, expired)
-			if !ok {
-				more = false
-				break
-			}
-			// Rules reloaded since it was queued, or since the client last
-			// connected, may deny it now: it is completed unsent.
-			if c.srv.readCheck && !o.Released && !c.srv.mayRead(cl, o.Msg, o.QoS, o.Retain) {
-				if o.QoS > 0 {
-					c.srv.discardLocked(cl, o.PacketID, owner)
-				}
-				continue
-			}
-			run = append(run, o)
-			room -= outboundBound(&o)
-		}
-		used = max(used, len(run))
-		if len(run) == 0 {
-			return
-		}
-		// Frames for this connection wait for its own flush; another
-		// connection's writer is woken.
-		var unsent uint64
-		unsent, fit = target.writeOutboundRun(run, target != from)
-		for i, o := range run {
-			if unsent&(1<<i) != 0 && o.QoS > 0 {
-				c.srv.discardLocked(cl, o.PacketID, owner)
-			}
-		}
-		if !more {
-			return
-		}
-	}
-}
-
-// pumpRuns holds the slices pumpFrom takes a run of session entries in:
-// on the reader's stack, 64 entries would take a TLS or WebSocket
-// reader's stack past 4 KiB, which Go keeps while the connection idles.
-var pumpRuns = sync.Pool{New: func() any {
-	run := make([]session.Outbound, 0, 64)
-	return &run
-}}
-
-// discardLocked completes an entry that will never be sent (too large for
-// the client's Maximum Packet Size). The caller holds cl.mu.
-func (s *Server) discardLocked(cl *client, id uint16, owner *conn) {
-	if seq, ok := cl.sess.Discard(id); ok && cl.stored {
-		s.dur.removedLocked(cl, seq, owner)
-	}
+	var ops [1]persistence.Op
+	b := persistence.Batch{Ops: ops[:0]}
+	b.DeleteSession(c.info.ClientID)
+	s.dur.add(&b, nil, false)
 }

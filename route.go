@@ -5,14 +5,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"mqttd/auth"
 	"mqttd/packets"
 	"mqttd/persistence"
 	"mqttd/session"
 	"mqttd/topictrie"
 )
+
+// Routing: a published message matched against the subscription trie,
+// and one copy handed to each client it reaches (deliver.go), subject to
+// its ACL and options.
 
 // subOpts is what the trie keeps per subscription.
 type subOpts struct {
@@ -195,28 +197,6 @@ func (s *Server) deliverRun(r *router, m *session.Message, run []topictrie.Sub[*
 	return matched
 }
 
-// deliver hands one copy of m to a client: QoS 0 straight to an online
-// client's outbox (dropped and counted when it is full); QoS 1/2 through
-// the session, which sends it within the window or queues it.
-func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, subIDs []uint32, enc *encoded, clock func() time.Time) {
-	if cl.handler != nil {
-		if !m.Expired(clock()) {
-			deliverInline(cl.handler, enc.kept(), retain)
-		}
-		return
-	}
-	if s.readCheck && !s.mayRead(cl, m, qos, retain) {
-		return
-	}
-	if qos == 0 && len(subIDs) == 0 && s.deliverQoS0(cl, retain, enc) {
-		return
-	}
-	if full := s.deliverToSession(cl, enc.kept(), qos, retain, subIDs, enc, clock); full != nil {
-		full.Msg("message dropped: the session queue is full (limits.max_queued, limits.max_queued_bytes) or all queues are " +
-			"(limits.max_queued_bytes_total); logged at most every 10 s, mqttd_messages_dropped_total{reason=queue_full} counts them all")
-	}
-}
-
 // readable is mayRead without counting a denial: for choosing among the
 // members of a share group.
 func (s *Server) readable(cl *client, m *session.Message) bool {
@@ -240,232 +220,4 @@ func (s *Server) mayRead(cl *client, m *session.Message, qos byte, retain bool) 
 func (s *Server) readableAs(cl *client, m *session.Message, qos byte, retain bool) bool {
 	who := cl.who.Load()
 	return who == nil || s.authz.Authorize(*who, auth.Request{Action: auth.Read, Topic: m.Topic, QoS: qos, Retain: retain})
-}
-
-// deliverToSession is deliver through the session, under the client's lock,
-// which it takes. When a queue-full warning is due it returns the event
-// to log, for the caller to write once the lock is released.
-func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, retain bool, subIDs []uint32, enc *encoded, clock func() time.Time) (warn *zerolog.Event) {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	if cl.dropped {
-		return nil // its subscriptions are on their way out of the trie
-	}
-	tc := cl.conn
-	online := tc != nil
-	canSend := false
-	if online && cl.sess.MaySend(qos) { // the outbox's lock only when it matters
-		fit, _ := tc.fit()
-		canSend = fit >= m.Size()
-	}
-	var now time.Time // the session reads it only for m's expiry
-	if m.Expiry != 0 {
-		now = clock()
-	}
-	o, r := cl.sess.Deliver(session.Outbound{Msg: m, QoS: qos, Retain: retain, SubIDs: subIDs},
-		session.Target{Online: online, CanSend: canSend, Budget: &s.queueBudget, Hold: cl.stored}, now)
-	if cl.stored && (r == session.Send && o.QoS > 0 || r == session.Queued) {
-		if enc.stored == nil {
-			enc.stored = s.dur.stored(m)
-		}
-		var then func()
-		if o.QoS == 2 && r == session.Queued {
-			then = s.stableThen(cl, o.Seq)
-		}
-		s.dur.deliveredLocked(cl, o, enc.stored, enc.owner, then)
-	}
-	switch r {
-	case session.Send:
-		if !tc.writeOutboundLocked(o) && o.QoS > 0 {
-			s.discardLocked(cl, o.PacketID, enc.owner)
-		}
-	case session.Queued:
-		s.accountQueueLocked(cl)
-	case session.DropFull:
-		s.stats.dropped[dropQueueFull].Add(1)
-		if !s.queueWarned.limited() {
-			return s.log.Warn().Str("client_id", cl.id).Str("topic", m.Topic).Int("queued", cl.sess.Queued()).
-				Int("queued_bytes", cl.sess.QueuedBytes()).Int64("all_queued_bytes", s.queueBudget.Bytes())
-		}
-	case session.DropQoS0:
-		s.stats.dropped[dropOfflineQoS0].Add(1)
-	case session.DropExpiry:
-		s.stats.dropped[dropExpired].Add(1)
-	}
-	return nil
-}
-
-// maxStall bounds how long a publisher waits for subscribers' outboxes to
-// make room for one message before QoS 0 copies are dropped: in total, not
-// per subscriber, so a thousand slow subscribers cannot hold a PUBLISH for
-// a thousand seconds.
-const maxStall = time.Second
-
-// deliverQoS0 appends the shared QoS 0 frame to an online client's
-// outbox. It reports false when the session must take the message
-// instead: the client is offline, or older messages wait in its queue
-// and order must be kept.
-//
-// When the outbox is full the publisher stalls, with no lock held, until
-// the subscriber's writer makes room or the message's maxStall passes, as
-// NATS stalls fast producers: a burst then slows the publisher down
-// instead of losing messages. A subscriber that made no room in time is
-// marked stuck and its copies are dropped (and counted) without stalling
-// until its writer makes progress again, so one stuck client cannot hold
-// publishers back. Nobody stalls for room that only other connections'
-// writes can free: past limits.max_outbox_bytes_total, or under memory
-// pressure for a client with a backlog, the copy is dropped at once.
-func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
-	for {
-		cl.mu.Lock()
-		tc := cl.conn
-		if tc == nil || cl.sess.Queued() > 0 || cl.sess.Resending() {
-			cl.mu.Unlock()
-			return false
-		}
-		if tc.usesAliases() {
-			// Encoded for this client alone: the shared frame has no alias.
-			cl.mu.Unlock()
-			return false
-		}
-		frame := enc.frame(tc.version, retain)
-		if tc.maxOut != 0 && tc.tooLarge(len(frame)) {
-			cl.mu.Unlock()
-			return true // as if sent [MQTT-3.1.2-25]
-		}
-		if r, drop := s.refuseQoS0(tc, len(frame)); drop {
-			cl.mu.Unlock()
-			s.stats.dropped[r].Add(1)
-			tc.warnEvery(&tc.dropWarned, "QoS 0 deliveries dropped: "+r.String()+
-				" (limits.max_outbox_bytes_total, limits.max_memory); mqttd_messages_dropped_total counts them")
-			return true
-		}
-		if tc.enqueue(bounded, func(b []byte) []byte { return append(b, frame...) }) {
-			cl.mu.Unlock()
-			s.stats.messagesSent.Add(1)
-			return true
-		}
-		room := tc.roomSignal()
-		cl.mu.Unlock()
-		if enc.stallUntil.IsZero() {
-			enc.stallUntil = time.Now().Add(maxStall)
-		}
-		if room == nil || !waitRoom(room, enc.stallUntil) {
-			if room != nil {
-				tc.out.markStuck()
-			}
-			s.stats.dropped[dropOutboxFull].Add(1)
-			tc.warnEvery(&tc.dropWarned, "QoS 0 deliveries dropped: outbox full, the client reads too slowly")
-			return true
-		}
-	}
-}
-
-// refuseQoS0 says whether a QoS 0 frame of size bytes for tc is dropped
-// without waiting, and why: it would take every outbox together past
-// their bound and tc's has no room of its own for it, or memory is short
-// and tc already has a backlog.
-func (s *Server) refuseQoS0(tc *conn, size int) (dropReason, bool) {
-	// Atomic loads first, so that the common case takes no second lock
-	// of the subscriber's outbox: in fan-in every publisher contends for
-	// that one.
-	if s.stats.outboxBytes.Load()+int64(size) > s.opts.Limits.MaxOutboxBytesTotal {
-		if fit, global := tc.fit(); global && fit < size {
-			return dropOutboxTotal, true
-		}
-	}
-	if s.stats.memoryPressure.Load() && tc.out.pending() > 0 {
-		return dropMemoryPressure, true
-	}
-	return 0, false
-}
-
-// storeRetained sets or, for an empty payload, clears the retained
-// message of a topic [MQTT-3.3.1-5], [MQTT-3.3.1-10]. A message that does
-// not fit limits.max_retained or limits.max_retained_bytes is not kept.
-// With a store the change is written too, for owner's acknowledgement to
-// wait for.
-func (s *Server) storeRetained(m *session.Message, owner *conn) {
-	if len(m.Payload) == 0 {
-		s.deleteRetained(m.Topic, nil, owner)
-		return
-	}
-	if !s.retainRoom(m) {
-		s.refuseRetained(m)
-		return
-	}
-	if s.dur != nil {
-		s.retainMu.Lock()
-		defer s.retainMu.Unlock()
-	}
-	old, replaced, err := s.retain.Swap(m.Topic, m)
-	if err != nil {
-		s.log.Warn().Err(err).Str("topic", m.Topic).Msg("retained message not stored")
-		return
-	}
-	if s.dur != nil {
-		var ops [2]persistence.Op
-		b := persistence.Batch{Ops: ops[:0]}
-		pm := s.dur.stored(m)
-		b.PutMessage(pm)
-		b.PutRetained(m.Topic, pm.ID)
-		s.dur.add(&b, owner, true)
-	}
-	size := int64(m.Size())
-	if replaced {
-		size -= int64(old.Size())
-	} else {
-		s.stats.retained.Add(1)
-	}
-	s.stats.retainedBytes.Add(size)
-}
-
-// retainRoom reports whether m fits the retained store, in place of the
-// message it would replace. Concurrent publishers may each see room for
-// their own message, so the limits can be passed by at most one message
-// per publishing connection.
-func (s *Server) retainRoom(m *session.Message) bool {
-	count, bytes := s.stats.retained.Load(), s.stats.retainedBytes.Load()+int64(m.Size())
-	if old, ok := s.retain.Get(m.Topic); ok {
-		bytes -= int64(old.Size())
-	} else {
-		count++
-	}
-	if s.stats.memoryPressure.Load() && (count > s.stats.retained.Load() || bytes > s.stats.retainedBytes.Load()) {
-		return false // nothing that grows the store under memory pressure
-	}
-	return count <= int64(s.limits().MaxRetained) && bytes <= s.limits().MaxRetainedBytes
-}
-
-// refuseRetained counts a retained message the store had no room for.
-func (s *Server) refuseRetained(m *session.Message) {
-	s.stats.retainedRefused.Add(1)
-	if !s.retainWarned.limited() {
-		s.log.Warn().Str("topic", m.Topic).Int("size", m.Size()).
-			Int("max_retained", s.limits().MaxRetained).Int64("max_retained_bytes", s.limits().MaxRetainedBytes).
-			Msg("retained message not kept: the retained store is full (logged at most every 10 s; mqttd_retained_refused_total counts them all)")
-	}
-}
-
-// deleteRetained clears the retained message of a topic; with stale set,
-// only if it is still that message.
-func (s *Server) deleteRetained(topic string, stale *session.Message, owner *conn) {
-	var match func(*session.Message) bool
-	if stale != nil {
-		match = func(m *session.Message) bool { return m == stale }
-	}
-	if s.dur != nil {
-		s.retainMu.Lock()
-		defer s.retainMu.Unlock()
-	}
-	if old, ok := s.retain.RemoveIf(topic, match); ok {
-		s.stats.retained.Add(-1)
-		s.stats.retainedBytes.Add(-int64(old.Size()))
-		if s.dur != nil {
-			var ops [1]persistence.Op
-			b := persistence.Batch{Ops: ops[:0]}
-			b.DeleteRetained(topic)
-			s.dur.add(&b, owner, true)
-		}
-	}
 }

@@ -51,7 +51,7 @@ type Server struct {
 	conns     map[*conn]struct{}
 	perAddr   map[netip.Addr]int // open connections by source address (admission.go)
 	listeners []*listener
-	gates     map[string]*gate // how each listener lets clients in, by name (authconfig.go)
+	gates     map[string]*gate // how each listener lets clients in, by name (auth.go)
 	serving   bool
 	accepting int        // accept loops running
 	failed    chan error // the last listener failed
@@ -72,7 +72,7 @@ type Server struct {
 	writerGoroutines *writerPool
 
 	authsMu sync.Mutex
-	auths   map[*conn]*authState // connections that authenticate through an AuthMethod (enhanced.go)
+	auths   map[*conn]*authState // connections that authenticate through an AuthMethod (handle_connect.go)
 
 	// authz decides what clients may do: Options.Authorizer, the ACL
 	// files, or AllowAll. readCheck says it is not AllowAll, so each
@@ -86,7 +86,7 @@ type Server struct {
 	readCheck bool
 	authFiles *authFiles
 	loginLog  burstLimit
-	logins    *loginLimiter // refused logins by source (authlimit.go)
+	logins    *loginLimiter // refused logins by source (auth_limit.go)
 	// closeLog limits the lines of connections closed before CONNECT
 	// completed, which one client can produce as fast as it connects.
 	closeLog burstLimit
@@ -113,7 +113,7 @@ type Server struct {
 	incomingWarned   throttle // unix nanos of the last incoming-bytes warning
 	retainSendWarned throttle // unix nanos of the last retained-sends-truncated warning
 	// retainedSends are the clients' allowances of retained messages
-	// (retainedsend.go), and retainLimitWarned the last time one ran out.
+	// (retain.go), and retainLimitWarned the last time one ran out.
 	retainedSends     retainedSends
 	retainLimitWarned throttle
 }

@@ -49,14 +49,14 @@ type stats struct {
 	clientsRevoked atomic.Uint64
 	// loginsLimited counts logins refused unchecked for an empty bucket;
 	// loginSources, the sources with a bucket; loginEvicted, those
-	// forgotten before their bucket refilled (authlimit.go).
+	// forgotten before their bucket refilled (auth_limit.go).
 	loginsLimited   atomic.Uint64
 	loginSources    atomic.Int64
 	loginEvicted    atomic.Uint64
 	retainedRefused atomic.Uint64 // retained messages the store had no room for
 	// subscriptions that matched more retained messages than were sent
 	retainedTruncated atomic.Uint64
-	retainedLimited   atomic.Uint64 // likewise, the client's allowance used up (retainedsend.go)
+	retainedLimited   atomic.Uint64 // likewise, the client's allowance used up (retain.go)
 	sessionsExpired   atomic.Uint64
 	sessionsRefused   atomic.Uint64 // new sessions refused by limits.max_sessions
 	userPropsRefused  atomic.Uint64 // messages refused by limits.max_user_properties

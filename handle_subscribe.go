@@ -11,6 +11,10 @@ import (
 	"mqttd/topictrie"
 )
 
+// SUBSCRIBE and UNSUBSCRIBE: each filter checked, authorized and
+// bounded (limits.max_subscriptions_per_client, the byte bounds, the
+// overlap bound), then the retained messages it matches sent.
+
 // maxQoS is the highest QoS the broker grants.
 const maxQoS = 2
 
@@ -121,7 +125,7 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 	// However many filters it lists, one SUBSCRIBE is sent at most what
 	// the session could hold (its window and queue) of retained messages,
 	// and a client at most that much per limits.retained_send_refill
-	// (retainedsend.go), which bounds the CPU it costs as well.
+	// (retain.go), which bounds the CPU it costs as well.
 	if len(sendRetained) > 0 {
 		now := time.Now()
 		a := s.retainedAllowance(cl.id, now)

@@ -5,7 +5,14 @@ package mqttd
 import (
 	"sync"
 	"time"
+
+	"mqttd/packets"
 )
+
+// Keepalive of the connections the poller serves: they have no read
+// deadline, so the idle wheel closes those that send nothing within their
+// limit, and the reader moves a connection between limits (connect
+// timeout, frame timeout, keepalive) as packets arrive.
 
 // idleWheel closes event-served connections that send nothing within their
 // idle limit: the connect timeout before CONNECT, 1.5 x keepalive after
@@ -212,5 +219,54 @@ func (w *idleWheel) close() {
 	close(w.stop)
 	if started {
 		<-w.done
+	}
+}
+
+// trackFrame sets the idle limit after a read: while a packet is partly
+// arrived, limits.frame_timeout from its first byte (a client with no
+// keepalive included); otherwise the keepalive's, from now when a packet
+// completed.
+func (c *conn) trackFrame(completed bool) {
+	partial := len(c.ev.frame()) > 0
+	if completed {
+		c.touch()
+	}
+	if partial == c.framing.Load() && !(partial && completed) {
+		return
+	}
+	c.framing.Store(partial)
+	limit := c.keepAlive * 3 / 2
+	if partial {
+		if frame := c.srv.limits().FrameTimeout; limit == 0 || frame < limit {
+			limit = frame
+		}
+	}
+	c.watchIdle(limit)
+}
+
+// touch records that bytes arrived, for the keepalive timer.
+func (c *conn) touch() { c.lastRead.Store(time.Now().UnixNano()) }
+
+func (c *conn) setIdleLimit(d time.Duration) { c.idleLimit.Store(int64(d)) }
+
+// watchIdle files the connection with the idle wheel for a new limit,
+// counted from now.
+func (c *conn) watchIdle(limit time.Duration) {
+	c.setIdleLimit(limit)
+	c.touch()
+	c.srv.idle.watch(c)
+}
+
+// idleTimeout closes a connection that sent nothing for its idle limit,
+// or took longer than limits.frame_timeout to send a packet.
+func (c *conn) idleTimeout() {
+	if c.framing.Load() {
+		c.sendDisconnectAsync(packets.KeepAliveTimeout)
+		c.closeWith(errFrameTimeout)
+	} else if c.connected.Load() {
+		c.sendDisconnectAsync(packets.KeepAliveTimeout)
+		c.closeWith(errKeepAlive)
+	} else {
+		c.closeWith(errConnectTimeout)
 	}
 }

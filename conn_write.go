@@ -14,7 +14,9 @@ import (
 // its outbox with one call, enqueue, and exactly one goroutine at a time
 // (whoever holds the outbox's writing role) takes the frames out and
 // writes them, so no I/O happens under a lock and a publisher never waits
-// for a subscriber's socket.
+// for a subscriber's socket. The writer writes with conn.write: the
+// event engine's descriptor (engine_linux.go, internal/netpoll) or, for a
+// connection read by a goroutine, its net.Conn (writeNetConn, here).
 
 // frameBuf is a pooled buffer of encoded frames. Idle connections hold
 // none: buffers are taken when there is something to write and returned
@@ -536,4 +538,10 @@ func (w *outboxWaiters) wake() {
 		c.out.mu.Unlock()
 		c.pumpFrom(nil, nil)
 	}
+}
+
+// writeNetConn writes b to c.nc within timeout.
+func (c *conn) writeNetConn(b []byte, timeout time.Duration) (int, error) {
+	c.nc.SetWriteDeadline(time.Now().Add(timeout))
+	return c.nc.Write(b)
 }

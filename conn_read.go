@@ -3,15 +3,15 @@ package mqttd
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
-	"net"
 	"runtime"
 	"time"
 
 	"mqttd/packets"
 )
 
-// Both readers, the poller's (reader_linux.go) and the goroutine of a
+// Both readers, the poller's (conn_read_linux.go) and the goroutine of a
 // connection that exposes no descriptor (serve, below), cut the input into
 // whole frames and hand each to dispatch, so every handler runs the same
 // way on every transport. The poller's reader first completes a run of
@@ -296,61 +296,18 @@ func (s *Server) incomingFull(more int) bool {
 	return true
 }
 
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
+// notMQTT gives the error that ends a connection whose first bytes b the
+// codec refused (err) a clearer message when they are an HTTP request: a
+// browser or a WebSocket client sent to the MQTT port, where the codec
+// alone would say "first packet is PUBACK" ('G' is 0x47: type 4).
+func (c *conn) notMQTT(b []byte, err error) error {
+	if c.version != 0 || len(b) < 4 {
+		return err
 	}
-	return b
-}
-
-// refreshDeadline allows 1.5 x keepalive from the last packet
-// [MQTT-3.1.2-24], plus a slack of at most a second so that the timer is
-// reset at most once per slack rather than on every packet. Before CONNECT
-// the connect timeout set by serve stands.
-func (c *conn) refreshDeadline() {
-	if c.keepAlive == 0 {
-		return
+	switch string(b[:4]) {
+	case "GET ", "POST", "PUT ", "HEAD", "OPTI", "DELE", "PATC", "CONN", "PRI ":
+		return closing(CloseProtocolError, fmt.Errorf(
+			"HTTP request on an MQTT port (use a ws or wss listener for WebSocket clients): %w", err))
 	}
-	now := time.Now()
-	slack := min(c.keepAlive/2, time.Second)
-	if now.Sub(c.bl.deadlineSet) < slack {
-		return
-	}
-	c.bl.deadlineSet = now
-	c.nc.SetReadDeadline(now.Add(c.keepAlive*3/2 + slack))
-}
-
-// startKeepAlive moves the connection from the connect timeout to its
-// keepalive once CONNECT is accepted; 0 means none.
-func (c *conn) startKeepAlive() {
-	if c.keepAlive == 0 {
-		c.probeDeadPeer()
-	}
-	if c.ev != nil {
-		c.watchIdle(c.keepAlive * 3 / 2) // [MQTT-3.1.2-24]
-		return
-	}
-	c.nc.SetReadDeadline(time.Time{})
-}
-
-// deadPeerProbe is the TCP keepalive of a client that asked for no MQTT
-// keepalive: a device that lost power without closing its connection is
-// found out after Idle plus Count probes Interval apart (7 minutes), and
-// its session released, where nothing else would ever notice. Clients
-// with a keepalive need none: the broker closes them after 1.5 x theirs.
-var deadPeerProbe = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Minute, Interval: 30 * time.Second, Count: 4}
-
-// probeNetConn turns on deadPeerProbe where c.nc is TCP.
-func (c *conn) probeNetConn() {
-	if tc, ok := c.nc.(interface {
-		SetKeepAliveConfig(net.KeepAliveConfig) error
-	}); ok {
-		tc.SetKeepAliveConfig(deadPeerProbe)
-	}
-}
-
-// writeNetConn writes b to c.nc within timeout.
-func (c *conn) writeNetConn(b []byte, timeout time.Duration) (int, error) {
-	c.nc.SetWriteDeadline(time.Now().Add(timeout))
-	return c.nc.Write(b)
+	return err
 }

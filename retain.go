@@ -3,7 +3,14 @@ package mqttd
 import (
 	"sync"
 	"time"
+
+	"mqttd/persistence"
+	"mqttd/session"
 )
+
+// Retained messages: storing and clearing them as they are published
+// (bounded by limits.max_retained_bytes), and sending them to new
+// subscriptions under a per-client allowance.
 
 // Retained messages sent for new subscriptions are bounded per client over
 // time, not only per SUBSCRIBE: a client looping SUBSCRIBE and UNSUBSCRIBE
@@ -131,4 +138,94 @@ func (rs *retainedSends) sweep(now int64, burstMsgs int, burstBytes int64, refil
 		}
 	}
 	rs.sweepAt = max(2*len(rs.clients), minSweep)
+}
+
+// storeRetained sets or, for an empty payload, clears the retained
+// message of a topic [MQTT-3.3.1-5], [MQTT-3.3.1-10]. A message that does
+// not fit limits.max_retained or limits.max_retained_bytes is not kept.
+// With a store the change is written too, for owner's acknowledgement to
+// wait for.
+func (s *Server) storeRetained(m *session.Message, owner *conn) {
+	if len(m.Payload) == 0 {
+		s.deleteRetained(m.Topic, nil, owner)
+		return
+	}
+	if !s.retainRoom(m) {
+		s.refuseRetained(m)
+		return
+	}
+	if s.dur != nil {
+		s.retainMu.Lock()
+		defer s.retainMu.Unlock()
+	}
+	old, replaced, err := s.retain.Swap(m.Topic, m)
+	if err != nil {
+		s.log.Warn().Err(err).Str("topic", m.Topic).Msg("retained message not stored")
+		return
+	}
+	if s.dur != nil {
+		var ops [2]persistence.Op
+		b := persistence.Batch{Ops: ops[:0]}
+		pm := s.dur.stored(m)
+		b.PutMessage(pm)
+		b.PutRetained(m.Topic, pm.ID)
+		s.dur.add(&b, owner, true)
+	}
+	size := int64(m.Size())
+	if replaced {
+		size -= int64(old.Size())
+	} else {
+		s.stats.retained.Add(1)
+	}
+	s.stats.retainedBytes.Add(size)
+}
+
+// retainRoom reports whether m fits the retained store, in place of the
+// message it would replace. Concurrent publishers may each see room for
+// their own message, so the limits can be passed by at most one message
+// per publishing connection.
+func (s *Server) retainRoom(m *session.Message) bool {
+	count, bytes := s.stats.retained.Load(), s.stats.retainedBytes.Load()+int64(m.Size())
+	if old, ok := s.retain.Get(m.Topic); ok {
+		bytes -= int64(old.Size())
+	} else {
+		count++
+	}
+	if s.stats.memoryPressure.Load() && (count > s.stats.retained.Load() || bytes > s.stats.retainedBytes.Load()) {
+		return false // nothing that grows the store under memory pressure
+	}
+	return count <= int64(s.limits().MaxRetained) && bytes <= s.limits().MaxRetainedBytes
+}
+
+// refuseRetained counts a retained message the store had no room for.
+func (s *Server) refuseRetained(m *session.Message) {
+	s.stats.retainedRefused.Add(1)
+	if !s.retainWarned.limited() {
+		s.log.Warn().Str("topic", m.Topic).Int("size", m.Size()).
+			Int("max_retained", s.limits().MaxRetained).Int64("max_retained_bytes", s.limits().MaxRetainedBytes).
+			Msg("retained message not kept: the retained store is full (logged at most every 10 s; mqttd_retained_refused_total counts them all)")
+	}
+}
+
+// deleteRetained clears the retained message of a topic; with stale set,
+// only if it is still that message.
+func (s *Server) deleteRetained(topic string, stale *session.Message, owner *conn) {
+	var match func(*session.Message) bool
+	if stale != nil {
+		match = func(m *session.Message) bool { return m == stale }
+	}
+	if s.dur != nil {
+		s.retainMu.Lock()
+		defer s.retainMu.Unlock()
+	}
+	if old, ok := s.retain.RemoveIf(topic, match); ok {
+		s.stats.retained.Add(-1)
+		s.stats.retainedBytes.Add(-int64(old.Size()))
+		if s.dur != nil {
+			var ops [1]persistence.Op
+			b := persistence.Batch{Ops: ops[:0]}
+			b.DeleteRetained(topic)
+			s.dur.add(&b, owner, true)
+		}
+	}
 }

@@ -8,12 +8,14 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
-	"time"
 
-	"mqttd/internal/netpoll"
-	"mqttd/listeners"
 	"mqttd/packets"
 )
+
+// The reader of a connection the poller serves: started when bytes
+// arrive, it drains the socket without blocking, cuts the bytes into
+// frames (carrying an incomplete one to the next wakeup), handles them,
+// and gives its goroutine back.
 
 // Reader states of a connection served by the poller.
 const (
@@ -37,114 +39,6 @@ type readScratch struct {
 var readPool = sync.Pool{New: func() any {
 	return &readScratch{buf: make([]byte, eventReadBufSize)}
 }}
-
-// eventConn is the socket of a connection read on poller events instead
-// of by a goroutine of its own: a descriptor of the engine's own
-// (listeners.Detach), and the incomplete frame carried between wakeups.
-type eventConn struct {
-	netpoll.FD
-	// partial is an incomplete frame carried to the next wakeup (frame,
-	// keepFrame), behind a pointer: an idle connection pays 8 bytes for
-	// it, not a slice's 24, which keeps eventConn at 32 bytes.
-	partial *[]byte
-	// uncount takes the connection off its listener's count; nil when
-	// it is not counted.
-	uncount func()
-}
-
-// close closes the socket once the calls using it return, and takes the
-// connection off its listener's count. It reports false when it was
-// closed already.
-func (e *eventConn) close() bool {
-	if !e.FD.Close() {
-		return false
-	}
-	if e.uncount != nil {
-		e.uncount()
-	}
-	return true
-}
-
-// frame is the incomplete frame carried, if any.
-func (e *eventConn) frame() []byte {
-	if e.partial == nil {
-		return nil
-	}
-	return *e.partial
-}
-
-// keepFrame carries b, an incomplete frame, to the next wakeup; nil
-// carries nothing.
-func (e *eventConn) keepFrame(b []byte) {
-	if b == nil {
-		e.partial = nil
-		return
-	}
-	e.partial = &b
-}
-
-// poller is the engine's epoll instance.
-type poller = netpoll.Poller[*conn]
-
-func newPoller() (*poller, error) { return netpoll.New[*conn]() }
-
-// PollReadable is the poller's word that bytes arrived (or the stream
-// ended, hup): a reader must drain the socket.
-func (c *conn) PollReadable(hup bool) {
-	if hup {
-		c.hup.Store(true) // the reader must read to the end
-	}
-	c.wakeReader()
-}
-
-// PollWritable is the poller's word that the socket takes writes again.
-func (c *conn) PollWritable() { c.ev.WakeWriter() }
-
-// startEvent serves c from the poller when the connection is a plain
-// socket; it reports false when c must have a reader goroutine instead.
-// From here on c.nc is nil: the socket is c.ev's.
-func (c *conn) startEvent(pl *poller) bool {
-	if pl == nil {
-		return false
-	}
-	fd, uncount, err := listeners.Detach(c.nc)
-	if err != nil {
-		return false
-	}
-	c.ev = &eventConn{uncount: uncount}
-	c.ev.Init(fd)
-	c.nc = nil
-	c.touch()
-	c.setIdleLimit(c.srv.limits().ConnectTimeout)
-	if err := pl.Add(fd, c); err != nil {
-		// Out of epoll watches or memory; with Go's descriptor closed the
-		// connection cannot go back to a reader goroutine.
-		c.fields(c.srv.log.Warn()).Err(err).Msg("cannot watch the connection; closing it")
-		c.rstate.Store(readerRunning) // this goroutine is its reader
-		c.finishEvent(closing(CloseInternalError, err))
-		return true
-	}
-	c.srv.idle.watch(c)
-	return true
-}
-
-// write writes b to the socket within timeout: c's writer holds the
-// outbox's writing role.
-func (c *conn) write(b []byte, timeout time.Duration) (int, error) {
-	if c.ev != nil {
-		return c.ev.Write(b, timeout)
-	}
-	return c.writeNetConn(b, timeout)
-}
-
-// probeDeadPeer turns on deadPeerProbe where the connection is TCP.
-func (c *conn) probeDeadPeer() {
-	if c.ev != nil {
-		c.ev.SetKeepAlive(deadPeerProbe)
-		return
-	}
-	c.probeNetConn()
-}
 
 // wakeReader is called by the poller when bytes arrive: it starts a reader
 // goroutine, or tells the running one to read again before it stops.
@@ -385,57 +279,8 @@ func (c *conn) ackRun(b []byte, maxSize int) (used, frames int) {
 // ackRunMax bounds a run of acknowledgements: the default window's.
 const ackRunMax = 100
 
-// trackFrame sets the idle limit after a read: while a packet is partly
-// arrived, limits.frame_timeout from its first byte (a client with no
-// keepalive included); otherwise the keepalive's, from now when a packet
-// completed.
-func (c *conn) trackFrame(completed bool) {
-	partial := len(c.ev.frame()) > 0
-	if completed {
-		c.touch()
-	}
-	if partial == c.framing.Load() && !(partial && completed) {
-		return
-	}
-	c.framing.Store(partial)
-	limit := c.keepAlive * 3 / 2
-	if partial {
-		if frame := c.srv.limits().FrameTimeout; limit == 0 || frame < limit {
-			limit = frame
-		}
-	}
-	c.watchIdle(limit)
-}
-
 // appendDoubling appends src to dst, growing it as growDoubling does.
 func appendDoubling(dst, src []byte) []byte { return append(growDoubling(dst, len(src)), src...) }
-
-// touch records that bytes arrived, for the keepalive timer.
-func (c *conn) touch() { c.lastRead.Store(time.Now().UnixNano()) }
-
-func (c *conn) setIdleLimit(d time.Duration) { c.idleLimit.Store(int64(d)) }
-
-// watchIdle files the connection with the idle wheel for a new limit,
-// counted from now.
-func (c *conn) watchIdle(limit time.Duration) {
-	c.setIdleLimit(limit)
-	c.touch()
-	c.srv.idle.watch(c)
-}
-
-// idleTimeout closes a connection that sent nothing for its idle limit,
-// or took longer than limits.frame_timeout to send a packet.
-func (c *conn) idleTimeout() {
-	if c.framing.Load() {
-		c.sendDisconnectAsync(packets.KeepAliveTimeout)
-		c.closeWith(errFrameTimeout)
-	} else if c.connected.Load() {
-		c.sendDisconnectAsync(packets.KeepAliveTimeout)
-		c.closeWith(errKeepAlive)
-	} else {
-		c.closeWith(errConnectTimeout)
-	}
-}
 
 // finishEvent ends an event-served connection on its reader goroutine,
 // where the cleanup may use the reader's state.
@@ -450,17 +295,4 @@ func (c *conn) finishEvent(reason error) {
 	c.srv.idle.forget(c)
 	defer c.srv.untrack(c) // even if the cleanup panics, or Shutdown would wait
 	c.cleanup()
-}
-
-// closeSocket closes the connection. An event-served descriptor is
-// unregistered first, so a new connection given the same number is never
-// mistaken for this one, and the reader is woken to finish the connection.
-func (c *conn) closeSocket() {
-	if c.ev == nil {
-		c.nc.Close()
-		return
-	}
-	c.srv.poller.Remove(c.ev.Num(), c)
-	c.ev.close()
-	c.wakeReader()
 }

@@ -1,0 +1,136 @@
+//go:build linux
+
+package mqttd
+
+import (
+	"time"
+
+	"mqttd/internal/netpoll"
+	"mqttd/listeners"
+)
+
+// The event engine's socket on Linux: a plain TCP or unix connection is
+// taken out of Go's hands (listeners.Detach), watched by the poller
+// (internal/netpoll) and read by a reader from the pool only when bytes
+// arrive. engine_other.go has the same names for systems without epoll.
+
+// eventConn is the socket of a connection read on poller events instead
+// of by a goroutine of its own: a descriptor of the engine's own
+// (listeners.Detach), and the incomplete frame carried between wakeups.
+type eventConn struct {
+	netpoll.FD
+	// partial is an incomplete frame carried to the next wakeup (frame,
+	// keepFrame), behind a pointer: an idle connection pays 8 bytes for
+	// it, not a slice's 24, which keeps eventConn at 32 bytes.
+	partial *[]byte
+	// uncount takes the connection off its listener's count; nil when
+	// it is not counted.
+	uncount func()
+}
+
+// close closes the socket once the calls using it return, and takes the
+// connection off its listener's count. It reports false when it was
+// closed already.
+func (e *eventConn) close() bool {
+	if !e.FD.Close() {
+		return false
+	}
+	if e.uncount != nil {
+		e.uncount()
+	}
+	return true
+}
+
+// frame is the incomplete frame carried, if any.
+func (e *eventConn) frame() []byte {
+	if e.partial == nil {
+		return nil
+	}
+	return *e.partial
+}
+
+// keepFrame carries b, an incomplete frame, to the next wakeup; nil
+// carries nothing.
+func (e *eventConn) keepFrame(b []byte) {
+	if b == nil {
+		e.partial = nil
+		return
+	}
+	e.partial = &b
+}
+
+// poller is the engine's epoll instance.
+type poller = netpoll.Poller[*conn]
+
+func newPoller() (*poller, error) { return netpoll.New[*conn]() }
+
+// PollReadable is the poller's word that bytes arrived (or the stream
+// ended, hup): a reader must drain the socket.
+func (c *conn) PollReadable(hup bool) {
+	if hup {
+		c.hup.Store(true) // the reader must read to the end
+	}
+	c.wakeReader()
+}
+
+// PollWritable is the poller's word that the socket takes writes again.
+func (c *conn) PollWritable() { c.ev.WakeWriter() }
+
+// startEvent serves c from the poller when the connection is a plain
+// socket; it reports false when c must have a reader goroutine instead.
+// From here on c.nc is nil: the socket is c.ev's.
+func (c *conn) startEvent(pl *poller) bool {
+	if pl == nil {
+		return false
+	}
+	fd, uncount, err := listeners.Detach(c.nc)
+	if err != nil {
+		return false
+	}
+	c.ev = &eventConn{uncount: uncount}
+	c.ev.Init(fd)
+	c.nc = nil
+	c.touch()
+	c.setIdleLimit(c.srv.limits().ConnectTimeout)
+	if err := pl.Add(fd, c); err != nil {
+		// Out of epoll watches or memory; with Go's descriptor closed the
+		// connection cannot go back to a reader goroutine.
+		c.fields(c.srv.log.Warn()).Err(err).Msg("cannot watch the connection; closing it")
+		c.rstate.Store(readerRunning) // this goroutine is its reader
+		c.finishEvent(closing(CloseInternalError, err))
+		return true
+	}
+	c.srv.idle.watch(c)
+	return true
+}
+
+// write writes b to the socket within timeout: c's writer holds the
+// outbox's writing role.
+func (c *conn) write(b []byte, timeout time.Duration) (int, error) {
+	if c.ev != nil {
+		return c.ev.Write(b, timeout)
+	}
+	return c.writeNetConn(b, timeout)
+}
+
+// probeDeadPeer turns on deadPeerProbe where the connection is TCP.
+func (c *conn) probeDeadPeer() {
+	if c.ev != nil {
+		c.ev.SetKeepAlive(deadPeerProbe)
+		return
+	}
+	c.probeNetConn()
+}
+
+// closeSocket closes the connection. An event-served descriptor is
+// unregistered first, so a new connection given the same number is never
+// mistaken for this one, and the reader is woken to finish the connection.
+func (c *conn) closeSocket() {
+	if c.ev == nil {
+		c.nc.Close()
+		return
+	}
+	c.srv.poller.Remove(c.ev.Num(), c)
+	c.ev.close()
+	c.wakeReader()
+}
