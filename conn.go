@@ -43,6 +43,10 @@ type conn struct {
 	// Reason String [MQTT-3.1.2-29].
 	noProblemInfo bool
 	graceful      bool // DISCONNECT received: the will is discarded
+	// bridgePeer is set for a 3.1/3.1.1 client that said it is a bridge
+	// (the protocol level's bit 0x80): its subscriptions are No Local and
+	// Retain As Published, so that nothing it forwards comes back to it.
+	bridgePeer bool
 	// pumpDue says an acknowledgement this read handled freed room in the
 	// session's window: the reader pumps once per read (pumpIfDue), not
 	// once per acknowledgement. The reader's own.
@@ -84,6 +88,9 @@ type conn struct {
 	// held are the acknowledgements waiting for the store (durable.go);
 	// nil until the reader first changes durable state.
 	held *heldAnswers
+	// bridge is set on a bridge's client connection to its remote
+	// broker (bridge_link.go): the roles are reversed, and topics mapped.
+	bridge *bridgeRun
 }
 
 func newConn(s *Server, nc net.Conn, listenerName string) *conn {
@@ -170,6 +177,9 @@ func (c *conn) closeWith(err error) {
 			msg = "client disconnected"
 		}
 		c.fields(ev).Stringer("reason", reason).Str("detail", err.Error()).Msg(msg)
+		if c.bridge != nil {
+			c.bridge.closedFor(err)
+		}
 		c.out.close(&c.srv.stats.outboxBytes)
 		c.closeSocket()
 		if c.srv.outboxWait.n.Load() > 0 {
@@ -180,7 +190,11 @@ func (c *conn) closeWith(err error) {
 
 // shutdown is called by Server.Shutdown from another goroutine.
 func (c *conn) shutdown() {
-	c.sendDisconnectAsync(packets.ServerShuttingDown)
+	if c.bridge != nil {
+		c.sendDisconnectAsync(packets.Success) // a client's DISCONNECT: the remote ends the session normally
+	} else {
+		c.sendDisconnectAsync(packets.ServerShuttingDown)
+	}
 	c.closeWith(errShutdown)
 }
 
@@ -193,7 +207,7 @@ func (c *conn) sendDisconnectAsync(code packets.ReasonCode) {
 	// Only once CONNECT is accepted: before that the reader may still be
 	// setting the version, and a DISCONNECT must not precede the CONNACK
 	// [MQTT-3.14.0-1]. connected is stored after both.
-	if !c.connected.Load() || c.version != packets.V5 {
+	if !c.connected.Load() || c.version != packets.V5 && c.bridge == nil {
 		return
 	}
 	disconnect := &packets.Disconnect{ReasonCode: code}
@@ -236,6 +250,9 @@ func (c *conn) cleanup() {
 	if c.srv.dur != nil {
 		// What the reader changed last is stored, though no answer waits.
 		c.srv.dur.commit.Flush()
+	}
+	if c.bridge != nil {
+		c.bridge.linkEnded()
 	}
 }
 

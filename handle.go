@@ -13,6 +13,9 @@ import (
 
 // handle acts on one packet from a connected client.
 func (c *conn) handle(p packets.Packet) error {
+	if c.bridge != nil {
+		return c.handleRemote(p)
+	}
 	switch p := p.(type) {
 	case *packets.Publish:
 		return c.handlePublish(p, false)

@@ -116,6 +116,9 @@ func (c *conn) completeLocked(t packets.Type, id uint16) bool {
 	if ok && cl.stored {
 		c.srv.dur.removedLocked(cl, seq, c)
 	}
+	if ok && c.bridge != nil {
+		c.bridge.stats.forwardedOut.Add(1)
+	}
 	return ok
 }
 

@@ -96,6 +96,7 @@ func (c *conn) acceptConnect(cp *packets.Connect, stamp uint32) error {
 		return closing(CloseConnectRefused, errors.New("will with too many user properties"))
 	}
 	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
+	c.bridgePeer = cp.Bridge
 	c.noProblemInfo = cp.Properties.Has(packets.PropRequestProblemInfo) && cp.Properties.RequestProblemInfo == 0
 	if cp.Properties.Has(packets.PropMaximumPacketSize) {
 		c.maxOut = cp.Properties.MaximumPacketSize
@@ -241,6 +242,13 @@ func (c *conn) checkConnect(cp *packets.Connect) (packets.ReasonCode, error) {
 		c.info.ClientID = assignClientID()
 	} else {
 		c.info.ClientID = strings.Clone(cp.ClientID)
+	}
+	if strings.HasPrefix(c.info.ClientID, bridgeIDPrefix) {
+		code := packets.ConnRefusedIdentifier
+		if v5 {
+			code = packets.ClientIDNotValid
+		}
+		return code, fmt.Errorf("client id %q: ids starting with %s are the bridges' sessions", cp.ClientID, bridgeIDPrefix)
 	}
 	if len(cp.ClientID) > lim.MaxClientIDLength {
 		code := packets.ConnRefusedIdentifier

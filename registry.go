@@ -112,7 +112,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 			endedWill = s.takeWillLocked(old)
 			dropped = s.dropSessionLocked(old)
 		}
-		cl = &client{id: id, sess: session.New(id, s.sessLim)}
+		cl = &client{id: id, sess: session.New(id, s.sessionLimits(id))}
 		s.clients[id] = cl
 		s.stats.sessions.Add(1)
 		present = false
@@ -120,7 +120,9 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 		resumedWill = s.takeWillLocked(old).msg != nil
 	}
 	s.stats.sessionsOnline.Add(1)
-	cl.who.Store(c.info) // not changed after CONNECT
+	if c.bridge == nil {
+		cl.who.Store(c.info) // not changed after CONNECT; a bridge's is the broker's own: nil, trusted
+	}
 	cl.mu.Lock()
 	if at := cl.sess.ExpireAt(); at != 0 {
 		s.expiry.cancel(cl, at) // back in time
@@ -128,8 +130,10 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 	}
 	s.storeSessionLocked(c, cl, persistent, resumedWill)
 	c.cl = cl
-	// The bit is reserved in 3.1, which has no session present.
-	c.send(&packets.Connack{SessionPresent: present && c.version != packets.V31, Properties: s.connackProperties(c, cp)})
+	if c.bridge == nil {
+		// The bit is reserved in 3.1, which has no session present.
+		c.send(&packets.Connack{SessionPresent: present && c.version != packets.V31, Properties: s.connackProperties(c, cp)})
+	}
 	cl.conn, cl.clean, cl.passwdStamp = c, !persistent, stamp
 	cl.sess.SetReceiveMaximum(int(cp.Properties.ReceiveMaximum))
 	cl.sess.Resume() // pump sends the window again, as the outbox has room
@@ -176,7 +180,7 @@ func (s *Server) detach(c *conn) {
 		handed = s.takeSharedLocked(cl)
 	}
 	clean := cl.clean
-	if owner && !clean && s.clients[cl.id] == cl {
+	if owner && !clean && s.clients[cl.id] == cl && c.bridge == nil {
 		at := time.Now().Add(time.Duration(c.expiry) * time.Second).UnixNano()
 		cl.sess.SetExpireAt(at)
 		s.expiry.schedule(cl, at)

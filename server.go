@@ -116,6 +116,11 @@ type Server struct {
 	// (retain.go), and retainLimitWarned the last time one ran out.
 	retainedSends     retainedSends
 	retainLimitWarned throttle
+	// bridges are the configured bridges by session id (bridge.go),
+	// replaced whole when they change.
+	bridges atomic.Pointer[map[string]*bridgeRun]
+	// bridgeFull is set while a block_publishers bridge may be full.
+	bridgeFull atomic.Bool
 }
 
 type listener struct {
@@ -192,6 +197,7 @@ func New(opts Options) (*Server, error) {
 		}
 		return nil, err
 	}
+	s.openBridges()
 	d, err := openStore(o)
 	if err != nil {
 		return fail(err)
@@ -206,6 +212,7 @@ func New(opts Options) (*Server, error) {
 			return fail(err)
 		}
 	}
+	s.settleBridges()
 	return s, nil
 }
 
@@ -286,6 +293,7 @@ func (s *Server) Serve() error {
 	s.expiry.start(s)
 	s.memory.start(s)
 	s.sys.start(s)
+	s.startBridges()
 	s.serving = true
 	for _, ln := range s.listeners {
 		s.startAcceptLocked(ln)
@@ -388,6 +396,8 @@ func (s *Server) untrack(c *conn) {
 // published: the broker, not the client, ended the connection) and waits
 // for the connections to finish or ctx to end.
 func (s *Server) Shutdown(ctx context.Context) error {
+	// First, without the registry lock, which a link may be waiting for.
+	s.stopBridges()
 	s.mu.Lock()
 	if s.closing.Swap(true) {
 		s.mu.Unlock()

@@ -172,6 +172,9 @@ func (s *Session) MaySend(qos byte) bool {
 	return s.Queued() == 0 && !s.Resending() && (qos == 0 || s.live < s.window && s.free(s.seq))
 }
 
+// NextSeq is the Seq the next message delivered will get.
+func (s *Session) NextSeq() uint64 { return s.seq }
+
 // Stable lets the held entries up to seq be sent: they are stored.
 func (s *Session) Stable(seq uint64) {
 	q := s.queues()
@@ -238,6 +241,19 @@ func (s *Session) unqueue(o Outbound, b *QueueBudget) {
 	size, cost := o.Msg.Size(), o.cost()
 	s.q.pendingBytes -= size + cost
 	b.release(o.Msg, int64(size), int64(cost))
+}
+
+// DropOldest takes the oldest queued message out of the queue (not the
+// window: those the client may have), for a queue that makes room for
+// new messages by losing old ones. ok is false when nothing is queued. b
+// is the budget Deliver was given.
+func (s *Session) DropOldest(b *QueueBudget) (o Outbound, ok bool) {
+	if s.Queued() == 0 {
+		return Outbound{}, false
+	}
+	o = s.q.pending.pop()
+	s.unqueue(o, b)
+	return o, true
 }
 
 // TakeIf takes out of the session the messages its client has not

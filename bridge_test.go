@@ -1,0 +1,135 @@
+package mqttd_test
+
+import (
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"mqttd"
+	"mqttd/bridge"
+)
+
+// Bridges between two brokers on loopback: a gateway mqttd forwarding to
+// a remote mqttd, both ways.
+
+func rule(pattern, dir string, qos int, local, remote string) bridge.Rule {
+	return bridge.Rule{Pattern: pattern, Direction: dir, QoS: &qos, LocalPrefix: local, RemotePrefix: remote}
+}
+
+// bridgeTo is a bridge named cloud to addr, reconnecting quickly.
+func bridgeTo(addr, protocol string, rules ...bridge.Rule) bridge.Config {
+	return bridge.Config{Name: "cloud", Addresses: []string{addr}, Protocol: protocol, ClientID: "gw1",
+		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, Topics: rules}
+}
+
+// waitBridge waits until srv's bridge reports connected as want.
+func waitBridge(t *testing.T, srv *mqttd.Server, want bool) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("the bridge connected=%v", want), func() bool {
+		b := srv.Bridges()
+		return len(b) == 1 && b[0].Connected == want
+	})
+}
+
+// waitRemoteSub waits until the remote holds the bridge's subscription.
+func waitRemoteSub(t *testing.T, remote *mqttd.Server, clientID, filter string) {
+	t.Helper()
+	waitFor(t, "the bridge's subscription on the remote", func() bool {
+		subs, _, _ := remote.Subscriptions(clientID, "", 100)
+		for _, s := range subs {
+			if s.Filter == filter {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// bridgeCollector subscribes a paho client and hands on what it receives.
+func bridgeCollector(t *testing.T, addr, id string, filters ...string) <-chan paho.Message {
+	t.Helper()
+	ch := make(chan paho.Message, 1000)
+	c := pahoConnect(t, addr, id, nil)
+	for _, f := range filters {
+		wait(t, c.Subscribe(f, 1, func(_ paho.Client, m paho.Message) { ch <- m }))
+	}
+	return ch
+}
+
+func nextMsg(t *testing.T, ch <-chan paho.Message) paho.Message {
+	t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message within 10 s")
+		return nil
+	}
+}
+
+func expectMsg(t *testing.T, ch <-chan paho.Message, topic, payload string) {
+	t.Helper()
+	m := nextMsg(t, ch)
+	if m.Topic() != topic || string(m.Payload()) != payload {
+		t.Fatalf("got %s %q, want %s %q", m.Topic(), m.Payload(), topic, payload)
+	}
+}
+
+// TestBridgeBothWays: out, in and both rules with prefixes, over 5.0 and
+// 3.1.1 (with the bridge bit), and nothing forwarded back to where it
+// came from.
+func TestBridgeBothWays(t *testing.T) {
+	for _, protocol := range []string{"5", "3.1.1"} {
+		t.Run(protocol, func(t *testing.T) {
+			remote, raddr := startServer(t, mqttd.Options{})
+			gw, gaddr := startServer(t, mqttd.Options{DataDir: t.TempDir(), Bridges: []bridge.Config{bridgeTo(raddr, protocol,
+				rule("sensors/#", bridge.Out, 1, "", "gw1/"),
+				rule("cmd/#", bridge.In, 1, "local/", "cloud/"),
+				rule("both/#", bridge.Both, 1, "", ""))}})
+			waitBridge(t, gw, true)
+			waitRemoteSub(t, remote, "gw1", "cloud/cmd/#")
+			waitRemoteSub(t, remote, "gw1", "both/#")
+			atRemote := bridgeCollector(t, raddr, "remote-sub", "gw1/sensors/#", "both/#")
+			atGateway := bridgeCollector(t, gaddr, "gw-sub", "local/cmd/#", "both/#")
+			gpub := pahoConnect(t, gaddr, "gw-pub", nil)
+			rpub := pahoConnect(t, raddr, "remote-pub", nil)
+
+			wait(t, gpub.Publish("sensors/t1", 1, false, "21.5"))
+			expectMsg(t, atRemote, "gw1/sensors/t1", "21.5")
+			wait(t, rpub.Publish("cloud/cmd/valve", 1, false, "open"))
+			expectMsg(t, atGateway, "local/cmd/valve", "open")
+
+			// both: each side gets the other's message once; neither gets
+			// its own back (the next message is the one published after).
+			wait(t, gpub.Publish("both/a", 1, false, "from-gw"))
+			expectMsg(t, atGateway, "both/a", "from-gw")
+			expectMsg(t, atRemote, "both/a", "from-gw")
+			wait(t, rpub.Publish("both/b", 1, false, "from-remote"))
+			expectMsg(t, atRemote, "both/b", "from-remote")
+			expectMsg(t, atGateway, "both/b", "from-remote")
+			wait(t, gpub.Publish("both/c", 1, false, "again"))
+			expectMsg(t, atGateway, "both/c", "again")
+			expectMsg(t, atRemote, "both/c", "again")
+
+			st := gw.Bridges()[0]
+			if st.ForwardedOut < 3 || st.ForwardedIn < 2 {
+				t.Errorf("forwarded out %d, in %d; want at least 3 and 2", st.ForwardedOut, st.ForwardedIn)
+			}
+		})
+	}
+}
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
