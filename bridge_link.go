@@ -265,6 +265,9 @@ func (b *bridgeRun) serveLink(nc net.Conn, ack *packets.Connack, addr bridge.Add
 	s.connWG.Add(1)
 	s.mu.Unlock()
 	s.stats.connections.Add(1)
+	// The socket is the engine's before attach sends the window again,
+	// and watched only after, when the session is the connection's.
+	evented := c.detachSocket(s.poller)
 	cp := &packets.Connect{ClientID: b.id}
 	cp.Properties.ReceiveMaximum = ack.Properties.ReceiveMaximum // 0: none given, the window stands
 	if r := s.attach(c, cp, false, 0); r != attachOK {
@@ -273,6 +276,9 @@ func (b *bridgeRun) serveLink(nc net.Conn, ack *packets.Connack, addr bridge.Add
 		s.untrack(c)
 		return err
 	}
+	// attach queued the window as the reader's own answers would be;
+	// this goroutine is the reader until the engine's starts.
+	c.flushDeferred()
 	c.connected.Store(true)
 	b.link.Store(c)
 	defer b.link.Store(nil)
@@ -280,7 +286,9 @@ func (b *bridgeRun) serveLink(nc net.Conn, ack *packets.Connack, addr bridge.Add
 	b.setState(true, addr.String(), nil)
 	s.log.Info().Str("bridge", b.cfg.Name).Str("address", addr.String()).Str("remote_client_id", b.cfg.ClientID).
 		Bool("session_present", ack.SessionPresent).Msg("bridge connected to the remote broker")
-	if !c.startEvent(s.poller) {
+	if evented {
+		c.watchEvents(s.poller)
+	} else {
 		go c.serve()
 	}
 	c.startKeepAlive()

@@ -1,8 +1,10 @@
 package mqttd_test
 
 import (
+	"context"
 	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,7 +54,7 @@ func waitRemoteSub(t *testing.T, remote *mqttd.Server, clientID, filter string) 
 func bridgeCollector(t *testing.T, addr, id string, filters ...string) <-chan paho.Message {
 	t.Helper()
 	ch := make(chan paho.Message, 1000)
-	c := pahoConnect(t, addr, id, nil)
+	c := pahoConnect(t, addr, id, func(o *paho.ClientOptions) { o.SetOrderMatters(true) })
 	for _, f := range filters {
 		wait(t, c.Subscribe(f, 1, func(_ paho.Client, m paho.Message) { ch <- m }))
 	}
@@ -132,4 +134,99 @@ func freeAddr(t *testing.T) string {
 	addr := l.Addr().String()
 	l.Close()
 	return addr
+}
+
+// serveAt runs a broker listening on addr until stop, which the test's
+// end calls too.
+func serveAt(t *testing.T, opts mqttd.Options, addr string) (srv *mqttd.Server, stop func()) {
+	t.Helper()
+	srv, err := mqttd.New(opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.AddListener("test", l); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := srv.Shutdown(ctx); err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			<-served
+		})
+	}
+	t.Cleanup(stop)
+	return srv, stop
+}
+
+// TestBridgeStoreAndForward: with the remote down, QoS 1 and QoS 2
+// messages published at the gateway are acknowledged, queued and kept;
+// when the remote comes back every one arrives, in order per topic, QoS
+// 2 exactly once, into a persistent session there.
+func TestBridgeStoreAndForward(t *testing.T) {
+	const n1, n2 = 2000, 500
+	raddr := freeAddr(t)
+	rdir := t.TempDir()
+	// The remote's subscriber leaves a persistent session behind.
+	_, stopRemote := serveAt(t, mqttd.Options{DataDir: rdir}, raddr)
+	sub := pahoConnect(t, raddr, "cloud-sub", func(o *paho.ClientOptions) { o.SetCleanSession(false) })
+	wait(t, sub.Subscribe("gw1/q1/#", 1, nil))
+	wait(t, sub.Subscribe("gw1/q2/#", 2, nil))
+	sub.Disconnect(100)
+	stopRemote()
+
+	gw, gaddr := startServer(t, mqttd.Options{DataDir: t.TempDir(), Bridges: []bridge.Config{bridgeTo(raddr, "5",
+		rule("q1/#", bridge.Out, 1, "", "gw1/"), rule("q2/#", bridge.Out, 2, "", "gw1/"))}})
+	pub := pahoConnect(t, gaddr, "sensor", nil)
+	for i := range n1 {
+		wait(t, pub.Publish(fmt.Sprintf("q1/t%d", i%4), 1, false, fmt.Sprint(i)))
+	}
+	for i := range n2 {
+		wait(t, pub.Publish(fmt.Sprintf("q2/t%d", i%2), 2, false, fmt.Sprint(i)))
+	}
+	if st := gw.Bridges()[0]; st.Connected || st.Queued+st.Inflight != n1+n2 {
+		t.Fatalf("with the remote down: connected %v, %d queued and %d in flight; want %d held", st.Connected, st.Queued, st.Inflight, n1+n2)
+	}
+
+	remote, _ := serveAt(t, mqttd.Options{DataDir: rdir}, raddr)
+	waitBridge(t, gw, true)
+	waitFor(t, "the bridge's queue to drain", func() bool {
+		st := gw.Bridges()[0]
+		return st.Queued == 0 && st.Inflight == 0
+	})
+	_ = remote
+	got := make(chan paho.Message, n1+n2+100)
+	pahoConnect(t, raddr, "cloud-sub", func(o *paho.ClientOptions) {
+		o.SetCleanSession(false).SetOrderMatters(true).SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { got <- m })
+	})
+	last := map[string]int{}
+	seen2 := map[string]bool{}
+	for range n1 + n2 {
+		m := nextMsg(t, got)
+		var i int
+		fmt.Sscan(string(m.Payload()), &i)
+		if prev, ok := last[m.Topic()]; ok && i <= prev {
+			t.Fatalf("%s: %d after %d (dup %v); bridge %+v", m.Topic(), i, prev, m.Duplicate(), gw.Bridges()[0])
+		}
+		last[m.Topic()] = i
+		if m.Qos() == 2 {
+			key := m.Topic() + "/" + string(m.Payload())
+			if seen2[key] {
+				t.Fatalf("QoS 2 message %s twice", key)
+			}
+			seen2[key] = true
+		}
+	}
+	if len(seen2) != n2 {
+		t.Errorf("%d QoS 2 messages, want %d", len(seen2), n2)
+	}
 }
