@@ -159,7 +159,8 @@ func selfSigned(t testing.TB, cn string) (*x509.Certificate, *ecdsa.PrivateKey) 
 }
 
 // issue signs a certificate for cn valid until notAfter and writes it and
-// its key; a server certificate is for 127.0.0.1.
+// its key; a server certificate is for 127.0.0.1, localhost and
+// mqtt.test (the names the SNI tests dial).
 func (p *pkiFiles) issue(t testing.TB, cn string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, notAfter time.Time, server bool) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -175,6 +176,7 @@ func (p *pkiFiles) issue(t testing.TB, cn string, ca *x509.Certificate, caKey *e
 	if server {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
+		tmpl.DNSNames = []string{"localhost", "mqtt.test"}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
