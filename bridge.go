@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"mqttd/bridge"
+	"mqttd/listeners"
 	"mqttd/packets"
 	"mqttd/persistence"
 	"mqttd/session"
@@ -127,7 +128,8 @@ func (s *Server) newBridgeRun(c bridge.Config) *bridgeRun {
 		addr, _ := bridge.ParseAddress(a) // Validate checked them
 		b.addrs = append(b.addrs, addr)
 	}
-	b.tls, b.tlsErr = clientTLS(cfg.TLS)
+	t := cfg.TLS
+	b.tls, b.tlsErr = listeners.ClientTLS(t.CAFile, t.CertFile, t.KeyFile, t.ServerName, t.ALPN, t.Insecure)
 	if b.tlsErr != nil {
 		b.tlsErr = fmt.Errorf("bridge %s: tls: %w", cfg.Name, b.tlsErr)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"mqttd/bridge"
+	"mqttd/listeners"
 	"mqttd/packets"
 	"mqttd/session"
 )
@@ -115,7 +116,7 @@ func (b *bridgeRun) connect(addr bridge.Address) (net.Conn, *packets.Connack, er
 	if (addr.Scheme == "tls" || addr.Scheme == "wss") && b.tlsErr != nil {
 		return nil, nil, b.tlsErr
 	}
-	nc, err := dialRemote(ctx, addr, b.tls)
+	nc, err := listeners.Dial(ctx, addr.Scheme, addr.Host, addr.Path, b.tls)
 	if err != nil {
 		return nil, nil, err
 	}
