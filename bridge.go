@@ -2,9 +2,11 @@ package mqttd
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -44,18 +46,20 @@ const (
 
 // bridgeRun is one configured bridge while the broker runs.
 type bridgeRun struct {
-	srv *Server
-	cfg bridge.Config // with its defaults
-	id  string        // the session's client id
-	lim *session.Limits
+	srv   *Server
+	given bridge.Config // as configured, to tell a change at a reload
+	cfg   bridge.Config // with its defaults
+	id    string        // the session's client id
+	lim   *session.Limits
 	// addrs are cfg.Addresses parsed; tls is the client side of tls://
 	// and wss:// addresses, nil when it failed to load (tlsErr).
 	addrs  []bridge.Address
 	tls    *tls.Config
 	tlsErr error
 
-	stop chan struct{} // closed to stop the link
-	done chan struct{} // closed when the link goroutine ended
+	started sync.Once
+	stop    chan struct{} // closed to stop the link
+	done    chan struct{} // closed when the link goroutine ended
 
 	// link is the connection to the remote while there is one.
 	link      atomic.Pointer[conn]
@@ -107,7 +111,7 @@ var bridgeDropNames = [bridgeDropReasons]string{"queue_full_oldest", "queue_full
 func (s *Server) newBridgeRun(c bridge.Config) *bridgeRun {
 	host, _ := os.Hostname()
 	cfg := c.WithDefaults(host)
-	b := &bridgeRun{srv: s, cfg: cfg, id: bridgeIDPrefix + cfg.Name,
+	b := &bridgeRun{srv: s, given: c, cfg: cfg, id: bridgeIDPrefix + cfg.Name,
 		stop: make(chan struct{}), done: make(chan struct{}), since: time.Now()}
 	maxBytes := cfg.MaxQueuedBytes
 	if c.MaxQueuedBytes == 0 {
@@ -230,6 +234,8 @@ func (s *Server) openBridgeSession(b *bridgeRun) {
 		s.stats.sessions.Add(1)
 	}
 	cl.mu.Lock()
+	cl.sess.SetLimits(b.lim)
+	cl.who.Store(nil) // the broker's own: trusted
 	if at := cl.sess.ExpireAt(); at != 0 {
 		s.expiry.cancel(cl, at) // lasts while configured
 		cl.sess.SetExpireAt(0)
@@ -282,6 +288,71 @@ func (s *Server) openBridgeSession(b *bridgeRun) {
 	}
 }
 
+// SetBridges applies a new list of bridges to the running broker (a
+// reload): a new bridge starts, a removed one stops and its session and
+// queue are dropped, a changed one reconnects with its new settings and
+// keeps its queue. It returns the names of each, or every problem with
+// the list, changing nothing.
+func (s *Server) SetBridges(list []bridge.Config) (added, changed, removed []string, err error) {
+	if errs := bridge.Validate(list); len(errs) > 0 {
+		return nil, nil, nil, errors.Join(errs...)
+	}
+	s.bridgesMu.Lock()
+	defer s.bridgesMu.Unlock()
+	if s.bridgesStopped {
+		return nil, nil, nil, ErrServerClosed
+	}
+	old := s.bridgesOf()
+	next := make(map[string]*bridgeRun, len(list))
+	var starting []*bridgeRun
+	for _, c := range list {
+		id := bridgeIDPrefix + c.Name
+		if b := old[id]; b != nil && reflect.DeepEqual(b.given, c) {
+			next[id] = b
+			continue
+		}
+		b := s.newBridgeRun(c)
+		next[id] = b
+		starting = append(starting, b)
+		if old[id] != nil {
+			changed = append(changed, c.Name)
+		} else {
+			added = append(added, c.Name)
+		}
+	}
+	s.bridges.Store(&next)
+	for id, b := range old {
+		if next[id] == b {
+			continue
+		}
+		b.halt()
+		if next[id] == nil {
+			removed = append(removed, b.cfg.Name)
+			s.mu.Lock()
+			cl := s.clients[id]
+			s.mu.Unlock()
+			if cl != nil {
+				s.dropBridgeSession(cl)
+			}
+		}
+	}
+	for _, b := range starting {
+		s.openBridgeSession(b)
+	}
+	s.mu.Lock()
+	serving := s.serving
+	s.mu.Unlock()
+	for _, b := range starting {
+		if serving {
+			b.start()
+		}
+	}
+	slices.Sort(added)
+	slices.Sort(changed)
+	slices.Sort(removed)
+	return added, changed, removed, nil
+}
+
 // startBridges starts every bridge's link, at Serve.
 func (s *Server) startBridges() {
 	for _, b := range s.bridgesOf() {
@@ -289,24 +360,29 @@ func (s *Server) startBridges() {
 	}
 }
 
-// stopBridges stops every link and waits for them, at Shutdown.
+// stopBridges stops every link and waits for them, at Shutdown; no
+// SetBridges starts one after.
 func (s *Server) stopBridges() {
+	s.bridgesMu.Lock()
+	defer s.bridgesMu.Unlock()
+	s.bridgesStopped = true
 	for _, b := range s.bridgesOf() {
 		b.halt()
 	}
 }
 
-// halt stops the link and waits for its goroutine.
+// halt stops the link and waits for its goroutine, if it ran.
 func (b *bridgeRun) halt() {
+	ran := true
+	b.started.Do(func() { ran = false })
 	select {
 	case <-b.stop:
 	default:
 		close(b.stop)
 	}
-	if c := b.link.Load(); c != nil {
-		c.shutdown()
+	if ran {
+		<-b.done
 	}
-	<-b.done
 }
 
 // makeRoom handles a message the bridge's queue had no room for, under

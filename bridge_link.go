@@ -26,11 +26,12 @@ import (
 // WebSocket handshake and the CONNACK.
 const bridgeConnectTimeout = 30 * time.Second
 
-// start runs the link goroutine.
-func (b *bridgeRun) start() { go b.run() }
+// start runs the link goroutine, once.
+func (b *bridgeRun) start() { b.started.Do(func() { go b.run() }) }
 
 func (b *bridgeRun) run() {
 	defer close(b.done)
+	b.publishState(false)
 	wait := b.cfg.ReconnectMin
 	next := 0
 	for {

@@ -4,14 +4,18 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"mqttd"
 	"mqttd/bridge"
+	"mqttd/internal/testutil"
 )
 
 // Bridges between two brokers on loopback: a gateway mqttd forwarding to
@@ -228,5 +232,101 @@ func TestBridgeStoreAndForward(t *testing.T) {
 	}
 	if len(seen2) != n2 {
 		t.Errorf("%d QoS 2 messages, want %d", len(seen2), n2)
+	}
+}
+
+// TestBridgeReload: SetBridges (SIGHUP) changes a bridge, whose queue is
+// kept and goes out under its new rules, adds one, and removes them,
+// dropping their sessions.
+func TestBridgeReload(t *testing.T) {
+	remote, raddr := startServer(t, mqttd.Options{})
+	down := freeAddr(t)
+	cfg := bridgeTo(down, "5", rule("q/#", bridge.Out, 1, "", "old/"))
+	gw, gaddr := startServer(t, mqttd.Options{DataDir: t.TempDir(), Bridges: []bridge.Config{cfg}})
+	pub := pahoConnect(t, gaddr, "sensor", nil)
+	for i := range 5 {
+		wait(t, pub.Publish("q/t", 1, false, fmt.Sprint(i)))
+	}
+	if st := gw.Bridges()[0]; st.Queued != 5 {
+		t.Fatalf("%d queued with the remote down, want 5", st.Queued)
+	}
+	atRemote := bridgeCollector(t, raddr, "cloud-sub", "new/#", "second/#")
+
+	changed := bridgeTo(raddr, "5", rule("q/#", bridge.Out, 1, "", "new/"))
+	second := bridgeTo(raddr, "5", rule("s/#", bridge.Out, 1, "", "second/"))
+	second.Name, second.ClientID = "second", "gw1-second"
+	added, chg, removed, err := gw.SetBridges([]bridge.Config{changed, second})
+	if err != nil || fmt.Sprint(added, chg, removed) != "[second] [cloud] []" {
+		t.Fatalf("SetBridges = %v %v %v, %v; want [second] [cloud] []", added, chg, removed, err)
+	}
+	for i := range 5 {
+		expectMsg(t, atRemote, "new/q/t", fmt.Sprint(i))
+	}
+	wait(t, pub.Publish("s/x", 1, false, "via second"))
+	expectMsg(t, atRemote, "second/s/x", "via second")
+
+	if _, _, _, err := gw.SetBridges([]bridge.Config{{Name: "bad name"}}); err == nil {
+		t.Error("SetBridges took an invalid bridge")
+	}
+	if _, _, removed, err := gw.SetBridges(nil); err != nil || fmt.Sprint(removed) != "[cloud second]" {
+		t.Fatalf("removing: %v, %v", removed, err)
+	}
+	if n := len(gw.Bridges()); n != 0 {
+		t.Errorf("%d bridges after removing them all", n)
+	}
+	page, _ := gw.Clients("", 100)
+	for _, c := range page {
+		if strings.HasPrefix(c.ID, "$bridge/") {
+			t.Errorf("session %s kept after its bridge was removed", c.ID)
+		}
+	}
+	waitFor(t, "the remote to see the bridges go", func() bool {
+		page, _ := remote.Clients("", 100)
+		for _, c := range page {
+			if c.Connected && strings.HasPrefix(c.ID, "gw1") {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestBridgeStateAndMetrics: the bridge's state is retained on its $SYS
+// topic (disconnected, connected, disconnected as the remote comes and
+// goes), logged without its password, and exported per bridge in the
+// metrics.
+func TestBridgeStateAndMetrics(t *testing.T) {
+	raddr := freeAddr(t)
+	reg := prometheus.NewRegistry()
+	var logs testutil.LockedBuffer
+	cfg := bridgeTo(raddr, "5", rule("q/#", bridge.Out, 1, "", ""))
+	cfg.Username, cfg.Password = "gw", "hunter2"
+	gw, gaddr := startServer(t, mqttd.Options{Registerer: reg, Logger: zerolog.New(&logs), Bridges: []bridge.Config{cfg}})
+	state := bridgeCollector(t, gaddr, "watcher", "$SYS/broker/bridge/cloud/state")
+	expectMsg(t, state, "$SYS/broker/bridge/cloud/state", "disconnected")
+	if v := metricValue(t, reg, "mqttd_bridge_connected"); v != 0 {
+		t.Errorf("mqttd_bridge_connected %v with the remote down", v)
+	}
+	_, stop := serveAt(t, mqttd.Options{}, raddr)
+	expectMsg(t, state, "$SYS/broker/bridge/cloud/state", "connected")
+	pub := pahoConnect(t, gaddr, "sensor", nil)
+	wait(t, pub.Publish("q/a", 1, false, "x"))
+	waitFor(t, "the remote's acknowledgement", func() bool { return gw.Bridges()[0].ForwardedOut == 1 })
+	if v := metricValue(t, reg, "mqttd_bridge_connected"); v != 1 {
+		t.Errorf("mqttd_bridge_connected %v, want 1", v)
+	}
+	if v := metricValue(t, reg, "mqttd_bridge_forwarded_total"); v != 1 {
+		t.Errorf("mqttd_bridge_forwarded_total %v, want 1", v)
+	}
+	if v := metricValue(t, reg, "mqttd_bridge_connects_total"); v != 1 {
+		t.Errorf("mqttd_bridge_connects_total %v, want 1", v)
+	}
+	stop()
+	expectMsg(t, state, "$SYS/broker/bridge/cloud/state", "disconnected")
+	if st := gw.Bridges()[0]; st.LastError == "" || st.Connected {
+		t.Errorf("after the remote went: %+v", st)
+	}
+	if out := logs.String(); strings.Contains(out, "hunter2") || !strings.Contains(out, "bridge connected to the remote broker") {
+		t.Errorf("the log shows the password, or not the connection:\n%s", out)
 	}
 }

@@ -118,7 +118,9 @@ type Server struct {
 	retainLimitWarned throttle
 	// bridges are the configured bridges by session id (bridge.go),
 	// replaced whole when they change.
-	bridges atomic.Pointer[map[string]*bridgeRun]
+	bridges        atomic.Pointer[map[string]*bridgeRun]
+	bridgesMu      sync.Mutex // one SetBridges at a time
+	bridgesStopped bool       // Shutdown stopped them; guarded by bridgesMu
 	// bridgeFull is set while a block_publishers bridge may be full.
 	bridgeFull atomic.Bool
 }
@@ -185,6 +187,7 @@ func New(opts Options) (*Server, error) {
 	var col *collector
 	if o.Registerer != nil {
 		col = newCollector(&s.stats, &s.queueBudget, s.sessLim, o)
+		col.bridges = s.Bridges
 		if err := o.Registerer.Register(col); err != nil {
 			return nil, err
 		}

@@ -93,6 +93,21 @@ func New(id string, lim *Limits) *Session {
 	return &Session{ID: id, lim: &lim.l, window: lim.l.maxInflight}
 }
 
+// SetLimits moves the session to other limits (a bridge whose bounds a
+// reload changed), taking its counts along. Messages already queued past
+// a lower bound stay; new ones wait for room.
+func (s *Session) SetLimits(lim *Limits) {
+	if &lim.l == s.lim {
+		return
+	}
+	s.lim.inflight.Add(-int64(s.live))
+	s.lim.subBytes.Add(-s.subBytes)
+	s.lim = &lim.l
+	s.lim.inflight.Add(int64(s.live))
+	s.lim.subBytes.Add(s.subBytes)
+	s.window = min(s.window, s.lim.maxInflight)
+}
+
 // queues returns the outbound queues, allocating them on first use.
 func (s *Session) queues() *queues {
 	if s.q == nil {

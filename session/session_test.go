@@ -818,3 +818,23 @@ func TestDropOldest(t *testing.T) {
 		t.Errorf("budget holds %d, the queue %d", b.Bytes(), s.QueuedBytes())
 	}
 }
+
+// TestSetLimits: a session moved to other limits takes its counts along,
+// and the new bounds apply to what comes next.
+func TestSetLimits(t *testing.T) {
+	var b QueueBudget
+	b.Max = 1 << 20
+	from, to := Config{MaxInflight: 2, MaxQueued: 10}.Limits(), Config{MaxInflight: 2, MaxQueued: 1}.Limits()
+	s := New("c", from)
+	s.Subscribe(Subscription{Filter: "a/#"})
+	for range 3 {
+		s.Deliver(Outbound{Msg: &Message{Topic: "a"}, QoS: 1}, Target{Online: true, CanSend: true, Budget: &b}, time.Time{})
+	}
+	s.SetLimits(to)
+	if from.Inflight() != 0 || to.Inflight() != 2 || from.SubscriptionBytes() != 0 || to.SubscriptionBytes() != s.SubscriptionBytes() {
+		t.Errorf("counts after the move: from %d/%d, to %d/%d", from.Inflight(), from.SubscriptionBytes(), to.Inflight(), to.SubscriptionBytes())
+	}
+	if _, r := s.Deliver(Outbound{Msg: &Message{Topic: "a"}, QoS: 1}, Target{Online: true, CanSend: true, Budget: &b}, time.Time{}); r != DropFull {
+		t.Errorf("a second queued message under MaxQueued 1: %v, want DropFull", r)
+	}
+}
