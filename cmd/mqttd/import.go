@@ -44,12 +44,12 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		err = checkImported(out)
 	}
+	for _, f := range imp.findings {
+		fmt.Fprintln(stderr, f)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "mqttd import: the translation does not pass mqttd's checks (please report this):\n%v\n", err)
 		return importFailed
-	}
-	for _, f := range imp.findings {
-		fmt.Fprintln(stderr, f)
 	}
 	stdout.Write(out)
 	if imp.leftOut() > 0 {
@@ -273,9 +273,9 @@ func (imp *importer) integer(l line, lo, hi int64) (int64, bool) {
 }
 
 // onlyDefault accepts a boolean option at the value mqttd always behaves
-// as (Mosquitto's default) and names any other value with why.
-func (imp *importer) onlyDefault(l line, def bool, why string) {
-	if v, ok := imp.boolean(l); ok && v != def {
+// as (mostly Mosquitto's default) and names the other value with why.
+func (imp *importer) onlyDefault(l line, mqttdValue bool, why string) {
+	if v, ok := imp.boolean(l); ok && v != mqttdValue {
 		imp.named(l, why)
 	}
 }

@@ -75,7 +75,8 @@ var bridgeOptions = map[string]func(*importer, *mosqBridge, line){
 	"remote_password": func(imp *importer, mb *mosqBridge, l line) {
 		if v, ok := imp.str(l); ok {
 			mb.c.Password = bridge.Secret(v)
-			imp.note(l, "the password is written into the output (password:); better keep it in a file only mqttd can read (password_file:) or in the environment (password_env:)")
+			imp.add(l, "warning: the password is written into the output (password:); better keep it in a file only mqttd can read "+
+				"(password_file:) or in the environment (password_env:)", false)
 		}
 	},
 	"keepalive_interval": func(imp *importer, mb *mosqBridge, l line) {
@@ -347,6 +348,7 @@ func (imp *importer) bridgeConfig(mb *mosqBridge) (bridge.Config, bool) {
 			if id == "" {
 				host, _ := os.Hostname()
 				id = host + "." + mb.at.fields[0]
+				imp.note(mb.at, "state_topic: Mosquitto's notification topic holds the client id, made of this machine's host name ("+host+")")
 			}
 			c.StateTopic = "$SYS/broker/connection/" + id + "/state"
 		}

@@ -18,6 +18,7 @@ type mosqListener struct {
 
 	certFile, keyFile, caFile, crlFile string
 	requireCert, identity              bool
+	identityAt                         line // the use_identity_as_username line
 	minVersion                         string
 	maxConns                           int
 	auth                               authOpts
@@ -48,9 +49,7 @@ var listenerOptions = map[string]func(*importer, *mosqListener, line){
 	"require_certificate": func(imp *importer, ml *mosqListener, l line) { ml.requireCert, _ = imp.boolean(l) },
 	"use_identity_as_username": func(imp *importer, ml *mosqListener, l line) {
 		ml.identity, _ = imp.boolean(l)
-		if ml.identity {
-			imp.identityLine = l
-		}
+		ml.identityAt = l
 	},
 	"use_subject_as_username": func(imp *importer, ml *mosqListener, l line) {
 		imp.onlyDefault(l, false, unsupported+": use_identity_as_username (the common name) is")
@@ -212,9 +211,12 @@ func (imp *importer) listenerConfig(ml *mosqListener) (mqttd.ListenerConfig, boo
 		imp.note(ml.at, "MQTT over WebSocket is served at the path /mqtt only (Mosquitto takes any path), "+
 			"and browser pages from another host need allowed_origins")
 	}
-	if secure {
-		imp.tlsListener(ml, &lc)
-	} else if ml.caFile != "" || ml.crlFile != "" || ml.requireCert || ml.minVersion != "" {
+	switch {
+	case secure:
+		if !imp.tlsListener(ml, &lc) {
+			return lc, false
+		}
+	case ml.caFile != "" || ml.crlFile != "" || ml.requireCert || ml.minVersion != "":
 		imp.note(ml.at, "cafile, crlfile, require_certificate or tls_version "+tlsOnlyWhy)
 	}
 	if imp.perListener {
@@ -228,24 +230,26 @@ func (imp *importer) listenerConfig(ml *mosqListener) (mqttd.ListenerConfig, boo
 	return lc, true
 }
 
-// tlsListener sets the TLS keys of a listener with certfile and keyfile.
-func (imp *importer) tlsListener(ml *mosqListener, lc *mqttd.ListenerConfig) {
+// tlsListener sets the TLS keys of a listener with certfile and keyfile;
+// it reports false, naming why, when mqttd would let in clients Mosquitto
+// refuses.
+func (imp *importer) tlsListener(ml *mosqListener, lc *mqttd.ListenerConfig) bool {
 	lc.CertFile, lc.KeyFile, lc.ClientCAFile, lc.MinVersion = ml.certFile, ml.keyFile, ml.caFile, ml.minVersion
-	lc.RequireClientCert = ml.requireCert
+	lc.RequireClientCert, lc.UseIdentityAsUsername = ml.requireCert, ml.identity
 	switch {
 	case ml.requireCert && ml.caFile == "":
-		imp.named(ml.at, "require_certificate: mqttd needs the CAs in cafile (capath is not read); left out")
-		lc.RequireClientCert = false
+		imp.named(ml.at, "left out: require_certificate needs the CAs in cafile (mqttd reads no capath)")
+		return false
 	case ml.identity && !ml.requireCert:
-		imp.named(imp.identityLine, differently+"use_identity_as_username needs require_certificate true; left out")
-	default:
-		lc.UseIdentityAsUsername = ml.identity
+		imp.named(ml.identityAt, "left out with its listener: mqttd takes use_identity_as_username only with require_certificate true")
+		return false
 	}
 	if ml.crlFile != "" && ml.caFile == "" {
 		imp.named(ml.at, "crlfile: mqttd needs the CA that signed it in cafile; left out")
 	} else {
 		lc.CRLFile = ml.crlFile
 	}
+	return true
 }
 
 // address is host:port; no host is every address, both IP versions

@@ -25,13 +25,11 @@ type importer struct {
 	bridges   []*mosqBridge
 	br        *mosqBridge // the last connection line's
 
-	logTypes     map[string]bool
-	logTypeLine  *line
-	packetSize   *line // max_packet_size, once set
-	messageSize  int64 // message_size_limit
-	sizeLine     line
-	persistence  bool
-	identityLine line // the last use_identity_as_username true
+	logTypes    map[string]bool
+	logTypeLine *line
+	packetSize  bool  // max_packet_size was given
+	messageSize int64 // message_size_limit
+	sizeLine    line
 }
 
 func newImporter() *importer { return &importer{} }
@@ -187,7 +185,7 @@ var globalOptions = map[string]func(*importer, line){
 	"max_packet_size": func(imp *importer, l line) {
 		if n, ok := imp.integer(l, 20, maxPacket); ok {
 			imp.cfg.Limits.MaxPacketSize = int(n)
-			imp.packetSize = &l
+			imp.packetSize = true
 		}
 	},
 	"message_size_limit": func(imp *importer, l line) {
@@ -272,12 +270,7 @@ var notNeededOptions = map[string]string{
 }
 
 func (imp *importer) persistenceOption(l line) {
-	v, ok := imp.boolean(l)
-	if !ok {
-		return
-	}
-	imp.persistence = v
-	if !v {
+	if v, ok := imp.boolean(l); ok && !v {
 		imp.named(l, differently+"it always keeps sessions, their queued messages and retained messages in data_dir "+
 			"(durability: none never fsyncs, for throwaway state)")
 	}
@@ -400,7 +393,7 @@ func (imp *importer) finishLog() {
 func (imp *importer) finishSizes(main string) {
 	l := imp.sizeLine
 	switch {
-	case imp.packetSize != nil && imp.messageSize > 0:
+	case imp.packetSize && imp.messageSize > 0:
 		imp.named(l, differently+"it bounds whole packets only: limits.max_packet_size, from max_packet_size")
 	case imp.messageSize > 0:
 		// Room for the longest topic and the properties, so that every
@@ -408,7 +401,7 @@ func (imp *importer) finishSizes(main string) {
 		imp.cfg.Limits.MaxPacketSize = int(min(imp.messageSize+128<<10, maxPacket))
 		imp.named(l, differently+"limits.max_packet_size bounds the whole packet (set to this plus 128 KiB for the topic and properties), "+
 			"and a client sending a larger one is disconnected, where Mosquitto drops the message")
-	case imp.packetSize == nil:
+	case !imp.packetSize:
 		imp.note(line{file: main, key: "max_packet_size"}, "Mosquitto accepts packets of any size by default; mqttd up to 1 MiB (limits.max_packet_size)")
 	}
 	if imp.cfg.Limits.PersistentSessionExpiry == 0 {
