@@ -80,7 +80,7 @@ var bridgeOptions = map[string]func(*importer, *mosqBridge, line){
 		}
 	},
 	"keepalive_interval": func(imp *importer, mb *mosqBridge, l line) {
-		if n, ok := imp.integer(l, 0, 65535); ok && n != 60 {
+		if n, ok := imp.integer(l, 0, 65535); ok {
 			mb.c.KeepAlive = time.Duration(max(n, 5)) * time.Second // Mosquitto's minimum
 		}
 	},

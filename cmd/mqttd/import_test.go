@@ -55,6 +55,7 @@ tls_version tlsv1.3
 
 listener PORT3 HOST
 protocol websockets
+max_topic_alias 10
 
 listener 0 DIR/mqtt.sock
 
@@ -171,6 +172,9 @@ func TestImportGateway(t *testing.T) {
 		t.Errorf("data_dir, limits, sys_interval or log level not carried over:\n%s", out)
 	}
 	checkGatewayBridge(t, cfg.Bridges)
+	if strings.Contains(out, "max_topic_alias") {
+		t.Errorf("a limit at mqttd's default was written out:\n%s", out)
+	}
 	if strings.Contains(out, "redacted") || !strings.Contains(stderr, "remote_password") {
 		t.Errorf("the password was not written, or not warned about:\n%s\n%s", out, stderr)
 	}

@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"mqttd"
+	"mqttd/bridge"
 )
 
 // finish builds the mqttd configuration from what was read.
@@ -36,9 +37,10 @@ func (imp *importer) finish(main string) config {
 	if !imp.perListener {
 		cfg.Auth.AuthConfig = imp.global.config(imp.networked)
 	}
+	dropDefaultLimits(&cfg.Limits)
 	for _, mb := range imp.bridges {
 		if c, ok := imp.bridgeConfig(mb); ok {
-			cfg.Bridges = append(cfg.Bridges, c)
+			cfg.Bridges = append(cfg.Bridges, dropBridgeDefaults(c))
 		}
 	}
 	imp.sortFindings()
@@ -61,6 +63,37 @@ func (imp *importer) sortFindings() {
 	slices.SortStableFunc(imp.findings, func(a, b finding) int {
 		return cmp.Or(cmp.Compare(whole(a), whole(b)), cmp.Compare(order[a.at.file], order[b.at.file]), cmp.Compare(a.at.num, b.at.num))
 	})
+}
+
+// dropDefaultLimits zeroes the limits set to mqttd's own default, so that
+// the output leaves them out. Those whose default comes from the memory
+// are kept: the broker's machine may have another.
+func dropDefaultLimits(l *mqttd.Limits) {
+	small := mqttd.Options{Limits: mqttd.Limits{MaxMemory: 64 << 20}}.WithDefaults().Limits
+	large := mqttd.Options{Limits: mqttd.Limits{MaxMemory: 512 << 20}}.WithDefaults().Limits
+	v, sv, lv := reflect.ValueOf(l).Elem(), reflect.ValueOf(small), reflect.ValueOf(large)
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Equal(sv.Field(i)) && f.Equal(lv.Field(i)) {
+			f.SetZero()
+		}
+	}
+}
+
+// dropBridgeDefaults leaves out of c what is mqttd's default anyway.
+func dropBridgeDefaults(c bridge.Config) bridge.Config {
+	for _, f := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&c.KeepAlive, bridge.DefaultKeepAlive}, {&c.ReconnectMin, bridge.DefaultReconnectMin},
+		{&c.ReconnectMax, bridge.DefaultReconnectMax}} {
+		if *f.v == f.def {
+			*f.v = 0
+		}
+	}
+	if c.MaxQueuedMessages == bridge.DefaultMaxQueuedMessages {
+		c.MaxQueuedMessages = 0
+	}
+	return c
 }
 
 // encodeImport writes cfg as YAML under a comment.
