@@ -489,3 +489,46 @@ func TestImportBridgeDefaults(t *testing.T) {
 		t.Errorf("exit %d; the remote notifications not named:\n%s", code, stderr)
 	}
 }
+
+// TestImportGlobalOptions translates the broker-wide options one at a
+// time, each to its key or, where mqttd differs, named (exit 3).
+func TestImportGlobalOptions(t *testing.T) {
+	for _, tc := range []struct {
+		conf string
+		ok   func(config) bool
+		code int
+	}{
+		{"message_size_limit 1000", func(c config) bool { return c.Limits.MaxPacketSize == 1000+128<<10 }, importLeftOut},
+		{"max_packet_size 5000\nmessage_size_limit 1000", func(c config) bool { return c.Limits.MaxPacketSize == 5000 }, importLeftOut},
+		{"sys_interval 0", func(c config) bool { return c.SysInterval == -time.Second }, importOK},
+		{"max_queued_messages 0", func(c config) bool { return c.Limits.MaxQueued == 0 }, importLeftOut},
+		{"queue_qos0_messages true", func(c config) bool { return c.Limits.QueueQoS0 }, importOK},
+		{"memory_limit 104857600", func(c config) bool { return c.Limits.MaxMemory == 100<<20 }, importOK},
+		{"persistent_client_expiration 1y", func(c config) bool { return c.Limits.PersistentSessionExpiry == 365*24*time.Hour }, importOK},
+		{"clientid_prefixes gw-", func(c config) bool { return c.Auth.ClientIDPrefix == "gw-" }, importOK},
+		{"log_type all", func(c config) bool { return c.Log.Level == "debug" }, importOK},
+		{"log_type information\nlog_type none\nlog_type error", func(c config) bool { return c.Log.Level == "error" }, importOK},
+		{"log_type none", func(c config) bool { return c.Log.Level == "error" }, importLeftOut},
+		{"persistence_location /var/lib/mosquitto/\npersistence_file m.db\nautosave_interval 60",
+			func(c config) bool { return c.DataDir == "/var/lib/mosquitto/" }, importOK},
+	} {
+		path := filepath.Join(t.TempDir(), "mosquitto.conf")
+		writeFile(t, path, "listener 1883 127.0.0.1\nallow_anonymous true\n"+tc.conf+"\n")
+		out, stderr, code := runImportFile(t, path)
+		if code != tc.code || !tc.ok(decodeImported(t, out)) {
+			t.Errorf("%q: exit %d (want %d), or not translated:\n%s\n%s", tc.conf, code, tc.code, out, stderr)
+		}
+	}
+}
+
+func TestImportUsageAndMissingFile(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"import"}, noEnv, &stdout, &stderr, nil); code != importUsage || !strings.Contains(stderr.String(), "usage: mqttd import") {
+		t.Errorf("no file: exit %d\n%s", code, stderr.String())
+	}
+	missing := filepath.Join(t.TempDir(), "nope.conf")
+	out, errs, code := runImportFile(t, missing)
+	if code != importFailed || out != "" || !strings.Contains(errs, "nope.conf") {
+		t.Errorf("a missing file: exit %d, stdout %q\n%s", code, out, errs)
+	}
+}
