@@ -472,7 +472,7 @@ func freeTCPPort(t *testing.T) int {
 func TestImportBridgeDefaults(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "mosquitto.conf")
 	writeFile(t, path, "connection c\naddress remote.example.com,[::1]:8883\ntopic x/# out 1\nbridge_capath /etc/ssl/certs/\n"+
-		"bridge_session_expiry_interval 86400\n")
+		"bridge_session_expiry_interval 86400\ncleansession true\nbridge_alpn x-amzn-mqtt-ca\nlocal_clientid gw.local\nbridge_insecure true\n")
 	out, stderr, code := runImportFile(t, path)
 	host, _ := os.Hostname()
 	cfg := decodeImported(t, out)
@@ -482,11 +482,14 @@ func TestImportBridgeDefaults(t *testing.T) {
 	b := cfg.Bridges[0]
 	if b.Protocol != "3.1.1" || !reflect.DeepEqual(b.Addresses, []string{"tls://remote.example.com:1883", "tls://[::1]:8883"}) ||
 		b.StateTopic != "$SYS/broker/connection/"+host+".c/state" || !b.StateNumeric || b.SessionExpiry != 24*time.Hour ||
-		b.TLS.CAFile != "" {
+		b.TLS.CAFile != "" || !b.CleanStart || !reflect.DeepEqual(b.TLS.ALPN, []string{"x-amzn-mqtt-ca"}) || !b.TLS.Insecure {
 		t.Errorf("bridge %+v", b)
 	}
 	if code != importLeftOut || !strings.Contains(stderr, path+":1: connection: mqttd does this differently: the bridge's state is published on this broker only") {
 		t.Errorf("exit %d; the remote notifications not named:\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr, path+":9: bridge_insecure: mqttd does this differently") || !strings.Contains(stderr, path+":8: local_clientid: not needed") {
+		t.Errorf("bridge_insecure or local_clientid not named:\n%s", stderr)
 	}
 }
 
@@ -509,6 +512,9 @@ func TestImportGlobalOptions(t *testing.T) {
 		{"log_type all", func(c config) bool { return c.Log.Level == "debug" }, importOK},
 		{"log_type information\nlog_type none\nlog_type error", func(c config) bool { return c.Log.Level == "error" }, importOK},
 		{"log_type none", func(c config) bool { return c.Log.Level == "error" }, importLeftOut},
+		{"listener 1884\nsocket_domain ipv6\nlistener 1885\nsocket_domain ipv4", func(c config) bool {
+			return len(c.Listeners) == 3 && c.Listeners[1].Address == "[::]:1884" && c.Listeners[2].Address == "0.0.0.0:1885"
+		}, importOK},
 		{"persistence_location /var/lib/mosquitto/\npersistence_file m.db\nautosave_interval 60",
 			func(c config) bool { return c.DataDir == "/var/lib/mosquitto/" }, importOK},
 	} {
