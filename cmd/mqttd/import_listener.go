@@ -253,8 +253,8 @@ func (imp *importer) tlsListener(ml *mosqListener, lc *mqttd.ListenerConfig) boo
 }
 
 // address is host:port; no host is every address, both IP versions
-// unless socket_domain says one, or loopback only when Mosquitto opens
-// no listener to the network.
+// unless socket_domain says one, or loopback only when the file has no
+// listener, port or bind_address line (Mosquitto's local-only mode).
 func (imp *importer) address(ml *mosqListener) string {
 	host := ml.host
 	switch {
@@ -273,8 +273,8 @@ func (imp *importer) address(ml *mosqListener) string {
 }
 
 // config is the auth block for these options: Mosquitto 2 refuses
-// anonymous clients unless allow_anonymous says otherwise, except when
-// it opens no listener to the network.
+// anonymous clients unless allow_anonymous says otherwise, except in its
+// local-only mode (networked false), where it lets them in.
 func (a authOpts) config(networked bool) mqttd.AuthConfig {
 	c := mqttd.AuthConfig{PasswordFile: a.passwordFile, ACLFile: a.aclFile, AllowAnonymous: a.anon}
 	switch {

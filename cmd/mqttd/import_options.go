@@ -21,7 +21,7 @@ type importer struct {
 	def       *mosqListener
 	listeners []*mosqListener
 	cur       *mosqListener // the last listener line's; nil before any
-	networked bool          // a listener, port or bind_address line
+	networked bool          // a listener, port or bind_address line: not local-only
 	bridges   []*mosqBridge
 	br        *mosqBridge // the last connection line's
 
