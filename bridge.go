@@ -148,14 +148,6 @@ func (s *Server) bridgesOf() map[string]*bridgeRun {
 	return nil
 }
 
-// bridgeOf returns the bridge whose session cl is, or nil.
-func (s *Server) bridgeOf(cl *client) *bridgeRun {
-	if !strings.HasPrefix(cl.id, bridgeIDPrefix) {
-		return nil
-	}
-	return s.bridgesOf()[cl.id]
-}
-
 // sessionLimits are the limits of the session of client id: a bridge's
 // own, or those every client shares.
 func (s *Server) sessionLimits(id string) *session.Limits {
@@ -234,6 +226,7 @@ func (s *Server) openBridgeSession(b *bridgeRun) {
 		s.stats.sessions.Add(1)
 	}
 	cl.mu.Lock()
+	cl.bridge.Store(b)
 	cl.sess.SetLimits(b.lim)
 	cl.who.Store(nil) // the broker's own: trusted
 	if at := cl.sess.ExpireAt(); at != 0 {

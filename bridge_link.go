@@ -244,7 +244,6 @@ func readFrame(r io.Reader, v packets.Version, maxSize int) (packets.Packet, err
 func (b *bridgeRun) serveLink(nc net.Conn, ack *packets.Connack, addr bridge.Address) error {
 	s := b.srv
 	c := newConn(s, nc, bridgeListener)
-	c.bridge = b
 	c.version = b.version()
 	c.info.ClientID = b.id
 	c.expiry = bridgeExpiry
@@ -378,8 +377,7 @@ func (b *bridgeRun) subscribeRemote(c *conn) {
 
 // handleRemote acts on a packet from the remote broker other than a
 // PUBLISH or an acknowledgement of one.
-func (c *conn) handleRemote(p packets.Packet) error {
-	b := c.bridge
+func (c *conn) handleRemote(b *bridgeRun, p packets.Packet) error {
 	switch p := p.(type) {
 	case *packets.Publish:
 		return c.handlePublish(p, false)

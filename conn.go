@@ -43,10 +43,6 @@ type conn struct {
 	// Reason String [MQTT-3.1.2-29].
 	noProblemInfo bool
 	graceful      bool // DISCONNECT received: the will is discarded
-	// bridgePeer is set for a 3.1/3.1.1 client that said it is a bridge
-	// (the protocol level's bit 0x80): its subscriptions are No Local and
-	// Retain As Published, so that nothing it forwards comes back to it.
-	bridgePeer bool
 	// pumpDue says an acknowledgement this read handled freed room in the
 	// session's window: the reader pumps once per read (pumpIfDue), not
 	// once per acknowledgement. The reader's own.
@@ -88,9 +84,18 @@ type conn struct {
 	// held are the acknowledgements waiting for the store (durable.go);
 	// nil until the reader first changes durable state.
 	held *heldAnswers
-	// bridge is set on a bridge's client connection to its remote
-	// broker (bridge_link.go): the roles are reversed, and topics mapped.
-	bridge *bridgeRun
+}
+
+// link is the bridge whose connection to its remote broker c is
+// (bridge_link.go), nil for a client's connection. The bridge is its
+// session's, so that a connection pays nothing for it; the listener tells
+// first, as c.cl is the reader's until CONNECT (a bridge's link is
+// attached before anything else sees it).
+func (c *conn) link() *bridgeRun {
+	if c.info.Listener != bridgeListener {
+		return nil
+	}
+	return c.cl.bridge.Load()
 }
 
 func newConn(s *Server, nc net.Conn, listenerName string) *conn {
@@ -177,8 +182,8 @@ func (c *conn) closeWith(err error) {
 			msg = "client disconnected"
 		}
 		c.fields(ev).Stringer("reason", reason).Str("detail", err.Error()).Msg(msg)
-		if c.bridge != nil {
-			c.bridge.closedFor(err)
+		if b := c.link(); b != nil {
+			b.closedFor(err)
 		}
 		c.out.close(&c.srv.stats.outboxBytes)
 		c.closeSocket()
@@ -190,7 +195,7 @@ func (c *conn) closeWith(err error) {
 
 // shutdown is called by Server.Shutdown from another goroutine.
 func (c *conn) shutdown() {
-	if c.bridge != nil {
+	if c.link() != nil {
 		c.sendDisconnectAsync(packets.Success) // a client's DISCONNECT: the remote ends the session normally
 	} else {
 		c.sendDisconnectAsync(packets.ServerShuttingDown)
@@ -207,7 +212,7 @@ func (c *conn) sendDisconnectAsync(code packets.ReasonCode) {
 	// Only once CONNECT is accepted: before that the reader may still be
 	// setting the version, and a DISCONNECT must not precede the CONNACK
 	// [MQTT-3.14.0-1]. connected is stored after both.
-	if !c.connected.Load() || c.version != packets.V5 && c.bridge == nil {
+	if !c.connected.Load() || c.version != packets.V5 && c.link() == nil {
 		return
 	}
 	disconnect := &packets.Disconnect{ReasonCode: code}
@@ -251,8 +256,8 @@ func (c *conn) cleanup() {
 		// What the reader changed last is stored, though no answer waits.
 		c.srv.dur.commit.Flush()
 	}
-	if c.bridge != nil {
-		c.bridge.linkEnded()
+	if b := c.link(); b != nil {
+		b.linkEnded()
 	}
 }
 

@@ -64,7 +64,7 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 		session.Target{Online: online, CanSend: canSend, Budget: &s.queueBudget, Hold: cl.stored}, now)
 	madeRoom := false
 	if r == session.DropFull {
-		if b := s.bridgeOf(cl); b != nil {
+		if b := cl.bridge.Load(); b != nil {
 			for r == session.DropFull && b.makeRoom(cl) {
 				madeRoom = true
 				o, r = cl.sess.Deliver(session.Outbound{Msg: m, QoS: qos, Retain: retain, SubIDs: subIDs},
@@ -135,7 +135,7 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 			cl.mu.Unlock()
 			return false
 		}
-		if tc.usesAliases() || tc.bridge != nil {
+		if tc.usesAliases() || cl.bridge.Load() != nil {
 			// Encoded for this client alone: the shared frame has no
 			// alias, nor a bridge's remote topic.
 			cl.mu.Unlock()
@@ -511,8 +511,9 @@ func (c *conn) appendDelivery(b []byte, o session.Outbound) ([]byte, bool) {
 	}
 	start := len(b)
 	var err error
-	if c.bridge != nil {
-		b, err = c.bridge.appendPublish(b, c.version, o)
+	link := c.cl.bridge.Load()
+	if link != nil {
+		b, err = link.appendPublish(b, c.version, o)
 	} else {
 		b, err = appendPublishAlias(b, c.version, o, alias, sendTopic)
 	}
@@ -523,13 +524,13 @@ func (c *conn) appendDelivery(b []byte, o session.Outbound) ([]byte, bool) {
 		if alias != 0 && sendTopic {
 			out.forget(alias)
 		}
-		if c.bridge != nil {
-			c.bridge.stats.dropped[bridgeDropTooLarge].Add(1)
+		if link != nil {
+			link.stats.dropped[bridgeDropTooLarge].Add(1)
 		}
 		return b[:start], false
 	}
-	if c.bridge != nil && o.QoS == 0 {
-		c.bridge.stats.forwardedOut.Add(1)
+	if link != nil && o.QoS == 0 {
+		link.stats.forwardedOut.Add(1)
 	}
 	return b, true
 }

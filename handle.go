@@ -13,8 +13,8 @@ import (
 
 // handle acts on one packet from a connected client.
 func (c *conn) handle(p packets.Packet) error {
-	if c.bridge != nil {
-		return c.handleRemote(p)
+	if b := c.cl.bridge.Load(); b != nil {
+		return c.handleRemote(b, p)
 	}
 	switch p := p.(type) {
 	case *packets.Publish:

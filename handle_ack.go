@@ -116,8 +116,10 @@ func (c *conn) completeLocked(t packets.Type, id uint16) bool {
 	if ok && cl.stored {
 		c.srv.dur.removedLocked(cl, seq, c)
 	}
-	if ok && c.bridge != nil {
-		c.bridge.stats.forwardedOut.Add(1)
+	if ok {
+		if b := cl.bridge.Load(); b != nil {
+			b.stats.forwardedOut.Add(1)
+		}
 	}
 	return ok
 }

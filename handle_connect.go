@@ -38,6 +38,7 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 	}
 	c.version = cp.ProtocolVersion
 	c.info.ProtocolVersion = byte(cp.ProtocolVersion)
+	c.info.Bridge = cp.Bridge
 	// Kept for the connection's life: copied, so that they do not pin
 	// the CONNECT frame (a large password or will, say).
 	c.info.Username = strings.Clone(cp.Username)
@@ -96,7 +97,6 @@ func (c *conn) acceptConnect(cp *packets.Connect, stamp uint32) error {
 		return closing(CloseConnectRefused, errors.New("will with too many user properties"))
 	}
 	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
-	c.bridgePeer = cp.Bridge
 	c.noProblemInfo = cp.Properties.Has(packets.PropRequestProblemInfo) && cp.Properties.RequestProblemInfo == 0
 	if cp.Properties.Has(packets.PropMaximumPacketSize) {
 		c.maxOut = cp.Properties.MaximumPacketSize

@@ -26,8 +26,9 @@ func (c *conn) handlePublish(p *packets.Publish, borrowed bool) error {
 		return err
 	}
 	mapped := true
-	if c.bridge != nil {
-		p.Topic, mapped = c.bridge.localTopic(p.Topic)
+	link := c.cl.bridge.Load()
+	if link != nil {
+		p.Topic, mapped = link.localTopic(p.Topic)
 	}
 	if err := s.topics.ValidTopicName(p.Topic); err != nil {
 		return c.fail(&packets.Error{Code: packets.TopicNameInvalid, Ref: "[MQTT-4.7.3]", Msg: err.Error()})
@@ -40,7 +41,7 @@ func (c *conn) handlePublish(p *packets.Publish, borrowed bool) error {
 		v = verdict{packets.NoMatchingSubscribers, ""}
 	case isSys(p.Topic):
 		v = verdict{packets.NotAuthorized, "$SYS/ topics are the broker's"}
-	case c.bridge == nil && !s.authz.Authorize(*c.info, auth.Request{Action: auth.Publish, Topic: p.Topic, QoS: p.QoS, Retain: p.Retain}):
+	case link == nil && !s.authz.Authorize(*c.info, auth.Request{Action: auth.Publish, Topic: p.Topic, QoS: p.QoS, Retain: p.Retain}):
 		v = verdict{packets.NotAuthorized, "not authorized to publish to this topic"}
 	case !c.userPropertiesFit(&p.Properties):
 		v = verdict{packets.QuotaExceeded, "more user properties than the broker's limit"}

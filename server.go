@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -251,6 +252,9 @@ func (s *Server) AddListener(name string, l net.Listener) error {
 func (s *Server) addListenerLocked(name string, l net.Listener, lc *ListenerConfig) error {
 	if s.closing.Load() {
 		return ErrServerClosed
+	}
+	if strings.HasPrefix(name, "$") {
+		return fmt.Errorf("mqttd: listener name %q: names starting with $ are the broker's own", name)
 	}
 	ln := &listener{name: name, l: l}
 	s.listeners = append(s.listeners, ln)
