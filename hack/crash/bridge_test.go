@@ -1,0 +1,242 @@
+package crash
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"mqttd"
+)
+
+// The bridge crash tests of issue 37: a gateway mqttd (the binary, as a
+// child process) bridges q1/# and q2/# out to a remote broker. With the
+// uplink down, local publishers send 10,000 QoS 1 and 2,000 QoS 2
+// messages while the gateway is killed once; then the remote comes back
+// and the gateway is killed once more while its queue drains to it. Every
+// message a local publisher saw acknowledged must reach the remote's
+// persistent subscriber, QoS 2 exactly once, in order per topic.
+
+const (
+	bridgeQoS1Pubs, bridgeQoS1Msgs = 4, 2500 // 10,000 QoS 1 messages
+	bridgeQoS2Pubs, bridgeQoS2Msgs = 2, 1000 // 2,000 QoS 2 messages
+	// bridgeWindow is each publisher's window of messages in flight.
+	bridgeWindow = 32
+	// bridgeWait bounds each of the scenario's waits, and the clients.
+	bridgeWait = 30 * time.Second
+)
+
+// TestBridgeSurvivesSIGKILL kills the gateway with SIGKILL twice: while
+// its publishers send with the uplink down, and while its queue drains
+// to the remote that came back.
+func TestBridgeSurvivesSIGKILL(t *testing.T) {
+	runBridgeScenario(t, t.TempDir(), func(t *testing.T, b *broker) {
+		t.Helper()
+		b.stop(t, syscall.SIGKILL)
+	})
+}
+
+// runBridgeScenario runs the bridge scenario with the gateway's data in
+// dataDir, stopping it each time with crash, which leaves dataDir ready
+// for the restart.
+func runBridgeScenario(t *testing.T, dataDir string, crash func(*testing.T, *broker)) {
+	t.Helper()
+	began := time.Now()
+	rng := seeded(t)
+	remote := newCloud(t)
+	remote.start(t)
+	sub := &cloudSub{id: "cloud-sub", addr: remote.addr}
+	sub.join(t)
+	remote.stop()
+
+	g := &gateway{dataDir: dataDir, cfg: bridgeConfig(t, remote.addr), crash: crash}
+	g.start(t)
+	cs := startBridgeClients(t, g.book)
+	total := bridgeQoS1Pubs*bridgeQoS1Msgs + bridgeQoS2Pubs*bridgeQoS2Msgs
+
+	// Phase 1, the uplink down: the kill lands when the gateway has taken
+	// a random share of the messages, as its local subscriber sees them
+	// (not the bridge's queue, so that a queue that stops growing fails
+	// the checks, not this wait).
+	target := total/5 + rng.IntN(total*3/5)
+	pollUntil(t, fmt.Sprintf("the local subscriber to receive %d messages", target), func() bool {
+		n, _ := cs.local.progress()
+		return n >= target
+	})
+	st := g.waitBridge(t, "the gateway's state", func(mqttd.BridgeState) bool { return true })
+	g.restart(t)
+	t.Logf("uplink down: gateway killed with %d messages queued for the remote (kill at %d received locally)", st.Queued, target)
+	pollUntil(t, "the gateway's local subscriber to get every message", func() bool { return cs.local.hasAll(cs.all) })
+	cs.finish(t)
+	st = g.waitBridge(t, "the gateway's state", func(mqttd.BridgeState) bool { return true })
+	t.Logf("publishers done after %s: %d queued for the remote", time.Since(began).Round(time.Millisecond), st.Queued)
+
+	// Phase 2, the remote back: the kill lands when a random share of the
+	// queue has gone out.
+	remote.start(t)
+	target = st.Queued/5 + seededIntN(rng, st.Queued*3/5)
+	st = g.waitBridge(t, fmt.Sprintf("%d messages forwarded to the remote", target),
+		func(st mqttd.BridgeState) bool { return st.ForwardedOut >= uint64(target) })
+	g.restart(t)
+	t.Logf("draining: gateway killed after %d forwarded (target %d), %d queued and %d in flight",
+		st.ForwardedOut, target, st.Queued, st.Inflight)
+	if st.Queued+st.Inflight == 0 {
+		t.Errorf("the second kill came after the queue had drained: it tested nothing")
+	}
+	st = g.waitBridge(t, "the bridge's queue to drain", func(st mqttd.BridgeState) bool {
+		return st.Connected && st.Queued == 0 && st.Inflight == 0
+	})
+	t.Logf("drained after %s: %d forwarded since the last restart, dropped %v",
+		time.Since(began).Round(time.Millisecond), st.ForwardedOut, st.Dropped)
+	for reason, n := range st.Dropped {
+		if n > 0 {
+			t.Errorf("the bridge dropped %d messages (%s) with max_queued_messages above the total", n, reason)
+		}
+	}
+
+	sub.read(t, cs.acked())
+	cs.stop()
+	check(t, cs.pubs, []*subscriber{cs.local})
+	checkCloud(t, cs.pubs, sub)
+	t.Logf("took %s", time.Since(began).Round(time.Millisecond))
+}
+
+// bridgeConfig writes the gateway's config: the harness's (writeConfig)
+// with the JSON API on a free loopback port and the bridge to remoteAddr,
+// reconnecting quickly, with room for every message.
+func bridgeConfig(t *testing.T, remoteAddr string) string {
+	t.Helper()
+	path := writeConfig(t)
+	base, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := string(base) + `metrics:
+  address: 127.0.0.1:0
+bridges:
+  - name: cloud
+    addresses: ["` + remoteAddr + `"]
+    client_id: gw1
+    reconnect_min: 50ms
+    reconnect_max: 500ms
+    max_queued_messages: 100000
+    max_queued_bytes: 67108864
+    topics:
+      - {pattern: "q1/#", direction: out, qos: 1, remote_prefix: gw1/}
+      - {pattern: "q2/#", direction: out, qos: 2, remote_prefix: gw1/}
+`
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// bridgeClients are the gateway's local clients: QoS 1 and QoS 2
+// publishers, each on its own topic under q1/ or q2/, and a persistent
+// subscriber to # that tells when every message has been sent.
+type bridgeClients struct {
+	pubs  []*publisher
+	local *subscriber
+	all   []string // every payload the publishers will send
+	wg    sync.WaitGroup
+	stop  func() // ends every client and waits for it; idempotent
+}
+
+// startBridgeClients starts the local subscriber and the publishers, each
+// granted all its messages at once.
+func startBridgeClients(t *testing.T, book *addrBook) *bridgeClients {
+	t.Helper()
+	abort := make(chan struct{})
+	deadline := time.Now().Add(3 * bridgeWait)
+	mk := func(id string) peer { return peer{id: id, book: book, abort: abort, deadline: deadline} }
+	cs := &bridgeClients{local: newSubscriber(mk("gw-local"), "#")}
+	counts := map[*publisher]int{}
+	for _, g := range []struct{ qos, pubs, msgs int }{{1, bridgeQoS1Pubs, bridgeQoS1Msgs}, {2, bridgeQoS2Pubs, bridgeQoS2Msgs}} {
+		for range g.pubs {
+			p := newPublisher(mk(fmt.Sprintf("s%d", len(cs.pubs))), byte(g.qos), bridgeWindow)
+			p.topic = fmt.Sprintf("q%d/%s", g.qos, p.id)
+			cs.pubs = append(cs.pubs, p)
+			counts[p] = g.msgs
+			for seq := range g.msgs {
+				cs.all = append(cs.all, payload(p.id, seq))
+			}
+		}
+	}
+	cs.stop = sync.OnceFunc(func() {
+		close(abort)
+		cs.wg.Wait()
+	})
+	t.Cleanup(cs.stop)
+	c, err := cs.local.join()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs.wg.Go(func() { cs.local.run(c) })
+	for _, p := range cs.pubs {
+		cs.wg.Go(p.run)
+		p.grant(counts[p])
+	}
+	return cs
+}
+
+// finish tells the publishers to complete what they have in flight and
+// waits until they have.
+func (cs *bridgeClients) finish(t *testing.T) {
+	t.Helper()
+	for _, p := range cs.pubs {
+		close(p.finish)
+	}
+	timeout := time.NewTimer(bridgeWait)
+	defer timeout.Stop()
+	for _, p := range cs.pubs {
+		select {
+		case <-p.done:
+		case <-timeout.C:
+			t.Fatalf("publisher %s not done within %s", p.id, bridgeWait)
+		}
+	}
+}
+
+// acked returns every payload whose flow its publisher completed; the
+// publishers must be done.
+func (cs *bridgeClients) acked() []string {
+	var want []string
+	for _, p := range cs.pubs {
+		for seq := range p.acked {
+			want = append(want, payload(p.id, seq))
+		}
+	}
+	return want
+}
+
+// pollEvery is how often the scenario looks at what it waits for.
+const pollEvery = 5 * time.Millisecond
+
+// pollUntil polls cond until it holds, failing the test after bridgeWait.
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	deadline := time.Now().Add(bridgeWait)
+	for range int(bridgeWait/pollEvery) + 1 {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		<-tick.C
+	}
+	t.Fatalf("%s: not within %s", what, bridgeWait)
+}
+
+// seededIntN is rng.IntN for n that may be 0.
+func seededIntN(rng *rand.Rand, n int) int {
+	if n <= 0 {
+		return 0
+	}
+	return rng.IntN(n)
+}
