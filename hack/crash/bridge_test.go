@@ -55,12 +55,38 @@ func runBridgeScenario(t *testing.T, dataDir string, crash func(*testing.T, *bro
 	g := &gateway{dataDir: dataDir, cfg: bridgeConfig(t, remote.addr), crash: crash}
 	g.start(t)
 	cs := startBridgeClients(t, g.book)
-	total := bridgeQoS1Pubs*bridgeQoS1Msgs + bridgeQoS2Pubs*bridgeQoS2Msgs
+	uplinkDown(t, g, cs, rng)
+	t.Logf("outage over after %s", time.Since(began).Round(time.Millisecond))
+	remote.start(t)
+	st := draining(t, g, cs, rng)
+	t.Logf("drained after %s: %d forwarded since the last restart, dropped %v",
+		time.Since(began).Round(time.Millisecond), st.ForwardedOut, st.Dropped)
+	for reason, n := range st.Dropped {
+		if n > 0 {
+			t.Errorf("the bridge dropped %d messages (%s) since its last restart, with max_queued_messages above the total", n, reason)
+		}
+	}
 
-	// Phase 1, the uplink down: the kill lands when the gateway has taken
-	// a random share of the messages, as its local subscriber sees them
-	// (not the bridge's queue, so that a queue that stops growing fails
-	// the checks, not this wait).
+	sub.read(t, cs.acked())
+	cs.stop()
+	check(t, cs.pubs, []*subscriber{cs.local})
+	checkCloud(t, cs.pubs, sub)
+	t.Logf("took %s", time.Since(began).Round(time.Millisecond))
+}
+
+// uplinkDown is the outage: the publishers send their messages and the
+// gateway is killed when it has taken a random share of them, as its
+// local subscriber sees them (not the bridge's queue, so that a queue
+// that stops growing fails the checks, not this wait).
+func uplinkDown(t *testing.T, g *gateway, cs *bridgeClients, rng *rand.Rand) {
+	t.Helper()
+	cs.grant(func(p *publisher) int {
+		if p.qos == 1 {
+			return bridgeQoS1Msgs
+		}
+		return bridgeQoS2Msgs
+	})
+	total := len(cs.all)
 	target := total/5 + rng.IntN(total*3/5)
 	pollUntil(t, fmt.Sprintf("the local subscriber to receive %d messages", target), func() bool {
 		n, _ := cs.local.progress()
@@ -70,14 +96,24 @@ func runBridgeScenario(t *testing.T, dataDir string, crash func(*testing.T, *bro
 	g.restart(t)
 	t.Logf("uplink down: gateway killed with %d messages queued for the remote (kill at %d received locally)", st.Queued, target)
 	pollUntil(t, "the gateway's local subscriber to get every message", func() bool { return cs.local.hasAll(cs.all) })
-	cs.finish(t)
 	st = g.waitBridge(t, "the gateway's state", func(mqttd.BridgeState) bool { return true })
-	t.Logf("publishers done after %s: %d queued for the remote", time.Since(began).Round(time.Millisecond), st.Queued)
+	t.Logf("uplink down: %d messages sent, %d queued for the remote", total, st.Queued)
+}
 
-	// Phase 2, the remote back: the kill lands when a random share of the
-	// queue has gone out.
-	remote.start(t)
-	target = st.Queued/5 + seededIntN(rng, st.Queued*3/5)
+// draining runs once the remote is back: the publishers send a tenth
+// more, live, while the queue drains, and the gateway is killed when a
+// random share of the queue has gone out. It returns the bridge's state
+// once it has drained.
+func draining(t *testing.T, g *gateway, cs *bridgeClients, rng *rand.Rand) mqttd.BridgeState {
+	t.Helper()
+	st := g.waitBridge(t, "the gateway's state", func(mqttd.BridgeState) bool { return true })
+	cs.grant(func(p *publisher) int {
+		if p.qos == 1 {
+			return bridgeQoS1Msgs / 10
+		}
+		return bridgeQoS2Msgs / 10
+	})
+	target := st.Queued/5 + seededIntN(rng, st.Queued*3/5)
 	st = g.waitBridge(t, fmt.Sprintf("%d messages forwarded to the remote", target),
 		func(st mqttd.BridgeState) bool { return st.ForwardedOut >= uint64(target) })
 	g.restart(t)
@@ -86,22 +122,11 @@ func runBridgeScenario(t *testing.T, dataDir string, crash func(*testing.T, *bro
 	if st.Queued+st.Inflight == 0 {
 		t.Errorf("the second kill came after the queue had drained: it tested nothing")
 	}
-	st = g.waitBridge(t, "the bridge's queue to drain", func(st mqttd.BridgeState) bool {
+	pollUntil(t, "the gateway's local subscriber to get every message", func() bool { return cs.local.hasAll(cs.all) })
+	cs.finish(t)
+	return g.waitBridge(t, "the bridge's queue to drain", func(st mqttd.BridgeState) bool {
 		return st.Connected && st.Queued == 0 && st.Inflight == 0
 	})
-	t.Logf("drained after %s: %d forwarded since the last restart, dropped %v",
-		time.Since(began).Round(time.Millisecond), st.ForwardedOut, st.Dropped)
-	for reason, n := range st.Dropped {
-		if n > 0 {
-			t.Errorf("the bridge dropped %d messages (%s) with max_queued_messages above the total", n, reason)
-		}
-	}
-
-	sub.read(t, cs.acked())
-	cs.stop()
-	check(t, cs.pubs, []*subscriber{cs.local})
-	checkCloud(t, cs.pubs, sub)
-	t.Logf("took %s", time.Since(began).Round(time.Millisecond))
 }
 
 // bridgeConfig writes the gateway's config: the harness's (writeConfig)
@@ -136,33 +161,29 @@ bridges:
 
 // bridgeClients are the gateway's local clients: QoS 1 and QoS 2
 // publishers, each on its own topic under q1/ or q2/, and a persistent
-// subscriber to # that tells when every message has been sent.
+// subscriber to # that tells when every message granted has been sent.
 type bridgeClients struct {
-	pubs  []*publisher
-	local *subscriber
-	all   []string // every payload the publishers will send
-	wg    sync.WaitGroup
-	stop  func() // ends every client and waits for it; idempotent
+	pubs    []*publisher
+	local   *subscriber
+	granted map[*publisher]int
+	all     []string // every payload granted
+	wg      sync.WaitGroup
+	stop    func() // ends every client and waits for it; idempotent
 }
 
-// startBridgeClients starts the local subscriber and the publishers, each
-// granted all its messages at once.
+// startBridgeClients starts the local subscriber and the publishers,
+// which send nothing until granted.
 func startBridgeClients(t *testing.T, book *addrBook) *bridgeClients {
 	t.Helper()
 	abort := make(chan struct{})
 	deadline := time.Now().Add(3 * bridgeWait)
 	mk := func(id string) peer { return peer{id: id, book: book, abort: abort, deadline: deadline} }
-	cs := &bridgeClients{local: newSubscriber(mk("gw-local"), "#")}
-	counts := map[*publisher]int{}
-	for _, g := range []struct{ qos, pubs, msgs int }{{1, bridgeQoS1Pubs, bridgeQoS1Msgs}, {2, bridgeQoS2Pubs, bridgeQoS2Msgs}} {
+	cs := &bridgeClients{local: newSubscriber(mk("gw-local"), "#"), granted: map[*publisher]int{}}
+	for _, g := range []struct{ qos, pubs int }{{1, bridgeQoS1Pubs}, {2, bridgeQoS2Pubs}} {
 		for range g.pubs {
 			p := newPublisher(mk(fmt.Sprintf("s%d", len(cs.pubs))), byte(g.qos), bridgeWindow)
 			p.topic = fmt.Sprintf("q%d/%s", g.qos, p.id)
 			cs.pubs = append(cs.pubs, p)
-			counts[p] = g.msgs
-			for seq := range g.msgs {
-				cs.all = append(cs.all, payload(p.id, seq))
-			}
 		}
 	}
 	cs.stop = sync.OnceFunc(func() {
@@ -177,9 +198,20 @@ func startBridgeClients(t *testing.T, book *addrBook) *bridgeClients {
 	cs.wg.Go(func() { cs.local.run(c) })
 	for _, p := range cs.pubs {
 		cs.wg.Go(p.run)
-		p.grant(counts[p])
 	}
 	return cs
+}
+
+// grant lets each publisher send n(p) more messages.
+func (cs *bridgeClients) grant(n func(*publisher) int) {
+	for _, p := range cs.pubs {
+		k := n(p)
+		for seq := cs.granted[p]; seq < cs.granted[p]+k; seq++ {
+			cs.all = append(cs.all, payload(p.id, seq))
+		}
+		cs.granted[p] += k
+		p.grant(k)
+	}
 }
 
 // finish tells the publishers to complete what they have in flight and
