@@ -93,11 +93,14 @@ func uplinkDown(t *testing.T, g *gateway, cs *bridgeClients, rng *rand.Rand) {
 		return n >= target
 	})
 	st := g.waitBridge(t, "the gateway's state", func(mqttd.BridgeState) bool { return true })
+	killed := time.Now()
 	g.restart(t)
-	t.Logf("uplink down: gateway killed with %d messages queued for the remote (kill at %d received locally)", st.Queued, target)
+	t.Logf("uplink down: gateway killed with %d messages queued for the remote (kill at %d received locally), restarted in %s",
+		st.Queued, target, time.Since(killed).Round(time.Millisecond))
 	pollUntil(t, "the gateway's local subscriber to get every message", func() bool { return cs.local.hasAll(cs.all) })
 	st = g.waitBridge(t, "the gateway's state", func(mqttd.BridgeState) bool { return true })
-	t.Logf("uplink down: %d messages sent, %d queued for the remote", total, st.Queued)
+	t.Logf("uplink down: %d messages sent, %d queued for the remote, %s after the kill",
+		total, st.Queued, time.Since(killed).Round(time.Millisecond))
 }
 
 // draining runs once the remote is back: the publishers send a tenth
@@ -106,6 +109,7 @@ func uplinkDown(t *testing.T, g *gateway, cs *bridgeClients, rng *rand.Rand) {
 // once it has drained.
 func draining(t *testing.T, g *gateway, cs *bridgeClients, rng *rand.Rand) mqttd.BridgeState {
 	t.Helper()
+	began := time.Now()
 	st := g.waitBridge(t, "the gateway's state", func(mqttd.BridgeState) bool { return true })
 	cs.grant(func(p *publisher) int {
 		if p.qos == 1 {
@@ -117,16 +121,29 @@ func draining(t *testing.T, g *gateway, cs *bridgeClients, rng *rand.Rand) mqttd
 	st = g.waitBridge(t, fmt.Sprintf("%d messages forwarded to the remote", target),
 		func(st mqttd.BridgeState) bool { return st.ForwardedOut >= uint64(target) })
 	g.restart(t)
-	t.Logf("draining: gateway killed after %d forwarded (target %d), %d queued and %d in flight",
-		st.ForwardedOut, target, st.Queued, st.Inflight)
+	t.Logf("draining: gateway killed %s after the remote came back, %d forwarded (target %d), %d queued and %d in flight",
+		time.Since(began).Round(time.Millisecond), st.ForwardedOut, target, st.Queued, st.Inflight)
 	if st.Queued+st.Inflight == 0 {
 		t.Errorf("the second kill came after the queue had drained: it tested nothing")
 	}
+	restarted := time.Now()
 	pollUntil(t, "the gateway's local subscriber to get every message", func() bool { return cs.local.hasAll(cs.all) })
 	cs.finish(t)
-	return g.waitBridge(t, "the bridge's queue to drain", func(st mqttd.BridgeState) bool {
+	// The longest spell, as polled, with messages waiting and none
+	// forwarded tells of a queue that stalls, which the checks cannot see
+	// once it moves on.
+	var stall time.Duration
+	forwarded, moved := ^uint64(0), time.Now()
+	st = g.waitBridge(t, "the bridge's queue to drain", func(st mqttd.BridgeState) bool {
+		if st.ForwardedOut != forwarded || st.Queued+st.Inflight == 0 {
+			forwarded, moved = st.ForwardedOut, time.Now()
+		}
+		stall = max(stall, time.Since(moved))
 		return st.Connected && st.Queued == 0 && st.Inflight == 0
 	})
+	t.Logf("drained %s after the restart; the longest spell with messages waiting and none forwarded: %s",
+		time.Since(restarted).Round(time.Millisecond), stall.Round(time.Millisecond))
+	return st
 }
 
 // bridgeConfig writes the gateway's config: the harness's (writeConfig)
