@@ -31,7 +31,7 @@ const (
 
 // TestBridgeSurvivesSIGKILL kills the gateway with SIGKILL twice: while
 // its publishers send with the uplink down, and while its queue drains
-// to the remote that came back.
+// to the remote that came back (CRASH_CYCLES times: a campaign).
 func TestBridgeSurvivesSIGKILL(t *testing.T) {
 	runBridgeScenario(t, t.TempDir(), func(t *testing.T, b *broker) {
 		t.Helper()
@@ -105,8 +105,8 @@ func uplinkDown(t *testing.T, g *gateway, cs *bridgeClients, rng *rand.Rand) {
 
 // draining runs once the remote is back: the publishers send a tenth
 // more, live, while the queue drains, and the gateway is killed when a
-// random share of the queue has gone out. It returns the bridge's state
-// once it has drained.
+// random share of the queue has gone out (CRASH_CYCLES times, by default
+// once). It returns the bridge's state once it has drained.
 func draining(t *testing.T, g *gateway, cs *bridgeClients, rng *rand.Rand) mqttd.BridgeState {
 	t.Helper()
 	began := time.Now()
@@ -117,14 +117,21 @@ func draining(t *testing.T, g *gateway, cs *bridgeClients, rng *rand.Rand) mqttd
 		}
 		return bridgeQoS2Msgs / 10
 	})
-	target := st.Queued/5 + seededIntN(rng, st.Queued*3/5)
-	st = g.waitBridge(t, fmt.Sprintf("%d messages forwarded to the remote", target),
-		func(st mqttd.BridgeState) bool { return st.ForwardedOut >= uint64(target) })
-	g.restart(t)
-	t.Logf("draining: gateway killed %s after the remote came back, %d forwarded (target %d), %d queued and %d in flight",
-		time.Since(began).Round(time.Millisecond), st.ForwardedOut, target, st.Queued, st.Inflight)
-	if st.Queued+st.Inflight == 0 {
-		t.Errorf("the second kill came after the queue had drained: it tested nothing")
+	// CRASH_CYCLES kills, each when a random share of what is left has
+	// gone out, small enough that the last kill still finds a queue.
+	cycles := envInt(t, "CRASH_CYCLES", 1)
+	for range cycles {
+		target := st.Queued/(5*cycles) + seededIntN(rng, st.Queued*3/(5*cycles))
+		st = g.waitBridge(t, fmt.Sprintf("%d messages forwarded to the remote", target),
+			func(st mqttd.BridgeState) bool { return st.ForwardedOut >= uint64(target) })
+		g.restart(t)
+		t.Logf("draining: gateway killed %s after the remote came back, %d forwarded (target %d), %d queued and %d in flight",
+			time.Since(began).Round(time.Millisecond), st.ForwardedOut, target, st.Queued, st.Inflight)
+		if st.Queued+st.Inflight == 0 {
+			t.Errorf("a kill came after the queue had drained: it tested nothing")
+			break
+		}
+		st = g.waitBridge(t, "the gateway's state", func(mqttd.BridgeState) bool { return true })
 	}
 	restarted := time.Now()
 	pollUntil(t, "the gateway's local subscriber to get every message", func() bool { return cs.local.hasAll(cs.all) })
