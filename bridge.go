@@ -184,6 +184,9 @@ func (s *Server) settleBridges() {
 		}
 	}
 	s.mu.Unlock()
+	if len(gone) == 0 && len(bridges) == 0 {
+		return
+	}
 	for _, cl := range gone {
 		s.dropBridgeSession(cl)
 	}
