@@ -232,10 +232,13 @@ func bridgeLive(cfg config) (*result, error) {
 	if err := awaitBridge(cfg, id, deadline); err != nil {
 		return nil, err
 	}
-	sub, err := dial(dialOptions{addr: cfg.remote, transport: cfg.transport, clientID: id + "-s", bufSize: bufSize, deadline: deadline})
+	// The subscriber keeps its session, as bridge-drain's does, so that
+	// the remote does the same work for both.
+	sub, err := dial(dialOptions{addr: cfg.remote, transport: cfg.transport, clientID: id + "-s", persistent: true, bufSize: bufSize, deadline: deadline})
 	if err != nil {
 		return nil, fmt.Errorf("remote: %w", err)
 	}
+	defer endSession(cfg, id+"-s")
 	defer sub.disconnect()
 	if err := sub.subscribe(cfg.prefix+bridgeLiveTopic+"/#", 1); err != nil {
 		return nil, fmt.Errorf("remote: %w", err)
