@@ -11,8 +11,8 @@
 // persistent subscriber), latency, conns, device (many clients each publishing
 // QoS 1 to its own topic every few seconds), and bridge, bridge-fill and
 // bridge-drain (a bridge from the broker at -addr to the one at -remote,
-// bridge.go). -relay serves, instead, the
-// latency reference: a relay that does the least a broker can (relay_linux.go).
+// bridge.go). -relay serves, instead, the latency reference: a relay that
+// does the least a broker can (relay_linux.go).
 // Every scenario is bounded by -timeout and reports undelivered messages as
 // loss. It exits 1 when a scenario cannot run or reports errors.
 package main
