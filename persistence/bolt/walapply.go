@@ -193,10 +193,16 @@ func (w *wal) read(off, n int64) ([]byte, error) {
 // written, the messages it left unreferenced dropped) before the next, so
 // that the next meets the state Apply checked it against.
 func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64) error {
+	skip := cancelled(recs)
 	err := s.updateTx(func(tx *bbolt.Tx) error {
+		n := 0 // the op's place among the chunk's, as cancelled counts them
 		for _, rec := range recs {
 			a := newApplier(tx, s.path)
 			err := eachOp(rec, func(op *walOp) error {
+				n++
+				if skip[n] {
+					return nil
+				}
 				var err error
 				if op.op.Kind == persistence.OpPutMessage {
 					err = a.putEncodedMessage(op.id, op.raw)
@@ -226,4 +232,85 @@ func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64) error {
 		s.walErr.CompareAndSwap(nil, &err)
 	}
 	return err
+}
+
+// outRef is an outbound entry: its session and Seq.
+type outRef struct {
+	session string
+	seq     uint64
+}
+
+// cancelled returns the places (counted from 1 across recs) of the
+// operations a chunk need not apply: the entries of a message put and
+// deleted again within the chunk (a message its subscribers, or a
+// bridge's remote, acknowledged within walApplyAfter), and the message,
+// when nothing else in the chunk refers to it. The deletes still run, for
+// entries the file held before the chunk. The file ends as it would have,
+// and so does every record in between, as far as the records that follow
+// can tell: the message's count goes up and down by the same puts and
+// deletes, and no record finds it missing that would have found it (each
+// record is finished before the next, and a message nothing refers to at
+// the end of a record is dropped). nil when nothing is cancelled.
+func cancelled(recs [][]byte) map[int]bool {
+	lastDelete := map[outRef]int{}
+	n := 0
+	for _, rec := range recs {
+		eachOp(rec, func(op *walOp) error {
+			n++
+			if op.op.Kind == persistence.OpDeleteOutbound {
+				lastDelete[outRef{op.op.SessionID, op.op.Seq}] = n
+			}
+			return nil
+		})
+	}
+	if len(lastDelete) == 0 {
+		return nil
+	}
+	type uses struct {
+		refs, undone int   // references; those by puts deleted later in the chunk
+		at           []int // the message's puts and the undone entries' puts
+	}
+	msgs := map[uint64]*uses{}
+	use := func(id uint64) *uses {
+		u := msgs[id]
+		if u == nil {
+			u = &uses{}
+			msgs[id] = u
+		}
+		return u
+	}
+	n = 0
+	for _, rec := range recs {
+		eachOp(rec, func(op *walOp) error {
+			n++
+			switch op.op.Kind {
+			case persistence.OpPutOutbound:
+				u := use(op.op.Outbound.MessageID)
+				u.refs++
+				if lastDelete[outRef{op.op.SessionID, op.op.Outbound.Seq}] > n {
+					u.undone++
+					u.at = append(u.at, n)
+				}
+			case persistence.OpPutRetained:
+				use(op.op.MessageID).refs++
+			case persistence.OpPutMessage:
+				u := use(op.id)
+				u.at = append(u.at, n)
+			}
+			return nil
+		})
+	}
+	var skip map[int]bool
+	for _, u := range msgs {
+		if u.undone == 0 || u.undone != u.refs {
+			continue
+		}
+		if skip == nil {
+			skip = map[int]bool{}
+		}
+		for _, at := range u.at {
+			skip[at] = true
+		}
+	}
+	return skip
 }
