@@ -49,7 +49,9 @@ func TestWALCancelsAckedEntries(t *testing.T) {
 	msg := func(id uint64) *persistence.Message {
 		return &persistence.Message{ID: id, Topic: "t", Payload: []byte{byte(id)}, QoS: 1}
 	}
-	out := func(seq, id uint64) persistence.Outbound { return persistence.Outbound{Seq: seq, MessageID: id, QoS: 1} }
+	out := func(seq, id uint64) persistence.Outbound {
+		return persistence.Outbound{Seq: seq, MessageID: id, QoS: 1}
+	}
 	both(func(b *persistence.Batch) {
 		b.PutSession(persistence.Session{ID: "a", Expiry: 60})
 		b.PutSession(persistence.Session{ID: "b", Expiry: 60})
@@ -65,7 +67,11 @@ func TestWALCancelsAckedEntries(t *testing.T) {
 		b.PutOutbound("a", out(2, 2))
 		b.PutOutbound("b", out(2, 2))
 	})
-	both(func(b *persistence.Batch) { b.DeleteOutbound("a", 1); b.DeleteOutbound("a", 2); b.DeleteOutbound("a", 9) })
+	both(func(b *persistence.Batch) {
+		b.DeleteOutbound("a", 1)
+		b.DeleteOutbound("a", 2)
+		b.DeleteOutbound("a", 9)
+	})
 	both(func(b *persistence.Batch) {
 		b.PutMessage(msg(3)) // 9-11: kept, retained too
 		b.PutOutbound("a", out(3, 3))
@@ -73,7 +79,7 @@ func TestWALCancelsAckedEntries(t *testing.T) {
 	})
 	both(func(b *persistence.Batch) { b.DeleteOutbound("a", 3) })
 	both(func(b *persistence.Batch) { b.PutMessage(msg(4)); b.PutOutbound("a", out(4, 4)) }) // 13, 14: cancelled
-	both(func(b *persistence.Batch) { b.PutOutbound("a", out(5, 4)) })                      // 15: kept, not deleted
+	both(func(b *persistence.Batch) { b.PutOutbound("a", out(5, 4)) })                       // 15: kept, not deleted
 	both(func(b *persistence.Batch) { b.DeleteOutbound("a", 4) })
 
 	skip := cancelled(logRecords(t, path)[1:]) // the records the next checkpoint applies
