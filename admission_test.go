@@ -26,6 +26,11 @@ type fromConn struct {
 
 func (c fromConn) RemoteAddr() net.Addr { return c.remote }
 
+// fromChan has the broker accept through a fromListener reading from.
+func fromChan(from chan net.Addr) serverOption {
+	return wrapListener(func(l net.Listener) net.Listener { return fromListener{l, from} })
+}
+
 func (l fromListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
@@ -41,10 +46,8 @@ func (l fromListener) Accept() (net.Conn, error) {
 func TestConnectionLimits(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	from := make(chan net.Addr, 1)
-	listenerWrap = func(l net.Listener) net.Listener { return fromListener{l, from} }
 	srv, addr := startServer(t, mqttd.Options{Registerer: reg,
-		Limits: mqttd.Limits{MaxConnections: 4, MaxConnectionsPerAddress: 2}})
-	listenerWrap = nil
+		Limits: mqttd.Limits{MaxConnections: 4, MaxConnectionsPerAddress: 2}}, fromChan(from))
 	deviceA := &net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 40000}
 	deviceB := &net.TCPAddr{IP: net.ParseIP("2001:db8::1"), Port: 40000}
 	local := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 40000}
@@ -82,9 +85,7 @@ func TestConnectionLimits(t *testing.T) {
 // two, one from another /64 is not.
 func TestConnectionLimitPerIPv6Prefix(t *testing.T) {
 	from := make(chan net.Addr, 1)
-	listenerWrap = func(l net.Listener) net.Listener { return fromListener{l, from} }
-	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxConnectionsPerAddress: 2}})
-	listenerWrap = nil
+	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxConnectionsPerAddress: 2}}, fromChan(from))
 	dial := func(ip, id string, admitted bool) {
 		t.Helper()
 		from <- &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000}

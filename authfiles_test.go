@@ -137,19 +137,7 @@ func (l wideListener) Addr() net.Addr {
 // 0.0.0.0, and returns the loopback address to dial.
 func startWide(t *testing.T, opts mqttd.Options) (*mqttd.Server, string) {
 	t.Helper()
-	srv, err := mqttd.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.AddListener("wide", wideListener{l}); err != nil {
-		t.Fatal(err)
-	}
-	serveForTest(t, srv)
-	return srv, l.Addr().String()
+	return startServer(t, opts, wrapListener(func(l net.Listener) net.Listener { return wideListener{l} }))
 }
 
 // TestAnonymousDefaults checks Mosquitto 2's default: anonymous clients
@@ -189,7 +177,7 @@ func aclServer(t *testing.T, opts mqttd.Options) (*mqttd.Server, string, string)
 	t.Helper()
 	aclFile := writeFile(t, t.TempDir(), "acl", testACL)
 	opts.Auth.ACLFile = aclFile
-	b := startDurable(t, opts)
+	b := startBroker(t, opts)
 	return b.srv, b.addr, aclFile
 }
 

@@ -9,17 +9,6 @@ import (
 	"mqttd/packets"
 )
 
-// bothReaders runs fn against the poller's reader and against a reader
-// goroutine (the one TLS and WebSocket connections get).
-func bothReaders(t *testing.T, fn func(t *testing.T)) {
-	t.Run("events", fn)
-	t.Run("goroutine", func(t *testing.T) {
-		listenerWrap = hideSocket
-		defer func() { listenerWrap = nil }()
-		fn(t)
-	})
-}
-
 // publishFrame encodes a 3.1.1 QoS 1 PUBLISH with a payload of size bytes.
 func publishFrame(t *testing.T, topic string, size int) []byte {
 	t.Helper()
@@ -34,8 +23,8 @@ func publishFrame(t *testing.T, topic string, size int) []byte {
 // to arrive must be complete within it, even for a client that asked for
 // no keepalive, while one that arrives in parts in time is handled.
 func TestFrameTimeout(t *testing.T) {
-	bothReaders(t, func(t *testing.T) {
-		srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{FrameTimeout: 300 * time.Millisecond}})
+	bothReaders(t, func(t *testing.T, on ...serverOption) {
+		srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{FrameTimeout: 300 * time.Millisecond}}, on...)
 		rc := connectRaw(t, addr, &packets.Connect{ClientID: "slow", CleanStart: true})
 		frame := publishFrame(t, "t", 100)
 		rc.write(frame[:50])
@@ -57,9 +46,9 @@ func TestFrameTimeout(t *testing.T) {
 // closed), small packets are not held back, and the bytes are given back
 // when the connections close.
 func TestIncomingBytesLimit(t *testing.T) {
-	bothReaders(t, func(t *testing.T) {
+	bothReaders(t, func(t *testing.T, on ...serverOption) {
 		const limit, size = 200_000, 100_000
-		srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxIncomingBytesTotal: limit}})
+		srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxIncomingBytesTotal: limit}}, on...)
 		frame := publishFrame(t, "big", size)
 		partial := frame[:90_000]
 		var conns []*rawConn

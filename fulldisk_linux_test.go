@@ -23,7 +23,7 @@ func TestFullDisk(t *testing.T) {
 		t.Skipf("cannot mount a tmpfs to fill (needs root): %v", err)
 	}
 	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
-	b := startDurable(t, mqttd.Options{DataDir: dir})
+	b := startBroker(t, mqttd.Options{DataDir: dir})
 	keep := connectSubscribed(t, &packets.Connect{ClientID: "keep"}, b.addr, packets.Subscription{Filter: "keep/#", Options: qos(1)})
 	keep.send(&packets.Disconnect{})
 	keep.expectClosed()

@@ -21,10 +21,6 @@ import (
 // waitFor polls cond until it holds, failing the test after 10 s.
 var waitFor = testutil.WaitFor
 
-// listenerWrap, when set, wraps the listener of every startServer: TestSpec
-// sets it to run its rows against the goroutine reader too.
-var listenerWrap func(net.Listener) net.Listener
-
 // hideSocket wraps accepted connections so that they no longer expose
 // their descriptor: the engine then serves them with a reader goroutine,
 // as it does TLS and WebSocket connections.
@@ -40,11 +36,112 @@ func (l hidingListener) Accept() (net.Conn, error) {
 	return struct{ net.Conn }{c}, nil
 }
 
-// startServer runs a broker on 127.0.0.1:0 for the test and returns its address.
-func startServer(t *testing.T, opts mqttd.Options) (*mqttd.Server, string) {
+// serverOption changes how startBroker serves its broker.
+type serverOption func(*serverConfig)
+
+type serverConfig struct {
+	wrap func(net.Listener) net.Listener
+	pipe bool
+}
+
+// wrapListener has the broker accept through wrap(the TCP listener).
+func wrapListener(wrap func(net.Listener) net.Listener) serverOption {
+	return func(c *serverConfig) {
+		if prev := c.wrap; prev != nil {
+			c.wrap = func(l net.Listener) net.Listener { return wrap(prev(l)) }
+			return
+		}
+		c.wrap = wrap
+	}
+}
+
+// overPipe serves the broker on a pipeListener instead of TCP: a client
+// that reads nothing then holds everything written to it, with no kernel
+// buffer in between.
+func overPipe() serverOption { return func(c *serverConfig) { c.pipe = true } }
+
+// broker is a served broker the test may stop before its end (to start
+// another on the same data dir, say); it is stopped at the end otherwise.
+type broker struct {
+	t      *testing.T
+	srv    *mqttd.Server
+	addr   string        // the TCP address to dial; empty over a pipe
+	pipe   *pipeListener // set by overPipe
+	served chan error
+}
+
+// startBroker runs a broker for the test on 127.0.0.1:0, or on a pipe.
+func startBroker(t *testing.T, opts mqttd.Options, on ...serverOption) *broker {
 	t.Helper()
-	b := startDurable(t, opts)
+	var cfg serverConfig
+	for _, o := range on {
+		o(&cfg)
+	}
+	srv, err := mqttd.New(opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	b := &broker{t: t, srv: srv, served: make(chan error, 1)}
+	var l net.Listener
+	if cfg.pipe {
+		b.pipe = newPipeListener()
+		l = b.pipe
+	} else {
+		if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		b.addr = l.Addr().String()
+	}
+	if cfg.wrap != nil {
+		l = cfg.wrap(l)
+	}
+	if err := srv.AddListener("test", l); err != nil {
+		t.Fatal(err)
+	}
+	go func() { b.served <- srv.Serve() }()
+	t.Cleanup(b.stop)
+	return b
+}
+
+// stop shuts the broker down; a second call does nothing.
+func (b *broker) stop() {
+	b.t.Helper()
+	if b.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.srv.Shutdown(ctx); err != nil {
+		b.t.Errorf("Shutdown: %v", err)
+	}
+	if err := <-b.served; !errors.Is(err, mqttd.ErrServerClosed) {
+		b.t.Errorf("Serve returned %v", err)
+	}
+	b.srv = nil
+}
+
+// startServer runs a broker on 127.0.0.1:0 for the test and returns its address.
+func startServer(t *testing.T, opts mqttd.Options, on ...serverOption) (*mqttd.Server, string) {
+	t.Helper()
+	b := startBroker(t, opts, on...)
 	return b.srv, b.addr
+}
+
+// startPipeServer runs a broker whose clients connect through a
+// pipeListener (see overPipe).
+func startPipeServer(t *testing.T, opts mqttd.Options) (*mqttd.Server, *pipeListener) {
+	t.Helper()
+	b := startBroker(t, opts, overPipe())
+	return b.srv, b.pipe
+}
+
+// bothReaders runs fn against the poller's reader and against a reader
+// goroutine (the one TLS and WebSocket connections get): fn passes on to
+// its starters.
+func bothReaders(t *testing.T, fn func(t *testing.T, on ...serverOption)) {
+	t.Helper()
+	t.Run("poller", func(t *testing.T) { fn(t) })
+	t.Run("goroutine", func(t *testing.T) { fn(t, wrapListener(hideSocket)) })
 }
 
 // pahoConnect connects a paho 3.1.1 client; tune adjusts its options.
@@ -206,28 +303,6 @@ func checkGoroutines(t *testing.T) {
 			}
 		}
 	})
-}
-
-// startPipeServer runs a broker whose clients connect through a
-// pipeListener: a client that reads nothing then holds everything written
-// to it, with no kernel buffer in between.
-func startPipeServer(t *testing.T, opts mqttd.Options) (*mqttd.Server, *pipeListener) {
-	t.Helper()
-	srv, err := mqttd.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newPipeListener()
-	srv.AddListener("pipe", l)
-	go srv.Serve()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
-	return srv, l
 }
 
 // pipeListener hands the server in-memory connections (net.Pipe): writes

@@ -65,8 +65,8 @@ func TestMaxKeepAlive(t *testing.T) {
 // told is the one the broker holds it to: asking for none under a
 // maximum of 1 s, it is disconnected (0x8D) once 1.5 s pass in silence.
 func TestServerKeepAliveEnforced(t *testing.T) {
-	bothReaders(t, func(t *testing.T) {
-		srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxKeepAlive: 1}})
+	bothReaders(t, func(t *testing.T, on ...serverOption) {
+		srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxKeepAlive: 1}}, on...)
 		rc := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "quiet", CleanStart: true})
 		p, err := rc.tryRead()
 		if d, ok := p.(*packets.Disconnect); err != nil || !ok || d.ReasonCode != packets.KeepAliveTimeout {

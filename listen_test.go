@@ -72,6 +72,7 @@ func listenAll(t *testing.T, opts mqttd.Options) *mqttd.Server {
 // serveForTest serves srv until the test ends, then shuts it down and
 // checks that Serve returned for that.
 func serveForTest(t *testing.T, srv *mqttd.Server) {
+	t.Helper()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve() }()
 	t.Cleanup(func() {
@@ -164,11 +165,11 @@ func TestHTTPOnMQTTPort(t *testing.T) {
 	for _, hidden := range []bool{false, true} {
 		t.Run(map[bool]string{false: "poller", true: "goroutine reader"}[hidden], func(t *testing.T) {
 			logs := &lockedBuffer{}
+			var on []serverOption
 			if hidden {
-				listenerWrap = hideSocket
-				t.Cleanup(func() { listenerWrap = nil })
+				on = append(on, wrapListener(hideSocket))
 			}
-			_, addr := startServer(t, mqttd.Options{Logger: zerolog.New(logs)})
+			_, addr := startServer(t, mqttd.Options{Logger: zerolog.New(logs)}, on...)
 			rc := dialRaw(t, addr)
 			rc.write([]byte("GET /mqtt HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n\r\n"))
 			rc.nc.SetReadDeadline(time.Now().Add(10 * time.Second))

@@ -17,7 +17,7 @@ import (
 func TestLongKeysSurviveRestart(t *testing.T) {
 	dir := t.TempDir()
 	opts := mqttd.Options{DataDir: dir, Limits: mqttd.Limits{MaxClientIDLength: 65535, MaxFilterLength: 65535}}
-	a := startDurable(t, opts)
+	a := startBroker(t, opts)
 	topic := "ret/" + strings.Repeat("t", 20000-len("ret/"))
 	filter := "long/" + strings.Repeat("f", 20000-len("long/"))
 	longID := strings.Repeat("c", 20000)
@@ -46,7 +46,7 @@ func TestLongKeysSurviveRestart(t *testing.T) {
 	}
 	a.stop()
 
-	b := startDurable(t, opts)
+	b := startBroker(t, opts)
 	if st := b.srv.Stats(); st.Sessions != 2 || st.Retained != 1 || st.Subscriptions != 2 {
 		t.Errorf("restored %d sessions, %d retained, %d subscriptions; want 2, 1, 2", st.Sessions, st.Retained, st.Subscriptions)
 	}

@@ -36,9 +36,13 @@ func (c *collector) get(i int) paho.Message {
 	return c.msgs[i]
 }
 
-func TestPubSubQoSDowngrade(t *testing.T) {
+// TestPubSubQoSDowngrade checks every publish QoS against every
+// subscription QoS on both readers.
+func TestPubSubQoSDowngrade(t *testing.T) { bothReaders(t, testPubSubQoSDowngrade) }
+
+func testPubSubQoSDowngrade(t *testing.T, on ...serverOption) {
 	checkGoroutines(t)
-	_, addr := startServer(t, mqttd.Options{})
+	_, addr := startServer(t, mqttd.Options{}, on...)
 	for _, subQoS := range []byte{0, 1, 2} {
 		t.Run(fmt.Sprintf("sub_qos%d", subQoS), func(t *testing.T) {
 			var got collector
@@ -66,15 +70,6 @@ func TestPubSubQoSDowngrade(t *testing.T) {
 			sub.Disconnect(100)
 		})
 	}
-}
-
-// TestPubSubGoroutineReader runs the same flows through the reader
-// goroutine that serves connections without a plain socket.
-func TestPubSubGoroutineReader(t *testing.T) {
-	listenerWrap = hideSocket
-	defer func() { listenerWrap = nil }()
-	TestPubSubQoSDowngrade(t)
-	TestUnacknowledgedResentWithDupOnReconnect(t)
 }
 
 // TestSharedSubscription checks a share group gets each message once,

@@ -1,9 +1,7 @@
 package mqttd_test
 
 import (
-	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,54 +12,6 @@ import (
 	"mqttd/packets"
 	"mqttd/persistence/bolt"
 )
-
-// durableBroker is a served broker the test may stop before its end (to
-// start another on the same data dir, say); it is stopped at the end
-// otherwise.
-type durableBroker struct {
-	t      *testing.T
-	srv    *mqttd.Server
-	addr   string
-	served chan error
-}
-
-func startDurable(t *testing.T, opts mqttd.Options) *durableBroker {
-	t.Helper()
-	srv, err := mqttd.New(opts)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if listenerWrap != nil {
-		l = listenerWrap(l)
-	}
-	if err := srv.AddListener("test", l); err != nil {
-		t.Fatal(err)
-	}
-	b := &durableBroker{t: t, srv: srv, addr: l.Addr().String(), served: make(chan error, 1)}
-	go func() { b.served <- srv.Serve() }()
-	t.Cleanup(b.stop)
-	return b
-}
-
-// stop shuts the broker down; a second call does nothing.
-func (b *durableBroker) stop() {
-	if b.srv == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := b.srv.Shutdown(ctx); err != nil {
-		b.t.Errorf("Shutdown: %v", err)
-	}
-	if err := <-b.served; !errors.Is(err, mqttd.ErrServerClosed) {
-		b.t.Errorf("Serve returned %v", err)
-	}
-	b.srv = nil
-}
 
 // connectSubscribed connects and subscribes.
 func connectSubscribed(t *testing.T, cp *packets.Connect, addr string, subs ...packets.Subscription) *rawConn {
@@ -82,7 +32,7 @@ func qos(q byte) packets.SubOptions { return packets.SubOptions{QoS: q} }
 // messages; what expired while the broker was down does not come back.
 func TestRestartRestoresState(t *testing.T) {
 	dir := t.TempDir()
-	a := startDurable(t, mqttd.Options{DataDir: dir})
+	a := startBroker(t, mqttd.Options{DataDir: dir})
 	v5 := func(id string, expiry uint32) *packets.Connect {
 		cp := &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: id}
 		cp.Properties.SessionExpiry = expiry
@@ -160,7 +110,7 @@ func TestRestartRestoresState(t *testing.T) {
 
 	// The broker is down past the one-second expiries.
 	waitFor(t, "the one-second expiries to pass", func() bool { return time.Now().After(expiresAt.Add(100 * time.Millisecond)) })
-	b := startDurable(t, mqttd.Options{DataDir: dir})
+	b := startBroker(t, mqttd.Options{DataDir: dir})
 	st := b.srv.Stats()
 	if st.Sessions != 5 || st.Retained != 1 || st.Subscriptions != 4 {
 		t.Errorf("restored %d sessions, %d retained, %d subscriptions; want 5 (short expired), 1 (ret/gone expired), 4",
@@ -269,7 +219,7 @@ func TestRestartRestoresState(t *testing.T) {
 // empty.
 func TestStoreFileErrors(t *testing.T) {
 	dir := t.TempDir()
-	a := startDurable(t, mqttd.Options{DataDir: dir})
+	a := startBroker(t, mqttd.Options{DataDir: dir})
 	_, err := mqttd.New(mqttd.Options{DataDir: dir})
 	if !errors.Is(err, bolt.ErrLocked) || !strings.Contains(err.Error(), filepath.Join(dir, mqttd.StoreFile)) {
 		t.Errorf("second broker on the data dir: %v, want ErrLocked naming the file", err)
@@ -284,7 +234,7 @@ func TestStoreFileErrors(t *testing.T) {
 	if !errors.Is(err, bolt.ErrCorrupt) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("damaged file: %v, want ErrCorrupt naming it", err)
 	}
-	b := startDurable(t, mqttd.Options{DataDir: dir, MoveAsideBadStore: true})
+	b := startBroker(t, mqttd.Options{DataDir: dir, MoveAsideBadStore: true})
 	if st := b.srv.Stats(); st.Sessions != 0 {
 		t.Errorf("%d sessions after starting empty", st.Sessions)
 	}

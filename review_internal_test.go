@@ -11,21 +11,6 @@ import (
 
 // Regression tests for defects a review of the engine restructuring found.
 
-// servedTestServer is newTestServer serving on 127.0.0.1:0.
-func servedTestServer(t *testing.T, opts Options) (*Server, string) {
-	t.Helper()
-	s := newTestServer(t, opts)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AddListener("test", l); err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve()
-	return s, l.Addr().String()
-}
-
 // session311 connects a 3.1.1 client and reads its CONNACK.
 func session311(t *testing.T, addr, id string, clean bool) net.Conn {
 	t.Helper()
@@ -55,7 +40,7 @@ func (w *expiryWheel) filed() (ticks, sessions int) {
 // session dropped by a clean start leaves nothing at all: the wheel must
 // not keep a dropped session, and its queue, alive until its tick.
 func TestExpiryWheelKeepsNothingBehind(t *testing.T) {
-	s, addr := servedTestServer(t, Options{})
+	s, addr := startTestServer(t, Options{}, nil)
 	offline := func(nc net.Conn) {
 		t.Helper()
 		b, _ := (&packets.Disconnect{}).Append(nil, packets.V311)

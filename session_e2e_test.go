@@ -168,8 +168,13 @@ func TestQueueFillsWindowOnReturn(t *testing.T) {
 	}
 }
 
+// TestUnacknowledgedResentWithDupOnReconnect runs on both readers.
 func TestUnacknowledgedResentWithDupOnReconnect(t *testing.T) {
-	srv, addr := startServer(t, mqttd.Options{})
+	bothReaders(t, testUnacknowledgedResentWithDupOnReconnect)
+}
+
+func testUnacknowledgedResentWithDupOnReconnect(t *testing.T, on ...serverOption) {
+	srv, addr := startServer(t, mqttd.Options{}, on...)
 	sub := connectRawSession(t, addr, "flaky", false, false)
 	sub.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "f/#", Options: packets.SubOptions{QoS: 2}}}})
 	sub.read()

@@ -19,15 +19,10 @@ import (
 // poller's, which serves plain sockets, and the goroutine per connection
 // that serves any other net.Conn (TLS, WebSocket).
 func TestSpec(t *testing.T) {
-	t.Run("events", testSpecRows)
-	t.Run("goroutine", func(t *testing.T) {
-		listenerWrap = hideSocket
-		defer func() { listenerWrap = nil }()
-		testSpecRows(t)
-	})
+	bothReaders(t, testSpecRows)
 }
 
-func testSpecRows(t *testing.T) {
+func testSpecRows(t *testing.T, on ...serverOption) {
 	fixtures := map[int][]packettest.Fixture{}
 	for _, f := range packettest.Invalid {
 		row := fixtureRow(t, f.Name)
@@ -40,17 +35,17 @@ func testSpecRows(t *testing.T) {
 		}
 		t.Run(fmt.Sprintf("row%02d", row), func(t *testing.T) {
 			for _, f := range fx {
-				t.Run(f.Name, func(t *testing.T) { runInvalidFixture(t, f) })
+				t.Run(f.Name, func(t *testing.T) { runInvalidFixture(t, f, on...) })
 			}
 			if extra != nil {
-				extra(t)
+				extra(t, on...)
 			}
 		})
 	}
 }
 
 // specRows holds the broker-level checks of each row, beyond its fixtures.
-var specRows = map[int]func(*testing.T){
+var specRows = map[int]func(*testing.T, ...serverOption){
 	2:  specRow02SecondConnect,
 	9:  specRow09PasswordWithoutUsername,
 	11: specRow11EmptyClientID,
@@ -113,9 +108,9 @@ func validFixture(t *testing.T, name string) packettest.Fixture {
 // runInvalidFixture sends one invalid frame and checks the answer the
 // checklist names. A CONNECT (or any first packet) is sent on a fresh
 // connection; anything else after a good CONNECT (see expectRejected).
-func runInvalidFixture(t *testing.T, f packettest.Fixture) {
+func runInvalidFixture(t *testing.T, f packettest.Fixture, on ...serverOption) {
 	t.Helper()
-	_, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxPacketSize: f.MaxSize}})
+	_, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxPacketSize: f.MaxSize}}, on...)
 	if f.Version == 0 || packets.Type(f.Raw[0]>>4) == packets.TypeConnect {
 		rc := dialRaw(t, addr)
 		rc.v = max(f.Version, packets.V311)

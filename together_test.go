@@ -14,7 +14,7 @@ import (
 // SUBSCRIBE then the client's side closed; and, 5.0, a protocol error
 // after them (the answers come before the DISCONNECT 0x82).
 func TestPacketsTogetherAnswered(t *testing.T) {
-	bothReaders(t, func(t *testing.T) {
+	bothReaders(t, func(t *testing.T, on ...serverOption) {
 		for _, tc := range []struct {
 			name string
 			v    packets.Version
@@ -25,7 +25,7 @@ func TestPacketsTogetherAnswered(t *testing.T) {
 			{"protocol-error", packets.V5, func(*rawConn) []byte { return []byte{0x20, 2, 0, 0} }}, // a CONNACK from the client
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				srv, addr := startServer(t, mqttd.Options{})
+				srv, addr := startServer(t, mqttd.Options{}, on...)
 				rc := dialRaw(t, addr)
 				rc.v = tc.v
 				out, _ := (&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: tc.v, ClientID: "together", CleanStart: true}).Append(nil, tc.v)

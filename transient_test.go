@@ -50,27 +50,15 @@ func wantPlain(prefix string, rounds, n int, topics []string, payloads [][]byte)
 	return nil
 }
 
-// onBothReaders runs test against a broker whose connections are served
-// by the poller and against one whose connections each have a reader
-// goroutine (as TLS and WebSocket connections do).
-func onBothReaders(t *testing.T, test func(t *testing.T)) {
-	t.Run("poller", test)
-	t.Run("goroutine", func(t *testing.T) {
-		listenerWrap = hideSocket
-		defer func() { listenerWrap = nil }()
-		test(t)
-	})
-}
-
 // TestPlainQoS0KeptByInlineHandler checks the messages an inline handler
 // keeps (Handler: "it may keep the Message"), and that a 5.0 PUBLISH with
 // properties, which is not plain, is copied out of the read buffer.
 func TestPlainQoS0KeptByInlineHandler(t *testing.T) {
-	onBothReaders(t, testPlainQoS0KeptByInlineHandler)
+	bothReaders(t, testPlainQoS0KeptByInlineHandler)
 }
 
-func testPlainQoS0KeptByInlineHandler(t *testing.T) {
-	s, addr := startServer(t, mqttd.Options{})
+func testPlainQoS0KeptByInlineHandler(t *testing.T, on ...serverOption) {
+	s, addr := startServer(t, mqttd.Options{}, on...)
 	var mu sync.Mutex
 	var kept []mqttd.Message
 	unsubscribe, err := s.Subscribe("kept/#", func(m mqttd.Message) {
@@ -118,11 +106,11 @@ func testPlainQoS0KeptByInlineHandler(t *testing.T) {
 // Maximum 1), to keep their order: they are sent once the backlog is
 // acknowledged, long after the reads they came in.
 func TestPlainQoS0QueuedBehindBacklog(t *testing.T) {
-	onBothReaders(t, testPlainQoS0QueuedBehindBacklog)
+	bothReaders(t, testPlainQoS0QueuedBehindBacklog)
 }
 
-func testPlainQoS0QueuedBehindBacklog(t *testing.T) {
-	_, addr := startServer(t, mqttd.Options{})
+func testPlainQoS0QueuedBehindBacklog(t *testing.T, on ...serverOption) {
+	_, addr := startServer(t, mqttd.Options{}, on...)
 	props := packets.Properties{ReceiveMaximum: 1}
 	props.Set(packets.PropReceiveMaximum)
 	sub := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "sub", CleanStart: true, Properties: props})
@@ -165,13 +153,13 @@ func testPlainQoS0QueuedBehindBacklog(t *testing.T) {
 // queued, and so stored, for an offline persistent session
 // (limits.queue_qos0): they come back intact after a restart.
 func TestPlainQoS0StoredForOfflineSession(t *testing.T) {
-	onBothReaders(t, testPlainQoS0StoredForOfflineSession)
+	bothReaders(t, testPlainQoS0StoredForOfflineSession)
 }
 
-func testPlainQoS0StoredForOfflineSession(t *testing.T) {
+func testPlainQoS0StoredForOfflineSession(t *testing.T, on ...serverOption) {
 	opts := mqttd.Options{DataDir: t.TempDir()}
 	opts.Limits.QueueQoS0 = true
-	a := startDurable(t, opts)
+	a := startBroker(t, opts, on...)
 	off := connectSubscribed(t, &packets.Connect{ClientID: "off"}, a.addr, packets.Subscription{Filter: "s/#", Options: qos(0)})
 	off.send(&packets.Disconnect{})
 	off.expectClosed()
@@ -184,7 +172,7 @@ func testPlainQoS0StoredForOfflineSession(t *testing.T) {
 	}
 	waitFor(t, "every message to be queued", func() bool { return a.srv.Stats().Queued == rounds*n })
 	a.stop()
-	b := startDurable(t, opts)
+	b := startBroker(t, opts, on...)
 	sub := connectRaw(t, b.addr, &packets.Connect{ClientID: "off"})
 	var topics []string
 	var payloads [][]byte

@@ -22,12 +22,10 @@ func TestSpecOverTransports(t *testing.T) {
 	tlsClient := &tls.Config{RootCAs: certPool(t, cert)}
 	for _, typ := range []string{listeners.TLS, listeners.WS} {
 		t.Run(typ, func(t *testing.T) {
-			listenerWrap = func(plain net.Listener) net.Listener {
+			testSpecRows(t, wrapListener(func(plain net.Listener) net.Listener {
 				return newRelayListener(t, plain, listeners.Config{Type: typ, Address: "127.0.0.1:0",
 					TLS: listeners.TLSConfig{CertFile: cert, KeyFile: key}}, tlsClient)
-			}
-			defer func() { listenerWrap = nil }()
-			testSpecRows(t)
+			}))
 		})
 	}
 }

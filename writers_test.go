@@ -13,7 +13,7 @@ import (
 // The first delivery may find the subscriber's reader still writing its
 // SUBACK, and start no writer; each later one starts one.
 func TestWriterGoroutinesParkAndEnd(t *testing.T) {
-	b := startDurable(t, mqttd.Options{})
+	b := startBroker(t, mqttd.Options{})
 	sub := connectRaw(t, b.addr, &packets.Connect{ClientID: "park-sub", CleanStart: true})
 	sub.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "park/t"}}})
 	if _, ok := sub.read().(*packets.Suback); !ok {
