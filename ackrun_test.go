@@ -113,28 +113,6 @@ func TestAcknowledgementsInOneWrite(t *testing.T) {
 	}
 }
 
-// expectAck reads the next packet, which must be an acknowledgement of
-// type typ for id with code.
-func expectAck(rc *rawConn, typ packets.Type, id uint16, code packets.ReasonCode) {
-	rc.t.Helper()
-	p := rc.read()
-	var gotID uint16
-	var gotCode packets.ReasonCode
-	switch a := p.(type) {
-	case *packets.Puback:
-		gotID, gotCode = a.PacketID, a.ReasonCode
-	case *packets.Pubrec:
-		gotID, gotCode = a.PacketID, a.ReasonCode
-	case *packets.Pubrel:
-		gotID, gotCode = a.PacketID, a.ReasonCode
-	case *packets.Pubcomp:
-		gotID, gotCode = a.PacketID, a.ReasonCode
-	}
-	if p.Type() != typ || gotID != id || gotCode != code {
-		rc.t.Fatalf("got %T %+v, want %v %d code %#x", p, p, typ, id, code)
-	}
-}
-
 // TestWrongAcknowledgementAmongOthers checks that acknowledgements
 // written together stop at one of the wrong kind: those before it
 // complete their messages, the connection is closed for it, and those

@@ -10,35 +10,6 @@ import (
 	"mqttd/packets"
 )
 
-// fromListener reports every accepted connection as coming from the
-// address its from field holds at accept time, as if clients connected
-// from other machines, so the per-address limit can be tested over
-// loopback. Connections keep working, read by goroutines.
-type fromListener struct {
-	net.Listener
-	from chan net.Addr
-}
-
-type fromConn struct {
-	net.Conn
-	remote net.Addr
-}
-
-func (c fromConn) RemoteAddr() net.Addr { return c.remote }
-
-// fromChan has the broker accept through a fromListener reading from.
-func fromChan(from chan net.Addr) serverOption {
-	return wrapListener(func(l net.Listener) net.Listener { return fromListener{l, from} })
-}
-
-func (l fromListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return fromConn{c, <-l.from}, nil
-}
-
 // TestConnectionLimits checks the admission limits at their boundary: the
 // connection at the limit is served, the one over it is closed before
 // anything is read and counted under its reason, and closing one makes

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,84 +15,8 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"mqttd"
-	"mqttd/auth/passwd"
 	"mqttd/packets"
 )
-
-// The ACL most tests here use: anonymous clients read public/; alice
-// reads and writes sensors/ but not sensors/secret, and writes cmd/;
-// writer writes everything; spy reads everything; every client reads and
-// writes its own devices/<username>/ level.
-const testACL = `# anonymous clients
-topic read public/#
-
-user alice
-topic deny sensors/secret
-topic readwrite sensors/#
-topic write cmd/#
-
-user writer
-topic write #
-
-user spy
-topic read #
-
-pattern readwrite devices/%u/#
-`
-
-// writeFile writes content to name in dir and returns its path.
-func writeFile(t *testing.T, dir, name, content string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// writePasswords writes a password file in which each user's password
-// is "pw-" and its name.
-func writePasswords(t *testing.T, dir string, users ...string) string {
-	t.Helper()
-	p := filepath.Join(dir, "passwords")
-	for i, u := range users {
-		if err := passwd.Set(p, u, []byte("pw-"+u), i == 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return p
-}
-
-// as is a CONNECT for client id with a username and password.
-func as(id, user, password string) *packets.Connect {
-	return &packets.Connect{ClientID: id, CleanStart: true, UsernameFlag: user != "", Username: user,
-		PasswordFlag: password != "", Password: []byte(password)}
-}
-
-// refusedCode is the CONNACK code refusing a client: bad credentials
-// (bad) or not authorized.
-func refusedCode(v packets.Version, bad bool) packets.ReasonCode {
-	switch {
-	case v == packets.V5 && bad:
-		return packets.BadUsernameOrPassword
-	case v == packets.V5:
-		return packets.NotAuthorized
-	case bad:
-		return packets.ConnRefusedBadCredentials
-	}
-	return packets.ConnRefusedNotAuthorized
-}
-
-// expectRefused connects with cp and checks the CONNACK refuses it with
-// want, and the connection is then closed.
-func expectRefused(t *testing.T, addr string, v packets.Version, cp *packets.Connect, want packets.ReasonCode) {
-	t.Helper()
-	rc, ack := connectReply(t, addr, v, cp)
-	if ack.ReasonCode != want {
-		t.Errorf("%s %q as %q: CONNACK %#x, want %#x", versionName(v), cp.ClientID, cp.Username, byte(ack.ReasonCode), byte(want))
-	}
-	rc.expectClosed()
-}
 
 // TestPasswordFile checks logins against a password file: the right
 // password is let in; a wrong one and an unknown user are refused alike
@@ -120,24 +43,6 @@ func TestPasswordFile(t *testing.T) {
 	// The failures slowed this address down; the right password still
 	// gets in, and clears that.
 	connectAs(t, addr, packets.V311, as("b", "bob", "pw-bob")).ping()
-}
-
-// wideListener presents a loopback listener as one on every address
-// (0.0.0.0), as a broker opened to the network is: tests listen on
-// loopback only, and the broker decides from the address it is given.
-type wideListener struct{ net.Listener }
-
-func (l wideListener) Addr() net.Addr {
-	a := *l.Listener.Addr().(*net.TCPAddr)
-	a.IP = net.IPv4zero
-	return &a
-}
-
-// startWide runs a broker whose only listener presents itself as
-// 0.0.0.0, and returns the loopback address to dial.
-func startWide(t *testing.T, opts mqttd.Options) (*mqttd.Server, string) {
-	t.Helper()
-	return startServer(t, opts, wrapListener(func(l net.Listener) net.Listener { return wideListener{l} }))
 }
 
 // TestAnonymousDefaults checks Mosquitto 2's default: anonymous clients
@@ -179,17 +84,6 @@ func aclServer(t *testing.T, opts mqttd.Options) (*mqttd.Server, string, string)
 	opts.Auth.ACLFile = aclFile
 	b := startBroker(t, opts)
 	return b.srv, b.addr, aclFile
-}
-
-// publishQoS1 publishes on rc at QoS 1 and returns the PUBACK's code.
-func publishQoS1(rc *rawConn, id uint16, topic string, retain bool) packets.ReasonCode {
-	rc.t.Helper()
-	rc.send(&packets.Publish{Topic: topic, QoS: 1, PacketID: id, Retain: retain, Payload: []byte(topic)})
-	ack, ok := rc.read().(*packets.Puback)
-	if !ok || ack.PacketID != id {
-		rc.t.Fatalf("no PUBACK %d for %s: %+v", id, topic, ack)
-	}
-	return ack.ReasonCode
 }
 
 // TestACLPublishAndSubscribe checks the ACL on PUBLISH and SUBSCRIBE in

@@ -35,19 +35,6 @@ func TestWillTopicChecked(t *testing.T) {
 	}
 }
 
-// connect31 sends an MQTT 3.1 CONNECT and returns the CONNACK.
-func connect31(t *testing.T, addr string, cp *packets.Connect) (*rawConn, *packets.Connack) {
-	t.Helper()
-	rc := dialRaw(t, addr)
-	cp.ProtocolName, cp.ProtocolVersion, rc.v = "MQIsdp", packets.V31, packets.V31
-	rc.send(cp)
-	ack, ok := rc.read().(*packets.Connack)
-	if !ok {
-		t.Fatalf("got %+v, want CONNACK", ack)
-	}
-	return rc, ack
-}
-
 // TestMQTT31Connect checks MQTT 3.1's own CONNECT rules: a client id of
 // zero length is refused with CONNACK 2 (3.1 knows no assigned ids), and
 // the CONNACK's session-present bit, reserved in 3.1, is never set, even

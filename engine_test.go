@@ -36,10 +36,6 @@ func (a *blockingAuthz) Authorize(c auth.ClientInfo, r auth.Request) bool {
 	return true
 }
 
-func subscribeRaw(rc *rawConn, filter string, qos byte) {
-	rc.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: filter, Options: packets.SubOptions{QoS: qos}}}})
-}
-
 // A SUBSCRIBE still being handled when a clean session takes the client id
 // over must not put the dropped session back into the trie, where it would
 // take its turn in the share group for ever.

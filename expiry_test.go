@@ -8,26 +8,6 @@ import (
 	"mqttd/packets"
 )
 
-// expiringConnect is a 5.0 CONNECT asking for a session that outlives the
-// connection by expiry seconds.
-func expiringConnect(id string, expiry uint32) *packets.Connect {
-	cp := &packets.Connect{ClientID: id}
-	cp.Properties.SessionExpiry = expiry
-	cp.Properties.Set(packets.PropSessionExpiry)
-	return cp
-}
-
-// reconnect5 connects id again in 5.0 and reports whether its session
-// was still there.
-func reconnect5(t *testing.T, addr, id string, expiry uint32) (*rawConn, bool) {
-	t.Helper()
-	rc, ack := connectReply(t, addr, packets.V5, expiringConnect(id, expiry))
-	if ack.ReasonCode != packets.Success {
-		t.Fatalf("CONNACK %#x", byte(ack.ReasonCode))
-	}
-	return rc, ack.SessionPresent
-}
-
 // TestSessionExpiry checks that offline sessions are dropped, with their
 // subscriptions and queue, once their expiry interval has passed: a 5.0
 // Session Expiry Interval, the one a 5.0 DISCONNECT changes it to, the

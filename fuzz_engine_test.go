@@ -19,7 +19,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"mqttd"
-	"mqttd/internal/testutil"
 	"mqttd/packets"
 	"mqttd/packets/packettest"
 )
@@ -716,7 +715,3 @@ func ackProperties(p packets.Packet) *packets.Properties {
 	}
 	return nil
 }
-
-// lockedBuffer collects output written from other goroutines while the
-// test reads it.
-type lockedBuffer = testutil.LockedBuffer

@@ -11,7 +11,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"math/big"
 	"net"
 	"os"
@@ -24,7 +23,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"mqttd"
-	"mqttd/internal/testutil"
 	"mqttd/packets"
 )
 
@@ -53,38 +51,6 @@ func TestListenerConfigErrorsNameTheKey(t *testing.T) {
 			t.Errorf("Validate does not say %q:\n%v", want, err)
 		}
 	}
-}
-
-// listenAll starts a broker on the listeners of opts through Listen.
-func listenAll(t *testing.T, opts mqttd.Options) *mqttd.Server {
-	t.Helper()
-	srv, err := mqttd.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	serveForTest(t, srv)
-	return srv
-}
-
-// serveForTest serves srv until the test ends, then shuts it down and
-// checks that Serve returned for that.
-func serveForTest(t *testing.T, srv *mqttd.Server) {
-	t.Helper()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve() }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-served; !errors.Is(err, mqttd.ErrServerClosed) {
-			t.Errorf("Serve returned %v", err)
-		}
-	})
 }
 
 // TestListenTransports sends a message from a TCP publisher to
@@ -374,17 +340,3 @@ func TestRestoredSessionKeepsItsListener(t *testing.T) {
 		t.Errorf("%d deliveries denied: the restored session was judged by the broker's ACL, not its listener's", n)
 	}
 }
-
-// writeServerCert writes a self-signed certificate for 127.0.0.1, which
-// clients take as their CA, and its key.
-func writeServerCert(t *testing.T) (certFile, keyFile string) {
-	t.Helper()
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	testutil.WriteSelfSigned(t, certFile, keyFile, "127.0.0.1")
-	return certFile, keyFile
-}
-
-// certPool is a pool of the certificates in the PEM file cert: a
-// client's CA for writeServerCert's.
-var certPool = testutil.CertPool

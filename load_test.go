@@ -86,25 +86,6 @@ func TestTakeoverStorm(t *testing.T) {
 	pub.Disconnect(100)
 }
 
-// metricValue reads one metric's value (summed over labels) from a registry.
-func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return sum
-}
-
 // TestSlowConsumer checks a subscriber that stops reading holds its
 // publisher back at most once for the stall bound, then gets QoS 0
 // dropped (counted) and is disconnected after the write timeout. The write

@@ -8,20 +8,6 @@ import (
 	"mqttd/packets"
 )
 
-// limitedConnect is a 5.0 CONNECT of a persistent session with a Receive
-// Maximum of 1 and, when max > 0, a Maximum Packet Size of max.
-func limitedConnect(id string, max uint32) *packets.Connect {
-	cp := &packets.Connect{ClientID: id}
-	cp.Properties.SessionExpiry, cp.Properties.ReceiveMaximum = 300, 1
-	cp.Properties.Set(packets.PropSessionExpiry)
-	cp.Properties.Set(packets.PropReceiveMaximum)
-	if max > 0 {
-		cp.Properties.MaximumPacketSize = max
-		cp.Properties.Set(packets.PropMaximumPacketSize)
-	}
-	return cp
-}
-
 // TestClientMaximumPacketSize checks that a PUBLISH larger than a 5.0
 // client's Maximum Packet Size is not sent [MQTT-3.1.2-24] but treated as
 // sent [MQTT-3.1.2-25]: at QoS 0, and at QoS 1 where it must not hold the

@@ -2,44 +2,15 @@ package mqttd_test
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"net"
 	"testing"
 	"time"
 
 	"mqttd"
-	"mqttd/internal/testutil"
-	"mqttd/packets"
 )
 
 // idleConns is how many connections the memory benchmark holds open.
 const idleConns = 5000
-
-// heapInUse is the live heap and stacks after collecting garbage.
-var heapInUse = testutil.HeapInUse
-
-// dialIdle opens a connection that CONNECTs and SUBSCRIBEs, reads the
-// answers into a stack buffer and then stays idle with no goroutine.
-func dialIdle(b *testing.B, addr string, i int) net.Conn {
-	b.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		b.Fatal(err)
-	}
-	out, _ := (&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, CleanStart: true,
-		KeepAlive: 60, ClientID: fmt.Sprintf("idle-%06d", i)}).Append(nil, packets.V311)
-	out, _ = (&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{
-		{Filter: fmt.Sprintf("dev/%06d/cmd", i), Options: packets.SubOptions{QoS: 1}}}}).Append(out, packets.V311)
-	if _, err := nc.Write(out); err != nil {
-		b.Fatal(err)
-	}
-	var in [4 + 5]byte // CONNACK and a one-filter SUBACK
-	if _, err := io.ReadFull(nc, in[:]); err != nil {
-		b.Fatal(err)
-	}
-	return nc
-}
 
 // BenchmarkIdleConnection reports the broker's live heap and stack per
 // idle connection holding one subscription ("broker-B/conn"). The

@@ -14,29 +14,6 @@ import (
 	"mqttd/session"
 )
 
-// histogramOf scrapes the histogram name from reg: its count, its sum
-// and its cumulative counts by upper bound.
-func histogramOf(t *testing.T, reg *prometheus.Registry, name string) (count uint64, sum float64, buckets map[float64]uint64) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name || len(mf.GetMetric()) != 1 {
-			continue
-		}
-		h := mf.GetMetric()[0].GetHistogram()
-		buckets = make(map[float64]uint64)
-		for _, b := range h.GetBucket() {
-			buckets[b.GetUpperBound()] = b.GetCumulativeCount()
-		}
-		return h.GetSampleCount(), h.GetSampleSum(), buckets
-	}
-	t.Fatalf("no histogram %s", name)
-	return 0, 0, nil
-}
-
 // labelsOf scrapes the one series of the metric name from reg: its labels
 // and its value.
 func labelsOf(t *testing.T, reg *prometheus.Registry, name string) (map[string]string, float64) {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"io"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -12,20 +11,6 @@ import (
 
 	"mqttd"
 )
-
-// needTool returns the path of a Debian-packaged client, skipping outside
-// CI when it is absent; CI installs it (.ci/run), so there it must exist.
-func needTool(t *testing.T, name string) string {
-	t.Helper()
-	path, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s missing in CI: .ci/run must install mosquitto-clients", name)
-		}
-		t.Skipf("%s not installed (apt-get install mosquitto-clients)", name)
-	}
-	return path
-}
 
 func TestMosquittoClients(t *testing.T) {
 	pubBin, subBin := needTool(t, "mosquitto_pub"), needTool(t, "mosquitto_sub")

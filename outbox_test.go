@@ -2,7 +2,6 @@ package mqttd
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net"
 	"slices"
@@ -10,8 +9,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"mqttd/internal/testutil"
 )
 
 // Unit tests of the outbox and its writer (outbox.go). A conn is built on
@@ -22,26 +19,6 @@ import (
 // synctest bubble, where synctest.Wait returns only once every goroutine
 // the test started is blocked.
 
-// newTestServer returns a Server from New that is not serving, shut down
-// when the test ends: what an internal test gives a conn as its srv. New
-// starts no goroutine, so a test may create it inside a synctest bubble,
-// and must when the bubble's goroutines use its WaitGroups.
-func newTestServer(t *testing.T, opts Options) *Server {
-	t.Helper()
-	s, err := New(opts)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
-	return s
-}
-
 // pipePair returns the two ends of a net.Pipe, closed when the test ends.
 func pipePair(t *testing.T) (server, client net.Conn) {
 	t.Helper()
@@ -51,30 +28,6 @@ func pipePair(t *testing.T) (server, client net.Conn) {
 		client.Close()
 	})
 	return server, client
-}
-
-// readFull reads exactly n bytes from nc, failing the test if they do not
-// all come within 10 s.
-func readFull(t *testing.T, nc net.Conn, n int) []byte {
-	t.Helper()
-	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	b := make([]byte, n)
-	if got, err := io.ReadFull(nc, b); err != nil {
-		t.Fatalf("read %d of %d bytes: %v", got, n, err)
-	}
-	return b
-}
-
-// readToEOF reads nc until the other end is closed and returns the bytes,
-// failing the test if that takes more than 10 s.
-func readToEOF(t *testing.T, nc net.Conn) []byte {
-	t.Helper()
-	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	b, err := io.ReadAll(nc)
-	if err != nil {
-		t.Fatalf("read to EOF: %v", err)
-	}
-	return b
 }
 
 // fill returns n bytes of c.
@@ -105,9 +58,6 @@ func snapshot(c *conn) outboxSnapshot {
 	return st
 }
 
-// waitUntil polls cond until it holds, failing the test after 10 s.
-var waitUntil = testutil.WaitFor
-
 // waitTaken waits until c's writer has taken n bytes out of the outbox and
 // is writing them: on a net.Pipe nobody reads, it blocks there.
 func waitTaken(t *testing.T, c *conn, n int) {
@@ -116,16 +66,6 @@ func waitTaken(t *testing.T, c *conn, n int) {
 		st := snapshot(c)
 		return st.writing && st.inWrite == n
 	})
-}
-
-// isClosed reports whether ch is closed, without waiting.
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }
 
 // closeOnce closes ch unless it is closed already; one goroutine at a time.

@@ -3,38 +3,11 @@ package mqttd_test
 import (
 	"bytes"
 	"fmt"
-	"sync"
 	"testing"
-
-	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"mqttd"
 	"mqttd/packets"
 )
-
-// collector gathers messages a paho subscription receives.
-type collector struct {
-	mu   sync.Mutex
-	msgs []paho.Message
-}
-
-func (c *collector) handler(_ paho.Client, m paho.Message) {
-	c.mu.Lock()
-	c.msgs = append(c.msgs, m)
-	c.mu.Unlock()
-}
-
-func (c *collector) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.msgs)
-}
-
-func (c *collector) get(i int) paho.Message {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.msgs[i]
-}
 
 // TestPubSubQoSDowngrade checks every publish QoS against every
 // subscription QoS on both readers.

@@ -10,16 +10,6 @@ import (
 	"mqttd/session"
 )
 
-// offlineSubscriber leaves a persistent session subscribed to filter at
-// QoS 1 and disconnects, so what is published to it is queued.
-func offlineSubscriber(t *testing.T, addr, id, filter string) {
-	t.Helper()
-	rc := connectRawSession(t, addr, id, false, false)
-	subscribe(rc, packets.Subscription{Filter: filter, Options: packets.SubOptions{QoS: 1}})
-	rc.send(&packets.Disconnect{})
-	rc.expectClosed()
-}
-
 // TestQueueByteLimits checks the queued bytes are bounded per session
 // (limits.max_queued_bytes) and for all sessions together
 // (limits.max_queued_bytes_total), not only counted in messages: past

@@ -4,7 +4,6 @@ package mqttd
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"net"
 	"sync"
@@ -15,7 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"mqttd/auth"
-	"mqttd/listeners"
 	"mqttd/packets"
 	"mqttd/session"
 )
@@ -27,136 +25,6 @@ import (
 // test sees every reader wakeReader starts. A conn that closes its socket
 // needs a serving Server (Serve opens the poller it unregisters from),
 // though the test's conn is not registered with it.
-
-// startTestServer runs a Server on 127.0.0.1:0 until the test ends and
-// returns it, serving (its poller open), with its address; before, if not
-// nil, is called between New and Serve; wrap, if given, wraps the
-// listener.
-func startTestServer(t *testing.T, opts Options, before func(*Server), wrap ...func(net.Listener) net.Listener) (*Server, string) {
-	t.Helper()
-	s, addr, served := launchTestServer(t, opts, before, wrap...)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-served; !errors.Is(err, ErrServerClosed) {
-			t.Errorf("Serve returned %v", err)
-		}
-	})
-	return s, addr
-}
-
-// launchTestServer is startTestServer for a test that shuts the server
-// down itself: served gets what Serve returns.
-func launchTestServer(t *testing.T, opts Options, before func(*Server), wrap ...func(net.Listener) net.Listener) (s *Server, addr string, served <-chan error) {
-	t.Helper()
-	s, err := New(opts)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	if before != nil {
-		before(s)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range wrap {
-		l = w(l)
-	}
-	if err := s.AddListener("test", l); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve() }()
-	waitUntil(t, "Serve to start", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.serving
-	})
-	return s, l.Addr().String(), done
-}
-
-// onlyConn waits for s to hold exactly one connection and returns it.
-func onlyConn(t *testing.T, s *Server) *conn {
-	t.Helper()
-	var c *conn
-	waitUntil(t, "the server to accept the connection", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for k := range s.conns {
-			c = k
-		}
-		return len(s.conns) == 1
-	})
-	return c
-}
-
-// writePacket writes p to nc in version v.
-func writePacket(t *testing.T, nc net.Conn, p packets.Packet, v packets.Version) {
-	t.Helper()
-	b, err := p.Append(nil, v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nc.Write(b); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// readPacket reads the next packet from br, nc's reader, failing the test
-// if none comes within 10 s.
-func readPacket(t *testing.T, nc net.Conn, br *bufio.Reader, v packets.Version) packets.Packet {
-	t.Helper()
-	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	p, err := packets.ReadPacket(br, v, 0)
-	if err != nil {
-		t.Fatalf("read packet: %v", err)
-	}
-	return p
-}
-
-// tcpPair returns the two ends of a loopback TCP connection, closed when
-// the test ends.
-func tcpPair(t *testing.T) (server, client net.Conn) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	client, err = net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err = l.Accept()
-	if err != nil {
-		client.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		server.Close()
-		client.Close()
-	})
-	return server, client
-}
-
-// eventConnFor returns the event state startEvent would give a connection
-// on nc, whose descriptor it takes (nc is closed), without registering it
-// with a poller: the test wakes its reader. The descriptor is closed when
-// the test ends, if the connection did not close it.
-func eventConnFor(t *testing.T, nc net.Conn) *eventConn {
-	t.Helper()
-	fd, _, err := listeners.Detach(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev := &eventConn{fd: int32(fd)}
-	t.Cleanup(func() { ev.close() })
-	return ev
-}
 
 // queued returns the bytes waiting in the socket's receive queue.
 func queued(ev *eventConn) int {
@@ -195,18 +63,6 @@ func testReaderPool(s *Server, n int) chan *conn {
 	ch := make(chan *conn, n)
 	s.readers = &readerPool{srv: s, max: minReaders, parked: parked{ch: ch, maxIdle: maxParkedReaders, goroutines: n, idle: n}}
 	return ch
-}
-
-// trackConn registers c with s as startConn does, so that its cleanup's
-// untrack balances; the test ending finishes c if the test did not.
-func trackConn(t *testing.T, s *Server, c *conn) {
-	t.Helper()
-	s.mu.Lock()
-	s.conns[c] = struct{}{}
-	s.connWG.Add(1)
-	s.mu.Unlock()
-	s.stats.connections.Add(1)
-	t.Cleanup(func() { c.finishEvent(errShutdown) })
 }
 
 // TestReaderWakeStartsOneReader checks that wakeReader, called at once by

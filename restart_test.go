@@ -13,16 +13,6 @@ import (
 	"mqttd/persistence/bolt"
 )
 
-// connectSubscribed connects and subscribes.
-func connectSubscribed(t *testing.T, cp *packets.Connect, addr string, subs ...packets.Subscription) *rawConn {
-	t.Helper()
-	c := connectRaw(t, addr, cp)
-	subscribe(c, subs...)
-	return c
-}
-
-func qos(q byte) packets.SubOptions { return packets.SubOptions{QoS: q} }
-
 // TestRestartRestoresState stops a broker with persistent sessions in
 // every state and starts another on its data dir: sessions come back
 // present with their subscriptions (options and identifiers included),

@@ -260,16 +260,3 @@ func TestOverlappingSubscriptionsDeliverOnceAtMaxQoS(t *testing.T) {
 		t.Errorf("delivered at QoS %d, want 2 (the highest matching)", p.QoS)
 	}
 }
-
-// connectRawSession connects with clean session set as given and checks
-// the CONNACK's session-present flag.
-func connectRawSession(t *testing.T, addr, id string, clean, wantPresent bool) *rawConn {
-	t.Helper()
-	rc := dialRaw(t, addr)
-	rc.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, ClientID: id, CleanStart: clean})
-	ack, ok := rc.read().(*packets.Connack)
-	if !ok || ack.ReasonCode != 0 || ack.SessionPresent != wantPresent {
-		t.Fatalf("CONNACK %+v: want accepted with session present %v", ack, wantPresent)
-	}
-	return rc
-}

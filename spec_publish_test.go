@@ -54,15 +54,6 @@ func deliverTopicAsIs(t *testing.T, topic string, on ...serverOption) {
 	}
 }
 
-// aliasPublish is a 5.0 PUBLISH carrying Topic Alias alias.
-func aliasPublish(t *testing.T, topic string, alias uint16) []byte {
-	t.Helper()
-	p := &packets.Publish{Topic: topic, Payload: []byte("x")}
-	p.Properties.TopicAlias = alias
-	p.Properties.Set(packets.PropTopicAlias)
-	return encode(t, p, packets.V5)
-}
-
 // Row 29: the broker advertises limits.max_topic_alias as Topic Alias
 // Maximum; alias 0 (the row's fixture) and one above it get DISCONNECT
 // 0x94 (§3.3.2.3.4), the maximum itself is used.

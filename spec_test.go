@@ -72,16 +72,6 @@ var specRows = map[int]func(*testing.T, ...serverOption){
 	55: specRow55ManyLevels,
 }
 
-// versions are the protocol versions most rows are checked in.
-var versions = []packets.Version{packets.V311, packets.V5}
-
-func versionName(v packets.Version) string {
-	if v == packets.V5 {
-		return "v5"
-	}
-	return "v311"
-}
-
 // fixtureRow reads the checklist row from a fixture name "rowNN-...".
 func fixtureRow(t *testing.T, name string) int {
 	t.Helper()
@@ -143,16 +133,6 @@ func expectRejected(t *testing.T, addr string, v packets.Version, raw []byte, co
 	expectPublish(watcher, "will")
 }
 
-// encode returns p's bytes in version v.
-func encode(t *testing.T, p packets.Packet, v packets.Version) []byte {
-	t.Helper()
-	b, err := p.Append(nil, v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // expectConnectRefused checks the answer to a bad first packet: nothing
 // before CONNECT [MQTT-3.1.0-1]; for a bad protocol name at most a
 // refusing CONNACK; for an unsupported level CONNACK 0x01 or 0x84
@@ -184,85 +164,5 @@ func expectConnack(rc *rawConn, p packets.Packet, code packets.ReasonCode) {
 	ack, ok := p.(*packets.Connack)
 	if !ok || ack.ReasonCode != code {
 		rc.t.Fatalf("got %T %+v, want CONNACK 0x%02X", p, p, byte(code))
-	}
-}
-
-// expectServerClose checks how the server ends a connection for a bad
-// packet: 3.x closes without a word; 5.0 sends DISCONNECT with code first.
-func expectServerClose(rc *rawConn, code packets.ReasonCode) {
-	rc.t.Helper()
-	if rc.v == packets.V5 {
-		p := rc.read()
-		if d, ok := p.(*packets.Disconnect); !ok || d.ReasonCode != code {
-			rc.t.Fatalf("got %T %+v, want DISCONNECT 0x%02X", p, p, byte(code))
-		}
-	}
-	rc.expectClosed()
-}
-
-// connectAs completes a CONNECT in version v; cp.ProtocolName and
-// cp.ProtocolVersion are filled in.
-func connectAs(t *testing.T, addr string, v packets.Version, cp *packets.Connect) *rawConn {
-	t.Helper()
-	cp.ProtocolName, cp.ProtocolVersion = "MQTT", v
-	return connectRaw(t, addr, cp)
-}
-
-// connectReply dials, sends cp in version v and returns the CONNACK.
-func connectReply(t *testing.T, addr string, v packets.Version, cp *packets.Connect) (*rawConn, *packets.Connack) {
-	t.Helper()
-	rc := dialRaw(t, addr)
-	cp.ProtocolName, cp.ProtocolVersion = "MQTT", v
-	rc.v = v
-	rc.send(cp)
-	p := rc.read()
-	ack, ok := p.(*packets.Connack)
-	if !ok {
-		t.Fatalf("got %T %+v, want CONNACK", p, p)
-	}
-	return rc, ack
-}
-
-// setWill gives cp a QoS 0 will on topic.
-func setWill(cp *packets.Connect, topic string) {
-	cp.WillFlag, cp.WillTopic, cp.WillPayload = true, topic, []byte("gone")
-}
-
-// watchTopic connects a 3.1.1 subscriber to filter at QoS 0.
-func watchTopic(t *testing.T, addr, filter string) *rawConn {
-	t.Helper()
-	rc := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "watch-" + filter, CleanStart: true})
-	subscribe(rc, packets.Subscription{Filter: filter})
-	return rc
-}
-
-// subscribe sends one SUBSCRIBE and returns the SUBACK's codes.
-func subscribe(rc *rawConn, subs ...packets.Subscription) []packets.ReasonCode {
-	rc.t.Helper()
-	rc.send(&packets.Subscribe{PacketID: 1, Subscriptions: subs})
-	p := rc.read()
-	ack, ok := p.(*packets.Suback)
-	if !ok || len(ack.ReasonCodes) != len(subs) {
-		rc.t.Fatalf("got %T %+v, want a SUBACK for %d filters", p, p, len(subs))
-	}
-	return ack.ReasonCodes
-}
-
-// expectPublish reads the next packet, which must be a PUBLISH on topic.
-func expectPublish(rc *rawConn, topic string) *packets.Publish {
-	rc.t.Helper()
-	p := rc.read()
-	pub, ok := p.(*packets.Publish)
-	if !ok || pub.Topic != topic {
-		rc.t.Fatalf("got %T %+v, want a PUBLISH on %q", p, p, topic)
-	}
-	return pub
-}
-
-// expectNothing proves with a ping barrier that nothing was sent to rc.
-func expectNothing(rc *rawConn) {
-	rc.t.Helper()
-	if got := rc.ping(); len(got) != 0 {
-		rc.t.Fatalf("got %d unexpected packets, first %T %+v", len(got), got[0], got[0])
 	}
 }

@@ -8,22 +8,6 @@ import (
 	"mqttd/packets"
 )
 
-// willClient connects a 5.0 client with a will on "will" whose Will Delay
-// Interval is delay seconds (the property present even when 0) and whose
-// session lasts expiry seconds offline.
-func willClient(t *testing.T, addr, id string, delay, expiry uint32, clean bool) *rawConn {
-	t.Helper()
-	cp := &packets.Connect{ClientID: id, CleanStart: clean}
-	setWill(cp, "will")
-	cp.WillProperties.WillDelay = delay
-	cp.WillProperties.Set(packets.PropWillDelay)
-	if expiry > 0 {
-		cp.Properties.SessionExpiry = expiry
-		cp.Properties.Set(packets.PropSessionExpiry)
-	}
-	return connectAs(t, addr, packets.V5, cp)
-}
-
 // watch5 connects a 5.0 subscriber to "will": its decoder refuses a
 // PUBLISH carrying a property PUBLISH may not have, as client libraries do.
 func watch5(t *testing.T, addr string) *rawConn {
@@ -31,16 +15,6 @@ func watch5(t *testing.T, addr string) *rawConn {
 	rc := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "watch5", CleanStart: true})
 	subscribe(rc, packets.Subscription{Filter: "will"})
 	return rc
-}
-
-// dropAndWait closes rc without DISCONNECT and waits until the broker has
-// finished the connection (its will decided), which is when it stops
-// counting it.
-func dropAndWait(t *testing.T, srv *mqttd.Server, rc *rawConn) {
-	t.Helper()
-	before := srv.Stats().Connections
-	rc.nc.Close()
-	waitFor(t, "the connection to be finished", func() bool { return srv.Stats().Connections < before })
 }
 
 // TestWillProperties checks that a 5.0 will is published with the
@@ -162,14 +136,6 @@ func TestTakeoverWill(t *testing.T) {
 			}
 		})
 	}
-}
-
-// sessionExpiryProps asks for a 5.0 Session Expiry Interval of s seconds.
-func sessionExpiryProps(s uint32) packets.Properties {
-	var p packets.Properties
-	p.SessionExpiry = s
-	p.Set(packets.PropSessionExpiry)
-	return p
 }
 
 // TestRefusedClientLeavesNoWill checks that a client whose CONNECT is
