@@ -2,6 +2,7 @@ package mqttd
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -190,5 +191,70 @@ func isClosed(ch <-chan struct{}) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// pipePair returns the two ends of a net.Pipe, closed when the test ends.
+func pipePair(t *testing.T) (server, client net.Conn) {
+	t.Helper()
+	server, client = net.Pipe()
+	t.Cleanup(func() {
+		server.Close()
+		client.Close()
+	})
+	return server, client
+}
+
+// fill returns n bytes of c.
+func fill(c byte, n int) []byte { return bytes.Repeat([]byte{c}, n) }
+
+// appendBytes is an enqueue callback adding p.
+func appendBytes(p []byte) func([]byte) []byte {
+	return func(b []byte) []byte { return append(b, p...) }
+}
+
+// outboxSnapshot is an outbox's state, read under its lock.
+type outboxSnapshot struct {
+	buf, spare                *frameBuf
+	buffered, inWrite         int
+	writing, deferred, closed bool
+	stuck                     bool
+}
+
+func snapshot(c *conn) outboxSnapshot {
+	o := &c.out
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	st := outboxSnapshot{buf: o.buf, spare: o.spare, inWrite: o.inWrite,
+		writing: o.writing, deferred: o.deferred, closed: o.closed, stuck: o.stuck}
+	if o.buf != nil {
+		st.buffered = len(o.buf.b)
+	}
+	return st
+}
+
+// hasRoom reports whether the outbox takes a delivery of any size now.
+func hasRoom(c *conn) bool {
+	fit, _ := c.fit()
+	return fit >= 0
+}
+
+// waitTaken waits until c's writer has taken n bytes out of the outbox and
+// is writing them: on a net.Pipe nobody reads, it blocks there.
+func waitTaken(t *testing.T, c *conn, n int) {
+	t.Helper()
+	waitUntil(t, "the writer to take the frames", func() bool {
+		st := snapshot(c)
+		return st.writing && st.inWrite == n
+	})
+}
+
+// waitClosed waits for ch to be closed, failing the test after 10 s.
+func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }

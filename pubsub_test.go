@@ -1,12 +1,10 @@
 package mqttd_test
 
 import (
-	"bytes"
 	"fmt"
 	"testing"
 
 	"mqttd"
-	"mqttd/packets"
 )
 
 // TestPubSubQoSDowngrade checks every publish QoS against every
@@ -83,33 +81,5 @@ func TestSharedSubscription(t *testing.T) {
 			}
 			seen[p] = true
 		}
-	}
-}
-
-// TestLargePublishInPieces sends a PUBLISH much larger than one read, in
-// uneven pieces, and checks it arrives intact.
-func TestLargePublishInPieces(t *testing.T) {
-	_, addr := startServer(t, mqttd.Options{})
-	sub := connectRawSession(t, addr, "big-sub", true, false)
-	sub.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "big", Options: packets.SubOptions{QoS: 1}}}})
-	sub.read()
-	payload := make([]byte, 700<<10)
-	for i := range payload {
-		payload[i] = byte(i * 7)
-	}
-	frame, err := (&packets.Publish{Topic: "big", QoS: 1, PacketID: 9, Payload: payload}).Append(nil, packets.V311)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := connectRawSession(t, addr, "big-pub", true, false)
-	for off, step := 0, 1; off < len(frame); off, step = off+step, step*3%40000+1 {
-		pub.write(frame[off:min(off+step, len(frame))])
-	}
-	if ack, ok := pub.read().(*packets.Puback); !ok || ack.PacketID != 9 {
-		t.Fatalf("want PUBACK 9, got %+v", ack)
-	}
-	got, ok := sub.read().(*packets.Publish)
-	if !ok || !bytes.Equal(got.Payload, payload) {
-		t.Fatalf("large payload not delivered intact")
 	}
 }

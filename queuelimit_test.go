@@ -94,38 +94,3 @@ func TestSharedMessageCountsOnce(t *testing.T) {
 		t.Errorf("after one device took it: %d queued, %d bytes; want 9, %d", st.Queued, st.QueuedBytes, once+9*session.EntryCost)
 	}
 }
-
-// TestResendThroughOutboxBound checks the window sent again after a
-// reconnect goes through the outbox bound, as the client reads, rather
-// than into the outbox at once: with an outbox of 16 KiB, 40 unacknowledged
-// messages of 4 KiB all arrive again, in order, with DUP, and a message
-// published meanwhile comes after them.
-func TestResendThroughOutboxBound(t *testing.T) {
-	_, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxOutboxBytes: 16 << 10}})
-	sub := connectRawSession(t, addr, "window", false, false)
-	subscribe(sub, packets.Subscription{Filter: "w", Options: packets.SubOptions{QoS: 1}})
-	pub := connectRawSession(t, addr, "pub", true, false)
-	payload := bytes.Repeat([]byte("x"), 4<<10)
-	for i := range 40 {
-		pub.send(&packets.Publish{Topic: "w", QoS: 1, PacketID: uint16(i + 1), Payload: payload})
-		pub.read()
-	}
-	var ids []uint16
-	for range 40 {
-		ids = append(ids, expectPublish(sub, "w").PacketID) // read, never acknowledged
-	}
-	sub.nc.Close()
-	back := connectRawSession(t, addr, "window", false, true)
-	pub.send(&packets.Publish{Topic: "w", QoS: 1, PacketID: 41, Payload: []byte("new")})
-	pub.read()
-	for i, id := range ids {
-		p := expectPublish(back, "w")
-		if p.PacketID != id || !p.Dup {
-			t.Fatalf("resend %d: id %d, DUP %v; want id %d with DUP", i, p.PacketID, p.Dup, id)
-		}
-		back.send(&packets.Puback{PacketID: p.PacketID})
-	}
-	if p := expectPublish(back, "w"); string(p.Payload) != "new" || p.Dup {
-		t.Errorf("after the resends: %q (DUP %v), want the new message", p.Payload, p.Dup)
-	}
-}

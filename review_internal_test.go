@@ -1,10 +1,8 @@
 package mqttd
 
 import (
-	"bytes"
 	"net"
 	"testing"
-	"time"
 
 	"mqttd/packets"
 )
@@ -56,38 +54,5 @@ func TestExpiryWheelKeepsNothingBehind(t *testing.T) {
 	offline(session311(t, addr, "flapper", true)) // a clean start drops the session
 	if ticks, sessions := s.expiry.filed(); ticks != 0 || sessions != 0 {
 		t.Errorf("after the session was dropped: %d ticks, %d sessions filed; want none", ticks, sessions)
-	}
-}
-
-// TestNothingAfterAsyncDisconnect checks [MQTT-3.14.4-1]: once a closing
-// goroutine (idle timeout, shutdown, takeover) has queued the server's
-// DISCONNECT, deliveries arriving meanwhile are not written after it.
-func TestNothingAfterAsyncDisconnect(t *testing.T) {
-	s := newTestServer(t, Options{})
-	srvEnd, cliEnd := pipePair(t)
-	c := newConn(s, srvEnd, "test")
-	c.version = packets.V5
-	c.connected.Store(true)
-	c.enqueue(woken, appendBytes(fill('a', 8))) // a delivery being written
-	waitTaken(t, c, 8)
-	closed := make(chan struct{})
-	go func() { // as the idle wheel closes a connection whose keepalive passed
-		defer close(closed)
-		c.sendDisconnectAsync(packets.KeepAliveTimeout)
-		c.closeWith(errKeepAlive)
-	}()
-	waitUntil(t, "the DISCONNECT queued", func() bool { return snapshot(c).buffered > 0 })
-	if c.enqueue(bounded, appendBytes(fill('p', 5))) {
-		t.Error("a delivery was queued behind the DISCONNECT")
-	}
-	disc, _ := (&packets.Disconnect{ReasonCode: packets.KeepAliveTimeout}).Append(nil, packets.V5)
-	got := readFull(t, cliEnd, 8+len(disc))
-	<-closed
-	if !bytes.HasSuffix(got, disc) {
-		t.Errorf("wire: % x; want it to end with the DISCONNECT % x", got, disc)
-	}
-	cliEnd.SetReadDeadline(time.Now().Add(time.Second))
-	if n, _ := cliEnd.Read(make([]byte, 1)); n != 0 {
-		t.Error("bytes followed the DISCONNECT")
 	}
 }

@@ -1,14 +1,9 @@
 package mqttd_test
 
 import (
-	"io"
 	"testing"
-	"time"
-
-	"github.com/rs/zerolog"
 
 	"mqttd"
-	"mqttd/auth"
 	"mqttd/packets"
 )
 
@@ -61,27 +56,6 @@ func TestStaleDisconnectKeepsNewOwnersSession(t *testing.T) {
 	}
 }
 
-// heldAuthn stands for an Authenticator that asks a remote service: it
-// answers once release is closed.
-type heldAuthn struct{ release chan struct{} }
-
-func (a heldAuthn) Authenticate(auth.ClientInfo, []byte) error { <-a.release; return nil }
-
-// TestConnectTimeoutDuringConnect checks, under -race, that the connect
-// timeout closing (and logging) a connection whose CONNECT is still being
-// handled does not race with the reader filling in the client's identity.
-func TestConnectTimeoutDuringConnect(t *testing.T) {
-	az := heldAuthn{release: make(chan struct{})}
-	srv, addr := startServer(t, mqttd.Options{Logger: zerolog.New(io.Discard), Authenticator: az,
-		Limits: mqttd.Limits{ConnectTimeout: 200 * time.Millisecond}})
-	rc := dialRaw(t, addr)
-	rc.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, ClientID: "slow", CleanStart: true})
-	rc.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	io.Copy(io.Discard, rc.nc) // closed by the connect timeout while the CONNECT waits
-	close(az.release)          // the reader goes on and fills in the identity
-	waitFor(t, "the connection finished", func() bool { return srv.Stats().Connections == 0 })
-}
-
 // TestHugeMaximumPacketSize checks a 5.0 client announcing the largest
 // Maximum Packet Size gets its messages: on 32-bit builds (the Raspberry
 // Pi's arm v6/v7) the size once turned negative and every message was
@@ -99,31 +73,5 @@ func TestHugeMaximumPacketSize(t *testing.T) {
 	pub.read()
 	if got := sub.ping(); len(got) != 2 {
 		t.Errorf("got %d of 2 messages", len(got))
-	}
-}
-
-// TestReaderDisconnectBehindWriter checks the DISCONNECT a reader sends
-// for a protocol error is written, after what a delivery writer was still
-// writing, before the connection is closed: closing at once discarded
-// both and cut a PUBLISH in half.
-func TestReaderDisconnectBehindWriter(t *testing.T) {
-	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxOutboxBytes: 64 << 10}})
-	sub := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "slow", CleanStart: true})
-	subscribe(sub, packets.Subscription{Filter: "t"})
-	payload := make([]byte, 32<<10)
-	for range 300 { // fills the socket buffers: the writer blocks in Write
-		srv.Publish("t", payload, 0, false, nil)
-	}
-	sub.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: "slow"}) // a protocol error
-	var last packets.Packet
-	for {
-		p, err := sub.tryRead()
-		if err != nil {
-			break
-		}
-		last = p
-	}
-	if d, ok := last.(*packets.Disconnect); !ok || d.ReasonCode != packets.ProtocolError {
-		t.Fatalf("last packet before the close: %T %+v, want DISCONNECT 0x82", last, last)
 	}
 }

@@ -75,6 +75,41 @@ type stampedConn struct {
 	raw syscall.RawConn
 }
 
+// next reads the next packet, which must be of type want, and returns
+// when the kernel received its first bytes: the zero time if it did not
+// say. The time is peeked before the packet is read, so that a TLS
+// client reads it as usual.
+func (c stampedConn) next(t *testing.T, want packets.Type) time.Time {
+	t.Helper()
+	c.rc.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var (
+		buf     [1]byte
+		oob     [128]byte
+		oobn    int
+		recvErr error
+	)
+	if err := c.raw.Read(func(fd uintptr) bool {
+		_, oobn, _, _, recvErr = unix.Recvmsg(int(fd), buf[:], oob[:], unix.MSG_PEEK)
+		return recvErr != unix.EAGAIN
+	}); err != nil || recvErr != nil {
+		t.Fatalf("waiting for a %s: %v %v", want, err, recvErr)
+	}
+	if p := c.rc.read(); p.Type() != want {
+		t.Fatalf("got a %s, want a %s", p.Type(), want)
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_TIMESTAMPNS && len(m.Data) >= int(unsafe.Sizeof(unix.Timespec{})) {
+			ts := (*unix.Timespec)(unsafe.Pointer(&m.Data[0]))
+			return time.Unix(int64(ts.Sec), int64(ts.Nsec))
+		}
+	}
+	return time.Time{}
+}
+
 // connectStamped connects a 3.1.1 client, over TLS with tc, turns on
 // receive timestamps and waits until the kernel gives them.
 func connectStamped(t *testing.T, addr string, tc *tls.Config, id string) stampedConn {
@@ -112,39 +147,4 @@ func connectStamped(t *testing.T, addr string, tc *tls.Config, id string) stampe
 		return !c.next(t, packets.TypePingresp).IsZero()
 	})
 	return c
-}
-
-// next reads the next packet, which must be of type want, and returns
-// when the kernel received its first bytes: the zero time if it did not
-// say. The time is peeked before the packet is read, so that a TLS
-// client reads it as usual.
-func (c stampedConn) next(t *testing.T, want packets.Type) time.Time {
-	t.Helper()
-	c.rc.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var (
-		buf     [1]byte
-		oob     [128]byte
-		oobn    int
-		recvErr error
-	)
-	if err := c.raw.Read(func(fd uintptr) bool {
-		_, oobn, _, _, recvErr = unix.Recvmsg(int(fd), buf[:], oob[:], unix.MSG_PEEK)
-		return recvErr != unix.EAGAIN
-	}); err != nil || recvErr != nil {
-		t.Fatalf("waiting for a %s: %v %v", want, err, recvErr)
-	}
-	if p := c.rc.read(); p.Type() != want {
-		t.Fatalf("got a %s, want a %s", p.Type(), want)
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range msgs {
-		if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_TIMESTAMPNS && len(m.Data) >= int(unsafe.Sizeof(unix.Timespec{})) {
-			ts := (*unix.Timespec)(unsafe.Pointer(&m.Data[0]))
-			return time.Unix(int64(ts.Sec), int64(ts.Nsec))
-		}
-	}
-	return time.Time{}
 }

@@ -1,12 +1,44 @@
 package mqttd_test
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"mqttd"
+	"mqttd/auth"
 	"mqttd/packets"
 )
+
+// Bytes trickled without ever completing a CONNECT must not hold the
+// connection open past the connect timeout.
+func TestConnectTimeoutNotExtendedByTrickle(t *testing.T) {
+	_, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{ConnectTimeout: time.Second}})
+	rc := dialRaw(t, addr)
+	rc.write([]byte{0x10, 0x80, 0x08}) // CONNECT of 1,024 bytes, never sent
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	giveUp := time.After(10 * time.Second)
+	var one [1]byte
+	for {
+		select {
+		case <-giveUp:
+			t.Fatal("still open 10 s after a 1 s connect timeout")
+		case <-tick.C:
+		}
+		if _, err := rc.nc.Write([]byte{0}); err != nil {
+			return // reset: closed
+		}
+		rc.nc.SetReadDeadline(time.Now().Add(time.Millisecond))
+		if _, err := rc.nc.Read(one[:]); errors.Is(err, io.EOF) {
+			return
+		}
+	}
+}
 
 // TestMaxKeepAlive checks limits.max_keepalive at its boundaries. A 5.0
 // client asking for more, or for none, is told the maximum (an hour when
@@ -77,4 +109,25 @@ func TestServerKeepAliveEnforced(t *testing.T) {
 			t.Errorf("disconnects[keepalive] = %d, want 1", got)
 		}
 	})
+}
+
+// heldAuthn stands for an Authenticator that asks a remote service: it
+// answers once release is closed.
+type heldAuthn struct{ release chan struct{} }
+
+func (a heldAuthn) Authenticate(auth.ClientInfo, []byte) error { <-a.release; return nil }
+
+// TestConnectTimeoutDuringConnect checks, under -race, that the connect
+// timeout closing (and logging) a connection whose CONNECT is still being
+// handled does not race with the reader filling in the client's identity.
+func TestConnectTimeoutDuringConnect(t *testing.T) {
+	az := heldAuthn{release: make(chan struct{})}
+	srv, addr := startServer(t, mqttd.Options{Logger: zerolog.New(io.Discard), Authenticator: az,
+		Limits: mqttd.Limits{ConnectTimeout: 200 * time.Millisecond}})
+	rc := dialRaw(t, addr)
+	rc.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, ClientID: "slow", CleanStart: true})
+	rc.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	io.Copy(io.Discard, rc.nc) // closed by the connect timeout while the CONNECT waits
+	close(az.release)          // the reader goes on and fills in the identity
+	waitFor(t, "the connection finished", func() bool { return srv.Stats().Connections == 0 })
 }

@@ -6,9 +6,9 @@ import (
 	"bufio"
 	"errors"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -17,6 +17,33 @@ import (
 	"mqttd/packets"
 	"mqttd/session"
 )
+
+// TestLargeFrameBufferedInStep checks that a frame arriving in many reads is
+// appended to, not copied whole at every read: buffering a 1 MiB frame must
+// allocate a small multiple of its size, not one copy per 16 KiB read.
+func TestLargeFrameBufferedInStep(t *testing.T) {
+	s, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &conn{srv: s, ev: &eventConn{}, version: 4}
+	const size = 1 << 20
+	frame := make([]byte, size)
+	rem := size - 4
+	frame[0] = 0x30 // PUBLISH, QoS 0
+	frame[1], frame[2], frame[3] = byte(rem&0x7f|0x80), byte(rem>>7&0x7f|0x80), byte(rem>>14)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for off := 0; off+eventReadBufSize < size; off += eventReadBufSize {
+		if _, err := c.consume(frame[off:off+eventReadBufSize], nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4*size {
+		t.Errorf("buffering one %d-byte frame allocated %d bytes (%.1fx)", size, alloc, float64(alloc)/size)
+	}
+}
 
 // Unit tests of the poller's reader state machine (reader_linux.go):
 // rstate, wakeReader, the reader pool, readEvents and finishEvent. State
@@ -241,92 +268,6 @@ func TestReaderFinishEventOnce(t *testing.T) {
 	if got := readToEOF(t, cliEnd); len(got) != 0 {
 		t.Errorf("client got % x, want the connection closed", got)
 	}
-}
-
-// idleReaders is p's parked readers not yet handed a connection.
-func idleReaders(p *readerPool) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.idle
-}
-
-// TestReaderPoolHandsToParkedReader checks that a reader parked in the
-// pool is given the next connection to read instead of a new goroutine
-// being started, which would grow its stack through the handlers again,
-// and that a parked reader ends when the server closes.
-func TestReaderPoolHandsToParkedReader(t *testing.T) {
-	srvEnd, _ := tcpPair(t)
-	ev := eventConnFor(t, srvEnd) // harmless to read if run starts a goroutine after all
-	synctest.Test(t, func(t *testing.T) {
-		p := &readerPool{max: minReaders, parked: parked{ch: make(chan *conn), maxIdle: maxParkedReaders, goroutines: 1}} // as if run had started this goroutine
-		got := make(chan *conn, 2)
-		go func() { got <- p.next() }()
-		synctest.Wait() // parked in next
-		if n := idleReaders(p); n != 1 {
-			t.Errorf("%d readers parked, want 1", n)
-		}
-		c := &conn{ev: ev}
-		c.rstate.Store(readerRunning)
-		p.run(c)
-		synctest.Wait()
-		select {
-		case g := <-got:
-			if g != c {
-				t.Errorf("the parked reader got %p, want %p", g, c)
-			}
-		default:
-			t.Error("run started a goroutine instead of handing the connection to the parked reader")
-		}
-		if p.goroutines != 1 {
-			t.Errorf("%d reader goroutines counted, want 1", p.goroutines)
-		}
-		go func() { got <- p.next() }()
-		synctest.Wait()
-		p.close()
-		synctest.Wait()
-		if g := <-got; g != nil {
-			t.Errorf("the parked reader got %p when the server closed, want nil", g)
-		}
-		if p.goroutines != 0 || idleReaders(p) != 0 {
-			t.Errorf("%d readers (%d parked) after the server closed, want none", p.goroutines, idleReaders(p))
-		}
-	})
-}
-
-// TestReaderPoolParkLimit checks that at most maxParkedReaders goroutines
-// stay parked between wakeups (each holds a grown stack): a reader done
-// with its connection when that many are parked ends instead, and the
-// parked ones end when the server closes.
-func TestReaderPoolParkLimit(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := &readerPool{max: minReaders, parked: parked{ch: make(chan *conn), maxIdle: maxParkedReaders, goroutines: maxParkedReaders + 1}}
-		results := make(chan *conn, maxParkedReaders)
-		var wg sync.WaitGroup
-		for range maxParkedReaders {
-			wg.Go(func() { results <- p.next() })
-		}
-		synctest.Wait()
-		if n := idleReaders(p); n != maxParkedReaders {
-			t.Fatalf("%d readers parked, want %d", n, maxParkedReaders)
-		}
-		if c := p.next(); c != nil { // would block forever (a deadlock here) if it parked
-			t.Errorf("next with %d parked returned %p, want nil", maxParkedReaders, c)
-		}
-		if n := idleReaders(p); n != maxParkedReaders {
-			t.Errorf("%d readers parked after one was turned away, want %d", n, maxParkedReaders)
-		}
-		p.close()
-		wg.Wait()
-		close(results)
-		for c := range results {
-			if c != nil {
-				t.Errorf("a parked reader got %p after the server closed", c)
-			}
-		}
-		if p.goroutines != 0 || idleReaders(p) != 0 {
-			t.Errorf("%d readers (%d parked) after the server closed, want none", p.goroutines, idleReaders(p))
-		}
-	})
 }
 
 // TestReaderConcurrentWakes runs a serving Server's reader while other
