@@ -7,34 +7,6 @@ import (
 	"mqttd/packets"
 )
 
-// TestWillTopicChecked checks that a will to a topic no PUBLISH could use
-// (empty, or with a wildcard) is refused at CONNECT: 3.1.1 has no code for
-// it and closes; 5.0 answers CONNACK 0x90. Nothing is published.
-func TestWillTopicChecked(t *testing.T) {
-	for _, topic := range []string{"", "a/+", "#"} {
-		for _, v := range versions {
-			t.Run(versionName(v)+"-"+topic, func(t *testing.T) {
-				srv, addr := startServer(t, mqttd.Options{})
-				cp := &packets.Connect{ClientID: "w", CleanStart: true}
-				setWill(cp, topic)
-				rc := dialRaw(t, addr)
-				cp.ProtocolName, cp.ProtocolVersion, rc.v = "MQTT", v, v
-				rc.send(cp)
-				if v == packets.V5 {
-					if ack, ok := rc.read().(*packets.Connack); !ok || ack.ReasonCode != packets.TopicNameInvalid {
-						t.Fatalf("got %+v, want CONNACK 0x90", ack)
-					}
-				}
-				rc.expectClosed()
-				waitFor(t, "the connection to finish", func() bool { return srv.Stats().Connections == 0 })
-				if st := srv.Stats(); st.Sessions != 0 || st.WillsPublished != 0 {
-					t.Errorf("%d sessions, %d wills published; want none", st.Sessions, st.WillsPublished)
-				}
-			})
-		}
-	}
-}
-
 // TestMQTT31Connect checks MQTT 3.1's own CONNECT rules: a client id of
 // zero length is refused with CONNACK 2 (3.1 knows no assigned ids), and
 // the CONNACK's session-present bit, reserved in 3.1, is never set, even

@@ -2,11 +2,7 @@ package mqttd_test
 
 import (
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
-
-	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"mqttd"
 	"mqttd/packets"
@@ -51,35 +47,4 @@ func TestFanOutThousandSubscribers(t *testing.T) {
 	}
 	pub.send(&packets.Disconnect{})
 	pub.expectClosed()
-}
-
-// TestTakeoverStorm reconnects one client id 100 times while another
-// client publishes to it; the broker must stay consistent (no panic,
-// race or leak) and the last connection must own the session.
-func TestTakeoverStorm(t *testing.T) {
-	checkGoroutines(t)
-	_, addr := startServer(t, mqttd.Options{})
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	pub := pahoConnect(t, addr, "storm-pub", nil)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 0; !stop.Load() && i < 100000; i++ {
-			pub.Publish("storm", byte(i%3), false, "x").Wait()
-		}
-	}()
-	for i := range 100 {
-		c := pahoConnect(t, addr, "storm", func(o *paho.ClientOptions) { o.SetCleanSession(i%2 == 0) })
-		wait(t, c.Subscribe("storm", 2, nil))
-		if i == 99 {
-			var got collector
-			wait(t, c.Subscribe("storm/last", 1, got.handler))
-			wait(t, pub.Publish("storm/last", 1, false, "last"))
-			waitFor(t, "delivery to the last connection", func() bool { return got.len() == 1 })
-		}
-	}
-	stop.Store(true)
-	wg.Wait()
-	pub.Disconnect(100)
 }

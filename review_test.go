@@ -30,32 +30,6 @@ func TestRefusedQoS2IDIsNew(t *testing.T) {
 	expectPublish(sub, "a")
 }
 
-// TestStaleDisconnectKeepsNewOwnersSession checks that a DISCONNECT with
-// Session Expiry 0 that a taken-over connection's reader was still
-// handling does not end the session the new connection took over.
-func TestStaleDisconnectKeepsNewOwnersSession(t *testing.T) {
-	az := newBlockingAuthz("hold")
-	_, addr := startServer(t, mqttd.Options{Authorizer: az})
-	old, _ := reconnect5(t, addr, "same", 100)
-	pub, _ := (&packets.Publish{Topic: "hold", Payload: []byte("x")}).Append(nil, packets.V5)
-	d := &packets.Disconnect{}
-	d.Properties.Set(packets.PropSessionExpiry) // 0: end the session
-	disc, _ := d.Append(nil, packets.V5)
-	old.write(append(pub, disc...)) // both in the old reader's hands
-	<-az.entered
-	newer, present := reconnect5(t, addr, "same", 100)
-	if !present {
-		t.Fatal("the takeover lost the session")
-	}
-	close(az.release)
-	old.expectClosed()
-	newer.send(&packets.Disconnect{})
-	newer.expectClosed()
-	if _, present := reconnect5(t, addr, "same", 100); !present {
-		t.Error("the taken-over connection's DISCONNECT ended the new owner's session")
-	}
-}
-
 // TestHugeMaximumPacketSize checks a 5.0 client announcing the largest
 // Maximum Packet Size gets its messages: on 32-bit builds (the Raspberry
 // Pi's arm v6/v7) the size once turned negative and every message was

@@ -8,6 +8,36 @@ import (
 	"mqttd/packets"
 )
 
+func TestWillOnAbnormalCloseNotOnDisconnect(t *testing.T) {
+	_, addr := startServer(t, mqttd.Options{})
+	var wills collector
+	watcher := pahoConnect(t, addr, "watcher", nil)
+	wait(t, watcher.Subscribe("wills/#", 1, wills.handler))
+
+	withWill := func(id string) *rawConn {
+		return connectRaw(t, addr, &packets.Connect{ClientID: id, CleanStart: true, WillFlag: true,
+			WillTopic: "wills/" + id, WillPayload: []byte(id + " gone"), WillQoS: 1})
+	}
+	polite := withWill("polite")
+	polite.send(&packets.Disconnect{})
+	polite.expectClosed()
+	rude := withWill("rude")
+	rude.nc.Close()
+
+	waitFor(t, "the will of the abruptly closed client", func() bool { return wills.len() >= 1 })
+	// A marker published after both closes proves the polite will never came.
+	wait(t, watcher.Publish("wills/marker", 1, false, "marker"))
+	waitFor(t, "the marker", func() bool { return wills.len() >= 2 })
+	for i := range wills.len() {
+		if m := wills.get(i); m.Topic() == "wills/polite" {
+			t.Errorf("will published after a clean DISCONNECT")
+		}
+	}
+	if m := wills.get(0); m.Topic() != "wills/rude" || string(m.Payload()) != "rude gone" {
+		t.Errorf("will %s=%q, want wills/rude=%q", m.Topic(), m.Payload(), "rude gone")
+	}
+}
+
 // watch5 connects a 5.0 subscriber to "will": its decoder refuses a
 // PUBLISH carrying a property PUBLISH may not have, as client libraries do.
 func watch5(t *testing.T, addr string) *rawConn {
@@ -159,5 +189,33 @@ func TestRefusedClientLeavesNoWill(t *testing.T) {
 				t.Errorf("%d wills published, want 0", n)
 			}
 		})
+	}
+}
+
+// TestWillTopicChecked checks that a will to a topic no PUBLISH could use
+// (empty, or with a wildcard) is refused at CONNECT: 3.1.1 has no code for
+// it and closes; 5.0 answers CONNACK 0x90. Nothing is published.
+func TestWillTopicChecked(t *testing.T) {
+	for _, topic := range []string{"", "a/+", "#"} {
+		for _, v := range versions {
+			t.Run(versionName(v)+"-"+topic, func(t *testing.T) {
+				srv, addr := startServer(t, mqttd.Options{})
+				cp := &packets.Connect{ClientID: "w", CleanStart: true}
+				setWill(cp, topic)
+				rc := dialRaw(t, addr)
+				cp.ProtocolName, cp.ProtocolVersion, rc.v = "MQTT", v, v
+				rc.send(cp)
+				if v == packets.V5 {
+					if ack, ok := rc.read().(*packets.Connack); !ok || ack.ReasonCode != packets.TopicNameInvalid {
+						t.Fatalf("got %+v, want CONNACK 0x90", ack)
+					}
+				}
+				rc.expectClosed()
+				waitFor(t, "the connection to finish", func() bool { return srv.Stats().Connections == 0 })
+				if st := srv.Stats(); st.Sessions != 0 || st.WillsPublished != 0 {
+					t.Errorf("%d sessions, %d wills published; want none", st.Sessions, st.WillsPublished)
+				}
+			})
+		}
 	}
 }
