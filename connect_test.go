@@ -68,3 +68,56 @@ func TestUnknownProtocolLevel(t *testing.T) {
 		})
 	}
 }
+
+// TestResponseInformation checks Request Response Information: a client
+// asking for it is given the configured prefix with its client id in
+// CONNACK; one not asking, or a broker configured with "-", gives none.
+func TestResponseInformation(t *testing.T) {
+	for _, tc := range []struct {
+		configured string
+		ask        bool
+		want       string
+	}{
+		{"", true, "responses/ri/"},
+		{"", false, ""},
+		{"reply/to/", true, "reply/to/ri/"},
+		{"-", true, ""},
+	} {
+		_, addr := startServer(t, mqttd.Options{Protocol: mqttd.Protocol{ResponseInformation: tc.configured}})
+		cp := &packets.Connect{ClientID: "ri", CleanStart: true}
+		if tc.ask {
+			cp.Properties.RequestResponseInfo = 1
+			cp.Properties.Set(packets.PropRequestResponseInfo)
+		}
+		_, ack := connectReply(t, addr, packets.V5, cp)
+		if got := ack.Properties.ResponseInfo; got != tc.want || ack.Properties.Has(packets.PropResponseInfo) != (tc.want != "") {
+			t.Errorf("configured %q, asked %v: Response Information %q, want %q", tc.configured, tc.ask, got, tc.want)
+		}
+	}
+}
+
+// TestServerRedirect checks a configured Server Reference: every client is
+// refused at CONNECT, a 5.0 one with 0x9C (or 0x9D for a permanent move)
+// and the reference, a 3.1.1 one with CONNACK 3.
+func TestServerRedirect(t *testing.T) {
+	for _, moved := range []bool{false, true} {
+		srv, addr := startServer(t, mqttd.Options{Protocol: mqttd.Protocol{ServerReference: "127.0.0.1:1884", ServerMoved: moved}})
+		rc, ack := connectReply(t, addr, packets.V5, &packets.Connect{ClientID: "r", CleanStart: true})
+		want := packets.UseAnotherServer
+		if moved {
+			want = packets.ServerMoved
+		}
+		if ack.ReasonCode != want || ack.Properties.ServerReference != "127.0.0.1:1884" {
+			t.Errorf("moved %v: CONNACK %+v, want %#x with the Server Reference", moved, ack, want)
+		}
+		rc.expectClosed()
+		old, ack := connectReply(t, addr, packets.V311, &packets.Connect{ClientID: "r", CleanStart: true})
+		if ack.ReasonCode != packets.ConnRefusedServerUnavailable {
+			t.Errorf("3.1.1: CONNACK %#x, want 3", ack.ReasonCode)
+		}
+		old.expectClosed()
+		if st := srv.Stats(); st.Sessions != 0 || st.ConnectsRefused != 2 {
+			t.Errorf("%d sessions, %d refused; want 0, 2", st.Sessions, st.ConnectsRefused)
+		}
+	}
+}

@@ -1,12 +1,54 @@
 package mqttd_test
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 
 	"mqttd"
 	"mqttd/packets"
 )
+
+// TestSharedSubscription checks a share group gets each message once,
+// spread over its members, while a normal subscriber gets every one.
+func TestSharedSubscription(t *testing.T) {
+	_, addr := startServer(t, mqttd.Options{})
+	const members, messages = 3, 30
+	var group [members]collector
+	for i := range group {
+		c := pahoConnect(t, addr, fmt.Sprintf("worker-%d", i), nil)
+		wait(t, c.Subscribe("$share/workers/jobs/+", 1, group[i].handler))
+	}
+	var all collector
+	watcher := pahoConnect(t, addr, "watcher", nil)
+	wait(t, watcher.Subscribe("jobs/#", 1, all.handler))
+	pub := pahoConnect(t, addr, "pub", nil)
+	for i := range messages {
+		wait(t, pub.Publish(fmt.Sprintf("jobs/%d", i), 1, false, fmt.Sprint(i)))
+	}
+	waitFor(t, "every message at the watcher", func() bool { return all.len() == messages })
+	total := func() int {
+		n := 0
+		for i := range group {
+			n += group[i].len()
+		}
+		return n
+	}
+	waitFor(t, "every message in the group", func() bool { return total() == messages })
+	seen := map[string]bool{}
+	for i := range group {
+		if n := group[i].len(); n != messages/members {
+			t.Errorf("member %d got %d messages, want %d (round robin)", i, n, messages/members)
+		}
+		for j := range group[i].len() {
+			p := string(group[i].get(j).Payload())
+			if seen[p] {
+				t.Errorf("message %s delivered to the group twice", p)
+			}
+			seen[p] = true
+		}
+	}
+}
 
 // TestRepeatedTopicFollowsSubscriptions checks deliveries of one
 // publisher's messages to one topic while the subscriptions to it change
@@ -91,4 +133,24 @@ func TestRepeatedTopicFollowsSubscriptions(t *testing.T) {
 		t.Fatalf("the share group got %v, want each of 5-8 once", got)
 	}
 	expectNothing(b)
+}
+
+func TestOverlappingSubscriptionsDeliverOnceAtMaxQoS(t *testing.T) {
+	_, addr := startServer(t, mqttd.Options{})
+	rc := connectRawSession(t, addr, "o", true, false)
+	rc.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{
+		{Filter: "a/+", Options: packets.SubOptions{QoS: 0}},
+		{Filter: "a/#", Options: packets.SubOptions{QoS: 2}},
+		{Filter: "a/b", Options: packets.SubOptions{QoS: 1}},
+	}})
+	rc.read()
+	pub := pahoConnect(t, addr, "pub", nil)
+	wait(t, pub.Publish("a/b", 2, false, "m"))
+	got := rc.ping()
+	if len(got) != 1 {
+		t.Fatalf("got %d copies, want 1: %+v", len(got), got)
+	}
+	if p := got[0].(*packets.Publish); p.QoS != 2 {
+		t.Errorf("delivered at QoS %d, want 2 (the highest matching)", p.QoS)
+	}
 }
