@@ -214,12 +214,6 @@ func TestAttackExpiringSessions(t *testing.T) {
 	t.Logf("took %v", time.Since(start).Round(time.Millisecond))
 }
 
-// TestAttackRetainedStore: 200 retained messages of 1 MiB on distinct
-// topics. Past the store's limit they are refused (5.0 publisher: 0x97);
-// either answer is fine, the heap is what is checked, at the peak and
-// once they are cleared (at most retainedResidue stays).
-func TestAttackRetainedStore(t *testing.T) { attackRetainedStore(t, mqttd.Options{}, "") }
-
 // attackRetainedStore runs TestAttackRetainedStore's attack on a broker
 // with opts; what names the broker in the log.
 func attackRetainedStore(t *testing.T, opts mqttd.Options, what string) {

@@ -1,12 +1,15 @@
 package mqttd_test
 
 import (
+	"crypto/tls"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
 
 	"mqttd"
+	"mqttd/listeners"
 	"mqttd/packets"
 	"mqttd/packets/packettest"
 )
@@ -164,5 +167,22 @@ func expectConnack(rc *rawConn, p packets.Packet, code packets.ReasonCode) {
 	ack, ok := p.(*packets.Connack)
 	if !ok || ack.ReasonCode != code {
 		rc.t.Fatalf("got %T %+v, want CONNACK 0x%02X", p, p, byte(code))
+	}
+}
+
+// TestSpecOverTransports runs the spec checklist's rows over TLS and
+// WebSocket: the rows' plain TCP clients are relayed through a client of
+// the transport, so the broker reads them from a real TLS or WebSocket
+// connection.
+func TestSpecOverTransports(t *testing.T) {
+	cert, key := writeServerCert(t)
+	tlsClient := &tls.Config{RootCAs: certPool(t, cert)}
+	for _, typ := range []string{listeners.TLS, listeners.WS} {
+		t.Run(typ, func(t *testing.T) {
+			testSpecRows(t, wrapListener(func(plain net.Listener) net.Listener {
+				return newRelayListener(t, plain, listeners.Config{Type: typ, Address: "127.0.0.1:0",
+					TLS: listeners.TLSConfig{CertFile: cert, KeyFile: key}}, tlsClient)
+			}))
+		})
 	}
 }

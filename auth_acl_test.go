@@ -1,79 +1,16 @@
 package mqttd_test
 
 import (
-	"bufio"
-	"context"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
-	"time"
-
-	paho5pkg "github.com/eclipse/paho.golang/paho"
-	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"mqttd"
+	"mqttd/auth"
 	"mqttd/packets"
 )
-
-// TestPasswordFile checks logins against a password file: the right
-// password is let in; a wrong one and an unknown user are refused alike
-// (3.1.1 CONNACK 4, 5.0 0x86); an anonymous client is refused once there
-// is a password file, even on a loopback listener (3.1.1 5, 5.0 0x87).
-// Each refusal is counted.
-func TestPasswordFile(t *testing.T) {
-	pw := writePasswords(t, t.TempDir(), "alice", "bob")
-	srv, addr := startServer(t, mqttd.Options{Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{PasswordFile: pw}}})
-	for _, v := range versions {
-		rc := connectAs(t, addr, v, as("a-"+versionName(v), "alice", "pw-alice"))
-		rc.ping()
-	}
-	refused := 0
-	for _, v := range versions {
-		expectRefused(t, addr, v, as("x", "alice", "pw-bob"), refusedCode(v, true))
-		expectRefused(t, addr, v, as("x", "mallory", "pw-mallory"), refusedCode(v, true))
-		expectRefused(t, addr, v, as("x", "", ""), refusedCode(v, false))
-		refused += 3
-	}
-	if n := srv.Stats().AuthFailures; n != uint64(refused) {
-		t.Errorf("%d auth failures counted, want %d", n, refused)
-	}
-	// The failures slowed this address down; the right password still
-	// gets in, and clears that.
-	connectAs(t, addr, packets.V311, as("b", "bob", "pw-bob")).ping()
-}
-
-// TestAnonymousDefaults checks Mosquitto 2's default: anonymous clients
-// are let in on a loopback listener only; one other machines reach
-// refuses them (and, with no password file to check it, any username),
-// unless allow_anonymous says true; allow_anonymous false refuses them on
-// loopback too.
-func TestAnonymousDefaults(t *testing.T) {
-	yes, no := true, false
-	_, local := startServer(t, mqttd.Options{})
-	connectAs(t, local, packets.V311, as("anon", "", "")).ping()
-
-	_, wide := startWide(t, mqttd.Options{})
-	for _, v := range versions {
-		expectRefused(t, wide, v, as("anon", "", ""), refusedCode(v, false))
-		expectRefused(t, wide, v, as("named", "alice", "anything"), refusedCode(v, false))
-	}
-
-	_, open := startWide(t, mqttd.Options{Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{AllowAnonymous: &yes}}})
-	connectAs(t, open, packets.V5, as("anon", "", "")).ping()
-
-	_, closed := startServer(t, mqttd.Options{Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{AllowAnonymous: &no}}})
-	expectRefused(t, closed, packets.V311, as("anon", "", ""), packets.ConnRefusedNotAuthorized)
-
-	// A password file on the wide listener lets its users in, and
-	// anonymous clients still not.
-	pw := writePasswords(t, t.TempDir(), "alice")
-	_, users := startWide(t, mqttd.Options{Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{PasswordFile: pw}}})
-	connectAs(t, users, packets.V5, as("alice", "alice", "pw-alice")).ping()
-	expectRefused(t, users, packets.V5, as("anon", "", ""), packets.NotAuthorized)
-}
 
 // aclServer runs a broker with testACL (anonymous clients and any
 // username are let in on its loopback listener) and returns it, its
@@ -266,152 +203,6 @@ func TestACLReload(t *testing.T) {
 	}
 }
 
-// TestOtherUserSession checks that a session belongs to the username that
-// created it: by default a CONNECT with its client id and another username
-// is refused (3.1.1 5, 5.0 0x87) and the session stays its owner's; with
-// other_user_session: replace the old session ends and the newcomer starts
-// a fresh one, inheriting nothing.
-func TestOtherUserSession(t *testing.T) {
-	for _, mode := range []string{"", mqttd.OtherUserReplace} {
-		t.Run("mode="+mode, func(t *testing.T) {
-			srv, addr := startServer(t, mqttd.Options{Auth: mqttd.Auth{OtherUserSession: mode}})
-			owner := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "dev", UsernameFlag: true, Username: "alice"})
-			subscribe(owner, packets.Subscription{Filter: "t", Options: packets.SubOptions{QoS: 1}})
-			owner.send(&packets.Disconnect{})
-			owner.expectClosed()
-			pub := connectAs(t, addr, packets.V311, as("pub", "", ""))
-			publishQoS1(pub, 1, "t", false)
-
-			thief := &packets.Connect{ClientID: "dev", UsernameFlag: true, Username: "mallory"}
-			if mode == "" {
-				for _, v := range versions {
-					expectRefused(t, addr, v, thief, refusedCode(v, false))
-				}
-				back, ack := connectReply(t, addr, packets.V311, &packets.Connect{ClientID: "dev", UsernameFlag: true, Username: "alice"})
-				if !ack.SessionPresent || ack.ReasonCode != 0 {
-					t.Fatalf("owner's CONNACK %+v, want its session present", ack)
-				}
-				expectPublish(back, "t")
-				return
-			}
-			rc, ack := connectReply(t, addr, packets.V5, thief)
-			if ack.ReasonCode != 0 || ack.SessionPresent {
-				t.Fatalf("CONNACK %+v, want a fresh session", ack)
-			}
-			expectNothing(rc)
-			if st := srv.Stats(); st.Subscriptions != 0 {
-				t.Errorf("%d subscriptions left of the replaced session", st.Subscriptions)
-			}
-		})
-	}
-}
-
-// TestAuthMosquittoClients drives the files end to end with the Mosquitto
-// clients and paho: a password file written by the real mosquitto_passwd
-// and a Mosquitto ACL file taken as is. mosquitto_sub with the right
-// password receives; with a wrong one, or none, it is refused; a publish
-// the ACL denies is dropped; paho 3.1.1 (with a password) and paho.golang
-// 5.0 get the same answers.
-func TestAuthMosquittoClients(t *testing.T) {
-	pwBin := needTool(t, "mosquitto_passwd")
-	pubBin, subBin := needTool(t, "mosquitto_pub"), needTool(t, "mosquitto_sub")
-	dir := t.TempDir()
-	pw := filepath.Join(dir, "passwords")
-	for i, u := range []string{"alice", "writer"} {
-		args := []string{"-b", pw, u, "pw-" + u}
-		if i == 0 {
-			args = append([]string{"-c"}, args...)
-		}
-		if out, err := exec.Command(pwBin, args...).CombinedOutput(); err != nil {
-			t.Fatalf("mosquitto_passwd %v: %v\n%s", args, err, out)
-		}
-	}
-	aclFile := writeFile(t, dir, "acl", testACL)
-	_, addr := startServer(t, mqttd.Options{Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{PasswordFile: pw, ACLFile: aclFile}}})
-	host, port, _ := strings.Cut(addr, ":")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := func(bin string, args ...string) *exec.Cmd {
-		return exec.CommandContext(ctx, bin, append([]string{"-h", host, "-p", port, "-V", "mqttv311"}, args...)...)
-	}
-	for _, creds := range [][]string{{"-u", "alice", "-P", "wrong"}, {"-u", "mallory", "-P", "x"}, {}} {
-		out, err := cmd(subBin, append(creds, "-t", "sensors/#", "-C", "1")...).CombinedOutput()
-		if err == nil || !strings.Contains(strings.ToLower(string(out)), "connection refused") {
-			t.Errorf("mosquitto_sub %v: %v, %q; want refused", creds, err, out)
-		}
-	}
-	sub := cmd(subBin, "-u", "alice", "-P", "pw-alice", "-t", "sensors/#", "-q", "1", "-v", "-C", "2")
-	out, err := sub.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewReader(out)
-	publish := func(topic string) {
-		t.Helper()
-		if out, err := cmd(pubBin, "-u", "writer", "-P", "pw-writer", "-t", topic, "-m", topic, "-q", "1").CombinedOutput(); err != nil {
-			t.Fatalf("mosquitto_pub %s: %v\n%s", topic, err, out)
-		}
-	}
-	// The subscriber may not be subscribed yet: publish until it shows.
-	deadline := time.Now().Add(10 * time.Second)
-	first := make(chan string, 1)
-	go func() {
-		l, _ := lines.ReadString('\n')
-		first <- l
-	}()
-	var got string
-	for got == "" {
-		publish("sensors/ready")
-		select {
-		case got = <-first:
-		case <-time.After(100 * time.Millisecond):
-			if time.Now().After(deadline) {
-				t.Fatal("mosquitto_sub got nothing within 10 s")
-			}
-		}
-	}
-	if got != "sensors/ready sensors/ready\n" {
-		t.Fatalf("first line %q", got)
-	}
-	publish("sensors/secret") // denied to alice: not delivered
-	if out, err := cmd(pubBin, "-u", "alice", "-P", "pw-alice", "-t", "sensors/ready", "-m", "from alice", "-q", "1").CombinedOutput(); err != nil {
-		t.Fatalf("alice's publish: %v\n%s", err, out)
-	}
-	rest, err := io.ReadAll(lines)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Wait(); err != nil {
-		t.Fatalf("mosquitto_sub: %v", err)
-	}
-	// Only sensors/ready lines: the secret was never sent, and -C 2 ends
-	// at alice's own message, which follows it.
-	if !strings.HasPrefix(string(rest), "sensors/ready") || strings.Contains(string(rest), "secret") {
-		t.Errorf("mosquitto_sub then printed %q, want alice's message and not the secret", rest)
-	}
-
-	c := pahoConnect(t, addr, "paho-alice", func(o *paho.ClientOptions) { o.SetUsername("alice").SetPassword("pw-alice") })
-	if tok := c.Subscribe("other/#", 1, nil); !tok.WaitTimeout(10 * time.Second) {
-		t.Fatal("paho subscribe timed out")
-	} else if st, ok := tok.(*paho.SubscribeToken); ok && st.Result()["other/#"] != 0x80 {
-		t.Errorf("paho SUBACK %v, want 0x80 for a denied filter", st.Result())
-	}
-	bad := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("paho-bad").
-		SetUsername("alice").SetPassword("wrong").SetAutoReconnect(false).SetConnectRetry(false))
-	if tok := bad.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() == nil {
-		t.Errorf("paho with a wrong password connected")
-	}
-
-	p5 := connect5(t, addr, &paho5pkg.Connect{ClientID: "paho5-alice", CleanStart: true, UsernameFlag: true, Username: "alice",
-		PasswordFlag: true, Password: []byte("pw-alice")}, nil)
-	if r := p5.publish(t, &paho5pkg.Publish{Topic: "other/x", QoS: 1, Payload: []byte("x")}); r.ReasonCode != 0x87 {
-		t.Errorf("paho.golang publish to a denied topic: reason %#x, want 0x87", r.ReasonCode)
-	}
-}
-
 // TestACLShareGroupPicksAReader: a share group whose members have
 // different read access gives each message to a member that may read it,
 // not to the one the round robin reached; with no such member, nobody.
@@ -437,4 +228,127 @@ func TestACLShareGroupPicksAReader(t *testing.T) {
 	spy.expectClosed()
 	publishQoS1(writer, 9, "sensors/secret", false)
 	expectNothing(alice)
+}
+
+// recordingAuthz records every request and refuses those whose topic
+// starts with "secret". It keeps a copy of each topic, which may point
+// into the packet being read (auth.Request).
+type recordingAuthz struct {
+	mu   sync.Mutex
+	seen []auth.Request
+}
+
+func (a *recordingAuthz) Authorize(_ auth.ClientInfo, r auth.Request) bool {
+	a.mu.Lock()
+	r.Topic = strings.Clone(r.Topic)
+	a.seen = append(a.seen, r)
+	a.mu.Unlock()
+	return !strings.HasPrefix(r.Topic, "secret")
+}
+
+func (a *recordingAuthz) requests() []auth.Request {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]auth.Request(nil), a.seen...)
+}
+
+// TestAuthorizerRequests checks what the Authorizer is asked: a publish
+// with its QoS and retain flag, a shared subscription by the filter it
+// would receive with the group apart (so `$share/g/secret/#` is refused
+// where `secret/#` is), and a will before the client is accepted (refused:
+// CONNACK 0x87 for 5.0, 5 for 3.1.1).
+func TestAuthorizerRequests(t *testing.T) {
+	az := &recordingAuthz{}
+	_, addr := startServer(t, mqttd.Options{Authorizer: az})
+
+	rc := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "c", CleanStart: true})
+	codes := subscribe(rc, packets.Subscription{Filter: "$share/g/secret/#", Options: packets.SubOptions{QoS: 1}},
+		packets.Subscription{Filter: "$share/g/open/#", Options: packets.SubOptions{QoS: 2}})
+	if codes[0] != packets.NotAuthorized || codes[1] != 2 {
+		t.Errorf("SUBACK codes %v, want [0x87 2]", codes)
+	}
+	rc.send(&packets.Publish{Topic: "pub/x", QoS: 1, PacketID: 7, Retain: true, Payload: []byte("p")})
+	if ack, ok := rc.read().(*packets.Puback); !ok || ack.ReasonCode != packets.NoMatchingSubscribers {
+		t.Errorf("PUBACK %+v, want 0x10: accepted, nobody subscribed", ack)
+	}
+	rc.send(&packets.Publish{Topic: "secret/x", QoS: 1, PacketID: 8})
+	if ack, ok := rc.read().(*packets.Puback); !ok || ack.ReasonCode != packets.NotAuthorized {
+		t.Errorf("PUBACK %+v, want 0x87", ack)
+	}
+	want := []auth.Request{
+		{Action: auth.Subscribe, Topic: "secret/#", Group: "g", QoS: 1},
+		{Action: auth.Subscribe, Topic: "open/#", Group: "g", QoS: 2},
+		{Action: auth.Publish, Topic: "pub/x", QoS: 1, Retain: true},
+		{Action: auth.Publish, Topic: "secret/x", QoS: 1},
+	}
+	if got := az.requests(); len(got) != len(want) {
+		t.Fatalf("requests %+v, want %+v", got, want)
+	} else {
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("request %d: %+v, want %+v", i, got[i], want[i])
+			}
+		}
+	}
+
+	for _, v := range []packets.Version{packets.V311, packets.V5} {
+		cp := &packets.Connect{ClientID: "w", CleanStart: true}
+		setWill(cp, "secret/will")
+		cp.WillRetain = true
+		_, ack := connectReply(t, addr, v, cp)
+		want := packets.ConnRefusedNotAuthorized
+		if v == packets.V5 {
+			want = packets.NotAuthorized
+		}
+		if ack.ReasonCode != want {
+			t.Errorf("%s: CONNACK %#x for a denied will, want %#x", versionName(v), byte(ack.ReasonCode), byte(want))
+		}
+		last := az.requests()[len(az.requests())-1]
+		if (last != auth.Request{Action: auth.Will, Topic: "secret/will", QoS: cp.WillQoS, Retain: true}) {
+			t.Errorf("%s: last request %+v, want the will", versionName(v), last)
+		}
+	}
+}
+
+// TestSysIsReadOnly checks that clients cannot publish, retain or leave a
+// will under $SYS, which is the broker's: 5.0 gets 0x87, 3.1.1 an
+// acknowledgement and nothing published; a $SYS will refuses the CONNECT.
+// The broker itself still publishes there through the inline API. Its
+// own $SYS tree is off, so that the watcher sees only what this test
+// publishes.
+func TestSysIsReadOnly(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{SysInterval: -1})
+	watch := watchTopic(t, addr, "$SYS/#")
+	for _, v := range []packets.Version{packets.V311, packets.V5} {
+		rc := connectAs(t, addr, v, &packets.Connect{ClientID: "sys-" + versionName(v), CleanStart: true})
+		rc.send(&packets.Publish{Topic: "$SYS/broker/uptime", QoS: 1, PacketID: 1, Retain: true, Payload: []byte("forged")})
+		want := packets.Success
+		if v == packets.V5 {
+			want = packets.NotAuthorized
+		}
+		if ack, ok := rc.read().(*packets.Puback); !ok || ack.ReasonCode != want {
+			t.Errorf("%s: PUBACK %+v, want reason %#x", versionName(v), ack, byte(want))
+		}
+		rc.send(&packets.Publish{Topic: "$SYS", Payload: []byte("forged")})
+		rc.ping()
+
+		cp := &packets.Connect{ClientID: "sys-will", CleanStart: true}
+		setWill(cp, "$SYS/broker/will")
+		_, ack := connectReply(t, addr, v, cp)
+		refused := packets.ConnRefusedNotAuthorized
+		if v == packets.V5 {
+			refused = packets.NotAuthorized
+		}
+		if ack.ReasonCode != refused {
+			t.Errorf("%s: CONNACK %#x for a $SYS will, want %#x", versionName(v), byte(ack.ReasonCode), byte(refused))
+		}
+	}
+	expectNothing(watch)
+	if srv.Stats().Retained != 0 {
+		t.Errorf("%d retained messages: a client retained under $SYS", srv.Stats().Retained)
+	}
+	if err := srv.Publish("$SYS/broker/version", []byte("mqttd"), 0, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	expectPublish(watch, "$SYS/broker/version")
 }

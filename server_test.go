@@ -9,15 +9,44 @@ import (
 	"time"
 
 	"mqttd"
+	"mqttd/packets"
 )
+
+// Shutdown must not tell stuck 5.0 clients one after the other: it
+// returns within a bound that does not grow with their number.
+func TestShutdownDoesNotSerializeStuckClients(t *testing.T) {
+	srv, err := mqttd.New(mqttd.Options{Limits: mqttd.Limits{WriteTimeout: 30 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newPipeListener()
+	srv.AddListener("pipe", l)
+	go srv.Serve()
+	for _, id := range []string{"a", "b", "c", "d", "e", "f"} {
+		rc := l.dial(t)
+		rc.v = packets.V5
+		rc.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: id, CleanStart: true})
+		rc.read() // CONNACK; from now on this client reads nothing
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Shutdown(context.Background()) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second): // each stuck client may take 1 s; six in a row would not make it
+		t.Fatal("Shutdown did not return in 5 s")
+	}
+}
 
 // failingListener accepts nothing: its Accept fails at once with a
 // permanent error, as a listener whose socket was closed under it does.
 type failingListener struct{ net.Listener }
 
-var errListenerBroken = errors.New("listener broken")
-
 func (failingListener) Accept() (net.Conn, error) { return nil, errListenerBroken }
+
+var errListenerBroken = errors.New("listener broken")
 
 // TestServeReturnsWhenEveryListenerFailed checks that Serve returns the
 // listeners' error once the last one has failed, not before, rather than
