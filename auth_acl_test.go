@@ -29,6 +29,7 @@ func aclServer(t *testing.T, opts mqttd.Options) (*mqttd.Server, string, string)
 // 3.1.1, a shared subscription is decided on its filter, and # is not
 // granted to a client that may read only part of the tree.
 func TestACLPublishAndSubscribe(t *testing.T) {
+	t.Parallel()
 	_, addr, _ := aclServer(t, mqttd.Options{})
 	spy := connectAs(t, addr, packets.V311, as("spy", "spy", ""))
 	if codes := subscribe(spy, packets.Subscription{Filter: "#"}); codes[0] != 0 {
@@ -76,6 +77,7 @@ func TestACLPublishAndSubscribe(t *testing.T) {
 // session while it was away. $SYS topics reach nobody through # or
 // $share/g/#.
 func TestACLDeliveries(t *testing.T) {
+	t.Parallel()
 	srv, addr, _ := aclServer(t, mqttd.Options{})
 	writer := connectAs(t, addr, packets.V5, as("writer", "writer", ""))
 	for i, topic := range []string{"sensors/secret", "sensors/a"} {
@@ -125,6 +127,7 @@ func TestACLDeliveries(t *testing.T) {
 // client gets nothing from the patterns, and what others publish under
 // devices/ does not reach it.
 func TestACLIdentitiesDoNotWiden(t *testing.T) {
+	t.Parallel()
 	_, addr, _ := aclServer(t, mqttd.Options{})
 	writer := connectAs(t, addr, packets.V5, as("writer", "writer", ""))
 	var watchers []*rawConn
@@ -151,6 +154,7 @@ func TestACLIdentitiesDoNotWiden(t *testing.T) {
 // the client may not write refuses the client (3.1.1 5, 5.0 0x87), one it
 // may write is accepted.
 func TestACLWill(t *testing.T) {
+	t.Parallel()
 	_, addr, _ := aclServer(t, mqttd.Options{})
 	for _, v := range versions {
 		cp := as("w", "alice", "")
@@ -167,6 +171,7 @@ func TestACLWill(t *testing.T) {
 // offline, and what was queued under the old rules is not delivered; a
 // file that no longer parses keeps the rules in force.
 func TestACLReload(t *testing.T) {
+	t.Parallel()
 	srv, addr, aclFile := aclServer(t, mqttd.Options{})
 	writer := connectAs(t, addr, packets.V5, as("writer", "writer", ""))
 	online := connectAs(t, addr, packets.V5, as("online", "alice", ""))
@@ -207,6 +212,7 @@ func TestACLReload(t *testing.T) {
 // different read access gives each message to a member that may read it,
 // not to the one the round robin reached; with no such member, nobody.
 func TestACLShareGroupPicksAReader(t *testing.T) {
+	t.Parallel()
 	_, addr, _ := aclServer(t, mqttd.Options{})
 	writer := connectAs(t, addr, packets.V5, as("writer", "writer", ""))
 	group := packets.Subscription{Filter: "$share/g/sensors/#", Options: packets.SubOptions{QoS: 1}}
@@ -258,6 +264,7 @@ func (a *recordingAuthz) requests() []auth.Request {
 // where `secret/#` is), and a will before the client is accepted (refused:
 // CONNACK 0x87 for 5.0, 5 for 3.1.1).
 func TestAuthorizerRequests(t *testing.T) {
+	t.Parallel()
 	az := &recordingAuthz{}
 	_, addr := startServer(t, mqttd.Options{Authorizer: az})
 
@@ -317,6 +324,7 @@ func TestAuthorizerRequests(t *testing.T) {
 // own $SYS tree is off, so that the watcher sees only what this test
 // publishes.
 func TestSysIsReadOnly(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{SysInterval: -1})
 	watch := watchTopic(t, addr, "$SYS/#")
 	for _, v := range []packets.Version{packets.V311, packets.V5} {

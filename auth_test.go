@@ -14,6 +14,7 @@ import (
 // is a password file, even on a loopback listener (3.1.1 5, 5.0 0x87).
 // Each refusal is counted.
 func TestPasswordFile(t *testing.T) {
+	t.Parallel()
 	pw := writePasswords(t, t.TempDir(), "alice", "bob")
 	srv, addr := startServer(t, mqttd.Options{Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{PasswordFile: pw}}})
 	for _, v := range versions {
@@ -41,6 +42,7 @@ func TestPasswordFile(t *testing.T) {
 // unless allow_anonymous says true; allow_anonymous false refuses them on
 // loopback too.
 func TestAnonymousDefaults(t *testing.T) {
+	t.Parallel()
 	yes, no := true, false
 	_, local := startServer(t, mqttd.Options{})
 	connectAs(t, local, packets.V311, as("anon", "", "")).ping()
@@ -71,6 +73,7 @@ func TestAnonymousDefaults(t *testing.T) {
 // other_user_session: replace the old session ends and the newcomer starts
 // a fresh one, inheriting nothing.
 func TestOtherUserSession(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"", mqttd.OtherUserReplace} {
 		t.Run("mode="+mode, func(t *testing.T) {
 			srv, addr := startServer(t, mqttd.Options{Auth: mqttd.Auth{OtherUserSession: mode}})
@@ -111,6 +114,7 @@ func TestOtherUserSession(t *testing.T) {
 // a method not offered gets 0x8C; anything but AUTH during the exchange
 // 0x82.
 func TestEnhancedAuthSCRAM(t *testing.T) {
+	t.Parallel()
 	srv, addr := scramServer(t)
 	sc := &scramClient{user: "alice", password: "wonderland", nonce: "fyko+d2lbbFgONRv9qkxdawL"}
 	rc, ack := scramConnect(t, addr, sc)
@@ -160,6 +164,7 @@ func TestEnhancedAuthSCRAM(t *testing.T) {
 // DISCONNECT 0x87; an AUTH 0x18 with no exchange going on, or another
 // method, is a protocol error.
 func TestEnhancedReauth(t *testing.T) {
+	t.Parallel()
 	_, addr := scramServer(t)
 	reauth := func(rc *rawConn, sc *scramClient) packets.Packet {
 		t.Helper()

@@ -12,6 +12,7 @@ import (
 // the CONNACK's session-present bit, reserved in 3.1, is never set, even
 // when a session is resumed.
 func TestMQTT31Connect(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{})
 	for _, clean := range []bool{true, false} {
 		rc, ack := connect31(t, addr, &packets.Connect{ClientID: "", CleanStart: clean})
@@ -38,6 +39,7 @@ func TestMQTT31Connect(t *testing.T) {
 // 0x01 in the 3.x form, 0x84 in the 5.0 form for levels above 4 [MQTT-3.1.2-2].
 // MQTT.js asked for version 3 sends "MQTT" with level 3.
 func TestUnknownProtocolLevel(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		level byte
@@ -73,6 +75,7 @@ func TestUnknownProtocolLevel(t *testing.T) {
 // asking for it is given the configured prefix with its client id in
 // CONNACK; one not asking, or a broker configured with "-", gives none.
 func TestResponseInformation(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		configured string
 		ask        bool
@@ -100,6 +103,7 @@ func TestResponseInformation(t *testing.T) {
 // refused at CONNECT, a 5.0 one with 0x9C (or 0x9D for a permanent move)
 // and the reference, a 3.1.1 one with CONNACK 3.
 func TestServerRedirect(t *testing.T) {
+	t.Parallel()
 	for _, moved := range []bool{false, true} {
 		srv, addr := startServer(t, mqttd.Options{Protocol: mqttd.Protocol{ServerReference: "127.0.0.1:1884", ServerMoved: moved}})
 		rc, ack := connectReply(t, addr, packets.V5, &packets.Connect{ClientID: "r", CleanStart: true})

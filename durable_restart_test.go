@@ -20,6 +20,7 @@ import (
 // client with a 20,000-byte id with a message queued for it. A broker on
 // the same data dir has them all: they were once kept in memory only.
 func TestLongKeysSurviveRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	opts := mqttd.Options{DataDir: dir, Limits: mqttd.Limits{MaxClientIDLength: 65535, MaxFilterLength: 65535}}
 	a := startBroker(t, opts)
@@ -81,6 +82,7 @@ func TestLongKeysSurviveRestart(t *testing.T) {
 // new PUBLISH), an inbound QoS 2 id still awaiting PUBREL, and retained
 // messages; what expired while the broker was down does not come back.
 func TestRestartRestoresState(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a := startBroker(t, mqttd.Options{DataDir: dir})
 	v5 := func(id string, expiry uint32) *packets.Connect {
@@ -268,6 +270,7 @@ func TestRestartRestoresState(t *testing.T) {
 // MoveAsideBadStore the damaged file is kept aside and the broker starts
 // empty.
 func TestStoreFileErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a := startBroker(t, mqttd.Options{DataDir: dir})
 	_, err := mqttd.New(mqttd.Options{DataDir: dir})

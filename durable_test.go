@@ -18,6 +18,7 @@ import (
 // (their order is kept [MQTT-4.6.0-2]); nothing else waits: PINGRESP,
 // another connection's PUBACK, deliveries.
 func TestBlockedCommitHoldsAcks(t *testing.T) {
+	t.Parallel()
 	g := newGatedStore()
 	_, addr := startServer(t, mqttd.Options{Store: g})
 
@@ -74,6 +75,7 @@ func TestBlockedCommitHoldsAcks(t *testing.T) {
 // full disk), a 3.1.1 publisher, which cannot be told, loses its
 // connection. Clean sessions go on being served meanwhile.
 func TestStoreErrorNotAcknowledged(t *testing.T) {
+	t.Parallel()
 	g := newGatedStore()
 	srv, addr := startServer(t, mqttd.Options{Store: g})
 	durable := connectRaw(t, addr, &packets.Connect{ClientID: "durable", CleanStart: false})
@@ -154,6 +156,7 @@ func TestIdleBrokerWritesNothing(t *testing.T) {
 // the operations waiting for a commit grow without bound; past the bound
 // its reader waits for the commit before reading more.
 func TestSlowStoreBackpressure(t *testing.T) {
+	t.Parallel()
 	g := newGatedStore()
 	srv, addr := startServer(t, mqttd.Options{Store: g})
 	pub := connectRaw(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
@@ -198,6 +201,7 @@ func (r *recordingStore) Apply(b *persistence.Batch) error {
 // deliver it twice). Three publishers route at once, so their groups
 // overlap.
 func TestQoS2CommittedWhole(t *testing.T) {
+	t.Parallel()
 	rs := &recordingStore{Store: persistence.NewMemory()}
 	srv, addr := startServer(t, mqttd.Options{Store: rs})
 	for _, id := range []string{"a", "b"} {
@@ -292,6 +296,7 @@ func heldCommit(t *testing.T) (g *gatedStore, sub, pub, other *rawConn) {
 // its subscriber has not acknowledged waits for the commit. Restarted,
 // the broker has nothing queued for the subscriber.
 func TestAcknowledgedBeforeCommitNeedsNoCommit(t *testing.T) {
+	t.Parallel()
 	g, sub, pub, other := heldCommit(t)
 
 	for i := range 3 {
@@ -328,6 +333,7 @@ func TestAcknowledgedBeforeCommitNeedsNoCommit(t *testing.T) {
 // [MQTT-4.6.0-2]: one whose message was acknowledged first waits behind
 // the one before it, and what is released leaves the rest held.
 func TestVoidedAnswersKeepTheirOrder(t *testing.T) {
+	t.Parallel()
 	g, sub, pub, other := heldCommit(t)
 
 	delivered := map[byte]uint16{} // payload: the subscriber's packet id
@@ -385,6 +391,7 @@ func TestVoidedAnswersKeepTheirOrder(t *testing.T) {
 // the other member; its publisher's PUBACK still waits for the commit
 // (handing it off is not acknowledging it), and the other member gets it.
 func TestHandedOffNotAcknowledgedEarly(t *testing.T) {
+	t.Parallel()
 	g := newGatedStore()
 	srv, addr := startServer(t, mqttd.Options{Store: g})
 	share := &packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "$share/g/t", Options: packets.SubOptions{QoS: 1}}}}
@@ -426,6 +433,7 @@ func TestHandedOffNotAcknowledgedEarly(t *testing.T) {
 // deletion of everything the other user's session held, so no crash can
 // leave the newcomer owning the old subscriptions.
 func TestReplacedSessionStoredWhole(t *testing.T) {
+	t.Parallel()
 	rec := &recordingStore{Store: persistence.NewMemory()}
 	_, addr := startServer(t, mqttd.Options{Store: rec, Auth: mqttd.Auth{OtherUserSession: mqttd.OtherUserReplace}})
 	bob := connectRaw(t, addr, &packets.Connect{ClientID: "dev", UsernameFlag: true, Username: "bob"})

@@ -13,6 +13,7 @@ import (
 // A client publishing QoS 0 to itself while its outbox is full of answers
 // its own reader has not flushed yet must still get its copy.
 func TestSelfDeliveryBehindOwnAnswers(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxOutboxBytes: 1024}})
 	c := connectRaw(t, addr, &packets.Connect{ClientID: "self", CleanStart: true})
 	subscribeRaw(c, "self", 0)
@@ -41,6 +42,7 @@ func TestSelfDeliveryBehindOwnAnswers(t *testing.T) {
 // small or larger than a read), and the frames after it in that read are
 // handled too.
 func TestFramesSplitAcrossReads(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{})
 	sub := connectRaw(t, addr, &packets.Connect{ClientID: "sub", CleanStart: true})
 	sub.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "s/#", Options: packets.SubOptions{QoS: 1}}}})
@@ -107,6 +109,7 @@ func TestFramesSplitAcrossReads(t *testing.T) {
 // SUBSCRIBE then the client's side closed; and, 5.0, a protocol error
 // after them (the answers come before the DISCONNECT 0x82).
 func TestPacketsTogetherAnswered(t *testing.T) {
+	t.Parallel()
 	bothReaders(t, func(t *testing.T, on ...serverOption) {
 		for _, tc := range []struct {
 			name string
@@ -147,6 +150,7 @@ func TestPacketsTogetherAnswered(t *testing.T) {
 // TestLargePublishInPieces sends a PUBLISH much larger than one read, in
 // uneven pieces, and checks it arrives intact.
 func TestLargePublishInPieces(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{})
 	sub := connectRawSession(t, addr, "big-sub", true, false)
 	sub.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "big", Options: packets.SubOptions{QoS: 1}}}})

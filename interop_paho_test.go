@@ -73,6 +73,7 @@ func TestPaho5SessionExpiry(t *testing.T) {
 // (the library's router resolves aliases only to pick a handler, so the
 // test keeps the table a handler would).
 func TestPaho5TopicAliases(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{})
 	sub := connect5(t, addr, &paho.Connect{ClientID: "sub", CleanStart: true,
 		Properties: &paho.ConnectProperties{TopicAliasMaximum: ptr[uint16](3)}}, nil)
@@ -125,6 +126,7 @@ func TestPaho5TopicAliases(t *testing.T) {
 // through the broker, and a client asking for Response Information gets
 // it.
 func TestPaho5RequestResponse(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{})
 	responder := connect5(t, addr, &paho.Connect{ClientID: "svc", CleanStart: true}, nil)
 	responder.subscribe(t, "svc/req", 1)
@@ -169,6 +171,7 @@ func TestPaho5RequestResponse(t *testing.T) {
 // TestPaho5ReasonCodes: the library sees 0x10 for a message nobody
 // subscribed to, and 0x87 with a Reason String for one to $SYS.
 func TestPaho5ReasonCodes(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{})
 	c := connect5(t, addr, &paho.Connect{ClientID: "c", CleanStart: true}, nil)
 	if r := c.publish(t, &paho.Publish{Topic: "nobody/here", QoS: 1, Payload: []byte("x")}); r.ReasonCode != 0x10 {
@@ -184,6 +187,7 @@ func TestPaho5ReasonCodes(t *testing.T) {
 // publisher (properties and all) a 3.1.1 subscriber, at QoS 1, retained
 // messages included.
 func TestMixedVersions(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{})
 	v5 := connect5(t, addr, &paho.Connect{ClientID: "v5", CleanStart: true}, nil)
 	v5.subscribe(t, "from3/#", 1)
@@ -237,6 +241,7 @@ func (a *pahoSCRAM) Authenticated() {}
 // TestPaho5EnhancedAuth: paho.golang connects through SCRAM-SHA-256 and
 // re-authenticates, as the library's AUTH support does it.
 func TestPaho5EnhancedAuth(t *testing.T) {
+	t.Parallel()
 	_, addr := scramServer(t)
 	sc := &scramClient{user: "bob", password: "builder", nonce: "paho-1"}
 	handler := &pahoSCRAM{t: t, sc: sc}
@@ -265,6 +270,7 @@ func TestPaho5EnhancedAuth(t *testing.T) {
 // Maximum, Topic Alias Maximum and Maximum Packet Size the broker holds
 // clients to; and a redirect's Server Reference.
 func TestPaho5ConnackLimits(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxKeepAlive: 60, MaxAwaitingRel: 50, MaxTopicAlias: 4, MaxPacketSize: 4096}})
 	c := connect5(t, addr, &paho.Connect{ClientID: "limits", CleanStart: true, KeepAlive: 600}, nil)
 	p := c.ack.Properties
@@ -304,6 +310,7 @@ func TestPaho5ConnackLimits(t *testing.T) {
 // TestPaho5MaximumPacketSize: a client declaring a Maximum Packet Size
 // is not sent a larger message (and stays connected); smaller ones come.
 func TestPaho5MaximumPacketSize(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{})
 	sub := connect5(t, addr, &paho.Connect{ClientID: "small", CleanStart: true,
 		Properties: &paho.ConnectProperties{MaximumPacketSize: ptr[uint32](200)}}, nil)
@@ -323,6 +330,7 @@ func TestPaho5MaximumPacketSize(t *testing.T) {
 // acknowledges by hand is never sent a third message before it
 // acknowledges one.
 func TestPaho5ReceiveMaximum(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{})
 	sub := connect5(t, addr, &paho.Connect{ClientID: "rm", CleanStart: true,
 		Properties: &paho.ConnectProperties{ReceiveMaximum: ptr[uint16](2)}},
@@ -353,6 +361,7 @@ func TestPaho5ReceiveMaximum(t *testing.T) {
 // holding an unacknowledged message does not lose it: another worker gets
 // it.
 func TestPaho5SharedHandOff(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{})
 	manual := func(cfg *paho.ClientConfig) { cfg.EnableManualAcknowledgment = true }
 	a := connect5(t, addr, &paho.Connect{ClientID: "wa", CleanStart: true}, manual)

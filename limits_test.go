@@ -19,6 +19,7 @@ import (
 // anything is read and counted under its reason, and closing one makes
 // room again. Loopback addresses are not limited per address.
 func TestConnectionLimits(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	from := make(chan net.Addr, 1)
 	srv, addr := startServer(t, mqttd.Options{Registerer: reg,
@@ -59,6 +60,7 @@ func TestConnectionLimits(t *testing.T) {
 // connection from another address of the same /64 is over a limit of
 // two, one from another /64 is not.
 func TestConnectionLimitPerIPv6Prefix(t *testing.T) {
+	t.Parallel()
 	from := make(chan net.Addr, 1)
 	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxConnectionsPerAddress: 2}}, fromChan(from))
 	dial := func(ip, id string, admitted bool) {
@@ -118,6 +120,7 @@ func TestFrameTimeout(t *testing.T) {
 // closed), small packets are not held back, and the bytes are given back
 // when the connections close.
 func TestIncomingBytesLimit(t *testing.T) {
+	t.Parallel()
 	bothReaders(t, func(t *testing.T, on ...serverOption) {
 		const limit, size = 200_000, 100_000
 		srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxIncomingBytesTotal: limit}}, on...)
@@ -159,6 +162,7 @@ func TestIncomingBytesLimit(t *testing.T) {
 // refused (5.0 0x97, 3.1.1 0x80) and counted, while replacing a held
 // filter still works and unsubscribing makes room.
 func TestSubscriptionLimit(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxSubscriptionsPerClient: 2}})
 	for _, v := range []packets.Version{packets.V311, packets.V5} {
 		rc := connectAs(t, addr, v, &packets.Connect{ClientID: "subs-" + versionName(v), CleanStart: true})
@@ -195,6 +199,7 @@ func TestSubscriptionLimit(t *testing.T) {
 // 0x97, 3.1.1 3) and counted, while a client whose session exists may
 // still connect, and a session that ends makes room.
 func TestSessionLimit(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxSessions: 2}})
 	kept := connectRawSession(t, addr, "kept", false, false)
 	kept.send(&packets.Disconnect{})
@@ -234,6 +239,7 @@ func userProps(n int) packets.Properties {
 // PUBLISH with as many is delivered; one more is refused with 0x97 and
 // not delivered, and a will with one more refuses the CONNECT.
 func TestUserPropertyLimit(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxUserProperties: 3}})
 	sub := watchTopic(t, addr, "t")
 	pub := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "pub", CleanStart: true})
@@ -264,6 +270,7 @@ func TestUserPropertyLimit(t *testing.T) {
 // either, messages for an offline session are dropped and counted, and
 // what was queued is delivered when the client comes back.
 func TestQueueByteLimits(t *testing.T) {
+	t.Parallel()
 	// Each entry counts session.EntryCost besides its 200 bytes.
 	const entry = 200 + session.EntryCost
 	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxQueuedBytes: 5 * entry, MaxQueuedBytesTotal: 7*entry + entry/2}})
@@ -323,6 +330,7 @@ func TestOfflineFloodBounded(t *testing.T) {
 // is shared, so fanning a large message out to many sleeping devices does
 // not exhaust the total. Each session's entry counts its own cost.
 func TestSharedMessageCountsOnce(t *testing.T) {
+	t.Parallel()
 	const once, entries = 1008, 10 * session.EntryCost
 	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxQueuedBytesTotal: 1500 + entries}})
 	for i := range 10 {

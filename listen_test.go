@@ -29,6 +29,7 @@ import (
 )
 
 func TestListenerConfigErrorsNameTheKey(t *testing.T) {
+	t.Parallel()
 	err := mqttd.Options{Listeners: []mqttd.ListenerConfig{
 		{Type: "tcp", Address: "127.0.0.1:1883", CertFile: "c.pem", Path: "/x"},
 		{Type: "tls", Address: "127.0.0.1:8883", MinVersion: "1.1", CipherSuites: []string{"TLS_RSA_WITH_RC4_128_SHA"},
@@ -59,6 +60,7 @@ func TestListenerConfigErrorsNameTheKey(t *testing.T) {
 // subscribers over WebSocket, WSS, TLS and a unix socket, all opened by
 // Listen from Options; each gets the same bytes.
 func TestListenTransports(t *testing.T) {
+	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "mqttd.sock")
 	cert, key := writeServerCert(t)
 	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{
@@ -130,6 +132,7 @@ func TestListenTransports(t *testing.T) {
 // the MQTT port is closed with a log line that says what happened, on
 // both readers.
 func TestHTTPOnMQTTPort(t *testing.T) {
+	t.Parallel()
 	for _, hidden := range []bool{false, true} {
 		t.Run(map[bool]string{false: "poller", true: "goroutine reader"}[hidden], func(t *testing.T) {
 			logs := &lockedBuffer{}
@@ -153,6 +156,7 @@ func TestHTTPOnMQTTPort(t *testing.T) {
 // engine: a connection past it is closed, and one the broker closed
 // makes room again.
 func TestListenerMaxConnections(t *testing.T) {
+	t.Parallel()
 	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{{Address: "127.0.0.1:0", MaxConnections: 1}}})
 	addr := srv.Addrs()[0].String()
 	first := connectRaw(t, addr, &packets.Connect{ClientID: "first", CleanStart: true})
@@ -174,6 +178,7 @@ func TestListenerMaxConnections(t *testing.T) {
 // MQTT (here a plain HTTP request) is counted with the connections
 // refused at accept.
 func TestFailedHandshakeCounted(t *testing.T) {
+	t.Parallel()
 	cert, key := writeServerCert(t)
 	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{{Type: "tls", Address: "127.0.0.1:0", CertFile: cert, KeyFile: key}}})
 	rc := dialRaw(t, srv.Addrs()[0].String())
@@ -228,6 +233,7 @@ func clientCA(t *testing.T) (caFile string, issue func(cn string) tls.Certificat
 // username the ACL sees, whatever username the CONNECT gives, and no
 // password is asked for.
 func TestUseIdentityAsUsername(t *testing.T) {
+	t.Parallel()
 	cert, key := writeServerCert(t)
 	caFile, issue := clientCA(t)
 	aclFile := writeFile(t, t.TempDir(), "acl", "user admin\ntopic readwrite #\n\npattern readwrite devices/%u/#\n")
@@ -260,6 +266,7 @@ func TestUseIdentityAsUsername(t *testing.T) {
 // (anonymous clients, every topic), where a username, which it cannot
 // check, is taken as anonymous.
 func TestPerListenerAuth(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	pw := writePasswords(t, dir, "alice")
 	aclFile := writeFile(t, dir, "acl", "user alice\ntopic read sensors/#\n")
@@ -288,6 +295,7 @@ func TestPerListenerAuth(t *testing.T) {
 // start is judged, while still offline, by the ACL of the listener its
 // client last came through, as it was before the restart.
 func TestRestoredSessionKeepsItsListener(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	strict := writeFile(t, dir, "strict.acl", "topic read public/#\n")
 	open := writeFile(t, dir, "open.acl", "topic readwrite #\n")
@@ -348,6 +356,7 @@ func TestRestoredSessionKeepsItsListener(t *testing.T) {
 // counted by reason: silent connections from loopback meet only the
 // first, those a PROXY header says come from one address the second.
 func TestHandshakeBoundsCounted(t *testing.T) {
+	t.Parallel()
 	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{
 		{Type: "ws", Address: "127.0.0.1:0", MaxHandshakes: 2},
 		{Type: "ws", Address: "127.0.0.1:0", ProxyProtocol: true, ProxyTrusted: []string{"127.0.0.1"}, MaxHandshakesPerAddress: 2},
@@ -368,6 +377,7 @@ func TestHandshakeBoundsCounted(t *testing.T) {
 // TestHandshakeBoundsValidated checks that a negative bound is an error
 // naming its key.
 func TestHandshakeBoundsValidated(t *testing.T) {
+	t.Parallel()
 	_, err := mqttd.New(mqttd.Options{Listeners: []mqttd.ListenerConfig{
 		{Type: "tls", Address: "127.0.0.1:0", CertFile: "c", KeyFile: "k", MaxHandshakes: -1, MaxHandshakesPerAddress: -1},
 	}})
@@ -381,6 +391,7 @@ func TestHandshakeBoundsValidated(t *testing.T) {
 // TestWebSocketOriginCounted checks that a page refused for its origin is
 // counted as websocket_origin.
 func TestWebSocketOriginCounted(t *testing.T) {
+	t.Parallel()
 	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{{Type: "ws", Address: "127.0.0.1:0"}}})
 	_, port, _ := net.SplitHostPort(srv.Addrs()[0].String())
 	h := http.Header{"Origin": {"http://attacker.example:" + port}, "Host": {"attacker.example:" + port}}

@@ -15,6 +15,7 @@ import (
 // will published; a connection that never sent CONNECT and closed quietly
 // (a port scan) logs nothing at info.
 func TestInfoLogs(t *testing.T) {
+	t.Parallel()
 	logs := &logLines{}
 	srv, addr := startServer(t, mqttd.Options{Logger: zerolog.New(logs).Level(zerolog.InfoLevel)})
 

@@ -43,6 +43,7 @@ func labelsOf(t *testing.T, reg *prometheus.Registry, name string) (map[string]s
 // login) and checks that the gauges, the store's histograms and the build
 // information scraped from the collector say what the script did.
 func TestMetricsAfterWorkload(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	srv, addr := startServer(t, mqttd.Options{Registerer: reg, DataDir: t.TempDir(),
 		Version: "v1.2.3-test", Commit: "0123abc", Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{PasswordFile: writePasswords(t, t.TempDir(), "alice")}}})
@@ -141,6 +142,7 @@ func TestMetricsAfterWorkload(t *testing.T) {
 // what it counts, and that the build information has a version when the
 // program gave none.
 func TestMetricsHaveHelp(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	if _, err := mqttd.New(mqttd.Options{Registerer: reg}); err != nil {
 		t.Fatal(err)
@@ -167,6 +169,7 @@ func TestMetricsHaveHelp(t *testing.T) {
 // registering its collector (here: the data directory is a file) takes
 // it back, so that New may be tried again on the same registry.
 func TestNewFailureUnregistersMetrics(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	notDir := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
@@ -188,6 +191,7 @@ func TestNewFailureUnregistersMetrics(t *testing.T) {
 // Server.Stats and the Prometheus collector report the same values: both
 // read the same atomics.
 func TestStatsGauges(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	srv, addr := startServer(t, mqttd.Options{Registerer: reg})
 	expect := func(what string, want int64, stat func(mqttd.Stats) int64, metric string) {
@@ -254,6 +258,7 @@ func TestStatsGauges(t *testing.T) {
 // error or a malformed packet is counted under its own
 // reason in mqttd_disconnects_total.
 func TestDisconnectReasons(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	srv, addr := startServer(t, mqttd.Options{Registerer: reg})
 	rc := connectRawSession(t, addr, "bad", true, false)

@@ -52,6 +52,7 @@ func nextPublish(t *testing.T, ch <-chan packets.Packet) *packets.Publish {
 // messages still flow, a large QoS 0 message is dropped and counted, and
 // once the stuck client is gone the waiting messages are delivered.
 func TestOutboxTotalBound(t *testing.T) {
+	t.Parallel()
 	const total, size, n = 300_000, 100_000, 10
 	srv, l := startPipeServer(t, mqttd.Options{Limits: mqttd.Limits{MaxOutboxBytesTotal: total}})
 	connect := func(id string) *rawConn {
@@ -118,6 +119,7 @@ func TestOutboxTotalBound(t *testing.T) {
 // messages of 4 KiB all arrive again, in order, with DUP, and a message
 // published meanwhile comes after them.
 func TestResendThroughOutboxBound(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxOutboxBytes: 16 << 10}})
 	sub := connectRawSession(t, addr, "window", false, false)
 	subscribe(sub, packets.Subscription{Filter: "w", Options: packets.SubOptions{QoS: 1}})
@@ -189,6 +191,7 @@ func TestSlowConsumer(t *testing.T) {
 // The first delivery may find the subscriber's reader still writing its
 // SUBACK, and start no writer; each later one starts one.
 func TestWriterGoroutinesParkAndEnd(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, mqttd.Options{})
 	sub := connectRaw(t, b.addr, &packets.Connect{ClientID: "park-sub", CleanStart: true})
 	sub.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "park/t"}}})
@@ -223,6 +226,7 @@ func TestWriterGoroutinesParkAndEnd(t *testing.T) {
 // writing, before the connection is closed: closing at once discarded
 // both and cut a PUBLISH in half.
 func TestReaderDisconnectBehindWriter(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxOutboxBytes: 64 << 10}})
 	sub := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "slow", CleanStart: true})
 	subscribe(sub, packets.Subscription{Filter: "t"})

@@ -57,6 +57,7 @@ func all(srv *mqttd.Server) []mqttd.ClientState {
 // included; PUBRECs and PUBRELs written together get their answers in
 // order.
 func TestAcknowledgementsInOneWrite(t *testing.T) {
+	t.Parallel()
 	for _, v := range versions {
 		t.Run(versionName(v), func(t *testing.T) {
 			srv, addr := startServer(t, mqttd.Options{})
@@ -119,6 +120,7 @@ func TestAcknowledgementsInOneWrite(t *testing.T) {
 // after it are not read, so their messages are sent again to the
 // session's next connection.
 func TestWrongAcknowledgementAmongOthers(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{})
 	cp := func() *packets.Connect { return &packets.Connect{ClientID: "sub", KeepAlive: 60} }
 	sub := connectAs(t, addr, packets.V311, cp())
@@ -155,6 +157,7 @@ func TestWrongAcknowledgementAmongOthers(t *testing.T) {
 // TestAcknowledgementRunRefillsWindow checks that a window acknowledged
 // in one write is refilled from the session's queue.
 func TestAcknowledgementRunRefillsWindow(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxInflight: 2}})
 	sub := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "sub", CleanStart: true})
 	subscribe(sub, packets.Subscription{Filter: "t", Options: packets.SubOptions{QoS: 1}})
@@ -179,6 +182,7 @@ func TestAcknowledgementRunRefillsWindow(t *testing.T) {
 // above the client's next PUBLISH with that packet id is a new message,
 // routed, not taken for a resend of the refused one.
 func TestRefusedQoS2IDIsNew(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{})
 	sub := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "sub", CleanStart: true})
 	subscribe(sub, packets.Subscription{Filter: "a"})
@@ -202,6 +206,7 @@ func TestRefusedQoS2IDIsNew(t *testing.T) {
 // packet id not in flight is ignored: it may be late, from before a
 // reconnect.
 func TestWrongAcknowledgement(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		qos  byte

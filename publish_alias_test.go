@@ -15,6 +15,7 @@ import (
 // without an alias is a protocol error (0x82), and aliases keeping more
 // than 16 KiB of topics are refused (0x97).
 func TestTopicAliasInbound(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{})
 	sub := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "sub", CleanStart: true})
 	subscribe(sub, packets.Subscription{Filter: "a/#"})
@@ -85,6 +86,7 @@ func (ar *aliasReader) next(t *testing.T) (*packets.Publish, string) {
 // when all are taken, QoS 0 and 1 alike; a client that takes none gets
 // full topics only.
 func TestTopicAliasOutbound(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{})
 	props := packets.Properties{TopicAliasMaximum: 2}
 	props.Set(packets.PropTopicAliasMaximum)

@@ -51,6 +51,7 @@ func testPubSubQoSDowngrade(t *testing.T, on ...serverOption) {
 // one is kept), success once somebody has, and that a subscriber left
 // out by No Local does not count; 3.1.1 acknowledges plainly.
 func TestNoMatchingSubscribers(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{})
 	pub := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "pub", CleanStart: true})
 	ack := func(qos byte, retain bool) packets.ReasonCode {
@@ -102,6 +103,7 @@ func TestNoMatchingSubscribers(t *testing.T) {
 // the packet past its Maximum Packet Size; a DISCONNECT says why either
 // way (§3.1.2.11.7).
 func TestRequestProblemInformation(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{})
 	connect := func(id string, problemInfo byte, set bool, maxPacket uint32) *rawConn {
 		cp := &packets.Connect{ClientID: id, CleanStart: true}
@@ -153,6 +155,7 @@ func TestRequestProblemInformation(t *testing.T) {
 // client reconnects with a smaller maximum is completed, not resent. The
 // drops are counted as too_large.
 func TestClientMaximumPacketSize(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{})
 	big, small := bytes.Repeat([]byte("x"), 100), []byte("s")
 
@@ -210,6 +213,7 @@ func TestClientMaximumPacketSize(t *testing.T) {
 // Pi's arm v6/v7) the size once turned negative and every message was
 // dropped as too large.
 func TestHugeMaximumPacketSize(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{})
 	cp := &packets.Connect{ClientID: "big", CleanStart: true}
 	cp.Properties.MaximumPacketSize = 0xFFFFFFFF
@@ -270,6 +274,7 @@ func wantPlain(prefix string, rounds, n int, topics []string, payloads [][]byte)
 // keeps (Handler: "it may keep the Message"), and that a 5.0 PUBLISH with
 // properties, which is not plain, is copied out of the read buffer.
 func TestPlainQoS0KeptByInlineHandler(t *testing.T) {
+	t.Parallel()
 	bothReaders(t, testPlainQoS0KeptByInlineHandler)
 }
 
@@ -322,6 +327,7 @@ func testPlainQoS0KeptByInlineHandler(t *testing.T, on ...serverOption) {
 // Maximum 1), to keep their order: they are sent once the backlog is
 // acknowledged, long after the reads they came in.
 func TestPlainQoS0QueuedBehindBacklog(t *testing.T) {
+	t.Parallel()
 	bothReaders(t, testPlainQoS0QueuedBehindBacklog)
 }
 
@@ -369,6 +375,7 @@ func testPlainQoS0QueuedBehindBacklog(t *testing.T, on ...serverOption) {
 // queued, and so stored, for an offline persistent session
 // (limits.queue_qos0): they come back intact after a restart.
 func TestPlainQoS0StoredForOfflineSession(t *testing.T) {
+	t.Parallel()
 	bothReaders(t, testPlainQoS0StoredForOfflineSession)
 }
 

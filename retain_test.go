@@ -13,6 +13,7 @@ import (
 )
 
 func TestRetainedSetReplaceClear(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{})
 	pub := pahoConnect(t, addr, "pub", nil)
 	wait(t, pub.Publish("home/temp", 1, true, "20"))
@@ -50,6 +51,7 @@ func TestRetainedSetReplaceClear(t *testing.T) {
 // 3.1.1 publisher's message still reaches the subscribers but is not
 // kept. Each refusal is counted.
 func TestRetainedLimits(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	srv, addr := startServer(t, mqttd.Options{Registerer: reg,
 		Limits: mqttd.Limits{MaxRetained: 2, MaxRetainedBytes: 1000}})
@@ -122,6 +124,7 @@ func TestRetainedLimits(t *testing.T) {
 // CPU a SUBSCRIBE costs is bounded with them. Each filter cut short is
 // counted.
 func TestRetainedPerSubscribeBound(t *testing.T) {
+	t.Parallel()
 	const inflight, queued, stored = 5, 10, 40
 	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxInflight: inflight, MaxQueued: queued}})
 	pub := connectRaw(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
@@ -252,6 +255,7 @@ func TestRetainedSendAllowanceRefills(t *testing.T) {
 // times in one SUBSCRIBE gets one SUBACK code per listing but its
 // retained messages once: each listing replaces the one before it.
 func TestRepeatedFilterSendsRetainedOnce(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{})
 	pub := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "pub", CleanStart: true})
 	for i := range 3 {

@@ -14,6 +14,7 @@ import (
 )
 
 func TestTakeoverClosesOldConnection(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{})
 	lost := make(chan error, 1)
 	first := pahoConnect(t, addr, "same", func(o *paho.ClientOptions) {
@@ -39,6 +40,7 @@ func TestTakeoverClosesOldConnection(t *testing.T) {
 // Session Expiry 0 that a taken-over connection's reader was still
 // handling does not end the session the new connection took over.
 func TestStaleDisconnectKeepsNewOwnersSession(t *testing.T) {
+	t.Parallel()
 	az := newBlockingAuthz("hold")
 	_, addr := startServer(t, mqttd.Options{Authorizer: az})
 	old, _ := reconnect5(t, addr, "same", 100)
@@ -88,6 +90,7 @@ func newBlockingAuthz(topic string) *blockingAuthz {
 // over must not put the dropped session back into the trie, where it would
 // take its turn in the share group for ever.
 func TestSubscribeRacingCleanTakeover(t *testing.T) {
+	t.Parallel()
 	az := newBlockingAuthz("")
 	_, addr := startServer(t, mqttd.Options{Authorizer: az})
 	other := connectRaw(t, addr, &packets.Connect{ClientID: "other", CleanStart: true})
@@ -134,6 +137,7 @@ func TestSubscribeRacingCleanTakeover(t *testing.T) {
 // An acknowledgement that arrives late on a taken-over connection frees the
 // window; the queued message must then go out on the new connection.
 func TestLateAckOnOldConnectionPumpsNewOne(t *testing.T) {
+	t.Parallel()
 	az := newBlockingAuthz("block")
 	_, addr := startServer(t, mqttd.Options{Authorizer: az, Limits: mqttd.Limits{MaxInflight: 1}})
 	first := connectRawSession(t, addr, "p", false, false)

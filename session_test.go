@@ -14,6 +14,7 @@ import (
 )
 
 func TestPersistentSessionQueuesWhileOffline(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	_, addr := startServer(t, mqttd.Options{Registerer: reg})
 	persistent := func(o *paho.ClientOptions) { o.SetCleanSession(false) }
@@ -52,6 +53,7 @@ func TestPersistentSessionQueuesWhileOffline(t *testing.T) {
 // in order across the pump's runs (64 entries each), and the next message
 // only for an acknowledgement.
 func TestQueueFillsWindowOnReturn(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	_, addr := startServer(t, mqttd.Options{Registerer: reg})
 	sub := pahoConnect(t, addr, "durable", func(o *paho.ClientOptions) { o.SetCleanSession(false) })
@@ -88,6 +90,7 @@ func TestQueueFillsWindowOnReturn(t *testing.T) {
 
 // TestUnacknowledgedResentWithDupOnReconnect runs on both readers.
 func TestUnacknowledgedResentWithDupOnReconnect(t *testing.T) {
+	t.Parallel()
 	bothReaders(t, testUnacknowledgedResentWithDupOnReconnect)
 }
 
@@ -142,6 +145,7 @@ func testUnacknowledgedResentWithDupOnReconnect(t *testing.T, on ...serverOption
 }
 
 func TestCleanSessionDiscardsState(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{})
 	rc := connectRawSession(t, addr, "c", false, false)
 	rc.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "x", Options: packets.SubOptions{QoS: 1}}}})
@@ -234,6 +238,7 @@ func TestSessionExpiryCapped(t *testing.T) {
 // are sent again two at a time, one more for each acknowledgement
 // [MQTT-3.3.4-9].
 func TestReceiveMaximumAfterReconnect(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{})
 	connect := func(receiveMax uint16, clean bool) *rawConn {
 		props := sessionExpiryProps(3600)
@@ -301,6 +306,7 @@ func payloads(ps []packets.Packet) []string {
 // clean and for a persistent member (which does not get them again when
 // it comes back).
 func TestSharedHandOff(t *testing.T) {
+	t.Parallel()
 	for _, clean := range []bool{true, false} {
 		t.Run(fmt.Sprintf("clean-%v", clean), func(t *testing.T) {
 			srv, addr := startServer(t, mqttd.Options{})
@@ -337,6 +343,7 @@ func TestSharedHandOff(t *testing.T) {
 // again (DUP) when it comes back; so does a member that holds the
 // message through a plain subscription of its own too.
 func TestSharedLastMemberKeeps(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{})
 	solo := worker(t, addr, "solo", false)
 	both := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "both", CleanStart: false})

@@ -22,6 +22,7 @@ import (
 // poller's, which serves plain sockets, and the goroutine per connection
 // that serves any other net.Conn (TLS, WebSocket).
 func TestSpec(t *testing.T) {
+	t.Parallel()
 	bothReaders(t, testSpecRows)
 }
 
@@ -175,6 +176,7 @@ func expectConnack(rc *rawConn, p packets.Packet, code packets.ReasonCode) {
 // the transport, so the broker reads them from a real TLS or WebSocket
 // connection.
 func TestSpecOverTransports(t *testing.T) {
+	t.Parallel()
 	cert, key := writeServerCert(t)
 	tlsClient := &tls.Config{RootCAs: certPool(t, cert)}
 	for _, typ := range []string{listeners.TLS, listeners.WS} {

@@ -12,6 +12,7 @@ import (
 // TestSharedSubscription checks a share group gets each message once,
 // spread over its members, while a normal subscriber gets every one.
 func TestSharedSubscription(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{})
 	const members, messages = 3, 30
 	var group [members]collector
@@ -136,6 +137,7 @@ func TestRepeatedTopicFollowsSubscriptions(t *testing.T) {
 }
 
 func TestOverlappingSubscriptionsDeliverOnceAtMaxQoS(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{})
 	rc := connectRawSession(t, addr, "o", true, false)
 	rc.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{

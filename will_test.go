@@ -9,6 +9,7 @@ import (
 )
 
 func TestWillOnAbnormalCloseNotOnDisconnect(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{})
 	var wills collector
 	watcher := pahoConnect(t, addr, "watcher", nil)
@@ -137,6 +138,7 @@ func TestWillDelaySessionEnds(t *testing.T) {
 // (the client is back), published when it starts a clean one (the old
 // session ended), in 3.1.1 as in 5.0 (row 52).
 func TestTakeoverWill(t *testing.T) {
+	t.Parallel()
 	for _, v := range versions {
 		t.Run(versionName(v), func(t *testing.T) {
 			srv, addr := startServer(t, mqttd.Options{})
@@ -172,6 +174,7 @@ func TestTakeoverWill(t *testing.T) {
 // refused (here by limits.max_sessions) never had a will: none is
 // published when its connection closes.
 func TestRefusedClientLeavesNoWill(t *testing.T) {
+	t.Parallel()
 	for _, v := range versions {
 		t.Run(versionName(v), func(t *testing.T) {
 			srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxSessions: 1}})
@@ -196,6 +199,7 @@ func TestRefusedClientLeavesNoWill(t *testing.T) {
 // (empty, or with a wildcard) is refused at CONNECT: 3.1.1 has no code for
 // it and closes; 5.0 answers CONNACK 0x90. Nothing is published.
 func TestWillTopicChecked(t *testing.T) {
+	t.Parallel()
 	for _, topic := range []string{"", "a/+", "#"} {
 		for _, v := range versions {
 			t.Run(versionName(v)+"-"+topic, func(t *testing.T) {
