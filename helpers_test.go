@@ -119,7 +119,10 @@ func (b *broker) stop() {
 	if b.srv == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// Shutdown closes the store, which first applies its log to bbolt:
+	// tens of thousands of queued entries take seconds under the race
+	// detector on a busy machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := b.srv.Shutdown(ctx); err != nil {
 		b.t.Errorf("Shutdown: %v", err)
