@@ -77,6 +77,11 @@ func TestAttackNonReadingSubscribers(t *testing.T) {
 	heap := attackBaseline(t, addr)
 	base := srv.Stats()
 
+	t.Cleanup(func() {
+		if t.Failed() { // why the broker closed what it closed, the publisher's connection say
+			t.Logf("connections closed during the test, by reason: %v", closedSince(base, srv.Stats()))
+		}
+	})
 	for i := range subscribers {
 		conns = append(conns, dialStuckSubscriber(t, addr, fmt.Sprintf("stuck-%03d", i), "flood"))
 	}
