@@ -152,9 +152,7 @@ func TestRefusedLoginLinesLimited(t *testing.T) {
 func fromEach(t *testing.T, opts mqttd.Options, size int) (*mqttd.Server, string, chan net.Addr) {
 	t.Helper()
 	from := make(chan net.Addr, size)
-	listenerWrap = func(l net.Listener) net.Listener { return fromListener{l, from} }
-	defer func() { listenerWrap = nil }()
-	srv, addr := startServer(t, opts)
+	srv, addr := startServer(t, opts, fromChan(from))
 	return srv, addr, from
 }
 

@@ -12,75 +12,13 @@ import (
 	"mqttd/persistence"
 )
 
-// gatedStore is an in-memory store whose commits can be held, to see
-// what waits for them, or made to fail.
-type gatedStore struct {
-	persistence.Store
-	mu      sync.Mutex
-	gate    chan struct{} // closed while commits pass
-	fail    error
-	entered chan struct{} // a commit is waiting at the gate
-	applies int
-}
-
-func newGatedStore() *gatedStore {
-	g := &gatedStore{Store: persistence.NewMemory(), gate: make(chan struct{}), entered: make(chan struct{}, 1)}
-	close(g.gate)
-	return g
-}
-
-// hold makes the commits from now on wait for release.
-func (g *gatedStore) hold() {
-	g.mu.Lock()
-	g.gate = make(chan struct{})
-	g.mu.Unlock()
-}
-
-func (g *gatedStore) release() {
-	g.mu.Lock()
-	close(g.gate)
-	g.mu.Unlock()
-}
-
-// failWith makes the commits from now on fail with err (nil: succeed).
-func (g *gatedStore) failWith(err error) {
-	g.mu.Lock()
-	g.fail = err
-	g.mu.Unlock()
-}
-
-func (g *gatedStore) Apply(b *persistence.Batch) error {
-	g.mu.Lock()
-	gate, fail := g.gate, g.fail
-	g.applies++
-	g.mu.Unlock()
-	select {
-	case <-gate:
-	default:
-		select {
-		case g.entered <- struct{}{}:
-		default:
-		}
-		<-gate
-	}
-	if fail != nil {
-		return fail
-	}
-	return g.Store.Apply(b)
-}
-
-func (g *gatedStore) appliesSoFar() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.applies
-}
-
 // TestBlockedCommitHoldsAcks: while a commit is held, the acknowledgements
 // of what it covers (a QoS 1 message for a persistent session, a retained
 // message) wait for it, with those the same connection owes after them
 // (their order is kept [MQTT-4.6.0-2]); nothing else waits: PINGRESP,
 // another connection's PUBACK, deliveries.
 func TestBlockedCommitHoldsAcks(t *testing.T) {
+	t.Parallel()
 	g := newGatedStore()
 	_, addr := startServer(t, mqttd.Options{Store: g})
 
@@ -137,6 +75,7 @@ func TestBlockedCommitHoldsAcks(t *testing.T) {
 // full disk), a 3.1.1 publisher, which cannot be told, loses its
 // connection. Clean sessions go on being served meanwhile.
 func TestStoreErrorNotAcknowledged(t *testing.T) {
+	t.Parallel()
 	g := newGatedStore()
 	srv, addr := startServer(t, mqttd.Options{Store: g})
 	durable := connectRaw(t, addr, &packets.Connect{ClientID: "durable", CleanStart: false})
@@ -217,6 +156,7 @@ func TestIdleBrokerWritesNothing(t *testing.T) {
 // the operations waiting for a commit grow without bound; past the bound
 // its reader waits for the commit before reading more.
 func TestSlowStoreBackpressure(t *testing.T) {
+	t.Parallel()
 	g := newGatedStore()
 	srv, addr := startServer(t, mqttd.Options{Store: g})
 	pub := connectRaw(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
@@ -261,6 +201,7 @@ func (r *recordingStore) Apply(b *persistence.Batch) error {
 // deliver it twice). Three publishers route at once, so their groups
 // overlap.
 func TestQoS2CommittedWhole(t *testing.T) {
+	t.Parallel()
 	rs := &recordingStore{Store: persistence.NewMemory()}
 	srv, addr := startServer(t, mqttd.Options{Store: rs})
 	for _, id := range []string{"a", "b"} {
@@ -355,6 +296,7 @@ func heldCommit(t *testing.T) (g *gatedStore, sub, pub, other *rawConn) {
 // its subscriber has not acknowledged waits for the commit. Restarted,
 // the broker has nothing queued for the subscriber.
 func TestAcknowledgedBeforeCommitNeedsNoCommit(t *testing.T) {
+	t.Parallel()
 	g, sub, pub, other := heldCommit(t)
 
 	for i := range 3 {
@@ -391,6 +333,7 @@ func TestAcknowledgedBeforeCommitNeedsNoCommit(t *testing.T) {
 // [MQTT-4.6.0-2]: one whose message was acknowledged first waits behind
 // the one before it, and what is released leaves the rest held.
 func TestVoidedAnswersKeepTheirOrder(t *testing.T) {
+	t.Parallel()
 	g, sub, pub, other := heldCommit(t)
 
 	delivered := map[byte]uint16{} // payload: the subscriber's packet id
@@ -448,6 +391,7 @@ func TestVoidedAnswersKeepTheirOrder(t *testing.T) {
 // the other member; its publisher's PUBACK still waits for the commit
 // (handing it off is not acknowledging it), and the other member gets it.
 func TestHandedOffNotAcknowledgedEarly(t *testing.T) {
+	t.Parallel()
 	g := newGatedStore()
 	srv, addr := startServer(t, mqttd.Options{Store: g})
 	share := &packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "$share/g/t", Options: packets.SubOptions{QoS: 1}}}}
@@ -489,6 +433,7 @@ func TestHandedOffNotAcknowledgedEarly(t *testing.T) {
 // deletion of everything the other user's session held, so no crash can
 // leave the newcomer owning the old subscriptions.
 func TestReplacedSessionStoredWhole(t *testing.T) {
+	t.Parallel()
 	rec := &recordingStore{Store: persistence.NewMemory()}
 	_, addr := startServer(t, mqttd.Options{Store: rec, Auth: mqttd.Auth{OtherUserSession: mqttd.OtherUserReplace}})
 	bob := connectRaw(t, addr, &packets.Connect{ClientID: "dev", UsernameFlag: true, Username: "bob"})

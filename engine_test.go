@@ -1,126 +1,19 @@
 package mqttd_test
 
 import (
-	"context"
-	"errors"
-	"io"
-	"sync"
+	"bytes"
+	"fmt"
+	"net"
 	"testing"
-	"time"
 
 	"mqttd"
-	"mqttd/auth"
 	"mqttd/packets"
 )
-
-// blockingAuthz holds the first SUBSCRIBE (or PUBLISH to topic) of the
-// client "same" until released, so a test can run a takeover meanwhile.
-type blockingAuthz struct {
-	topic            string
-	once             sync.Once
-	entered, release chan struct{}
-}
-
-func newBlockingAuthz(topic string) *blockingAuthz {
-	return &blockingAuthz{topic: topic, entered: make(chan struct{}), release: make(chan struct{})}
-}
-
-func (a *blockingAuthz) hold() { a.once.Do(func() { close(a.entered); <-a.release }) }
-
-func (a *blockingAuthz) Authorize(c auth.ClientInfo, r auth.Request) bool {
-	switch {
-	case r.Action == auth.Subscribe && a.topic == "" && c.ClientID == "same",
-		r.Action == auth.Publish && a.topic != "" && r.Topic == a.topic:
-		a.hold()
-	}
-	return true
-}
-
-func subscribeRaw(rc *rawConn, filter string, qos byte) {
-	rc.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: filter, Options: packets.SubOptions{QoS: qos}}}})
-}
-
-// A SUBSCRIBE still being handled when a clean session takes the client id
-// over must not put the dropped session back into the trie, where it would
-// take its turn in the share group for ever.
-func TestSubscribeRacingCleanTakeover(t *testing.T) {
-	az := newBlockingAuthz("")
-	_, addr := startServer(t, mqttd.Options{Authorizer: az})
-	other := connectRaw(t, addr, &packets.Connect{ClientID: "other", CleanStart: true})
-	subscribeRaw(other, "$share/g/x", 1)
-	other.read()
-	old := connectRaw(t, addr, &packets.Connect{ClientID: "same", CleanStart: true})
-	subscribeRaw(old, "$share/g/x", 1)
-	<-az.entered
-	connectRaw(t, addr, &packets.Connect{ClientID: "same", CleanStart: true})
-	close(az.release)
-	// The old connection may still answer the SUBSCRIBE (refused) before
-	// the takeover closes it.
-	for {
-		p, err := old.tryRead()
-		if isTimeoutErr(err) {
-			t.Fatal("the taken-over connection is still open")
-		}
-		if err != nil {
-			break
-		}
-		if ack, ok := p.(*packets.Suback); !ok || ack.ReasonCodes[0] < 0x80 {
-			t.Fatalf("old connection got %+v, want at most a refusing SUBACK", p)
-		}
-	}
-
-	pub := connectRaw(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
-	const n = 10
-	for i := 1; i <= n; i++ {
-		pub.send(&packets.Publish{QoS: 1, PacketID: uint16(i), Topic: "x", Payload: []byte("m")})
-		pub.read() // PUBACK: routed
-	}
-	got := 0
-	for _, p := range other.ping() {
-		if pp, ok := p.(*packets.Publish); ok {
-			got++
-			other.send(&packets.Puback{PacketID: pp.PacketID})
-		}
-	}
-	if got != n {
-		t.Errorf("the only live member got %d of %d messages", got, n)
-	}
-}
-
-// An acknowledgement that arrives late on a taken-over connection frees the
-// window; the queued message must then go out on the new connection.
-func TestLateAckOnOldConnectionPumpsNewOne(t *testing.T) {
-	az := newBlockingAuthz("block")
-	_, addr := startServer(t, mqttd.Options{Authorizer: az, Limits: mqttd.Limits{MaxInflight: 1}})
-	first := connectRawSession(t, addr, "p", false, false)
-	subscribeRaw(first, "t", 1)
-	first.read()
-	pub := connectRaw(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
-	for i := 1; i <= 2; i++ {
-		pub.send(&packets.Publish{QoS: 1, PacketID: uint16(i), Topic: "t", Payload: []byte{byte('0' + i)}})
-		pub.read()
-	}
-	m1 := first.read().(*packets.Publish)
-	// The PUBACK waits behind a PUBLISH the authorizer holds.
-	b, _ := (&packets.Publish{Topic: "block"}).Append(nil, packets.V311)
-	b, _ = (&packets.Puback{PacketID: m1.PacketID}).Append(b, packets.V311)
-	first.write(b)
-	<-az.entered
-	second := connectRawSession(t, addr, "p", false, true)
-	close(az.release)
-	dup := second.read().(*packets.Publish)
-	if !dup.Dup || dup.PacketID != m1.PacketID {
-		t.Fatalf("want message 1 resent with DUP, got %+v", dup)
-	}
-	second.send(&packets.Puback{PacketID: dup.PacketID})
-	if m2, ok := second.read().(*packets.Publish); !ok || string(m2.Payload) != "2" {
-		t.Fatalf("want message 2 on the new connection, got %+v", m2)
-	}
-}
 
 // A client publishing QoS 0 to itself while its outbox is full of answers
 // its own reader has not flushed yet must still get its copy.
 func TestSelfDeliveryBehindOwnAnswers(t *testing.T) {
+	t.Parallel()
 	_, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxOutboxBytes: 1024}})
 	c := connectRaw(t, addr, &packets.Connect{ClientID: "self", CleanStart: true})
 	subscribeRaw(c, "self", 0)
@@ -142,56 +35,143 @@ func TestSelfDeliveryBehindOwnAnswers(t *testing.T) {
 	}
 }
 
-// Bytes trickled without ever completing a CONNECT must not hold the
-// connection open past the connect timeout.
-func TestConnectTimeoutNotExtendedByTrickle(t *testing.T) {
-	_, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{ConnectTimeout: time.Second}})
-	rc := dialRaw(t, addr)
-	rc.write([]byte{0x10, 0x80, 0x08}) // CONNECT of 1,024 bytes, never sent
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	giveUp := time.After(10 * time.Second)
-	var one [1]byte
-	for {
-		select {
-		case <-giveUp:
-			t.Fatal("still open 10 s after a 1 s connect timeout")
-		case <-tick.C:
+// TestFramesSplitAcrossReads: a stream of packets cut at many places, each
+// piece read by the broker before the next is written (its count of bytes
+// received is the barrier), is handled as if it came whole: the frame a
+// read ends in is completed from the next one (in its header or its body,
+// small or larger than a read), and the frames after it in that read are
+// handled too.
+func TestFramesSplitAcrossReads(t *testing.T) {
+	t.Parallel()
+	srv, addr := startServer(t, mqttd.Options{})
+	sub := connectRaw(t, addr, &packets.Connect{ClientID: "sub", CleanStart: true})
+	sub.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "s/#", Options: packets.SubOptions{QoS: 1}}}})
+	sub.read()
+
+	sizes := []int{0, 1, 9, 120, 200, 5000, 40000}
+	var stream []byte
+	var want [][]byte
+	for i, n := range sizes {
+		payload := bytes.Repeat([]byte{byte('a' + i)}, n)
+		want = append(want, payload)
+		p := &packets.Publish{QoS: byte(i % 2), Topic: fmt.Sprintf("s/%d", i), Payload: payload}
+		if p.QoS == 1 {
+			p.PacketID = uint16(100 + i)
 		}
-		if _, err := rc.nc.Write([]byte{0}); err != nil {
-			return // reset: closed
+		stream, _ = p.Append(stream, packets.V311)
+	}
+	stream, _ = (&packets.Pingreq{}).Append(stream, packets.V311)
+
+	// Cuts inside headers and bodies, at frame ends, and pieces of many
+	// frames: every prime step up to 41, then a piece per byte for the
+	// first frames.
+	for _, step := range []int{1, 2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41} {
+		pub := connectRaw(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
+		for off := 0; off < len(stream); {
+			n := step
+			if off > 600 {
+				n = step * 997 // the rest in fewer, larger pieces
+			}
+			end := min(off+n, len(stream))
+			before := srv.Stats().BytesReceived
+			if _, err := pub.nc.Write(stream[off:end]); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the piece read", func() bool { return srv.Stats().BytesReceived >= before+uint64(end-off) })
+			off = end
 		}
-		rc.nc.SetReadDeadline(time.Now().Add(time.Millisecond))
-		if _, err := rc.nc.Read(one[:]); errors.Is(err, io.EOF) {
-			return
+		for i := range sizes {
+			if i%2 == 1 {
+				if ack, ok := pub.read().(*packets.Puback); !ok || ack.PacketID != uint16(100+i) {
+					t.Fatalf("step %d: publisher got %+v, want PUBACK %d", step, ack, 100+i)
+				}
+			}
 		}
+		if _, ok := pub.read().(*packets.Pingresp); !ok {
+			t.Fatalf("step %d: no PINGRESP", step)
+		}
+		for i := range sizes {
+			p, ok := sub.read().(*packets.Publish)
+			if !ok || p.Topic != fmt.Sprintf("s/%d", i) || !bytes.Equal(p.Payload, want[i]) {
+				t.Fatalf("step %d: subscriber got %+v, want s/%d with %d bytes", step, p, i, len(want[i]))
+			}
+			if p.QoS == 1 {
+				sub.send(&packets.Puback{PacketID: p.PacketID})
+			}
+		}
+		pub.nc.Close()
 	}
 }
 
-// Shutdown must not tell stuck 5.0 clients one after the other: it
-// returns within a bound that does not grow with their number.
-func TestShutdownDoesNotSerializeStuckClients(t *testing.T) {
-	srv, err := mqttd.New(mqttd.Options{Limits: mqttd.Limits{WriteTimeout: 30 * time.Second}})
+// TestPacketsTogetherAnswered checks that packets arriving in one write
+// are all answered before the connection closes, for each way the client
+// ends it: CONNECT, SUBSCRIBE and DISCONNECT together; CONNECT and
+// SUBSCRIBE then the client's side closed; and, 5.0, a protocol error
+// after them (the answers come before the DISCONNECT 0x82).
+func TestPacketsTogetherAnswered(t *testing.T) {
+	t.Parallel()
+	bothReaders(t, func(t *testing.T, on ...serverOption) {
+		for _, tc := range []struct {
+			name string
+			v    packets.Version
+			last func(rc *rawConn) []byte
+		}{
+			{"disconnect", packets.V311, func(*rawConn) []byte { return []byte{0xE0, 0} }},
+			{"half-close", packets.V311, func(rc *rawConn) []byte { return nil }},
+			{"protocol-error", packets.V5, func(*rawConn) []byte { return []byte{0x20, 2, 0, 0} }}, // a CONNACK from the client
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				srv, addr := startServer(t, mqttd.Options{}, on...)
+				rc := dialRaw(t, addr)
+				rc.v = tc.v
+				out, _ := (&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: tc.v, ClientID: "together", CleanStart: true}).Append(nil, tc.v)
+				out, _ = (&packets.Subscribe{PacketID: 7, Subscriptions: []packets.Subscription{{Filter: "t"}}}).Append(out, tc.v)
+				rc.write(append(out, tc.last(rc)...))
+				if tc.name == "half-close" {
+					if err := rc.nc.(*net.TCPConn).CloseWrite(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if ack, ok := rc.read().(*packets.Connack); !ok || ack.ReasonCode != 0 {
+					t.Fatalf("got %+v, want CONNACK", ack)
+				}
+				if ack, ok := rc.read().(*packets.Suback); !ok || ack.PacketID != 7 {
+					t.Fatalf("got %+v, want SUBACK 7", ack)
+				}
+				rc.expectClosed()
+				if n := srv.Stats().Connects; n != 1 {
+					t.Errorf("%d connects, want 1", n)
+				}
+			})
+		}
+	})
+}
+
+// TestLargePublishInPieces sends a PUBLISH much larger than one read, in
+// uneven pieces, and checks it arrives intact.
+func TestLargePublishInPieces(t *testing.T) {
+	t.Parallel()
+	_, addr := startServer(t, mqttd.Options{})
+	sub := connectRawSession(t, addr, "big-sub", true, false)
+	sub.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "big", Options: packets.SubOptions{QoS: 1}}}})
+	sub.read()
+	payload := make([]byte, 700<<10)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	frame, err := (&packets.Publish{Topic: "big", QoS: 1, PacketID: 9, Payload: payload}).Append(nil, packets.V311)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newPipeListener()
-	srv.AddListener("pipe", l)
-	go srv.Serve()
-	for _, id := range []string{"a", "b", "c", "d", "e", "f"} {
-		rc := l.dial(t)
-		rc.v = packets.V5
-		rc.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: id, CleanStart: true})
-		rc.read() // CONNACK; from now on this client reads nothing
+	pub := connectRawSession(t, addr, "big-pub", true, false)
+	for off, step := 0, 1; off < len(frame); off, step = off+step, step*3%40000+1 {
+		pub.write(frame[off:min(off+step, len(frame))])
 	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Shutdown(context.Background()) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second): // each stuck client may take 1 s; six in a row would not make it
-		t.Fatal("Shutdown did not return in 5 s")
+	if ack, ok := pub.read().(*packets.Puback); !ok || ack.PacketID != 9 {
+		t.Fatalf("want PUBACK 9, got %+v", ack)
+	}
+	got, ok := sub.read().(*packets.Publish)
+	if !ok || !bytes.Equal(got.Payload, payload) {
+		t.Fatalf("large payload not delivered intact")
 	}
 }

@@ -2,28 +2,34 @@ package mqttd_test
 
 import (
 	"bufio"
-	"cmp"
+	"bytes"
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"mqttd"
 	"mqttd/internal/testutil"
+	"mqttd/listeners"
 	"mqttd/packets"
 )
 
 // waitFor polls cond until it holds, failing the test after 10 s.
 var waitFor = testutil.WaitFor
-
-// listenerWrap, when set, wraps the listener of every startServer: TestSpec
-// sets it to run its rows against the goroutine reader too.
-var listenerWrap func(net.Listener) net.Listener
 
 // hideSocket wraps accepted connections so that they no longer expose
 // their descriptor: the engine then serves them with a reader goroutine,
@@ -40,149 +46,115 @@ func (l hidingListener) Accept() (net.Conn, error) {
 	return struct{ net.Conn }{c}, nil
 }
 
-// startServer runs a broker on 127.0.0.1:0 for the test and returns its address.
-func startServer(t *testing.T, opts mqttd.Options) (*mqttd.Server, string) {
+// serverOption changes how startBroker serves its broker.
+type serverOption func(*serverConfig)
+
+type serverConfig struct {
+	wrap func(net.Listener) net.Listener
+	pipe bool
+}
+
+// wrapListener has the broker accept through wrap(the TCP listener).
+func wrapListener(wrap func(net.Listener) net.Listener) serverOption {
+	return func(c *serverConfig) {
+		if prev := c.wrap; prev != nil {
+			c.wrap = func(l net.Listener) net.Listener { return wrap(prev(l)) }
+			return
+		}
+		c.wrap = wrap
+	}
+}
+
+// overPipe serves the broker on a pipeListener instead of TCP: a client
+// that reads nothing then holds everything written to it, with no kernel
+// buffer in between.
+func overPipe() serverOption { return func(c *serverConfig) { c.pipe = true } }
+
+// broker is a served broker the test may stop before its end (to start
+// another on the same data dir, say); it is stopped at the end otherwise.
+type broker struct {
+	t      *testing.T
+	srv    *mqttd.Server
+	addr   string        // the TCP address to dial; empty over a pipe
+	pipe   *pipeListener // set by overPipe
+	served chan error
+}
+
+// startBroker runs a broker for the test on 127.0.0.1:0, or on a pipe.
+func startBroker(t *testing.T, opts mqttd.Options, on ...serverOption) *broker {
 	t.Helper()
-	b := startDurable(t, opts)
+	var cfg serverConfig
+	for _, o := range on {
+		o(&cfg)
+	}
+	srv, err := mqttd.New(opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	b := &broker{t: t, srv: srv, served: make(chan error, 1)}
+	var l net.Listener
+	if cfg.pipe {
+		b.pipe = newPipeListener()
+		l = b.pipe
+	} else {
+		if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		b.addr = l.Addr().String()
+	}
+	if cfg.wrap != nil {
+		l = cfg.wrap(l)
+	}
+	if err := srv.AddListener("test", l); err != nil {
+		t.Fatal(err)
+	}
+	go func() { b.served <- srv.Serve() }()
+	t.Cleanup(b.stop)
+	return b
+}
+
+// stop shuts the broker down; a second call does nothing.
+func (b *broker) stop() {
+	b.t.Helper()
+	if b.srv == nil {
+		return
+	}
+	// Shutdown closes the store, which first applies its log to bbolt:
+	// tens of thousands of queued entries take seconds under the race
+	// detector on a busy machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.srv.Shutdown(ctx); err != nil {
+		b.t.Errorf("Shutdown: %v", err)
+	}
+	if err := <-b.served; !errors.Is(err, mqttd.ErrServerClosed) {
+		b.t.Errorf("Serve returned %v", err)
+	}
+	b.srv = nil
+}
+
+// startServer runs a broker on 127.0.0.1:0 for the test and returns its address.
+func startServer(t *testing.T, opts mqttd.Options, on ...serverOption) (*mqttd.Server, string) {
+	t.Helper()
+	b := startBroker(t, opts, on...)
 	return b.srv, b.addr
 }
 
-// pahoConnect connects a paho 3.1.1 client; tune adjusts its options.
-func pahoConnect(t *testing.T, addr, id string, tune func(*paho.ClientOptions)) paho.Client {
+// startPipeServer runs a broker whose clients connect through a
+// pipeListener (see overPipe).
+func startPipeServer(t *testing.T, opts mqttd.Options) (*mqttd.Server, *pipeListener) {
 	t.Helper()
-	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).
-		SetAutoReconnect(false).SetConnectRetry(false).SetProtocolVersion(4).
-		SetOrderMatters(false)
-	if tune != nil {
-		tune(o)
-	}
-	c := paho.NewClient(o)
-	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("paho connect %s: %v", id, tok.Error())
-	}
-	t.Cleanup(func() {
-		if c.IsConnectionOpen() {
-			c.Disconnect(100)
-		}
-	})
-	return c
+	b := startBroker(t, opts, overPipe())
+	return b.srv, b.pipe
 }
 
-// wait waits for a paho token and fails the test on error or timeout.
-func wait(t *testing.T, tok paho.Token) {
+// bothReaders runs fn against the poller's reader and against a reader
+// goroutine (the one TLS and WebSocket connections get): fn passes on to
+// its starters.
+func bothReaders(t *testing.T, fn func(t *testing.T, on ...serverOption)) {
 	t.Helper()
-	if !tok.WaitTimeout(10 * time.Second) {
-		t.Fatal("paho token timed out")
-	}
-	if err := tok.Error(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// rawConn is a bare MQTT connection for tests that send exact bytes.
-type rawConn struct {
-	t  *testing.T
-	nc net.Conn
-	br *bufio.Reader
-	v  packets.Version
-	// wait is how long a read waits for a packet; 0 means 10 s.
-	wait time.Duration
-}
-
-func dialRaw(t *testing.T, addr string) *rawConn {
-	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	return &rawConn{t: t, nc: nc, br: bufio.NewReader(nc), v: packets.V311}
-}
-
-// connectRaw dials and completes a 3.1.1 CONNECT with the given options.
-func connectRaw(t *testing.T, addr string, cp *packets.Connect) *rawConn {
-	t.Helper()
-	rc := dialRaw(t, addr)
-	if cp.ProtocolVersion == 0 {
-		cp.ProtocolName, cp.ProtocolVersion = "MQTT", packets.V311
-	}
-	rc.v = cp.ProtocolVersion
-	rc.send(cp)
-	ack, ok := rc.read().(*packets.Connack)
-	if !ok || ack.ReasonCode != 0 {
-		t.Fatalf("CONNACK: %+v", ack)
-	}
-	return rc
-}
-
-func (rc *rawConn) send(p packets.Packet) {
-	rc.t.Helper()
-	b, err := p.Append(nil, rc.v)
-	if err != nil {
-		rc.t.Fatal(err)
-	}
-	rc.write(b)
-}
-
-func (rc *rawConn) write(b []byte) {
-	rc.t.Helper()
-	if _, err := rc.nc.Write(b); err != nil {
-		rc.t.Fatal(err)
-	}
-}
-
-// read reads the next packet, failing the test if none comes in time.
-func (rc *rawConn) read() packets.Packet {
-	rc.t.Helper()
-	p, err := rc.tryRead()
-	if err != nil {
-		rc.t.Fatalf("read: %v", err)
-	}
-	return p
-}
-
-func (rc *rawConn) tryRead() (packets.Packet, error) {
-	rc.nc.SetReadDeadline(time.Now().Add(cmp.Or(rc.wait, 10*time.Second)))
-	return packets.ReadPacket(rc.br, rc.v, 0)
-}
-
-// expectClosed waits for the server to close the connection, failing if
-// a packet arrives instead.
-func (rc *rawConn) expectClosed() {
-	rc.t.Helper()
-	for {
-		p, err := rc.tryRead()
-		if err == nil {
-			if _, ok := p.(*packets.Disconnect); ok && rc.v == packets.V5 {
-				continue // 5.0 says why before closing
-			}
-			rc.t.Fatalf("got %T %+v, want the connection closed", p, p)
-		}
-		if isTimeoutErr(err) {
-			rc.t.Fatal("connection still open")
-		}
-		return
-	}
-}
-
-// ping sends PINGREQ and reads up to the PINGRESP, returning what came
-// before it: a barrier proving everything the server sent earlier arrived.
-func (rc *rawConn) ping() []packets.Packet {
-	rc.t.Helper()
-	rc.send(&packets.Pingreq{})
-	var before []packets.Packet
-	for {
-		p := rc.read()
-		if _, ok := p.(*packets.Pingresp); ok {
-			return before
-		}
-		before = append(before, p)
-	}
-}
-
-func isTimeoutErr(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	t.Run("poller", func(t *testing.T) { fn(t) })
+	t.Run("goroutine", func(t *testing.T) { fn(t, wrapListener(hideSocket)) })
 }
 
 // checkGoroutines fails if goroutines started by the test outlive it. The
@@ -206,28 +178,6 @@ func checkGoroutines(t *testing.T) {
 			}
 		}
 	})
-}
-
-// startPipeServer runs a broker whose clients connect through a
-// pipeListener: a client that reads nothing then holds everything written
-// to it, with no kernel buffer in between.
-func startPipeServer(t *testing.T, opts mqttd.Options) (*mqttd.Server, *pipeListener) {
-	t.Helper()
-	srv, err := mqttd.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newPipeListener()
-	srv.AddListener("pipe", l)
-	go srv.Serve()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
-	return srv, l
 }
 
 // pipeListener hands the server in-memory connections (net.Pipe): writes
@@ -265,4 +215,304 @@ func (l *pipeListener) dial(t *testing.T) *rawConn {
 	l.ch <- b
 	t.Cleanup(func() { a.Close() })
 	return &rawConn{t: t, nc: a, br: bufio.NewReader(a), v: packets.V311}
+}
+
+// fromListener reports every accepted connection as coming from the
+// address its from field holds at accept time, as if clients connected
+// from other machines, so the per-address limit can be tested over
+// loopback. Connections keep working, read by goroutines.
+type fromListener struct {
+	net.Listener
+	from chan net.Addr
+}
+
+func (l fromListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return fromConn{c, <-l.from}, nil
+}
+
+type fromConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (c fromConn) RemoteAddr() net.Addr { return c.remote }
+
+// fromChan has the broker accept through a fromListener reading from.
+func fromChan(from chan net.Addr) serverOption {
+	return wrapListener(func(l net.Listener) net.Listener { return fromListener{l, from} })
+}
+
+// relayListener hands the broker the server side of a TLS or WebSocket
+// connection for each plain connection the test's clients make; a
+// client of that transport relays the bytes both ways.
+type relayListener struct {
+	net.Listener // the plain one the clients dial
+	inner        *listeners.Listener
+	dial         func() (net.Conn, error)
+}
+
+// Accept relays the next plain connection through a new client of the
+// transport and returns the server side of that client's connection.
+func (r *relayListener) Accept() (net.Conn, error) {
+	pc, err := r.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	cc, err := r.dial()
+	if err != nil {
+		pc.Close()
+		return nil, err
+	}
+	sc, err := r.inner.Accept()
+	if err != nil {
+		pc.Close()
+		cc.Close()
+		return nil, err
+	}
+	go relay(pc, cc)
+	go relay(cc, pc)
+	return sc, nil
+}
+
+// Close closes both listeners.
+func (r *relayListener) Close() error {
+	return errors.Join(r.inner.Close(), r.Listener.Close())
+}
+
+func newRelayListener(t *testing.T, plain net.Listener, cfg listeners.Config, tc *tls.Config) *relayListener {
+	t.Helper()
+	inner, err := listeners.Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := inner.Addr().String()
+	r := &relayListener{Listener: plain, inner: inner}
+	if cfg.Type == listeners.TLS {
+		r.dial = func() (net.Conn, error) { return tls.Dial("tcp", addr, tc) }
+	} else {
+		r.dial = func() (net.Conn, error) {
+			ws, _, err := (&websocket.Dialer{Subprotocols: []string{"mqtt"}}).Dial("ws://"+addr+"/mqtt", nil)
+			if err != nil {
+				return nil, err
+			}
+			return &wsClient{ws: ws}, nil
+		}
+	}
+	return r
+}
+
+// relay copies src to dst until either ends, then closes both, so a
+// close on one side reaches the other.
+func relay(dst, src net.Conn) {
+	io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+}
+
+// wsClient is a WebSocket client as a byte stream: each Write is one
+// binary message, Read reads the messages one after another.
+type wsClient struct {
+	ws *websocket.Conn
+	r  io.Reader
+}
+
+func (c *wsClient) Read(b []byte) (int, error) {
+	for {
+		if c.r == nil {
+			_, r, err := c.ws.NextReader()
+			if err != nil {
+				return 0, err
+			}
+			c.r = r
+		}
+		n, err := c.r.Read(b)
+		if errors.Is(err, io.EOF) {
+			c.r = nil
+			if n == 0 {
+				continue
+			}
+			err = nil
+		}
+		return n, err
+	}
+}
+
+func (c *wsClient) Write(b []byte) (int, error) {
+	if err := c.ws.WriteMessage(websocket.BinaryMessage, b); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+func (c *wsClient) Close() error { return c.ws.Close() }
+
+func (c *wsClient) LocalAddr() net.Addr { return c.ws.LocalAddr() }
+
+func (c *wsClient) RemoteAddr() net.Addr { return c.ws.RemoteAddr() }
+
+func (c *wsClient) SetDeadline(t time.Time) error { return c.ws.NetConn().SetDeadline(t) }
+
+func (c *wsClient) SetReadDeadline(t time.Time) error { return c.ws.SetReadDeadline(t) }
+
+func (c *wsClient) SetWriteDeadline(t time.Time) error { return c.ws.SetWriteDeadline(t) }
+
+// listenAll starts a broker on the listeners of opts through Listen.
+func listenAll(t *testing.T, opts mqttd.Options) *mqttd.Server {
+	t.Helper()
+	srv, err := mqttd.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	serveForTest(t, srv)
+	return srv
+}
+
+// serveForTest serves srv until the test ends, then shuts it down and
+// checks that Serve returned for that.
+func serveForTest(t *testing.T, srv *mqttd.Server) {
+	t.Helper()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-served; !errors.Is(err, mqttd.ErrServerClosed) {
+			t.Errorf("Serve returned %v", err)
+		}
+	})
+}
+
+// writeServerCert writes a self-signed certificate for 127.0.0.1, which
+// clients take as their CA, and its key.
+func writeServerCert(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	testutil.WriteSelfSigned(t, certFile, keyFile, "127.0.0.1")
+	return certFile, keyFile
+}
+
+// certPool is a pool of the certificates in the PEM file cert: a
+// client's CA for writeServerCert's.
+var certPool = testutil.CertPool
+
+// dialIdle opens a connection that CONNECTs and SUBSCRIBEs, reads the
+// answers into a stack buffer and then stays idle with no goroutine.
+func dialIdle(b *testing.B, addr string, i int) net.Conn {
+	b.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, _ := (&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, CleanStart: true,
+		KeepAlive: 60, ClientID: fmt.Sprintf("idle-%06d", i)}).Append(nil, packets.V311)
+	out, _ = (&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{
+		{Filter: fmt.Sprintf("dev/%06d/cmd", i), Options: packets.SubOptions{QoS: 1}}}}).Append(out, packets.V311)
+	if _, err := nc.Write(out); err != nil {
+		b.Fatal(err)
+	}
+	var in [4 + 5]byte // CONNACK and a one-filter SUBACK
+	if _, err := io.ReadFull(nc, in[:]); err != nil {
+		b.Fatal(err)
+	}
+	return nc
+}
+
+// lockedBuffer collects output written from other goroutines while the
+// test reads it.
+type lockedBuffer = testutil.LockedBuffer
+
+// logLines collects a broker's JSON log lines.
+type logLines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// find returns the lines whose message is msg.
+func (l *logLines) find(msg string) []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(l.buf.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["message"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// metricValue reads one metric's value (summed over labels) from a registry.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}
+
+// histogramOf scrapes the histogram name from reg: its count, its sum
+// and its cumulative counts by upper bound.
+func histogramOf(t *testing.T, reg *prometheus.Registry, name string) (count uint64, sum float64, buckets map[float64]uint64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) != 1 {
+			continue
+		}
+		h := mf.GetMetric()[0].GetHistogram()
+		buckets = make(map[float64]uint64)
+		for _, b := range h.GetBucket() {
+			buckets[b.GetUpperBound()] = b.GetCumulativeCount()
+		}
+		return h.GetSampleCount(), h.GetSampleSum(), buckets
+	}
+	t.Fatalf("no histogram %s", name)
+	return 0, 0, nil
+}
+
+// heapInUse is the live heap and stacks after collecting garbage.
+var heapInUse = testutil.HeapInUse
+
+// needTool returns the path of a Debian-packaged client, skipping outside
+// CI when it is absent; CI installs it (.ci/run), so there it must exist.
+func needTool(t *testing.T, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s missing in CI: .ci/run must install mosquitto-clients", name)
+		}
+		t.Skipf("%s not installed (apt-get install mosquitto-clients)", name)
+	}
+	return path
 }

@@ -32,6 +32,7 @@ func (in *inbox) snapshot() []mqttd.Message {
 // reaches a 5.0 network subscriber at the granted QoS with its
 // properties, and sets retained messages; unsubscribing stops delivery.
 func TestInlinePublishSubscribe(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{})
 	if err := srv.Publish("sensors/old", []byte("kept"), 0, true, nil); err != nil {
 		t.Fatal(err)

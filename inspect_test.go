@@ -24,6 +24,7 @@ import (
 // which leaves nothing stored); not ready once a listener stopped,
 // naming it, and while shutting down.
 func TestReady(t *testing.T) {
+	t.Parallel()
 	g := newGatedStore()
 	srv, err := mqttd.New(mqttd.Options{Store: g})
 	if err != nil {
@@ -142,6 +143,7 @@ func churn(addr string, stop <-chan struct{}, n *atomic.Int64) <-chan error {
 // and each session there throughout, online or not, is listed exactly
 // once.
 func TestClientsPages(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{})
 	var stable []string
 	for i := range 30 {
@@ -198,6 +200,7 @@ func TestClientsPages(t *testing.T) {
 // TestSubscriptionsListed checks a session's subscriptions with their
 // options, in the order of their filters and paged.
 func TestSubscriptionsListed(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{})
 	v5 := connectRaw(t, addr, expiringConnect5("v5", 600))
 	sub := &packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{
@@ -244,6 +247,7 @@ func expiringConnect5(id string, expiry uint32) *packets.Connect {
 // payload's start only when asked for; not a cleared topic, nor one
 // whose message expired.
 func TestRetainedTopicsListed(t *testing.T) {
+	t.Parallel()
 	srv, _ := startServer(t, mqttd.Options{})
 	big := bytes.Repeat([]byte("x"), 2000)
 	var soon packets.Properties

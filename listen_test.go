@@ -4,16 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"errors"
-	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +14,7 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
 	"mqttd"
@@ -29,6 +23,7 @@ import (
 )
 
 func TestListenerConfigErrorsNameTheKey(t *testing.T) {
+	t.Parallel()
 	err := mqttd.Options{Listeners: []mqttd.ListenerConfig{
 		{Type: "tcp", Address: "127.0.0.1:1883", CertFile: "c.pem", Path: "/x"},
 		{Type: "tls", Address: "127.0.0.1:8883", MinVersion: "1.1", CipherSuites: []string{"TLS_RSA_WITH_RC4_128_SHA"},
@@ -55,41 +50,11 @@ func TestListenerConfigErrorsNameTheKey(t *testing.T) {
 	}
 }
 
-// listenAll starts a broker on the listeners of opts through Listen.
-func listenAll(t *testing.T, opts mqttd.Options) *mqttd.Server {
-	t.Helper()
-	srv, err := mqttd.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	serveForTest(t, srv)
-	return srv
-}
-
-// serveForTest serves srv until the test ends, then shuts it down and
-// checks that Serve returned for that.
-func serveForTest(t *testing.T, srv *mqttd.Server) {
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve() }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-served; !errors.Is(err, mqttd.ErrServerClosed) {
-			t.Errorf("Serve returned %v", err)
-		}
-	})
-}
-
 // TestListenTransports sends a message from a TCP publisher to
 // subscribers over WebSocket, WSS, TLS and a unix socket, all opened by
 // Listen from Options; each gets the same bytes.
 func TestListenTransports(t *testing.T) {
+	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "mqttd.sock")
 	cert, key := writeServerCert(t)
 	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{
@@ -161,14 +126,15 @@ func TestListenTransports(t *testing.T) {
 // the MQTT port is closed with a log line that says what happened, on
 // both readers.
 func TestHTTPOnMQTTPort(t *testing.T) {
+	t.Parallel()
 	for _, hidden := range []bool{false, true} {
 		t.Run(map[bool]string{false: "poller", true: "goroutine reader"}[hidden], func(t *testing.T) {
 			logs := &lockedBuffer{}
+			var on []serverOption
 			if hidden {
-				listenerWrap = hideSocket
-				t.Cleanup(func() { listenerWrap = nil })
+				on = append(on, wrapListener(hideSocket))
 			}
-			_, addr := startServer(t, mqttd.Options{Logger: zerolog.New(logs)})
+			_, addr := startServer(t, mqttd.Options{Logger: zerolog.New(logs)}, on...)
 			rc := dialRaw(t, addr)
 			rc.write([]byte("GET /mqtt HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n\r\n"))
 			rc.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -184,6 +150,7 @@ func TestHTTPOnMQTTPort(t *testing.T) {
 // engine: a connection past it is closed, and one the broker closed
 // makes room again.
 func TestListenerMaxConnections(t *testing.T) {
+	t.Parallel()
 	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{{Address: "127.0.0.1:0", MaxConnections: 1}}})
 	addr := srv.Addrs()[0].String()
 	first := connectRaw(t, addr, &packets.Connect{ClientID: "first", CleanStart: true})
@@ -205,6 +172,7 @@ func TestListenerMaxConnections(t *testing.T) {
 // MQTT (here a plain HTTP request) is counted with the connections
 // refused at accept.
 func TestFailedHandshakeCounted(t *testing.T) {
+	t.Parallel()
 	cert, key := writeServerCert(t)
 	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{{Type: "tls", Address: "127.0.0.1:0", CertFile: cert, KeyFile: key}}})
 	rc := dialRaw(t, srv.Addrs()[0].String())
@@ -216,41 +184,10 @@ func TestFailedHandshakeCounted(t *testing.T) {
 // and returns it with a function issuing certificates named cn.
 func clientCA(t *testing.T) (caFile string, issue func(cn string) tls.Certificate) {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test client CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile = filepath.Join(t.TempDir(), "client-ca.pem")
-	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	serial := int64(1)
-	return caFile, func(cn string) tls.Certificate {
+	ca := testutil.NewCA(t, "test client CA")
+	return ca.File, func(cn string) tls.Certificate {
 		t.Helper()
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		serial++
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+		return ca.IssuePair(t, cn)
 	}
 }
 
@@ -259,6 +196,7 @@ func clientCA(t *testing.T) (caFile string, issue func(cn string) tls.Certificat
 // username the ACL sees, whatever username the CONNECT gives, and no
 // password is asked for.
 func TestUseIdentityAsUsername(t *testing.T) {
+	t.Parallel()
 	cert, key := writeServerCert(t)
 	caFile, issue := clientCA(t)
 	aclFile := writeFile(t, t.TempDir(), "acl", "user admin\ntopic readwrite #\n\npattern readwrite devices/%u/#\n")
@@ -291,6 +229,7 @@ func TestUseIdentityAsUsername(t *testing.T) {
 // (anonymous clients, every topic), where a username, which it cannot
 // check, is taken as anonymous.
 func TestPerListenerAuth(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	pw := writePasswords(t, dir, "alice")
 	aclFile := writeFile(t, dir, "acl", "user alice\ntopic read sensors/#\n")
@@ -319,6 +258,7 @@ func TestPerListenerAuth(t *testing.T) {
 // start is judged, while still offline, by the ACL of the listener its
 // client last came through, as it was before the restart.
 func TestRestoredSessionKeepsItsListener(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	strict := writeFile(t, dir, "strict.acl", "topic read public/#\n")
 	open := writeFile(t, dir, "open.acl", "topic readwrite #\n")
@@ -374,16 +314,59 @@ func TestRestoredSessionKeepsItsListener(t *testing.T) {
 	}
 }
 
-// writeServerCert writes a self-signed certificate for 127.0.0.1, which
-// clients take as their CA, and its key.
-func writeServerCert(t *testing.T) (certFile, keyFile string) {
-	t.Helper()
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	testutil.WriteSelfSigned(t, certFile, keyFile, "127.0.0.1")
-	return certFile, keyFile
+// TestHandshakeBoundsCounted checks that a listener's max_handshakes and
+// max_handshakes_per_address reach it and that what they refuse is
+// counted by reason: silent connections from loopback meet only the
+// first, those a PROXY header says come from one address the second.
+func TestHandshakeBoundsCounted(t *testing.T) {
+	t.Parallel()
+	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{
+		{Type: "ws", Address: "127.0.0.1:0", MaxHandshakes: 2},
+		{Type: "ws", Address: "127.0.0.1:0", ProxyProtocol: true, ProxyTrusted: []string{"127.0.0.1"}, MaxHandshakesPerAddress: 2},
+	}})
+	addrs := srv.Addrs()
+	for range 3 {
+		dialRaw(t, addrs[0].String())
+	}
+	waitFor(t, "1 of 3 refused by max_handshakes", func() bool { return srv.Stats().Rejected["handshakes_pending"] == 1 })
+	for range 3 {
+		dialRaw(t, addrs[1].String()).write([]byte("PROXY TCP4 192.0.2.1 192.0.2.100 40000 8083\r\n"))
+	}
+	waitFor(t, "1 of 3 refused by max_handshakes_per_address", func() bool {
+		return srv.Stats().Rejected["handshakes_pending_per_address"] == 1
+	})
 }
 
-// certPool is a pool of the certificates in the PEM file cert: a
-// client's CA for writeServerCert's.
-var certPool = testutil.CertPool
+// TestHandshakeBoundsValidated checks that a negative bound is an error
+// naming its key.
+func TestHandshakeBoundsValidated(t *testing.T) {
+	t.Parallel()
+	_, err := mqttd.New(mqttd.Options{Listeners: []mqttd.ListenerConfig{
+		{Type: "tls", Address: "127.0.0.1:0", CertFile: "c", KeyFile: "k", MaxHandshakes: -1, MaxHandshakesPerAddress: -1},
+	}})
+	for _, key := range []string{"listeners[0].max_handshakes:", "listeners[0].max_handshakes_per_address:"} {
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("error %v does not name %s", err, key)
+		}
+	}
+}
+
+// TestWebSocketOriginCounted checks that a page refused for its origin is
+// counted as websocket_origin.
+func TestWebSocketOriginCounted(t *testing.T) {
+	t.Parallel()
+	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{{Type: "ws", Address: "127.0.0.1:0"}}})
+	_, port, _ := net.SplitHostPort(srv.Addrs()[0].String())
+	h := http.Header{"Origin": {"http://attacker.example:" + port}, "Host": {"attacker.example:" + port}}
+	ws, resp, err := websocket.DefaultDialer.Dial("ws://"+srv.Addrs()[0].String()+"/mqtt", h)
+	if err == nil {
+		ws.Close()
+		t.Fatal("a page whose name was rebound to 127.0.0.1 was let in")
+	}
+	if resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("upgrade: %v (%v), want 403", err, resp)
+	}
+	if got := srv.Stats().Rejected["websocket_origin"]; got != 1 {
+		t.Fatalf("rejected[websocket_origin] = %d, want 1", got)
+	}
+}

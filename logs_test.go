@@ -1,11 +1,7 @@
 package mqttd_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"net"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -14,37 +10,12 @@ import (
 	"mqttd/packets"
 )
 
-// logLines collects a broker's JSON log lines.
-type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// find returns the lines whose message is msg.
-func (l *logLines) find(msg string) []map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(l.buf.String(), "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(line), &m) == nil && m["message"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // TestInfoLogs checks what an operator sees at the info level: one line
 // per connect and per disconnect with its reason, one per takeover and per
 // will published; a connection that never sent CONNECT and closed quietly
 // (a port scan) logs nothing at info.
 func TestInfoLogs(t *testing.T) {
+	t.Parallel()
 	logs := &logLines{}
 	srv, addr := startServer(t, mqttd.Options{Logger: zerolog.New(logs).Level(zerolog.InfoLevel)})
 

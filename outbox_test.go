@@ -1,731 +1,249 @@
-package mqttd
+package mqttd_test
 
 import (
 	"bytes"
-	"context"
-	"io"
-	"net"
-	"slices"
-	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
-	"mqttd/internal/testutil"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"mqttd"
+	"mqttd/packets"
 )
 
-// Unit tests of the outbox and its writer (outbox.go). A conn is built on
-// a Server from New that does not serve, so nothing but the test touches
-// it. Tests that must see a writer blocked in the middle of a write use
-// net.Pipe, whose Write returns only once the other end has read
-// everything; tests that must prove no goroutine did something run in a
-// synctest bubble, where synctest.Wait returns only once every goroutine
-// the test started is blocked.
-
-// newTestServer returns a Server from New that is not serving, shut down
-// when the test ends: what an internal test gives a conn as its srv. New
-// starts no goroutine, so a test may create it inside a synctest bubble,
-// and must when the bubble's goroutines use its WaitGroups.
-func newTestServer(t *testing.T, opts Options) *Server {
-	t.Helper()
-	s, err := New(opts)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
-	return s
-}
-
-// pipePair returns the two ends of a net.Pipe, closed when the test ends.
-func pipePair(t *testing.T) (server, client net.Conn) {
-	t.Helper()
-	server, client = net.Pipe()
-	t.Cleanup(func() {
-		server.Close()
-		client.Close()
-	})
-	return server, client
-}
-
-// readFull reads exactly n bytes from nc, failing the test if they do not
-// all come within 10 s.
-func readFull(t *testing.T, nc net.Conn, n int) []byte {
-	t.Helper()
-	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	b := make([]byte, n)
-	if got, err := io.ReadFull(nc, b); err != nil {
-		t.Fatalf("read %d of %d bytes: %v", got, n, err)
-	}
-	return b
-}
-
-// readToEOF reads nc until the other end is closed and returns the bytes,
-// failing the test if that takes more than 10 s.
-func readToEOF(t *testing.T, nc net.Conn) []byte {
-	t.Helper()
-	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	b, err := io.ReadAll(nc)
-	if err != nil {
-		t.Fatalf("read to EOF: %v", err)
-	}
-	return b
-}
-
-// fill returns n bytes of c.
-func fill(c byte, n int) []byte { return bytes.Repeat([]byte{c}, n) }
-
-// appendBytes is an enqueue callback adding p.
-func appendBytes(p []byte) func([]byte) []byte {
-	return func(b []byte) []byte { return append(b, p...) }
-}
-
-// outboxSnapshot is an outbox's state, read under its lock.
-type outboxSnapshot struct {
-	buf, spare                *frameBuf
-	buffered, inWrite         int
-	writing, deferred, closed bool
-	stuck                     bool
-}
-
-func snapshot(c *conn) outboxSnapshot {
-	o := &c.out
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	st := outboxSnapshot{buf: o.buf, spare: o.spare, inWrite: o.inWrite,
-		writing: o.writing, deferred: o.deferred, closed: o.closed, stuck: o.stuck}
-	if o.buf != nil {
-		st.buffered = len(o.buf.b)
-	}
-	return st
-}
-
-// waitUntil polls cond until it holds, failing the test after 10 s.
-var waitUntil = testutil.WaitFor
-
-// waitTaken waits until c's writer has taken n bytes out of the outbox and
-// is writing them: on a net.Pipe nobody reads, it blocks there.
-func waitTaken(t *testing.T, c *conn, n int) {
-	t.Helper()
-	waitUntil(t, "the writer to take the frames", func() bool {
-		st := snapshot(c)
-		return st.writing && st.inWrite == n
-	})
-}
-
-// isClosed reports whether ch is closed, without waiting.
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-// closeOnce closes ch unless it is closed already; one goroutine at a time.
-func closeOnce(ch chan struct{}) {
-	if !isClosed(ch) {
-		close(ch)
-	}
-}
-
-// waitClosed waits for ch to be closed, failing the test after 10 s.
-func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}
-
-// TestOutboxBound checks the outbox bound: a bounded enqueue (a QoS 0
-// delivery, which may then be dropped) is refused, without its frames
-// being built, once the bytes pending reach max, and pending counts both
-// the frames buffered and those the writer took but has not finished
-// writing; deferred and woken frames (acks, QoS 1/2) are never refused.
-// Were the bytes in the writer's hands not counted, a subscriber that
-// reads nothing would receive a fresh max every time the writer took the
-// last batch.
-func TestOutboxBound(t *testing.T) {
-	s := newTestServer(t, Options{})
-
-	t.Run("buffered bytes count", func(t *testing.T) {
-		srvEnd, cliEnd := pipePair(t)
-		c := newConn(s, srvEnd, "test")
-		c.out.max = 64
-		if !c.enqueue(deferred, appendBytes(fill('d', 60))) {
-			t.Fatal("deferred enqueue into an empty outbox refused")
-		}
-		if st := snapshot(c); st.writing || !st.deferred {
-			t.Fatalf("a deferred enqueue started a writer: %+v", st)
-		}
-		// Below max the bound lets a whole frame in, even past max.
-		if !c.enqueue(bounded, appendBytes(fill('b', 10))) {
-			t.Fatal("bounded enqueue refused with 60 of 64 bytes pending")
-		}
-		waitTaken(t, c, 70)
-		if got := c.out.pending(); got != 70 {
-			t.Errorf("pending = %d, want 70", got)
-		}
-		if c.enqueue(bounded, appendBytes([]byte{'x'})) {
-			t.Error("bounded enqueue accepted with 70 of 64 bytes pending")
-		}
-		if got := readFull(t, cliEnd, 70); !bytes.Equal(got, append(fill('d', 60), fill('b', 10)...)) {
-			t.Errorf("wrote %q", got)
-		}
-		s.writers.Wait()
-		if got := c.out.pending(); got != 0 {
-			t.Errorf("pending after the write = %d, want 0", got)
-		}
-	})
-
-	t.Run("bytes in write count", func(t *testing.T) {
-		srvEnd, cliEnd := pipePair(t)
-		c := newConn(s, srvEnd, "test")
-		c.out.max = 64
-		if !c.enqueue(bounded, appendBytes(fill('a', 64))) {
-			t.Fatal("bounded enqueue into an empty outbox refused")
-		}
-		waitTaken(t, c, 64) // nothing buffered: all 64 are in the writer's hands
-		if got := c.out.pending(); got != 64 {
-			t.Errorf("pending with 64 bytes in write = %d, want 64", got)
-		}
-		if hasRoom(c) {
-			t.Error("room() with 64 of 64 bytes in write")
-		}
-		built := false
-		if c.enqueue(bounded, func(b []byte) []byte { built = true; return append(b, 'x') }) {
-			t.Error("bounded enqueue accepted with 64 of 64 bytes in write")
-		}
-		if built {
-			t.Error("a refused enqueue built its frames")
-		}
-		if !c.enqueue(woken, appendBytes(fill('w', 10))) {
-			t.Error("woken enqueue refused by a full outbox")
-		}
-		if !c.enqueue(deferred, appendBytes(fill('d', 5))) {
-			t.Error("deferred enqueue refused by a full outbox")
-		}
-		if got := c.out.pending(); got != 79 {
-			t.Errorf("pending = %d, want 79", got)
-		}
-		want := slices.Concat(fill('a', 64), fill('w', 10), fill('d', 5))
-		if got := readFull(t, cliEnd, len(want)); !bytes.Equal(got, want) {
-			t.Errorf("wrote %q, want %q", got, want)
-		}
-		s.writers.Wait()
-		if got := c.out.pending(); got != 0 || !hasRoom(c) {
-			t.Errorf("after the writes: pending %d, room %v; want 0, true", got, hasRoom(c))
-		}
-		if !c.enqueue(bounded, appendBytes([]byte("ok"))) {
-			t.Fatal("bounded enqueue refused once the outbox drained")
-		}
-		if got := readFull(t, cliEnd, 2); string(got) != "ok" {
-			t.Errorf("wrote %q, want \"ok\"", got)
-		}
-		s.writers.Wait()
-	})
-}
-
-// TestOutboxGrowsByDoubling: an outbox filled with small frames while
-// nobody writes (a subscriber's backlog) grows its buffer by doubling, not
-// by append's 1.25x steps, each of which copied everything held so far.
-func TestOutboxGrowsByDoubling(t *testing.T) {
-	s := newTestServer(t, Options{})
-	srvEnd, _ := pipePair(t)
-	c := newConn(s, srvEnd, "test")
-	frame := fill('f', 64)
-	grown, last := 0, 0
-	for range (512 << 10) / len(frame) {
-		c.enqueue(deferred, appendBytes(frame))
-		if n := cap(snapshot(c).buf.b); n != last {
-			if last != 0 && n < 2*last {
-				t.Fatalf("the buffer grew from %d to %d bytes, want at least double", last, n)
+// pumpPackets reads rc in a goroutine of its own, handing each packet to
+// the channel returned, so the server's writes to rc never wait for the
+// test (a net.Pipe write blocks until the other end reads).
+func pumpPackets(rc *rawConn) <-chan packets.Packet {
+	ch := make(chan packets.Packet, 64)
+	go func() {
+		defer close(ch)
+		for {
+			rc.nc.SetReadDeadline(time.Time{})
+			p, err := packets.ReadPacket(rc.br, rc.v, 0)
+			if err != nil {
+				return
 			}
-			grown, last = grown+1, n
+			ch <- p
 		}
-	}
-	if st := snapshot(c); st.buffered != 512<<10 {
-		t.Fatalf("%d bytes buffered, want %d", st.buffered, 512<<10)
-	}
-	if grown > 9 {
-		t.Errorf("the buffer grew %d times on its way to 512 KiB", grown)
-	}
-	c.out.close(&s.stats.outboxBytes)
-}
-
-// TestOutboxBufferSwap checks the writer's buffer swap: the buffer a
-// write finished with becomes the outbox's next buffer (the spare), so a
-// steady stream of frames moves between two buffers without taking more
-// from the pool; a buffer grown past maxPooledBuf by a burst is not kept;
-// and a writer that runs dry gives both buffers back, so an idle
-// connection holds none.
-func TestOutboxBufferSwap(t *testing.T) {
-	s := newTestServer(t, Options{})
-
-	t.Run("spare reused", func(t *testing.T) {
-		srvEnd, cliEnd := pipePair(t)
-		c := newConn(s, srvEnd, "test")
-		c.enqueue(deferred, appendBytes(fill('a', 8)))
-		bufA := snapshot(c).buf
-		c.enqueue(woken, appendBytes(nil)) // start a writer for A
-		waitTaken(t, c, 8)
-		c.enqueue(woken, appendBytes(fill('b', 9)))
-		bufB := snapshot(c).buf
-		if bufB == nil || bufB == bufA {
-			t.Fatalf("frames queued during a write went to %p (the writer's buffer is %p)", bufB, bufA)
-		}
-		readFull(t, cliEnd, 8)
-		waitTaken(t, c, 9) // A written, B taken
-		if st := snapshot(c); st.buf != bufA || st.spare != nil {
-			t.Fatalf("after A was written: buf %p, spare %p; want the written buffer %p as buf", st.buf, st.spare, bufA)
-		}
-		c.enqueue(woken, appendBytes(fill('c', 10)))
-		if st := snapshot(c); st.buf != bufA || st.buffered != 10 {
-			t.Errorf("frames went to %p (%d bytes); want the spare %p", st.buf, st.buffered, bufA)
-		}
-		readFull(t, cliEnd, 9)
-		waitTaken(t, c, 10)
-		if st := snapshot(c); st.buf != bufB {
-			t.Errorf("after B was written: buf %p; want B's buffer %p", st.buf, bufB)
-		}
-		if got := readFull(t, cliEnd, 10); !bytes.Equal(got, fill('c', 10)) {
-			t.Errorf("wrote %q", got)
-		}
-		s.writers.Wait()
-		if st := snapshot(c); st.buf != nil || st.spare != nil || st.writing {
-			t.Errorf("a writer that ran dry kept buffers: %+v", st)
-		}
-	})
-
-	t.Run("oversized not kept", func(t *testing.T) {
-		srvEnd, cliEnd := pipePair(t)
-		c := newConn(s, srvEnd, "test")
-		big := fill('B', maxPooledBuf+1)
-		c.enqueue(deferred, appendBytes(big))
-		if st := snapshot(c); cap(st.buf.b) <= maxPooledBuf {
-			t.Fatalf("buffer cap %d, want > %d", cap(st.buf.b), maxPooledBuf)
-		}
-		c.enqueue(woken, appendBytes(nil))
-		waitTaken(t, c, len(big))
-		c.enqueue(woken, appendBytes(fill('s', 7)))
-		readFull(t, cliEnd, len(big))
-		waitTaken(t, c, 7) // the big buffer was written, the small one taken
-		if st := snapshot(c); st.buf != nil || st.spare != nil {
-			t.Errorf("a %d-byte buffer was kept after its write: buf %p, spare %p", len(big), st.buf, st.spare)
-		}
-		readFull(t, cliEnd, 7)
-		s.writers.Wait()
-	})
-}
-
-// writeRecorder wraps a net.Conn to record every Write and how many run at
-// once. A Write waits on a channel of one slot before it reaches the
-// wrapped conn, so in a synctest bubble a second writer is seen entering
-// Write (and then durably blocked) rather than stuck on the pipe's lock.
-type writeRecorder struct {
-	net.Conn
-	slot chan struct{}
-
-	mu        sync.Mutex
-	writes    [][]byte
-	active    int
-	maxActive int
-}
-
-func newWriteRecorder(nc net.Conn) *writeRecorder {
-	return &writeRecorder{Conn: nc, slot: make(chan struct{}, 1)}
-}
-
-func (r *writeRecorder) Write(b []byte) (int, error) {
-	r.mu.Lock()
-	r.writes = append(r.writes, bytes.Clone(b))
-	r.active++
-	r.maxActive = max(r.maxActive, r.active)
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		r.active--
-		r.mu.Unlock()
 	}()
-	r.slot <- struct{}{}
-	defer func() { <-r.slot }()
-	return r.Conn.Write(b)
+	return ch
 }
 
-// calls returns the Writes so far, each as written.
-func (r *writeRecorder) calls() [][]byte {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.writes)
+func nextPublish(t *testing.T, ch <-chan packets.Packet) *packets.Publish {
+	t.Helper()
+	select {
+	case p, ok := <-ch:
+		pub, isPub := p.(*packets.Publish)
+		if !ok || !isPub {
+			t.Fatalf("got %T %+v, want a PUBLISH", p, p)
+		}
+		return pub
+	case <-time.After(10 * time.Second):
+		t.Fatal("no PUBLISH")
+	}
+	return nil
 }
 
-func (r *writeRecorder) most() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.maxActive
+// TestOutboxTotalBound checks limits.max_outbox_bytes_total: a subscriber
+// that reads nothing holds at most that much (and one message more) of
+// the bytes waiting to be written, past it large messages wait in the
+// session queues, every client is held back for them but small QoS 0
+// messages still flow, a large QoS 0 message is dropped and counted, and
+// once the stuck client is gone the waiting messages are delivered.
+func TestOutboxTotalBound(t *testing.T) {
+	t.Parallel()
+	const total, size, n = 300_000, 100_000, 10
+	srv, l := startPipeServer(t, mqttd.Options{Limits: mqttd.Limits{MaxOutboxBytesTotal: total}})
+	connect := func(id string) *rawConn {
+		rc := l.dial(t)
+		rc.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V311, ClientID: id, CleanStart: true})
+		if ack, ok := rc.read().(*packets.Connack); !ok || ack.ReasonCode != 0 {
+			t.Fatalf("%s: CONNACK %+v", id, ack)
+		}
+		return rc
+	}
+	stuck := connect("stuck")
+	subscribe(stuck, packets.Subscription{Filter: "big/#", Options: packets.SubOptions{QoS: 1}})
+	fast := connect("fast")
+	subscribe(fast, packets.Subscription{Filter: "big/#", Options: packets.SubOptions{QoS: 1}})
+	fastIn := pumpPackets(fast)
+	light := connect("light")
+	subscribe(light, packets.Subscription{Filter: "q0/#"})
+	lightIn := pumpPackets(light)
+	pub := connect("pub")
+
+	payload := bytes.Repeat([]byte("x"), size)
+	for i := range n {
+		pub.send(&packets.Publish{Topic: "big/x", QoS: 1, PacketID: uint16(i + 1), Payload: append([]byte{byte(i)}, payload...)})
+		if ack, ok := pub.read().(*packets.Puback); !ok || ack.PacketID != uint16(i+1) {
+			t.Fatalf("PUBACK %+v", ack)
+		}
+	}
+	st := srv.Stats()
+	if st.OutboxBytes > total+size+100 {
+		t.Errorf("outboxes hold %d bytes; want at most %d and one message", st.OutboxBytes, total)
+	}
+	if st.Queued == 0 {
+		t.Error("nothing waits in a session queue")
+	}
+	t.Logf("outboxes %d bytes, %d messages queued", st.OutboxBytes, st.Queued)
+
+	pub.send(&packets.Publish{Topic: "q0/small", Payload: []byte("small")})
+	if p := nextPublish(t, lightIn); string(p.Payload) != "small" {
+		t.Errorf("got %q, want the small QoS 0 message", p.Payload)
+	}
+	pub.send(&packets.Publish{Topic: "q0/big", Payload: payload})
+	pub.send(&packets.Publish{Topic: "q0/after", Payload: []byte("after")})
+	if p := nextPublish(t, lightIn); p.Topic != "q0/after" {
+		t.Errorf("got %s, want q0/after: the large QoS 0 message should have been dropped", p.Topic)
+	}
+	if got := srv.Stats().Dropped["outbox_total"]; got != 1 {
+		t.Errorf("dropped[outbox_total] = %d, want 1", got)
+	}
+
+	stuck.nc.Close()
+	for i := range n {
+		p := nextPublish(t, fastIn)
+		if p.Topic != "big/x" || len(p.Payload) != size+1 || p.Payload[0] != byte(i) {
+			t.Fatalf("message %d: %s, %d bytes, first %d", i, p.Topic, len(p.Payload), p.Payload[0])
+		}
+		fast.send(&packets.Puback{PacketID: p.PacketID})
+	}
+	waitFor(t, "the outboxes to drain", func() bool { return srv.Stats().OutboxBytes == 0 })
 }
 
-// TestOutboxOneWriter checks the writer hand-off: while a writer is
-// writing, woken enqueues from many goroutines append to the outbox and
-// start no second writer (two writers would interleave frames on the
-// socket); the running writer writes everything they queued in one batch
-// once its write completes, then stops.
-func TestOutboxOneWriter(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := newTestServer(t, Options{})
-		srvEnd, cliEnd := net.Pipe()
-		defer cliEnd.Close()
-		defer srvEnd.Close()
-		rec := newWriteRecorder(srvEnd)
-		c := newConn(s, rec, "test")
-		if !c.enqueue(woken, appendBytes(fill('a', 4))) {
-			t.Fatal("woken enqueue refused")
+// TestResendThroughOutboxBound checks the window sent again after a
+// reconnect goes through the outbox bound, as the client reads, rather
+// than into the outbox at once: with an outbox of 16 KiB, 40 unacknowledged
+// messages of 4 KiB all arrive again, in order, with DUP, and a message
+// published meanwhile comes after them.
+func TestResendThroughOutboxBound(t *testing.T) {
+	t.Parallel()
+	_, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxOutboxBytes: 16 << 10}})
+	sub := connectRawSession(t, addr, "window", false, false)
+	subscribe(sub, packets.Subscription{Filter: "w", Options: packets.SubOptions{QoS: 1}})
+	pub := connectRawSession(t, addr, "pub", true, false)
+	payload := bytes.Repeat([]byte("x"), 4<<10)
+	for i := range 40 {
+		pub.send(&packets.Publish{Topic: "w", QoS: 1, PacketID: uint16(i + 1), Payload: payload})
+		pub.read()
+	}
+	var ids []uint16
+	for range 40 {
+		ids = append(ids, expectPublish(sub, "w").PacketID) // read, never acknowledged
+	}
+	sub.nc.Close()
+	back := connectRawSession(t, addr, "window", false, true)
+	pub.send(&packets.Publish{Topic: "w", QoS: 1, PacketID: 41, Payload: []byte("new")})
+	pub.read()
+	for i, id := range ids {
+		p := expectPublish(back, "w")
+		if p.PacketID != id || !p.Dup {
+			t.Fatalf("resend %d: id %d, DUP %v; want id %d with DUP", i, p.PacketID, p.Dup, id)
 		}
-		synctest.Wait() // the writer blocks writing A: nobody reads
-		if n := len(rec.calls()); n != 1 {
-			t.Fatalf("%d writes after a woken enqueue, want 1", n)
+		back.send(&packets.Puback{PacketID: p.PacketID})
+	}
+	if p := expectPublish(back, "w"); string(p.Payload) != "new" || p.Dup {
+		t.Errorf("after the resends: %q (DUP %v), want the new message", p.Payload, p.Dup)
+	}
+}
+
+// TestSlowConsumer checks a subscriber that stops reading holds its
+// publisher back at most once for the stall bound, then gets QoS 0
+// dropped (counted) and is disconnected after the write timeout. The write
+// timeout is longer than the stall, so the drops come first.
+func TestSlowConsumer(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_, addr := startServer(t, mqttd.Options{Registerer: reg, Limits: mqttd.Limits{
+		MaxOutboxBytes: 64 << 10, WriteTimeout: 2500 * time.Millisecond}})
+	stuck := connectRawSession(t, addr, "stuck", true, false)
+	stuck.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "flood", Options: packets.SubOptions{QoS: 1}}}})
+	stuck.read()
+	// From here on the stuck client reads nothing.
+
+	// QoS 0 only: QoS 1/2 would stop at the full in-flight window and wait
+	// in the session queue without ever blocking a write.
+	pub := connectRawSession(t, addr, "flooder", true, false)
+	payload := make([]byte, 8<<10)
+	// Flood until copies for the stuck client are dropped: how much the
+	// socket buffers absorb first depends on the kernel. Bounded at 400 MB.
+	// Its writer is then blocked on a full socket, and the write timeout
+	// cuts it off whether or not more is published.
+	for batch := 0; metricValue(t, reg, "mqttd_messages_dropped_total") == 0; batch++ {
+		if batch == 500 {
+			t.Fatal("no QoS 0 drop was counted for the stuck subscriber")
 		}
-		var wg sync.WaitGroup
-		for i := range 8 {
-			wg.Go(func() {
-				if !c.enqueue(woken, appendBytes([]byte{'0' + byte(i)})) {
-					t.Error("woken enqueue refused")
-				}
-			})
+		for range 100 {
+			pub.send(&packets.Publish{Topic: "flood", Payload: payload})
 		}
-		wg.Wait()
-		synctest.Wait() // a writer they started would now be in Write
-		if n := len(rec.calls()); n != 1 {
-			t.Fatalf("%d writes while the first writer was blocked: a woken enqueue started a second writer", n)
+		pub.ping() // the publisher is served throughout
+	}
+	waitFor(t, "the stuck subscriber to be disconnected", func() bool {
+		return metricValue(t, reg, "mqttd_connections") == 1
+	})
+	pub.ping()
+}
+
+// TestWriterGoroutinesParkAndEnd checks that a delivery's writer parks
+// once it has written and the next delivery takes it up again, instead of
+// starting a goroutine each time, and that Shutdown ends the parked ones.
+// The first delivery may find the subscriber's reader still writing its
+// SUBACK, and start no writer; each later one starts one.
+func TestWriterGoroutinesParkAndEnd(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, mqttd.Options{})
+	sub := connectRaw(t, b.addr, &packets.Connect{ClientID: "park-sub", CleanStart: true})
+	sub.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "park/t"}}})
+	if _, ok := sub.read().(*packets.Suback); !ok {
+		t.Fatal("no SUBACK")
+	}
+	pub := connectRaw(t, b.addr, &packets.Connect{ClientID: "park-pub", CleanStart: true})
+	allParked := func() bool {
+		parked, goroutines := b.srv.WriterGoroutines()
+		return parked == goroutines
+	}
+	for i := range 5 {
+		pub.send(&packets.Publish{Topic: "park/t", Payload: []byte{byte(i)}})
+		if p, ok := sub.read().(*packets.Publish); !ok || p.Payload[0] != byte(i) {
+			t.Fatalf("delivery %d: %v", i, p)
 		}
-		if st := snapshot(c); st.buffered != 8 || !st.writing {
-			t.Fatalf("outbox %+v; want the 8 frames buffered behind the running writer", st)
+		waitFor(t, "the writers to park", allParked)
+		if _, goroutines := b.srv.WriterGoroutines(); i > 0 && goroutines != 1 {
+			t.Fatalf("after delivery %d: %d writer goroutines, want the one taken up again", i, goroutines)
 		}
-		readFull(t, cliEnd, 4+8)
-		s.writers.Wait()
-		calls := rec.calls()
-		if len(calls) != 2 {
-			t.Fatalf("writes %q; want A, then the 8 frames in one batch", calls)
-		}
-		second := slices.Clone(calls[1])
-		slices.Sort(second)
-		if string(calls[0]) != "aaaa" || string(second) != "01234567" {
-			t.Errorf("writes %q; want \"aaaa\", then the 8 frames", calls)
-		}
-		if n := rec.most(); n != 1 {
-			t.Errorf("%d writes ran at once", n)
-		}
-		if st := snapshot(c); st.writing {
-			t.Error("the writer did not give up its role when it ran dry")
-		}
+	}
+	srv := b.srv
+	b.stop()
+	waitFor(t, "the parked writer to end", func() bool {
+		_, goroutines := srv.WriterGoroutines()
+		return goroutines == 0
 	})
 }
 
-// TestOutboxDeferredFlush checks deferred frames, a reader's answers to
-// its own client: they start no writer, and flushDeferred writes them in
-// one write on the caller's goroutine (it returns only once they are
-// written), so a burst of input costs one write and no goroutine. When a
-// writer is already running, flushDeferred leaves the frames to it.
-func TestOutboxDeferredFlush(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := newTestServer(t, Options{})
-		srvEnd, cliEnd := net.Pipe()
-		defer cliEnd.Close()
-		defer srvEnd.Close()
-		rec := newWriteRecorder(srvEnd)
-		c := newConn(s, rec, "test")
-		c.enqueue(deferred, appendBytes([]byte("xxx")))
-		c.enqueue(deferred, appendBytes([]byte("yy")))
-		synctest.Wait()
-		if n := len(rec.calls()); n != 0 {
-			t.Fatalf("%d writes after deferred enqueues, want none before the flush", n)
+// TestReaderDisconnectBehindWriter checks the DISCONNECT a reader sends
+// for a protocol error is written, after what a delivery writer was still
+// writing, before the connection is closed: closing at once discarded
+// both and cut a PUBLISH in half.
+func TestReaderDisconnectBehindWriter(t *testing.T) {
+	t.Parallel()
+	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxOutboxBytes: 64 << 10}})
+	sub := connectAs(t, addr, packets.V5, &packets.Connect{ClientID: "slow", CleanStart: true})
+	subscribe(sub, packets.Subscription{Filter: "t"})
+	payload := make([]byte, 32<<10)
+	for range 300 { // fills the socket buffers: the writer blocks in Write
+		srv.Publish("t", payload, 0, false, nil)
+	}
+	sub.send(&packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: "slow"}) // a protocol error
+	var last packets.Packet
+	for {
+		p, err := sub.tryRead()
+		if err != nil {
+			break
 		}
-		if st := snapshot(c); st.writing || !st.deferred {
-			t.Fatalf("outbox %+v; want deferred frames and no writer", st)
-		}
-		flushed := make(chan struct{})
-		go func() {
-			c.flushDeferred()
-			close(flushed)
-		}()
-		synctest.Wait() // flushDeferred blocks in its own write: nobody reads
-		if isClosed(flushed) {
-			t.Fatal("flushDeferred returned before its frames were written: it did not write them itself")
-		}
-		if got := readFull(t, cliEnd, 5); string(got) != "xxxyy" {
-			t.Errorf("wrote %q, want \"xxxyy\"", got)
-		}
-		<-flushed
-		if calls := rec.calls(); len(calls) != 1 {
-			t.Errorf("writes %q, want the deferred frames in one write", calls)
-		}
-
-		// A running writer takes deferred frames along.
-		c.enqueue(woken, appendBytes([]byte("w")))
-		synctest.Wait() // the writer blocks writing w
-		c.enqueue(deferred, appendBytes([]byte("z")))
-		c.flushDeferred() // returns at once: the writer holds the role
-		if n := len(rec.calls()); n != 2 {
-			t.Fatalf("%d writes, want 2: flushDeferred wrote while a writer was running", n)
-		}
-		if got := readFull(t, cliEnd, 2); string(got) != "wz" {
-			t.Errorf("wrote %q, want \"wz\"", got)
-		}
-		s.writers.Wait()
-		if n := rec.most(); n != 1 {
-			t.Errorf("%d writes ran at once", n)
-		}
-	})
-}
-
-// TestOutboxInline checks inline frames, the DISCONNECT a goroutine sends
-// before it closes the connection: with no writer running the caller
-// writes them itself and returns once they are written; with a writer
-// running they join its next batch and enqueue returns at once; they seal
-// the outbox, so nothing follows them on the wire [MQTT-3.14.4-1]; and a
-// client that reads nothing holds the caller for inlineWriteTimeout, then
-// is closed as a slow consumer.
-func TestOutboxInline(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := newTestServer(t, Options{})
-		fresh := func() (*conn, net.Conn) {
-			srvEnd, cliEnd := net.Pipe()
-			t.Cleanup(func() { cliEnd.Close() })
-			return newConn(s, newWriteRecorder(srvEnd), "test"), cliEnd
-		}
-		c, cliEnd := fresh()
-		done := make(chan bool, 1)
-		go func() { done <- c.enqueue(inline, appendBytes([]byte("iii"))) }()
-		synctest.Wait()
-		select {
-		case <-done:
-			t.Fatal("inline enqueue returned before its frames were written")
-		default:
-		}
-		if got := readFull(t, cliEnd, 3); string(got) != "iii" {
-			t.Errorf("wrote %q, want \"iii\"", got)
-		}
-		if !<-done {
-			t.Error("inline enqueue reported false")
-		}
-		for _, mode := range []enqueueMode{deferred, woken, bounded, inline, last} {
-			if c.enqueue(mode, appendBytes([]byte("after"))) {
-				t.Errorf("mode %d: enqueue accepted after the sealing frames", mode)
-			}
-		}
-		if c.roomSignal() != nil || hasRoom(c) {
-			t.Error("a sealed outbox offers room to publishers")
-		}
-
-		c, cliEnd = fresh()
-		c.enqueue(woken, appendBytes([]byte("ww")))
-		synctest.Wait() // the writer blocks writing ww
-		if !c.enqueue(inline, appendBytes([]byte("j"))) {
-			t.Error("inline enqueue refused")
-		}
-		if got := readFull(t, cliEnd, 3); string(got) != "wwj" {
-			t.Errorf("wrote %q, want \"wwj\"", got)
-		}
-		s.writers.Wait()
-
-		c, _ = fresh()
-		start := time.Now()
-		c.enqueue(inline, appendBytes([]byte("kk"))) // nobody reads
-		if d := time.Since(start); d != inlineWriteTimeout {
-			t.Errorf("inline write to a client that reads nothing returned after %v, want %v", d, inlineWriteTimeout)
-		}
-		if n := s.Stats().Disconnects[CloseSlowConsumer.String()]; n != 1 {
-			t.Errorf("slow_consumer disconnects = %d, want 1", n)
-		}
-		if c.enqueue(inline, appendBytes([]byte("late"))) {
-			t.Error("enqueue accepted after the connection was closed")
-		}
-	})
-}
-
-// TestOutboxWriteTimeout checks writeWithin's bound on a writer goroutine:
-// a client that reads nothing for limits.write_timeout is closed as a slow
-// consumer, the writer gives up, and later frames are refused.
-func TestOutboxWriteTimeout(t *testing.T) {
-	const timeout = 5 * time.Second
-	synctest.Test(t, func(t *testing.T) {
-		s := newTestServer(t, Options{Limits: Limits{WriteTimeout: timeout}})
-		srvEnd, cliEnd := net.Pipe()
-		defer cliEnd.Close()
-		c := newConn(s, srvEnd, "test")
-		start := time.Now()
-		c.enqueue(woken, appendBytes([]byte("qqqq"))) // nobody reads
-		s.writers.Wait()
-		if d := time.Since(start); d != timeout {
-			t.Errorf("the writer gave up after %v, want the write timeout %v", d, timeout)
-		}
-		if n := s.Stats().Disconnects[CloseSlowConsumer.String()]; n != 1 {
-			t.Errorf("slow_consumer disconnects = %d, want 1", n)
-		}
-		if c.enqueue(woken, appendBytes([]byte("late"))) {
-			t.Error("enqueue accepted after the write timeout closed the connection")
-		}
-		if st := snapshot(c); st.buf != nil || st.spare != nil || st.writing {
-			t.Errorf("outbox after the timeout: %+v; want no buffers, no writer", st)
-		}
-	})
-}
-
-// TestOutboxRoomSignal checks the channel a publisher stalled on a full
-// outbox waits on: roomSignal starts a writer for deferred frames, which
-// nobody would otherwise write while their reader is the publisher
-// waiting; the channel (one for every waiter) is closed by the first
-// completed write that leaves the outbox below max, not by one that
-// leaves it full; and it is nil for a client marked stuck until a write
-// completes again.
-func TestOutboxRoomSignal(t *testing.T) {
-	s := newTestServer(t, Options{})
-
-	t.Run("starts a writer for deferred frames", func(t *testing.T) {
-		srvEnd, cliEnd := pipePair(t)
-		c := newConn(s, srvEnd, "test")
-		c.out.max = 16
-		c.enqueue(deferred, appendBytes(fill('d', 16)))
-		if c.enqueue(bounded, appendBytes([]byte{'x'})) {
-			t.Fatal("bounded enqueue accepted into a full outbox")
-		}
-		room := c.roomSignal()
-		if room == nil {
-			t.Fatal("roomSignal = nil for an open outbox")
-		}
-		waitTaken(t, c, 16) // a writer took the deferred frames
-		if isClosed(room) {
-			t.Error("room signalled before any write completed")
-		}
-		if got := readFull(t, cliEnd, 16); !bytes.Equal(got, fill('d', 16)) {
-			t.Errorf("wrote %q", got)
-		}
-		waitClosed(t, room, "the room signal after the write")
-		s.writers.Wait()
-	})
-
-	t.Run("closed once a write leaves room", func(t *testing.T) {
-		srvEnd, cliEnd := pipePair(t)
-		c := newConn(s, srvEnd, "test")
-		c.out.max = 8
-		c.enqueue(woken, appendBytes(fill('a', 8)))
-		waitTaken(t, c, 8)
-		c.enqueue(woken, appendBytes(fill('b', 9)))
-		room := c.roomSignal()
-		if again := c.roomSignal(); again != room {
-			t.Error("two waiters got different room channels")
-		}
-		readFull(t, cliEnd, 8)
-		waitTaken(t, c, 9) // A written, with B's 9 bytes still pending
-		if isClosed(room) {
-			t.Error("room signalled by a write that left the outbox full")
-		}
-		readFull(t, cliEnd, 9)
-		waitClosed(t, room, "the room signal once the outbox drained")
-		s.writers.Wait()
-	})
-
-	t.Run("stuck until a write completes", func(t *testing.T) {
-		srvEnd, cliEnd := pipePair(t)
-		c := newConn(s, srvEnd, "test")
-		c.out.markStuck()
-		if room := c.roomSignal(); room != nil {
-			t.Error("roomSignal for a stuck client is not nil: its publishers would stall again")
-		}
-		c.enqueue(woken, appendBytes([]byte("s")))
-		readFull(t, cliEnd, 1)
-		s.writers.Wait()
-		if snapshot(c).stuck {
-			t.Error("a completed write did not clear stuck")
-		}
-		if room := c.roomSignal(); room == nil {
-			t.Error("roomSignal = nil after a completed write")
-		}
-	})
-}
-
-// TestOutboxClose checks outbox.close, run when a connection closes: every
-// later enqueue fails without building its frames, publishers waiting for
-// room are released, roomSignal and flushDeferred do nothing, and the
-// buffers go back to the pool: at once when no writer runs, or when the
-// running writer next looks at the outbox, which it then gives up without
-// writing what is left.
-func TestOutboxClose(t *testing.T) {
-	s := newTestServer(t, Options{})
-
-	t.Run("idle", func(t *testing.T) {
-		srvEnd, cliEnd := pipePair(t)
-		c := newConn(s, srvEnd, "test")
-		room := c.roomSignal()
-		c.enqueue(deferred, appendBytes([]byte("never")))
-		c.out.close(&s.stats.outboxBytes)
-		if !isClosed(room) {
-			t.Error("close left a publisher waiting for room")
-		}
-		if st := snapshot(c); st.buf != nil || st.spare != nil || !st.closed {
-			t.Errorf("outbox after close: %+v; want closed, no buffers", st)
-		}
-		for _, mode := range []enqueueMode{deferred, woken, bounded, inline} {
-			built := false
-			if c.enqueue(mode, func(b []byte) []byte { built = true; return append(b, 'x') }) {
-				t.Errorf("enqueue mode %d accepted after close", mode)
-			}
-			if built {
-				t.Errorf("enqueue mode %d built frames after close", mode)
-			}
-		}
-		if c.roomSignal() != nil {
-			t.Error("roomSignal after close is not nil")
-		}
-		c.flushDeferred()
-		srvEnd.Close()
-		if got := readToEOF(t, cliEnd); len(got) != 0 {
-			t.Errorf("a closed outbox wrote %q", got)
-		}
-	})
-
-	t.Run("while writing", func(t *testing.T) {
-		srvEnd, cliEnd := pipePair(t)
-		c := newConn(s, srvEnd, "test")
-		c.enqueue(woken, appendBytes([]byte("aaaa")))
-		waitTaken(t, c, 4)
-		c.enqueue(woken, appendBytes([]byte("b")))
-		c.out.close(&s.stats.outboxBytes)
-		if c.enqueue(woken, appendBytes([]byte("c"))) {
-			t.Error("enqueue accepted after close")
-		}
-		if st := snapshot(c); !st.writing || st.buf == nil {
-			t.Errorf("close took the buffers from under the running writer: %+v", st)
-		}
-		// Read everything the writer writes until the socket is closed,
-		// once the writer has stopped.
-		cliEnd.SetReadDeadline(time.Now().Add(10 * time.Second))
-		read := make(chan []byte, 1)
-		go func() {
-			b, _ := io.ReadAll(cliEnd)
-			read <- b
-		}()
-		s.writers.Wait()
-		if st := snapshot(c); st.buf != nil || st.spare != nil || st.writing {
-			t.Errorf("outbox after the writer stopped: %+v; want no buffers, no writer", st)
-		}
-		srvEnd.Close()
-		if got := <-read; string(got) != "aaaa" {
-			t.Errorf("client got %q, want \"aaaa\": the writer went on writing after close", got)
-		}
-	})
-}
-
-// hasRoom reports whether the outbox takes a delivery of any size now.
-func hasRoom(c *conn) bool {
-	fit, _ := c.fit()
-	return fit >= 0
+		last = p
+	}
+	if d, ok := last.(*packets.Disconnect); !ok || d.ReasonCode != packets.ProtocolError {
+		t.Fatalf("last packet before the close: %T %+v, want DISCONNECT 0x82", last, last)
+	}
 }

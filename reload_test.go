@@ -12,6 +12,7 @@ import (
 // to the next new session (the sessions there stay), max_inflight is
 // named as needing a restart, and invalid limits change nothing.
 func TestSetLimits(t *testing.T) {
+	t.Parallel()
 	srv, addr := startServer(t, mqttd.Options{})
 	connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "a", CleanStart: true}).ping()
 	connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "b", CleanStart: true}).ping()

@@ -1,12 +1,15 @@
 package mqttd_test
 
 import (
+	"crypto/tls"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
 
 	"mqttd"
+	"mqttd/listeners"
 	"mqttd/packets"
 	"mqttd/packets/packettest"
 )
@@ -19,15 +22,11 @@ import (
 // poller's, which serves plain sockets, and the goroutine per connection
 // that serves any other net.Conn (TLS, WebSocket).
 func TestSpec(t *testing.T) {
-	t.Run("events", testSpecRows)
-	t.Run("goroutine", func(t *testing.T) {
-		listenerWrap = hideSocket
-		defer func() { listenerWrap = nil }()
-		testSpecRows(t)
-	})
+	t.Parallel()
+	bothReaders(t, testSpecRows)
 }
 
-func testSpecRows(t *testing.T) {
+func testSpecRows(t *testing.T, on ...serverOption) {
 	fixtures := map[int][]packettest.Fixture{}
 	for _, f := range packettest.Invalid {
 		row := fixtureRow(t, f.Name)
@@ -40,17 +39,17 @@ func testSpecRows(t *testing.T) {
 		}
 		t.Run(fmt.Sprintf("row%02d", row), func(t *testing.T) {
 			for _, f := range fx {
-				t.Run(f.Name, func(t *testing.T) { runInvalidFixture(t, f) })
+				t.Run(f.Name, func(t *testing.T) { runInvalidFixture(t, f, on...) })
 			}
 			if extra != nil {
-				extra(t)
+				extra(t, on...)
 			}
 		})
 	}
 }
 
 // specRows holds the broker-level checks of each row, beyond its fixtures.
-var specRows = map[int]func(*testing.T){
+var specRows = map[int]func(*testing.T, ...serverOption){
 	2:  specRow02SecondConnect,
 	9:  specRow09PasswordWithoutUsername,
 	11: specRow11EmptyClientID,
@@ -75,16 +74,6 @@ var specRows = map[int]func(*testing.T){
 	53: specRow53Will,
 	54: specRow54SysTopics,
 	55: specRow55ManyLevels,
-}
-
-// versions are the protocol versions most rows are checked in.
-var versions = []packets.Version{packets.V311, packets.V5}
-
-func versionName(v packets.Version) string {
-	if v == packets.V5 {
-		return "v5"
-	}
-	return "v311"
 }
 
 // fixtureRow reads the checklist row from a fixture name "rowNN-...".
@@ -113,9 +102,9 @@ func validFixture(t *testing.T, name string) packettest.Fixture {
 // runInvalidFixture sends one invalid frame and checks the answer the
 // checklist names. A CONNECT (or any first packet) is sent on a fresh
 // connection; anything else after a good CONNECT (see expectRejected).
-func runInvalidFixture(t *testing.T, f packettest.Fixture) {
+func runInvalidFixture(t *testing.T, f packettest.Fixture, on ...serverOption) {
 	t.Helper()
-	_, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxPacketSize: f.MaxSize}})
+	_, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxPacketSize: f.MaxSize}}, on...)
 	if f.Version == 0 || packets.Type(f.Raw[0]>>4) == packets.TypeConnect {
 		rc := dialRaw(t, addr)
 		rc.v = max(f.Version, packets.V311)
@@ -146,16 +135,6 @@ func expectRejected(t *testing.T, addr string, v packets.Version, raw []byte, co
 	rc.write(raw)
 	expectServerClose(rc, code)
 	expectPublish(watcher, "will")
-}
-
-// encode returns p's bytes in version v.
-func encode(t *testing.T, p packets.Packet, v packets.Version) []byte {
-	t.Helper()
-	b, err := p.Append(nil, v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 // expectConnectRefused checks the answer to a bad first packet: nothing
@@ -192,82 +171,20 @@ func expectConnack(rc *rawConn, p packets.Packet, code packets.ReasonCode) {
 	}
 }
 
-// expectServerClose checks how the server ends a connection for a bad
-// packet: 3.x closes without a word; 5.0 sends DISCONNECT with code first.
-func expectServerClose(rc *rawConn, code packets.ReasonCode) {
-	rc.t.Helper()
-	if rc.v == packets.V5 {
-		p := rc.read()
-		if d, ok := p.(*packets.Disconnect); !ok || d.ReasonCode != code {
-			rc.t.Fatalf("got %T %+v, want DISCONNECT 0x%02X", p, p, byte(code))
-		}
-	}
-	rc.expectClosed()
-}
-
-// connectAs completes a CONNECT in version v; cp.ProtocolName and
-// cp.ProtocolVersion are filled in.
-func connectAs(t *testing.T, addr string, v packets.Version, cp *packets.Connect) *rawConn {
-	t.Helper()
-	cp.ProtocolName, cp.ProtocolVersion = "MQTT", v
-	return connectRaw(t, addr, cp)
-}
-
-// connectReply dials, sends cp in version v and returns the CONNACK.
-func connectReply(t *testing.T, addr string, v packets.Version, cp *packets.Connect) (*rawConn, *packets.Connack) {
-	t.Helper()
-	rc := dialRaw(t, addr)
-	cp.ProtocolName, cp.ProtocolVersion = "MQTT", v
-	rc.v = v
-	rc.send(cp)
-	p := rc.read()
-	ack, ok := p.(*packets.Connack)
-	if !ok {
-		t.Fatalf("got %T %+v, want CONNACK", p, p)
-	}
-	return rc, ack
-}
-
-// setWill gives cp a QoS 0 will on topic.
-func setWill(cp *packets.Connect, topic string) {
-	cp.WillFlag, cp.WillTopic, cp.WillPayload = true, topic, []byte("gone")
-}
-
-// watchTopic connects a 3.1.1 subscriber to filter at QoS 0.
-func watchTopic(t *testing.T, addr, filter string) *rawConn {
-	t.Helper()
-	rc := connectAs(t, addr, packets.V311, &packets.Connect{ClientID: "watch-" + filter, CleanStart: true})
-	subscribe(rc, packets.Subscription{Filter: filter})
-	return rc
-}
-
-// subscribe sends one SUBSCRIBE and returns the SUBACK's codes.
-func subscribe(rc *rawConn, subs ...packets.Subscription) []packets.ReasonCode {
-	rc.t.Helper()
-	rc.send(&packets.Subscribe{PacketID: 1, Subscriptions: subs})
-	p := rc.read()
-	ack, ok := p.(*packets.Suback)
-	if !ok || len(ack.ReasonCodes) != len(subs) {
-		rc.t.Fatalf("got %T %+v, want a SUBACK for %d filters", p, p, len(subs))
-	}
-	return ack.ReasonCodes
-}
-
-// expectPublish reads the next packet, which must be a PUBLISH on topic.
-func expectPublish(rc *rawConn, topic string) *packets.Publish {
-	rc.t.Helper()
-	p := rc.read()
-	pub, ok := p.(*packets.Publish)
-	if !ok || pub.Topic != topic {
-		rc.t.Fatalf("got %T %+v, want a PUBLISH on %q", p, p, topic)
-	}
-	return pub
-}
-
-// expectNothing proves with a ping barrier that nothing was sent to rc.
-func expectNothing(rc *rawConn) {
-	rc.t.Helper()
-	if got := rc.ping(); len(got) != 0 {
-		rc.t.Fatalf("got %d unexpected packets, first %T %+v", len(got), got[0], got[0])
+// TestSpecOverTransports runs the spec checklist's rows over TLS and
+// WebSocket: the rows' plain TCP clients are relayed through a client of
+// the transport, so the broker reads them from a real TLS or WebSocket
+// connection.
+func TestSpecOverTransports(t *testing.T) {
+	t.Parallel()
+	cert, key := writeServerCert(t)
+	tlsClient := &tls.Config{RootCAs: certPool(t, cert)}
+	for _, typ := range []string{listeners.TLS, listeners.WS} {
+		t.Run(typ, func(t *testing.T) {
+			testSpecRows(t, wrapListener(func(plain net.Listener) net.Listener {
+				return newRelayListener(t, plain, listeners.Config{Type: typ, Address: "127.0.0.1:0",
+					TLS: listeners.TLSConfig{CertFile: cert, KeyFile: key}}, tlsClient)
+			}))
+		})
 	}
 }

@@ -21,17 +21,17 @@ func connectWithWill(t *testing.T, addr string, v packets.Version, id string, ke
 // network failure and its will is published [MQTT-3.1.2-24] (5.0
 // [MQTT-3.1.2-22]); the largest keepalive does not overflow into an
 // immediate timeout.
-func specRow51KeepAlive(t *testing.T) {
+func specRow51KeepAlive(t *testing.T, on ...serverOption) {
 	for _, v := range versions {
 		t.Run(versionName(v)+"-silent", func(t *testing.T) {
-			_, addr := startServer(t, mqttd.Options{})
+			_, addr := startServer(t, mqttd.Options{}, on...)
 			watcher := watchTopic(t, addr, "will")
 			rc := connectWithWill(t, addr, v, "c", 1)
 			rc.expectClosed()
 			expectPublish(watcher, "will")
 		})
 		t.Run(versionName(v)+"-keepalive-65535", func(t *testing.T) {
-			_, addr := startServer(t, mqttd.Options{})
+			_, addr := startServer(t, mqttd.Options{}, on...)
 			rc := connectAs(t, addr, v, &packets.Connect{ClientID: "c", CleanStart: true, KeepAlive: 65535})
 			expectNothing(rc)
 		})
@@ -42,10 +42,10 @@ func specRow51KeepAlive(t *testing.T) {
 // over: the old connection is closed [MQTT-3.1.4-2], a 5.0 one with
 // DISCONNECT 0x8E first [MQTT-3.1.4-3], and, having ended without
 // DISCONNECT, its will (without a delay) is published.
-func specRow52Takeover(t *testing.T) {
+func specRow52Takeover(t *testing.T, on ...serverOption) {
 	for _, v := range versions {
 		t.Run(versionName(v), func(t *testing.T) {
-			_, addr := startServer(t, mqttd.Options{})
+			_, addr := startServer(t, mqttd.Options{}, on...)
 			watcher := watchTopic(t, addr, "will")
 			old := connectWithWill(t, addr, v, "c", 0)
 			current := connectAs(t, addr, v, &packets.Connect{ClientID: "c", CleanStart: true})
@@ -65,7 +65,7 @@ func specRow52Takeover(t *testing.T) {
 // DISCONNECT 0x04 [MQTT-3.14.4-3]; a connection lost without DISCONNECT
 // publishes it [MQTT-3.1.2-8]. (Protocol-error closes are checked with
 // every rejected packet: see expectRejected.)
-func specRow53Will(t *testing.T) {
+func specRow53Will(t *testing.T, on ...serverOption) {
 	cases := []struct {
 		name      string
 		v         packets.Version
@@ -81,7 +81,7 @@ func specRow53Will(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			_, addr := startServer(t, mqttd.Options{Registerer: reg})
+			_, addr := startServer(t, mqttd.Options{Registerer: reg}, on...)
 			watcher := watchTopic(t, addr, "will")
 			rc := connectWithWill(t, addr, tc.v, "c", 0)
 			if tc.disc != nil {

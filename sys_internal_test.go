@@ -51,14 +51,6 @@ func (w *sysWatch) take() (int, map[string]string) {
 	return n, latest
 }
 
-// startSys starts the $SYS goroutine of a Server that does not serve.
-func startSys(t *testing.T, interval time.Duration) *Server {
-	t.Helper()
-	s := newTestServer(t, Options{SysInterval: interval, Version: "v0.0.0-test"})
-	s.sys.start(s)
-	return s
-}
-
 // TestSysNothingWithoutSubscriber runs an idle broker for a hundred
 // intervals with nobody subscribed to $SYS: nothing is published or
 // retained. The first subscriber then gets every value at once, live

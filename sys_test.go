@@ -182,7 +182,7 @@ func TestSysAfterWorkload(t *testing.T) {
 func TestSysIdleWritesNothing(t *testing.T) {
 	dir := t.TempDir()
 	const interval = 2 * time.Millisecond
-	b := startDurable(t, mqttd.Options{DataDir: dir, SysInterval: interval})
+	b := startBroker(t, mqttd.Options{DataDir: dir, SysInterval: interval})
 	idle := connectRawSession(t, b.addr, "idle", false, false)
 	subscribe(idle, packets.Subscription{Filter: "#"})
 	before := b.srv.Stats()
@@ -211,7 +211,7 @@ func TestSysIdleWritesNothing(t *testing.T) {
 	}
 	b.stop()
 
-	again := startDurable(t, mqttd.Options{DataDir: dir, SysInterval: -1})
+	again := startBroker(t, mqttd.Options{DataDir: dir, SysInterval: -1})
 	watch := connectRawSession(t, again.addr, "watch", true, false)
 	subscribe(watch, packets.Subscription{Filter: "$SYS/#"})
 	expectNothing(watch)

@@ -1,35 +1,31 @@
 package listeners_test
 
 import (
-	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"math/big"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"mqttd/internal/testutil"
 	"mqttd/listeners"
 )
 
 // crlCA is a client CA that may sign CRLs, with two client certificates.
 type crlCA struct {
-	cert          *x509.Certificate
-	key           *ecdsa.PrivateKey
-	file          string
+	*testutil.CA
 	good, revoked tls.Certificate
 	crls          int64
 }
 
-func newCRLCA(t *testing.T, p *pkiFiles, name string) *crlCA {
+func newCRLCA(t *testing.T, name string) *crlCA {
 	t.Helper()
-	cert, key := selfSigned(t, name)
-	ca := &crlCA{cert: cert, key: key, file: p.write(t, name+".pem", pemBlock("CERTIFICATE", cert.Raw))}
-	goodCert, goodKey := p.issue(t, name+"-good", ca.cert, key, time.Now().Add(time.Hour), false)
-	revCert, revKey := p.issue(t, name+"-revoked", ca.cert, key, time.Now().Add(time.Hour), false)
-	ca.good = loadPair(t, goodCert, goodKey)
-	ca.revoked = loadPair(t, revCert, revKey)
+	ca := &crlCA{CA: testutil.NewCA(t, name)}
+	ca.good = ca.IssuePair(t, name+"-good")
+	ca.revoked = ca.IssuePair(t, name+"-revoked")
 	return ca
 }
 
@@ -47,11 +43,11 @@ func (ca *crlCA) writeCRL(t *testing.T, p *pkiFiles, name string, certs ...tls.C
 		tmpl.RevokedCertificateEntries = append(tmpl.RevokedCertificateEntries,
 			x509.RevocationListEntry{SerialNumber: leaf.SerialNumber, RevocationTime: time.Now()})
 	}
-	der, err := x509.CreateRevocationList(rand.Reader, tmpl, ca.cert, ca.key)
+	der, err := x509.CreateRevocationList(rand.Reader, tmpl, ca.Cert, ca.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p.write(t, name, pemBlock("X509 CRL", der))
+	return p.WritePEM(t, name, "X509 CRL", der) // in p's directory: a second list may replace the first
 }
 
 // TestTLSCRL checks crl_file on a mutual-TLS listener: a client
@@ -61,9 +57,9 @@ func (ca *crlCA) writeCRL(t *testing.T, p *pkiFiles, name string, certs ...tls.C
 // refused, and a bad list on reload keeps the one in force.
 func TestTLSCRL(t *testing.T) {
 	p := newPKI(t)
-	ca := newCRLCA(t, p, "devices CA")
+	ca := newCRLCA(t, "devices CA")
 	crl := ca.writeCRL(t, p, "devices.crl", ca.revoked)
-	cfg := listeners.TLSConfig{CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: ca.file,
+	cfg := listeners.TLSConfig{CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: ca.File,
 		RequireClientCert: true, CRLFile: crl}
 	l := listen(t, listeners.Config{Type: listeners.TLS, TLS: cfg})
 	go func() {
@@ -107,7 +103,7 @@ func TestTLSCRL(t *testing.T) {
 		t.Fatal("certificate revoked by the reloaded CRL let in")
 	}
 
-	other := newCRLCA(t, p, "other CA")
+	other := newCRLCA(t, "other CA")
 	other.writeCRL(t, p, "devices.crl")
 	if err := l.Reload(); err == nil || !strings.Contains(err.Error(), "not signed by a CA of the client CA file") {
 		t.Fatalf("Reload of a CRL from another CA: %v", err)
@@ -115,7 +111,7 @@ func TestTLSCRL(t *testing.T) {
 	if err := handshake(ca.good); err == nil {
 		t.Fatal("a refused CRL replaced the one in force")
 	}
-	cfg.CRLFile = p.dir + "/other.crl"
+	cfg.CRLFile = filepath.Join(filepath.Dir(p.File), "other.crl")
 	other.writeCRL(t, p, "other.crl")
 	if _, err := listeners.Listen(listeners.Config{Type: listeners.TLS, Address: "127.0.0.1:0", TLS: cfg}); err == nil {
 		t.Fatal("listener opened with a CRL no client CA signed")

@@ -171,7 +171,7 @@ func TestDialClientCertificate(t *testing.T) {
 			l := listen(t, listeners.Config{Type: typ, TLS: p.tlsConfig(true)})
 			addr := l.Addr().String()
 			ch := acceptOne(l)
-			nc := dial(t, typ, addr, clientTLS(t, p.caFile, p.clientCert, p.clientKey, "", nil, false))
+			nc := dial(t, typ, addr, clientTLS(t, p.File, p.clientCert, p.clientKey, "", nil, false))
 			sc := accepted(t, ch)
 			exchange(t, nc, sc)
 			if cn := listeners.PeerCommonName(sc); cn != "device-1" {
@@ -183,7 +183,7 @@ func TestDialClientCertificate(t *testing.T) {
 				{"none", "", "", "certificate required"},
 				{"another CA's", p.strangerCert, p.strangerKey, "unknown certificate authority"},
 			} {
-				err := dialRefused(t, typ, addr, clientTLS(t, p.caFile, tc.cert, tc.key, "", nil, false))
+				err := dialRefused(t, typ, addr, clientTLS(t, p.File, tc.cert, tc.key, "", nil, false))
 				if !strings.Contains(err.Error(), tc.want) {
 					t.Errorf("client certificate %s: refused with %v, want %q", tc.name, err, tc.want)
 				}
@@ -203,7 +203,7 @@ func TestDialServerName(t *testing.T) {
 		{"localhost", "", "localhost"},
 	} {
 		ch := acceptOne(l)
-		dial(t, listeners.TLS, net.JoinHostPort(tc.host, port), clientTLS(t, p.caFile, "", "", tc.serverName, nil, false))
+		dial(t, listeners.TLS, net.JoinHostPort(tc.host, port), clientTLS(t, p.File, "", "", tc.serverName, nil, false))
 		sc, ok := accepted(t, ch).(interface{ ConnectionState() tls.ConnectionState })
 		if !ok {
 			t.Fatal("the listener's TLS connection has no ConnectionState")
@@ -212,7 +212,7 @@ func TestDialServerName(t *testing.T) {
 			t.Errorf("dial %s with server name %q: the listener saw %q, want %q", tc.host, tc.serverName, got, tc.want)
 		}
 	}
-	_, err := listeners.Dial(dialCtx(t), listeners.TLS, l.Addr().String(), "", clientTLS(t, p.caFile, "", "", "other.test", nil, false))
+	_, err := listeners.Dial(dialCtx(t), listeners.TLS, l.Addr().String(), "", clientTLS(t, p.File, "", "", "other.test", nil, false))
 	if err == nil || !strings.Contains(err.Error(), "other.test") {
 		t.Errorf("server name other.test, certificate for mqtt.test: Dial returned %v, want a verification error naming other.test", err)
 	}
@@ -244,7 +244,7 @@ func TestDialALPN(t *testing.T) {
 		ch <- c
 	}()
 	alpn := []string{"mqtt", "x-amzn-mqtt-ca"}
-	nc := dial(t, listeners.TLS, ln.Addr().String(), clientTLS(t, p.caFile, "", "", "", alpn, false))
+	nc := dial(t, listeners.TLS, ln.Addr().String(), clientTLS(t, p.File, "", "", "", alpn, false))
 	exchange(t, nc, accepted(t, ch))
 	if got := <-offered; !slices.Equal(got, alpn) {
 		t.Errorf("the server was offered %q, want %q", got, alpn)

@@ -2,19 +2,10 @@ package listeners_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,103 +94,29 @@ func accepted(t *testing.T, ch <-chan net.Conn) net.Conn {
 
 // pkiFiles are PEM files made for a test.
 type pkiFiles struct {
-	dir                       string
-	caFile                    string
+	*testutil.CA
 	serverCert, serverKey     string
-	clientCert, clientKey     string // CN device-1, signed by the CA
-	expiredCert, expiredKey   string // signed by the CA, expired
-	strangerCert, strangerKey string // signed by another CA
-	ca                        *x509.Certificate
-	caKey                     *ecdsa.PrivateKey
+	clientCert, clientKey     string         // CN device-1, signed by the CA
+	expiredCert, expiredKey   string         // signed by the CA, expired
+	strangerCert, strangerKey string         // signed by another CA
 	pool                      *x509.CertPool // has the CA
 	client, expired, stranger tls.Certificate
-	serial                    atomic.Int64
 }
 
 // newPKI makes a CA, a server certificate for 127.0.0.1 and client
 // certificates, in t.TempDir().
 func newPKI(t testing.TB) *pkiFiles {
 	t.Helper()
-	p := &pkiFiles{dir: t.TempDir()}
-	p.ca, p.caKey = selfSigned(t, "test CA")
-	p.caFile = p.write(t, "ca.pem", pemBlock("CERTIFICATE", p.ca.Raw))
-	p.pool = x509.NewCertPool()
-	p.pool.AddCert(p.ca)
-	p.serverCert, p.serverKey = p.issue(t, "server", p.ca, p.caKey, time.Now().Add(time.Hour), true)
-	p.clientCert, p.clientKey = p.issue(t, "device-1", p.ca, p.caKey, time.Now().Add(time.Hour), false)
-	p.expiredCert, p.expiredKey = p.issue(t, "expired", p.ca, p.caKey, time.Now().Add(-time.Hour), false)
-	other, otherKey := selfSigned(t, "other CA")
-	p.strangerCert, p.strangerKey = p.issue(t, "stranger", other, otherKey, time.Now().Add(time.Hour), false)
+	p := &pkiFiles{CA: testutil.NewCA(t, "test CA")}
+	p.pool = p.Pool()
+	p.serverCert, p.serverKey = p.Issue(t, "server", time.Now().Add(time.Hour), true)
+	p.clientCert, p.clientKey = p.Issue(t, "device-1", time.Now().Add(time.Hour), false)
+	p.expiredCert, p.expiredKey = p.Issue(t, "expired", time.Now().Add(-time.Hour), false)
+	p.strangerCert, p.strangerKey = testutil.NewCA(t, "other CA").Issue(t, "stranger", time.Now().Add(time.Hour), false)
 	p.client = loadPair(t, p.clientCert, p.clientKey)
 	p.expired = loadPair(t, p.expiredCert, p.expiredKey)
 	p.stranger = loadPair(t, p.strangerCert, p.strangerKey)
 	return p
-}
-
-func selfSigned(t testing.TB, cn string) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, key
-}
-
-// issue signs a certificate for cn valid until notAfter and writes it and
-// its key; a server certificate is for 127.0.0.1, localhost and
-// mqtt.test (the names the SNI tests dial).
-func (p *pkiFiles) issue(t testing.TB, cn string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, notAfter time.Time, server bool) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(100 + p.serial.Add(1)), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: notAfter,
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-		tmpl.DNSNames = []string{"localhost", "mqtt.test"}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p.write(t, cn+".pem", pemBlock("CERTIFICATE", der)), p.write(t, cn+".key", pemBlock("EC PRIVATE KEY", kder))
-}
-
-func pemBlock(typ string, der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
-}
-
-func (p *pkiFiles) write(t testing.TB, name string, data []byte) string {
-	t.Helper()
-	path := filepath.Join(p.dir, name)
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 func loadPair(t testing.TB, certFile, keyFile string) tls.Certificate {
@@ -215,7 +132,7 @@ func loadPair(t testing.TB, certFile, keyFile string) tls.Certificate {
 func (p *pkiFiles) tlsConfig(mutual bool) listeners.TLSConfig {
 	c := listeners.TLSConfig{CertFile: p.serverCert, KeyFile: p.serverKey}
 	if mutual {
-		c.ClientCAFile, c.RequireClientCert = p.caFile, true
+		c.ClientCAFile, c.RequireClientCert = p.File, true
 	}
 	return c
 }

@@ -35,7 +35,7 @@ func BenchmarkIdleConnection(b *testing.B) {
 			for range b.N {
 				_, addr := startBroker(b, listeners.Config{Type: typ, TLS: p.tlsConfig(false)})
 				before := heapInUse()
-				stop := idleClients(b, typ, addr, p.caFile, idleConns)
+				stop := idleClients(b, typ, addr, p.File, idleConns)
 				b.ReportMetric(float64(heapInUse()-before)/idleConns, "broker-B/conn")
 				stop()
 			}
@@ -98,7 +98,7 @@ func TestReaderStacksStay4KiB(t *testing.T) {
 		t.Run(typ, func(t *testing.T) {
 			_, addr := startBroker(t, listeners.Config{Type: typ, TLS: p.tlsConfig(false)})
 			base := runtime.NumGoroutine()
-			stop := idleClients(t, typ, addr, p.caFile, conns)
+			stop := idleClients(t, typ, addr, p.File, conns)
 			// Goroutines that served the handshakes and wrote the answers
 			// end soon after the clients have them; the broker starts a few
 			// of its own with the first connections.

@@ -174,7 +174,7 @@ func TestTLSReload(t *testing.T) {
 	}
 
 	// A new certificate (say, renewed): new handshakes get it.
-	cert, key := p.issue(t, "renewed", p.ca, p.caKey, time.Now().Add(time.Hour), true)
+	cert, key := p.Issue(t, "renewed", time.Now().Add(time.Hour), true)
 	os.Rename(cert, p.serverCert)
 	os.Rename(key, p.serverKey)
 	if err := l.Reload(); err != nil {
@@ -201,7 +201,7 @@ func TestMosquittoClientsTLS(t *testing.T) {
 	host, port, _ := strings.Cut(addr, ":")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tlsArgs := []string{"-h", host, "-p", port, "--cafile", p.caFile, "--cert", p.clientCert, "--key", p.clientKey}
+	tlsArgs := []string{"-h", host, "-p", port, "--cafile", p.File, "--cert", p.clientCert, "--key", p.clientKey}
 	sub := exec.CommandContext(ctx, subBin, append(tlsArgs, "-t", "tls/#", "-C", "1", "-v", "-i", "mosq-sub")...)
 	out, err := sub.StdoutPipe()
 	if err != nil {
@@ -222,7 +222,7 @@ func TestMosquittoClientsTLS(t *testing.T) {
 		t.Fatalf("mosquitto_sub printed %q (%v)", line, err)
 	}
 	// Without a client certificate mosquitto_pub is refused.
-	pub = exec.CommandContext(ctx, pubBin, "-h", host, "-p", port, "--cafile", p.caFile, "-t", "tls/x", "-m", "x")
+	pub = exec.CommandContext(ctx, pubBin, "-h", host, "-p", port, "--cafile", p.File, "-t", "tls/x", "-m", "x")
 	if msg, err := pub.CombinedOutput(); err == nil {
 		t.Fatalf("mosquitto_pub without a certificate succeeded:\n%s", msg)
 	}

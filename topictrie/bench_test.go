@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+
+	"mqttd/internal/testutil"
 )
 
 // subFixture is a trie of n subscriptions, built once and shared by every
@@ -258,35 +260,28 @@ func BenchmarkMemory(b *testing.B) {
 	}
 	b.Run("subscriptions", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			before := heapInUse()
+			before := int64(testutil.HeapInUse())
 			tr := New[int, opts](Options{})
 			for j, f := range filters {
 				if _, err := tr.Subscribe(f, j, opts{}); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(heapInUse()-before)/n, "B/sub")
+			b.ReportMetric(float64(int64(testutil.HeapInUse())-before)/n, "B/sub")
 			runtime.KeepAlive(tr)
 		}
 	})
 	b.Run("retained", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			before := heapInUse()
+			before := int64(testutil.HeapInUse())
 			r := NewRetained[int](Limits{})
 			for j, tp := range topics {
 				if _, err := r.Set(tp, j); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(heapInUse()-before)/n, "B/topic")
+			b.ReportMetric(float64(int64(testutil.HeapInUse())-before)/n, "B/topic")
 			runtime.KeepAlive(r)
 		}
 	})
-}
-
-func heapInUse() int64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
 }
