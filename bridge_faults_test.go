@@ -436,3 +436,28 @@ func TestBridgeRemoteStopsReading(t *testing.T) {
 		t.Errorf("%d connects, last error %q; want the first dropped for the write timeout", st.Connects, st.LastError)
 	}
 }
+
+// TestBridgeRemoteResetsAfterConnack: a remote that resets every
+// connection right after its CONNACK, while the bridge resends a window.
+// The link's socket may then be closed before the poller watches it; the
+// gateway survives every round, keeps what it queued, and serves its
+// clients.
+func TestBridgeRemoteResetsAfterConnack(t *testing.T) {
+	fake := startFake(t, 4096, func(fc *fakeConn) {
+		fc.connack()
+		fc.nc.(*net.TCPConn).SetLinger(0) // close sends RST
+	})
+	cfg := bridgeTo(fake.addr, "5", rule("s/#", bridge.Out, 1, "", ""))
+	cfg.ReconnectMin, cfg.ReconnectMax = time.Millisecond, 2*time.Millisecond
+	gw, gaddr := startServer(t, mqttd.Options{DataDir: t.TempDir(), Bridges: []bridge.Config{cfg}})
+	pub := pahoConnect(t, gaddr, "sensor", nil)
+	const n = 200
+	for i := range n {
+		wait(t, pub.Publish("s/t", 1, false, fmt.Sprint(i)))
+	}
+	waitFor(t, "many connections", func() bool { return gw.Bridges()[0].Connects >= 200 })
+	roundTrip(t, gaddr, "other/x")
+	if st := gw.Bridges()[0]; st.Queued+st.Inflight != n {
+		t.Errorf("%d queued and %d in flight, want all %d kept", st.Queued, st.Inflight, n)
+	}
+}
