@@ -408,6 +408,23 @@ func (b *bridgeRun) makeRoom(cl *client) bool {
 	return false
 }
 
+// queuedLocked notes a message queued for the bridge, under the session's
+// lock: with block_publishers, a queue now at its bound refuses the next
+// publishers before they are acknowledged, instead of the next message
+// being acknowledged and dropped.
+func (b *bridgeRun) queuedLocked(cl *client) {
+	if b.cfg.QueuePolicy == bridge.BlockPublishers && b.atBoundLocked(cl) {
+		b.full.Store(true)
+		b.srv.bridgeFull.Store(true)
+	}
+}
+
+// atBoundLocked reports whether the bridge's queue is at its bound, under
+// the session's lock.
+func (b *bridgeRun) atBoundLocked(cl *client) bool {
+	return cl.sess.Queued() >= b.cfg.MaxQueuedMessages || int64(cl.sess.QueuedBytes()) >= b.maxBytes-int64(session.EntryCost)
+}
+
 // bridgeBlocks reports whether a QoS 1/2 message to topic must be refused to
 // its publisher: a block_publishers bridge that would take it has a full
 // queue. Called for every such PUBLISH only while some bridge may be
@@ -447,7 +464,7 @@ func (b *bridgeRun) stillFull() bool {
 		return false
 	}
 	cl.mu.Lock()
-	full := cl.sess.Queued() >= b.cfg.MaxQueuedMessages || int64(cl.sess.QueuedBytes()) >= b.maxBytes-int64(session.EntryCost)
+	full := b.atBoundLocked(cl)
 	cl.mu.Unlock()
 	if !full {
 		b.full.Store(false)

@@ -89,6 +89,9 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 		}
 	case session.Queued:
 		s.accountQueueLocked(cl)
+		if b := s.bridgeOf(cl); b != nil {
+			b.queuedLocked(cl)
+		}
 	case session.DropFull:
 		s.stats.dropped[dropQueueFull].Add(1)
 		if !s.queueWarned.limited() {

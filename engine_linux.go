@@ -108,13 +108,21 @@ func (c *conn) detachSocket(pl *poller) bool {
 // watchEvents has the poller watch c's detached socket: bytes already
 // waiting are reported at once.
 func (c *conn) watchEvents(pl *poller) {
-	fd := c.ev.Num()
-	if err := pl.Add(fd, c); err != nil {
+	// A bridge's link writes before it is watched, so its socket may be
+	// closed already: then the close woke a reader, which finishes it.
+	// Held open, its number cannot be another connection's during Add.
+	if !c.ev.Acquire() {
+		return
+	}
+	err := pl.Add(c.ev.Num(), c)
+	c.ev.Release()
+	if err != nil {
 		// Out of epoll watches or memory; with Go's descriptor closed the
 		// connection cannot go back to a reader goroutine.
 		c.fields(c.srv.log.Warn()).Err(err).Msg("cannot watch the connection; closing it")
-		c.rstate.Store(readerRunning) // this goroutine is its reader
-		c.finishEvent(closing(CloseInternalError, err))
+		if c.rstate.CompareAndSwap(readerIdle, readerRunning) { // else a reader finishes it
+			c.finishEvent(closing(CloseInternalError, err))
+		}
 		return
 	}
 	c.srv.idle.watch(c)
