@@ -89,7 +89,7 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 		}
 	case session.Queued:
 		s.accountQueueLocked(cl)
-		if b := s.bridgeOf(cl); b != nil {
+		if b := cl.bridge.Load(); b != nil {
 			b.queuedLocked(cl)
 		}
 	case session.DropFull:
