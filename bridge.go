@@ -1,6 +1,7 @@
 package mqttd
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -122,7 +123,7 @@ func (s *Server) newBridgeRun(c bridge.Config) *bridgeRun {
 	}
 	b.maxBytes = maxBytes
 	b.lim = session.Config{
-		MaxInflight:    s.opts.Limits.MaxInflight,
+		MaxInflight:    cmp.Or(cfg.MaxInflight, s.opts.Limits.MaxInflight),
 		MaxQueued:      cfg.MaxQueuedMessages,
 		MaxQueuedBytes: maxBytes,
 		QueueQoS0:      cfg.QueueQoS0,

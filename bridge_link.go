@@ -335,10 +335,8 @@ func (b *bridgeRun) linkEnded() {
 	}
 }
 
-// subscribeRemote subscribes on the remote to the in rules. The packet
-// id is half the id space away from the session's next PUBLISH, so that
-// it cannot be one in flight while the SUBACK is on its way: the window
-// is far smaller than that.
+// subscribeRemote subscribes on the remote to the in rules, under a
+// packet id the session reserves, so that no PUBLISH in flight has it.
 func (b *bridgeRun) subscribeRemote(c *conn) {
 	sub := &packets.Subscribe{}
 	for _, r := range b.cfg.Topics {
@@ -363,7 +361,7 @@ func (b *bridgeRun) subscribeRemote(c *conn) {
 	}
 	cl := c.cl
 	cl.mu.Lock()
-	sub.PacketID = session.PacketIDOf(cl.sess.NextSeq() + 32768)
+	sub.PacketID = cl.sess.ReserveID()
 	cl.mu.Unlock()
 	b.subPending.Store(uint32(sub.PacketID))
 	c.enqueue(woken, func(p []byte) []byte {

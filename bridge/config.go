@@ -64,6 +64,11 @@ type Config struct {
 	// means 1s and 2m.
 	ReconnectMin time.Duration `yaml:"reconnect_min"`
 	ReconnectMax time.Duration `yaml:"reconnect_max"`
+	// MaxInflight is how many QoS 1/2 messages may be sent to the remote
+	// and not yet acknowledged (the remote's Receive Maximum lowers it):
+	// at most that many go per round trip, so a remote far away wants
+	// more. 0 means limits.max_inflight (100).
+	MaxInflight int `yaml:"max_inflight"`
 	// MaxQueuedMessages and MaxQueuedBytes bound the messages waiting to
 	// go out (in the store) while the remote is away or slow; 0 means
 	// 100,000 and 64 MiB.
@@ -263,6 +268,9 @@ func (c Config) validate(bad func(field, format string, args ...any)) {
 	}
 	if c.ReconnectMin < 0 || c.ReconnectMax < 0 || (c.ReconnectMax > 0 && c.ReconnectMin > c.ReconnectMax) {
 		bad("reconnect_min", "%s is more than reconnect_max %s", c.ReconnectMin, c.ReconnectMax)
+	}
+	if c.MaxInflight < 0 || c.MaxInflight > 65535 {
+		bad("max_inflight", "must be between 0 and 65535, got %d", c.MaxInflight)
 	}
 	if c.MaxQueuedMessages < 0 {
 		bad("max_queued_messages", "must not be negative, got %d", c.MaxQueuedMessages)

@@ -187,8 +187,14 @@ func (s *Session) MaySend(qos byte) bool {
 	return s.Queued() == 0 && !s.Resending() && (qos == 0 || s.live < s.window && s.free(s.seq))
 }
 
-// NextSeq is the Seq the next message delivered will get.
-func (s *Session) NextSeq() uint64 { return s.seq }
+// ReserveID returns a packet id for a packet of the client's own (a
+// bridge's SUBSCRIBE to its remote): the Seq it derives from is skipped,
+// so no message takes the id for the next 65,534 entries.
+func (s *Session) ReserveID() uint16 {
+	id := PacketIDOf(s.seq)
+	s.seq++
+	return id
+}
 
 // Stable lets the held entries up to seq be sent: they are stored.
 func (s *Session) Stable(seq uint64) {

@@ -838,3 +838,24 @@ func TestSetLimits(t *testing.T) {
 		t.Errorf("a second queued message under MaxQueued 1: %v, want DropFull", r)
 	}
 }
+
+// TestReserveID: a reserved packet id is one no message then takes; the
+// next message gets the id after it.
+func TestReserveID(t *testing.T) {
+	var b QueueBudget
+	b.Max = 1 << 20
+	s := New("c", Config{MaxInflight: 10}.Limits())
+	deliver := func() uint16 {
+		o, r := s.Deliver(Outbound{Msg: &Message{Topic: "t"}, QoS: 1}, Target{Online: true, CanSend: true, Budget: &b}, time.Time{})
+		if r != Send {
+			t.Fatalf("Deliver: %v", r)
+		}
+		return o.PacketID
+	}
+	first := deliver()
+	id := s.ReserveID()
+	next := deliver()
+	if id == first || id == next || next != id+1 {
+		t.Errorf("ids: message %d, reserved %d, message %d", first, id, next)
+	}
+}
