@@ -32,6 +32,7 @@ const (
 	CloseIncomingLimit                       // a packet would pass limits.max_incoming_bytes_total
 	CloseStoreError                          // what an acknowledgement covered could not be stored
 	CloseAuthRevoked                         // a reload took the user out of the password file
+	CloseBridgeFull                          // a 3.1.1 publisher to a full block_publishers bridge
 	numCloseReasons
 )
 
@@ -55,6 +56,7 @@ var closeReasonNames = [numCloseReasons]string{
 	CloseIncomingLimit:    "incoming_limit",
 	CloseStoreError:       "store_error",
 	CloseAuthRevoked:      "auth_revoked",
+	CloseBridgeFull:       "bridge_full",
 }
 
 // String returns the reason as it appears in logs and metric labels.

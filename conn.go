@@ -86,6 +86,18 @@ type conn struct {
 	held *heldAnswers
 }
 
+// link is the bridge whose connection to its remote broker c is
+// (bridge_link.go), nil for a client's connection. The bridge is its
+// session's, so that a connection pays nothing for it; the listener tells
+// first, as c.cl is the reader's until CONNECT (a bridge's link is
+// attached before anything else sees it).
+func (c *conn) link() *bridgeRun {
+	if c.info.Listener != bridgeListener {
+		return nil
+	}
+	return c.cl.bridge.Load()
+}
+
 func newConn(s *Server, nc net.Conn, listenerName string) *conn {
 	c := &conn{
 		srv: s,
@@ -170,6 +182,9 @@ func (c *conn) closeWith(err error) {
 			msg = "client disconnected"
 		}
 		c.fields(ev).Stringer("reason", reason).Str("detail", err.Error()).Msg(msg)
+		if b := c.link(); b != nil {
+			b.closedFor(err)
+		}
 		c.out.close(&c.srv.stats.outboxBytes)
 		c.closeSocket()
 		if c.srv.outboxWait.n.Load() > 0 {
@@ -180,7 +195,11 @@ func (c *conn) closeWith(err error) {
 
 // shutdown is called by Server.Shutdown from another goroutine.
 func (c *conn) shutdown() {
-	c.sendDisconnectAsync(packets.ServerShuttingDown)
+	if c.link() != nil {
+		c.sendDisconnectAsync(packets.Success) // a client's DISCONNECT: the remote ends the session normally
+	} else {
+		c.sendDisconnectAsync(packets.ServerShuttingDown)
+	}
 	c.closeWith(errShutdown)
 }
 
@@ -193,7 +212,7 @@ func (c *conn) sendDisconnectAsync(code packets.ReasonCode) {
 	// Only once CONNECT is accepted: before that the reader may still be
 	// setting the version, and a DISCONNECT must not precede the CONNACK
 	// [MQTT-3.14.0-1]. connected is stored after both.
-	if !c.connected.Load() || c.version != packets.V5 {
+	if !c.connected.Load() || c.version != packets.V5 && c.link() == nil {
 		return
 	}
 	disconnect := &packets.Disconnect{ReasonCode: code}
@@ -236,6 +255,9 @@ func (c *conn) cleanup() {
 	if c.srv.dur != nil {
 		// What the reader changed last is stored, though no answer waits.
 		c.srv.dur.commit.Flush()
+	}
+	if b := c.link(); b != nil {
+		b.linkEnded()
 	}
 }
 

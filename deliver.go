@@ -6,6 +6,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"mqttd/bridge"
 	"mqttd/packets"
 	"mqttd/persistence"
 	"mqttd/session"
@@ -33,8 +34,9 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 		return
 	}
 	if full := s.deliverToSession(cl, enc.kept(), qos, retain, subIDs, enc, clock); full != nil {
-		full.Msg("message dropped: the session queue is full (limits.max_queued, limits.max_queued_bytes) or all queues are " +
-			"(limits.max_queued_bytes_total); logged at most every 10 s, mqttd_messages_dropped_total{reason=queue_full} counts them all")
+		full.Msg("message dropped: the session queue is full (limits.max_queued, limits.max_queued_bytes; for a bridge's " +
+			"session its max_queued_messages, max_queued_bytes and queue_policy) or all queues are (limits.max_queued_bytes_total); " +
+			"logged at most every 10 s, mqttd_messages_dropped_total{reason=queue_full} counts them all")
 	}
 }
 
@@ -60,6 +62,16 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 	}
 	o, r := cl.sess.Deliver(session.Outbound{Msg: m, QoS: qos, Retain: retain, SubIDs: subIDs},
 		session.Target{Online: online, CanSend: canSend, Budget: &s.queueBudget, Hold: cl.stored}, now)
+	madeRoom := false
+	if r == session.DropFull {
+		if b := cl.bridge.Load(); b != nil {
+			for r == session.DropFull && b.makeRoom(cl) {
+				madeRoom = true
+				o, r = cl.sess.Deliver(session.Outbound{Msg: m, QoS: qos, Retain: retain, SubIDs: subIDs},
+					session.Target{Online: online, CanSend: canSend, Budget: &s.queueBudget, Hold: cl.stored}, now)
+			}
+		}
+	}
 	if cl.stored && (r == session.Send && o.QoS > 0 || r == session.Queued) {
 		if enc.stored == nil {
 			enc.stored = s.dur.stored(m)
@@ -77,6 +89,9 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 		}
 	case session.Queued:
 		s.accountQueueLocked(cl)
+		if b := cl.bridge.Load(); b != nil {
+			b.queuedLocked(cl)
+		}
 	case session.DropFull:
 		s.stats.dropped[dropQueueFull].Add(1)
 		if !s.queueWarned.limited() {
@@ -87,6 +102,10 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 		s.stats.dropped[dropOfflineQoS0].Add(1)
 	case session.DropExpiry:
 		s.stats.dropped[dropExpired].Add(1)
+	}
+	if madeRoom && !s.queueWarned.limited() {
+		return s.log.Warn().Str("client_id", cl.id).Str("topic", m.Topic).Str("queue_policy", bridge.DropOldest).
+			Int("queued", cl.sess.Queued()).Int("queued_bytes", cl.sess.QueuedBytes()).Int64("all_queued_bytes", s.queueBudget.Bytes())
 	}
 	return nil
 }
@@ -119,8 +138,9 @@ func (s *Server) deliverQoS0(cl *client, retain bool, enc *encoded) bool {
 			cl.mu.Unlock()
 			return false
 		}
-		if tc.usesAliases() {
-			// Encoded for this client alone: the shared frame has no alias.
+		if tc.usesAliases() || cl.bridge.Load() != nil {
+			// Encoded for this client alone: the shared frame has no
+			// alias, nor a bridge's remote topic.
 			cl.mu.Unlock()
 			return false
 		}
@@ -493,7 +513,13 @@ func (c *conn) appendDelivery(b []byte, o session.Outbound) ([]byte, bool) {
 		alias, sendTopic = out.assign(o.Msg.Topic)
 	}
 	start := len(b)
-	b, err := appendPublishAlias(b, c.version, o, alias, sendTopic)
+	var err error
+	link := c.cl.bridge.Load()
+	if link != nil {
+		b, err = link.appendPublish(b, c.version, o)
+	} else {
+		b, err = appendPublishAlias(b, c.version, o, alias, sendTopic)
+	}
 	if err != nil {
 		c.fields(c.srv.log.Error()).Err(err).Msg("cannot encode PUBLISH")
 	}
@@ -501,7 +527,13 @@ func (c *conn) appendDelivery(b []byte, o session.Outbound) ([]byte, bool) {
 		if alias != 0 && sendTopic {
 			out.forget(alias)
 		}
+		if link != nil {
+			link.stats.dropped[bridgeDropTooLarge].Add(1)
+		}
 		return b[:start], false
+	}
+	if link != nil && o.QoS == 0 {
+		link.stats.forwardedOut.Add(1)
 	}
 	return b, true
 }

@@ -185,6 +185,7 @@ func (d *durable) deliveredLocked(cl *client, o session.Outbound, pm *persistenc
 		persistence.PutMessage(pm), // kept once: a message already stored stays as it is
 		persistence.PutOutbound(cl.id, outboundOf(o, pm.ID)),
 	}
+	ops[1].Remote = cl.bridge.Load() != nil
 	b := persistence.Batch{Ops: ops[:]}
 	if then == nil {
 		d.add(&b, owner, true)

@@ -80,6 +80,16 @@ func (c *conn) PollWritable() { c.ev.WakeWriter() }
 // socket; it reports false when c must have a reader goroutine instead.
 // From here on c.nc is nil: the socket is c.ev's.
 func (c *conn) startEvent(pl *poller) bool {
+	if !c.detachSocket(pl) {
+		return false
+	}
+	c.watchEvents(pl)
+	return true
+}
+
+// detachSocket takes c's socket out of Go's hands for the poller, without
+// watching it yet; it reports false when c must have a reader goroutine.
+func (c *conn) detachSocket(pl *poller) bool {
 	if pl == nil {
 		return false
 	}
@@ -92,16 +102,30 @@ func (c *conn) startEvent(pl *poller) bool {
 	c.nc = nil
 	c.touch()
 	c.setIdleLimit(c.srv.limits().ConnectTimeout)
-	if err := pl.Add(fd, c); err != nil {
+	return true
+}
+
+// watchEvents has the poller watch c's detached socket: bytes already
+// waiting are reported at once.
+func (c *conn) watchEvents(pl *poller) {
+	// A bridge's link writes before it is watched, so its socket may be
+	// closed already: then the close woke a reader, which finishes it.
+	// Held open, its number cannot be another connection's during Add.
+	if !c.ev.Acquire() {
+		return
+	}
+	err := pl.Add(c.ev.Num(), c)
+	c.ev.Release()
+	if err != nil {
 		// Out of epoll watches or memory; with Go's descriptor closed the
 		// connection cannot go back to a reader goroutine.
 		c.fields(c.srv.log.Warn()).Err(err).Msg("cannot watch the connection; closing it")
-		c.rstate.Store(readerRunning) // this goroutine is its reader
-		c.finishEvent(closing(CloseInternalError, err))
-		return true
+		if c.rstate.CompareAndSwap(readerIdle, readerRunning) { // else a reader finishes it
+			c.finishEvent(closing(CloseInternalError, err))
+		}
+		return
 	}
 	c.srv.idle.watch(c)
-	return true
 }
 
 // write writes b to the socket within timeout: c's writer holds the

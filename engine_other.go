@@ -30,6 +30,10 @@ func (*idleWheel) close() {}
 
 func (c *conn) startEvent(*poller) bool { return false }
 
+func (c *conn) detachSocket(*poller) bool { return false }
+
+func (c *conn) watchEvents(*poller) {}
+
 func (c *conn) closeSocket() { c.nc.Close() }
 
 func (c *conn) mayBlock(f func()) { f() }

@@ -13,6 +13,9 @@ import (
 
 // handle acts on one packet from a connected client.
 func (c *conn) handle(p packets.Packet) error {
+	if b := c.cl.bridge.Load(); b != nil {
+		return c.handleRemote(b, p)
+	}
 	switch p := p.(type) {
 	case *packets.Publish:
 		return c.handlePublish(p, false)

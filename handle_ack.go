@@ -116,6 +116,11 @@ func (c *conn) completeLocked(t packets.Type, id uint16) bool {
 	if ok && cl.stored {
 		c.srv.dur.removedLocked(cl, seq, c)
 	}
+	if ok {
+		if b := cl.bridge.Load(); b != nil {
+			b.stats.forwardedOut.Add(1)
+		}
+	}
 	return ok
 }
 

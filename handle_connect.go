@@ -38,6 +38,7 @@ func (c *conn) connectPacket(p packets.Packet, err error) error {
 	}
 	c.version = cp.ProtocolVersion
 	c.info.ProtocolVersion = byte(cp.ProtocolVersion)
+	c.info.Bridge = cp.Bridge
 	// Kept for the connection's life: copied, so that they do not pin
 	// the CONNECT frame (a large password or will, say).
 	c.info.Username = strings.Clone(cp.Username)
@@ -241,6 +242,13 @@ func (c *conn) checkConnect(cp *packets.Connect) (packets.ReasonCode, error) {
 		c.info.ClientID = assignClientID()
 	} else {
 		c.info.ClientID = strings.Clone(cp.ClientID)
+	}
+	if strings.HasPrefix(c.info.ClientID, bridgeIDPrefix) {
+		code := packets.ConnRefusedIdentifier
+		if v5 {
+			code = packets.ClientIDNotValid
+		}
+		return code, fmt.Errorf("client id %q: ids starting with %s are the bridges' sessions", cp.ClientID, bridgeIDPrefix)
 	}
 	if len(cp.ClientID) > lim.MaxClientIDLength {
 		code := packets.ConnRefusedIdentifier

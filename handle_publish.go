@@ -25,17 +25,33 @@ func (c *conn) handlePublish(p *packets.Publish, borrowed bool) error {
 	if err := c.resolveAlias(p); err != nil {
 		return err
 	}
+	mapped := true
+	link := c.cl.bridge.Load()
+	if link != nil {
+		p.Topic, mapped = link.localTopic(p.Topic)
+	}
 	if err := s.topics.ValidTopicName(p.Topic); err != nil {
 		return c.fail(&packets.Error{Code: packets.TopicNameInvalid, Ref: "[MQTT-4.7.3]", Msg: err.Error()})
 	}
 	v := verdict{code: packets.Success}
 	switch {
+	case !mapped:
+		// The remote sent what no in rule takes (a subscription of an
+		// earlier configuration kept in its session): taken, not routed.
+		v = verdict{packets.NoMatchingSubscribers, ""}
 	case isSys(p.Topic):
 		v = verdict{packets.NotAuthorized, "$SYS/ topics are the broker's"}
-	case !s.authz.Authorize(*c.info, auth.Request{Action: auth.Publish, Topic: p.Topic, QoS: p.QoS, Retain: p.Retain}):
+	case link == nil && !s.authz.Authorize(*c.info, auth.Request{Action: auth.Publish, Topic: p.Topic, QoS: p.QoS, Retain: p.Retain}):
 		v = verdict{packets.NotAuthorized, "not authorized to publish to this topic"}
 	case !c.userPropertiesFit(&p.Properties):
 		v = verdict{packets.QuotaExceeded, "more user properties than the broker's limit"}
+	case p.QoS > 0 && s.bridgeFull.Load() && s.bridgeBlocks(p.Topic):
+		if c.version != packets.V5 {
+			// 3.1.1 has no refusal in PUBACK: the publisher is told by
+			// losing its connection, and sends the message again later.
+			return closing(CloseBridgeFull, errors.New("a bridge's queue is full (queue_policy block_publishers)"))
+		}
+		v = verdict{packets.QuotaExceeded, "a bridge's queue is full (queue_policy block_publishers)"}
 	}
 	if v.code == packets.NotAuthorized {
 		s.stats.publishDenied.Add(1)

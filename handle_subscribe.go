@@ -71,7 +71,7 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 			id:             subID,
 		}
 		if c.version != packets.V5 {
-			opts.noLocal, opts.retainAsPub, opts.retainHandling = false, false, 0
+			opts.noLocal, opts.retainAsPub, opts.retainHandling = c.info.Bridge, c.info.Bridge, 0
 		}
 		// Under the session lock, so that a takeover dropping this
 		// session's subscriptions sees this one or stops it (LOCKING.md).

@@ -24,6 +24,12 @@ type collector struct {
 	buildInfo prometheus.Metric
 	// commitSeconds and commitOps are the store's histograms.
 	commitSeconds, commitOps *prometheus.Desc
+	// bridges reads the bridges' state (Server.Bridges), each exported
+	// under its name.
+	bridges                                         func() []BridgeState
+	bridgeConnected, bridgeQueued, bridgeQueuedB    *prometheus.Desc
+	bridgeInflight, bridgeForwarded, bridgeConnects *prometheus.Desc
+	bridgeFailures, bridgeDropped                   *prometheus.Desc
 }
 
 // statValue is one metric read from stats.
@@ -151,6 +157,17 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 		"Always 1: the version and commit of this build of mqttd, and the Go version that built it.",
 		nil, prometheus.Labels{"version": o.Version, "commit": o.Commit, "goversion": runtime.Version()}),
 		prometheus.GaugeValue, 1)
+	bridge := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("mqttd_bridge_"+name, help, append([]string{"bridge"}, labels...), nil)
+	}
+	c.bridgeConnected = bridge("connected", "1 while the bridge is connected to its remote broker.")
+	c.bridgeQueued = bridge("queued_messages", "Messages waiting to go out to the remote broker.")
+	c.bridgeQueuedB = bridge("queued_bytes", "Bytes of the messages waiting to go out, as the bridge's max_queued_bytes counts them.")
+	c.bridgeInflight = bridge("inflight_messages", "Messages sent to the remote broker and not yet acknowledged.")
+	c.bridgeForwarded = bridge("forwarded_total", "Messages forwarded: out (acknowledged by the remote) and in (routed here).", "direction")
+	c.bridgeConnects = bridge("connects_total", "Connections made to the remote broker.")
+	c.bridgeFailures = bridge("connect_failures_total", "Connection attempts that failed (dial, TLS, refused CONNECT).")
+	c.bridgeDropped = bridge("dropped_total", "Messages the bridge dropped or refused, by reason.", "reason")
 	c.dropped = prometheus.NewDesc("mqttd_messages_dropped_total", "Deliveries dropped, by reason.", []string{"reason"}, nil)
 	c.disconnects = prometheus.NewDesc("mqttd_disconnects_total", "Connections closed, by reason.", []string{"reason"}, nil)
 	c.rejected = prometheus.NewDesc("mqttd_connections_rejected_total",
@@ -169,6 +186,10 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.commitSeconds
 	ch <- c.commitOps
 	ch <- c.buildInfo.Desc()
+	for _, d := range []*prometheus.Desc{c.bridgeConnected, c.bridgeQueued, c.bridgeQueuedB, c.bridgeInflight,
+		c.bridgeForwarded, c.bridgeConnects, c.bridgeFailures, c.bridgeDropped} {
+		ch <- d
+	}
 }
 
 // Collect implements prometheus.Collector.
@@ -188,4 +209,34 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- c.st.storeCommitSeconds.metric(c.commitSeconds, &storeCommitSecondsBounds, float64(c.st.storeCommitNanos.Load())/1e9)
 	ch <- c.st.storeCommitOps.metric(c.commitOps, &storeCommitOpsBounds, float64(c.st.storeOps.Load()))
 	ch <- c.buildInfo
+	if c.bridges != nil {
+		c.collectBridges(ch)
+	}
+}
+
+// collectBridges exports each bridge's state under its name.
+func (c *collector) collectBridges(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	for _, b := range c.bridges() {
+		connected := 0.0
+		if b.Connected {
+			connected = 1
+		}
+		gauge(c.bridgeConnected, connected, b.Name)
+		gauge(c.bridgeQueued, float64(b.Queued), b.Name)
+		gauge(c.bridgeQueuedB, float64(b.QueuedBytes), b.Name)
+		gauge(c.bridgeInflight, float64(b.Inflight), b.Name)
+		counter(c.bridgeForwarded, b.ForwardedOut, b.Name, "out")
+		counter(c.bridgeForwarded, b.ForwardedIn, b.Name, "in")
+		counter(c.bridgeConnects, b.Connects, b.Name)
+		counter(c.bridgeFailures, b.Failures, b.Name)
+		for reason, n := range b.Dropped {
+			counter(c.bridgeDropped, n, b.Name, reason)
+		}
+	}
 }

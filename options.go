@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"mqttd/auth"
+	"mqttd/bridge"
 	"mqttd/persistence"
 	"mqttd/session"
 )
@@ -47,6 +48,10 @@ type Options struct {
 	Store persistence.Store `yaml:"-"`
 	// Limits bound what clients may do and what the broker keeps for them.
 	Limits Limits `yaml:"limits"`
+	// Bridges connect the broker to remote brokers, carrying topics out,
+	// in or both ways; messages going out are stored until the remote
+	// has them (bridge.go).
+	Bridges []bridge.Config `yaml:"bridges"`
 	// Protocol tunes MQTT 5.0 features.
 	Protocol Protocol `yaml:"protocol"`
 	// SysInterval is how often the broker publishes its $SYS/broker/
@@ -379,6 +384,7 @@ func (o Options) Validate() error {
 		bad("durability", "unknown mode %q (want sync, interval or none)", o.Durability)
 	}
 	o.validateAuth(bad)
+	errs = append(errs, bridge.Validate(o.Bridges)...)
 	if o.SysInterval > 0 && o.SysInterval < minSysInterval {
 		bad("sys_interval", "%s is too short (at least %s; -1s turns $SYS off)", o.SysInterval, minSysInterval)
 	}

@@ -22,10 +22,13 @@ type client struct {
 	id string
 
 	// mu is the session lock: sess, conn, clean and dropped.
-	mu    sync.Mutex
-	sess  *session.Session
-	conn  *conn // nil while offline
-	clean bool  // the session ends with the connection
+	mu   sync.Mutex
+	sess *session.Session
+	conn *conn // nil while offline
+	// bridge is the bridge whose session this is (bridge.go); nil for a
+	// client's.
+	bridge atomic.Pointer[bridgeRun]
+	clean  bool // the session ends with the connection
 	// dropped is set when the session ended (clean close, or replaced by a
 	// clean start): a reader still handling a SUBSCRIBE for it must not
 	// put it back into the trie.
@@ -35,7 +38,7 @@ type client struct {
 	stored bool
 	// queued is what the server's queue gauge counts of this session
 	// (accountQueueLocked); an int32 beside the bools, so that a client
-	// stays in a 64-byte allocation.
+	// stays in an 80-byte allocation.
 	queued int32
 	// expiryPos is the client's place in its expiry slot while offline
 	// (expiryWheel), guarded by the wheel's lock: a client coming back is
@@ -112,7 +115,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 			endedWill = s.takeWillLocked(old)
 			dropped = s.dropSessionLocked(old)
 		}
-		cl = &client{id: id, sess: session.New(id, s.sessLim)}
+		cl = &client{id: id, sess: session.New(id, s.sessionLimits(id))}
 		s.clients[id] = cl
 		s.stats.sessions.Add(1)
 		present = false
@@ -120,7 +123,9 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 		resumedWill = s.takeWillLocked(old).msg != nil
 	}
 	s.stats.sessionsOnline.Add(1)
-	cl.who.Store(c.info) // not changed after CONNECT
+	if c.info.Listener != bridgeListener {
+		cl.who.Store(c.info) // not changed after CONNECT; a bridge's is the broker's own: nil, trusted
+	}
 	cl.mu.Lock()
 	if at := cl.sess.ExpireAt(); at != 0 {
 		s.expiry.cancel(cl, at) // back in time
@@ -128,8 +133,10 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 	}
 	s.storeSessionLocked(c, cl, persistent, resumedWill)
 	c.cl = cl
-	// The bit is reserved in 3.1, which has no session present.
-	c.send(&packets.Connack{SessionPresent: present && c.version != packets.V31, Properties: s.connackProperties(c, cp)})
+	if c.info.Listener != bridgeListener {
+		// The bit is reserved in 3.1, which has no session present.
+		c.send(&packets.Connack{SessionPresent: present && c.version != packets.V31, Properties: s.connackProperties(c, cp)})
+	}
 	cl.conn, cl.clean, cl.passwdStamp = c, !persistent, stamp
 	cl.sess.SetReceiveMaximum(int(cp.Properties.ReceiveMaximum))
 	cl.sess.Resume() // pump sends the window again, as the outbox has room
@@ -176,7 +183,7 @@ func (s *Server) detach(c *conn) {
 		handed = s.takeSharedLocked(cl)
 	}
 	clean := cl.clean
-	if owner && !clean && s.clients[cl.id] == cl {
+	if owner && !clean && s.clients[cl.id] == cl && cl.bridge.Load() == nil {
 		at := time.Now().Add(time.Duration(c.expiry) * time.Second).UnixNano()
 		cl.sess.SetExpireAt(at)
 		s.expiry.schedule(cl, at)

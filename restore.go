@@ -72,7 +72,7 @@ func (s *Server) restore() error {
 			}
 			continue
 		}
-		cl := &client{id: id, sess: session.New(id, s.sessLim), stored: true}
+		cl := &client{id: id, sess: session.New(id, s.sessionLimits(id)), stored: true}
 		cl.who.Store(restoredWho(ss))
 		cl.sess.SetExpireAt(at)
 		for _, sub := range ss.Subscriptions {

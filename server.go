@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,6 +117,13 @@ type Server struct {
 	// (retain.go), and retainLimitWarned the last time one ran out.
 	retainedSends     retainedSends
 	retainLimitWarned throttle
+	// bridges are the configured bridges by session id (bridge.go),
+	// replaced whole when they change.
+	bridges        atomic.Pointer[map[string]*bridgeRun]
+	bridgesMu      sync.Mutex // one SetBridges at a time
+	bridgesStopped bool       // Shutdown stopped them; guarded by bridgesMu
+	// bridgeFull is set while a block_publishers bridge may be full.
+	bridgeFull atomic.Bool
 }
 
 type listener struct {
@@ -180,6 +188,7 @@ func New(opts Options) (*Server, error) {
 	var col *collector
 	if o.Registerer != nil {
 		col = newCollector(&s.stats, &s.queueBudget, s.sessLim, o)
+		col.bridges = s.Bridges
 		if err := o.Registerer.Register(col); err != nil {
 			return nil, err
 		}
@@ -192,6 +201,7 @@ func New(opts Options) (*Server, error) {
 		}
 		return nil, err
 	}
+	s.openBridges()
 	d, err := openStore(o)
 	if err != nil {
 		return fail(err)
@@ -206,6 +216,7 @@ func New(opts Options) (*Server, error) {
 			return fail(err)
 		}
 	}
+	s.settleBridges()
 	return s, nil
 }
 
@@ -241,6 +252,9 @@ func (s *Server) AddListener(name string, l net.Listener) error {
 func (s *Server) addListenerLocked(name string, l net.Listener, lc *ListenerConfig) error {
 	if s.closing.Load() {
 		return ErrServerClosed
+	}
+	if strings.HasPrefix(name, "$") {
+		return fmt.Errorf("mqttd: listener name %q: names starting with $ are the broker's own", name)
 	}
 	ln := &listener{name: name, l: l}
 	s.listeners = append(s.listeners, ln)
@@ -286,6 +300,7 @@ func (s *Server) Serve() error {
 	s.expiry.start(s)
 	s.memory.start(s)
 	s.sys.start(s)
+	s.startBridges()
 	s.serving = true
 	for _, ln := range s.listeners {
 		s.startAcceptLocked(ln)
@@ -388,6 +403,8 @@ func (s *Server) untrack(c *conn) {
 // published: the broker, not the client, ended the connection) and waits
 // for the connections to finish or ctx to end.
 func (s *Server) Shutdown(ctx context.Context) error {
+	// First, without the registry lock, which a link may be waiting for.
+	s.stopBridges()
 	s.mu.Lock()
 	if s.closing.Swap(true) {
 		s.mu.Unlock()

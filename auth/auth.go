@@ -22,6 +22,10 @@ type ClientInfo struct {
 	Remote   net.Addr
 	// ProtocolVersion is the CONNECT protocol level: 3, 4 or 5.
 	ProtocolVersion byte
+	// Bridge is set for a 3.1 or 3.1.1 client that said it is a bridge
+	// (protocol level | 0x80, Mosquitto's try_private): the broker sends
+	// it nothing it published itself.
+	Bridge bool
 }
 
 // Errors an Authenticator returns to refuse a client; any other non-nil

@@ -16,6 +16,15 @@
 // it becomes one (net.FileConn) on first use as a net.Conn, and Detach
 // takes its descriptor as it is.
 //
+// The package also dials, for bridges to remote brokers: Dial opens the
+// client side of the same transports (TCP, TLS, WebSocket, WebSocket over
+// TLS), bounded by a context, and ClientTLS builds its TLS configuration
+// from the CA, client certificate and key files, server name (SNI) and
+// ALPN protocols. A dialed TCP connection is a *net.TCPConn that Detach
+// takes as an accepted one; a dialed WebSocket is the same net.Conn
+// adapter as an accepted one.
+//
 // It imports nothing internal: the root package mqttd builds a Config from
-// its own ListenerConfig and hands the Listener to Server.AddListener.
+// its own ListenerConfig and hands the Listener to Server.AddListener; the
+// bridge's settings reach Dial and ClientTLS as plain arguments.
 package listeners

@@ -144,14 +144,18 @@ func (l *Listener) trusted(a netip.Addr) bool {
 	return false
 }
 
-// wsConn carries MQTT over a WebSocket: Read returns the bytes of binary
-// messages one after another, so a packet may span messages and a
-// message may hold several packets; each Write is one binary message.
+// wsConn carries MQTT over a WebSocket, accepted by a Listener or opened
+// by Dial: Read returns the bytes of binary messages one after another,
+// so a packet may span messages and a message may hold several packets;
+// each Write is one binary message.
 type wsConn struct {
 	ws     *websocket.Conn
 	remote net.Addr
-	limit  int64     // MaxMessageSize, for the error that says it was passed
-	r      io.Reader // the message being read
+	// limit is MaxMessageSize, for the error that says it was passed; 0
+	// for a dialed connection, which sets no limit: Read streams each
+	// message, and the MQTT reader above bounds the packets.
+	limit int64
+	r     io.Reader // the message being read
 }
 
 // OnReadWait has hook called whenever a read is about to wait for the
@@ -160,7 +164,7 @@ func (c *wsConn) OnReadWait(hook func()) bool { return onReadWait(c.ws.NetConn()
 
 // Read reads from the current message, moving to the next when it ends.
 // A text message, or one over MaxMessageSize, is an error that ends the
-// connection; a close from the client is io.EOF.
+// connection; a close from the peer is io.EOF.
 func (c *wsConn) Read(b []byte) (int, error) {
 	for {
 		if c.r == nil {
@@ -201,13 +205,15 @@ func (c *wsConn) Write(b []byte) (int, error) {
 }
 
 // Close closes the connection without a close message: the engine closes
-// from goroutines (idle wheel, shutdown) that must not wait on a client.
+// from goroutines (idle wheel, shutdown) that must not wait on a peer.
 func (c *wsConn) Close() error { return c.ws.Close() }
 
-// LocalAddr returns the listener's address.
+// LocalAddr returns the socket's local address: the listener's, for an
+// accepted connection.
 func (c *wsConn) LocalAddr() net.Addr { return c.ws.LocalAddr() }
 
-// RemoteAddr returns the client's address (see clientAddr).
+// RemoteAddr returns the peer's address: for an accepted connection, the
+// client's (see clientAddr).
 func (c *wsConn) RemoteAddr() net.Addr { return c.remote }
 
 // SetDeadline sets both deadlines.

@@ -12,6 +12,9 @@ const (
 	connFlagUsername   = 0x80
 )
 
+// bridgeBit is the protocol level's bit by which a bridge says it is one.
+const bridgeBit = 0x80
+
 // Type reports TypeConnect.
 func (c *Connect) Type() Type { return TypeConnect }
 
@@ -36,6 +39,9 @@ func decodeConnect(body []byte, l Limits) (Packet, error) {
 		return nil, err
 	}
 	c := &Connect{ProtocolName: name, ProtocolVersion: Version(level)}
+	if level&bridgeBit != 0 && Version(level&^bridgeBit) != V5 {
+		c.Bridge, c.ProtocolVersion = true, Version(level&^bridgeBit)
+	}
 	if err := checkProtocol(name, c.ProtocolVersion); err != nil {
 		return c, err
 	}
@@ -214,7 +220,11 @@ func (c *Connect) Append(dst []byte, v Version) ([]byte, error) {
 	if err != nil {
 		return dst, err
 	}
-	dst = append(appendString(dst, protocolName(v)), byte(v), c.flags())
+	level := byte(v)
+	if c.Bridge && v != V5 {
+		level |= bridgeBit
+	}
+	dst = append(appendString(dst, protocolName(v)), level, c.flags())
 	dst = appendUint16(dst, c.KeepAlive)
 	if v == V5 {
 		if dst, err = c.Properties.Append(dst); err != nil {

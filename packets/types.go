@@ -89,6 +89,11 @@ type Connect struct {
 	WillPayload     []byte
 	WillProperties  Properties // 5.0 only
 	Properties      Properties // 5.0 only
+	// Bridge is set when the protocol level carries bit 0x80, by which a
+	// 3.1 or 3.1.1 bridge (Mosquitto's try_private) tells the server it
+	// is one: the server then sends it nothing it published itself, and
+	// retained flags as published.
+	Bridge bool
 }
 
 // Connack is the CONNACK packet. In 3.1/3.1.1 ReasonCode holds the return code.

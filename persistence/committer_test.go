@@ -457,6 +457,26 @@ func TestCommitterWaitsForQoS1Only(t *testing.T) {
 	})
 }
 
+// TestCommitterDoesNotWaitForRemote: a QoS 1 entry marked Remote (for a
+// bridge's remote broker, a network round trip away) is committed at once,
+// as a QoS 2 entry is. Virtual time, an hour's delay.
+func TestCommitterDoesNotWaitForRemote(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := delayedCommitter(t)
+		var b persistence.Batch
+		b.PutMessage(&persistence.Message{ID: 1, Topic: "t", QoS: 1})
+		b.PutOutbound("$bridge/cloud", persistence.Outbound{Seq: 1, MessageID: 1, QoS: 1})
+		b.Ops[1].Remote = true
+		done := make(chan struct{}, 1)
+		start := time.Now()
+		c.Submit(&b, func(error) { done <- struct{}{} })
+		synctest.Wait()
+		if len(done) != 1 || time.Since(start) != 0 {
+			t.Fatalf("an entry for a remote waited %v for its acknowledgement", time.Since(start))
+		}
+	})
+}
+
 // TestCommitterReplacedQoS1PutKeepsWaiting: a QoS 1 entry put again while
 // SetDelay's wait runs (the same Seq, still unreleased) is still a QoS 1
 // entry waiting for its PUBACK, so the wait goes on. A first version

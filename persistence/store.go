@@ -183,6 +183,10 @@ type Op struct {
 	// it follows (Committer), so what acknowledged that put still waits
 	// for it to be stored.
 	Handed bool
+	// Remote marks an OpPutOutbound whose acknowledgement is a network
+	// round trip away (a bridge's remote broker): a commit does not wait
+	// for it (Committer.SetDelay), which would only delay the publisher's.
+	Remote bool
 }
 
 // Batch is a list of changes applied together. The zero Batch is empty

@@ -93,6 +93,21 @@ func New(id string, lim *Limits) *Session {
 	return &Session{ID: id, lim: &lim.l, window: lim.l.maxInflight}
 }
 
+// SetLimits moves the session to other limits (a bridge whose bounds a
+// reload changed), taking its counts along. Messages already queued past
+// a lower bound stay; new ones wait for room.
+func (s *Session) SetLimits(lim *Limits) {
+	if &lim.l == s.lim {
+		return
+	}
+	s.lim.inflight.Add(-int64(s.live))
+	s.lim.subBytes.Add(-s.subBytes)
+	s.lim = &lim.l
+	s.lim.inflight.Add(int64(s.live))
+	s.lim.subBytes.Add(s.subBytes)
+	s.window = min(s.window, s.lim.maxInflight)
+}
+
 // queues returns the outbound queues, allocating them on first use.
 func (s *Session) queues() *queues {
 	if s.q == nil {
@@ -172,6 +187,15 @@ func (s *Session) MaySend(qos byte) bool {
 	return s.Queued() == 0 && !s.Resending() && (qos == 0 || s.live < s.window && s.free(s.seq))
 }
 
+// ReserveID returns a packet id for a packet of the client's own (a
+// bridge's SUBSCRIBE to its remote): the Seq it derives from is skipped,
+// so no message takes the id for the next 65,534 entries.
+func (s *Session) ReserveID() uint16 {
+	id := PacketIDOf(s.seq)
+	s.seq++
+	return id
+}
+
 // Stable lets the held entries up to seq be sent: they are stored.
 func (s *Session) Stable(seq uint64) {
 	q := s.queues()
@@ -238,6 +262,19 @@ func (s *Session) unqueue(o Outbound, b *QueueBudget) {
 	size, cost := o.Msg.Size(), o.cost()
 	s.q.pendingBytes -= size + cost
 	b.release(o.Msg, int64(size), int64(cost))
+}
+
+// DropOldest takes the oldest queued message out of the queue (not the
+// window: those the client may have), for a queue that makes room for
+// new messages by losing old ones. ok is false when nothing is queued. b
+// is the budget Deliver was given.
+func (s *Session) DropOldest(b *QueueBudget) (o Outbound, ok bool) {
+	if s.Queued() == 0 {
+		return Outbound{}, false
+	}
+	o = s.q.pending.pop()
+	s.unqueue(o, b)
+	return o, true
 }
 
 // TakeIf takes out of the session the messages its client has not

@@ -782,3 +782,80 @@ func TestLimitsCountInflight(t *testing.T) {
 		t.Fatalf("Limits.Inflight %d after every session cleared, want 0", lim.Inflight())
 	}
 }
+
+// TestDropOldest: the oldest queued message goes, with its bytes, and the
+// window is left alone; the next Deliver then has room.
+func TestDropOldest(t *testing.T) {
+	var b QueueBudget
+	b.Max = 1 << 20
+	s := New("c", Config{MaxInflight: 1, MaxQueued: 2}.Limits())
+	if _, ok := s.DropOldest(&b); ok {
+		t.Fatal("DropOldest on an empty queue reported a message")
+	}
+	deliver := func(topic string) Result {
+		_, r := s.Deliver(Outbound{Msg: &Message{Topic: topic}, QoS: 1}, Target{Online: true, CanSend: true, Budget: &b}, time.Time{})
+		return r
+	}
+	if r := deliver("w"); r != Send {
+		t.Fatalf("first message: %v, want Send", r)
+	}
+	deliver("q1")
+	deliver("q2")
+	if r := deliver("q3"); r != DropFull {
+		t.Fatalf("third queued message: %v, want DropFull", r)
+	}
+	o, ok := s.DropOldest(&b)
+	if !ok || o.Msg.Topic != "q1" {
+		t.Fatalf("DropOldest = %v, %v; want q1", o.Msg, ok)
+	}
+	if s.Queued() != 1 || s.Inflight() != 1 {
+		t.Errorf("queued %d, in flight %d after the drop; want 1 and 1", s.Queued(), s.Inflight())
+	}
+	if r := deliver("q3"); r != Queued {
+		t.Errorf("after the drop: %v, want Queued", r)
+	}
+	if b.Bytes() != int64(s.QueuedBytes()) {
+		t.Errorf("budget holds %d, the queue %d", b.Bytes(), s.QueuedBytes())
+	}
+}
+
+// TestSetLimits: a session moved to other limits takes its counts along,
+// and the new bounds apply to what comes next.
+func TestSetLimits(t *testing.T) {
+	var b QueueBudget
+	b.Max = 1 << 20
+	from, to := Config{MaxInflight: 2, MaxQueued: 10}.Limits(), Config{MaxInflight: 2, MaxQueued: 1}.Limits()
+	s := New("c", from)
+	s.Subscribe(Subscription{Filter: "a/#"})
+	for range 3 {
+		s.Deliver(Outbound{Msg: &Message{Topic: "a"}, QoS: 1}, Target{Online: true, CanSend: true, Budget: &b}, time.Time{})
+	}
+	s.SetLimits(to)
+	if from.Inflight() != 0 || to.Inflight() != 2 || from.SubscriptionBytes() != 0 || to.SubscriptionBytes() != s.SubscriptionBytes() {
+		t.Errorf("counts after the move: from %d/%d, to %d/%d", from.Inflight(), from.SubscriptionBytes(), to.Inflight(), to.SubscriptionBytes())
+	}
+	if _, r := s.Deliver(Outbound{Msg: &Message{Topic: "a"}, QoS: 1}, Target{Online: true, CanSend: true, Budget: &b}, time.Time{}); r != DropFull {
+		t.Errorf("a second queued message under MaxQueued 1: %v, want DropFull", r)
+	}
+}
+
+// TestReserveID: a reserved packet id is one no message then takes; the
+// next message gets the id after it.
+func TestReserveID(t *testing.T) {
+	var b QueueBudget
+	b.Max = 1 << 20
+	s := New("c", Config{MaxInflight: 10}.Limits())
+	deliver := func() uint16 {
+		o, r := s.Deliver(Outbound{Msg: &Message{Topic: "t"}, QoS: 1}, Target{Online: true, CanSend: true, Budget: &b}, time.Time{})
+		if r != Send {
+			t.Fatalf("Deliver: %v", r)
+		}
+		return o.PacketID
+	}
+	first := deliver()
+	id := s.ReserveID()
+	next := deliver()
+	if id == first || id == next || next != id+1 {
+		t.Errorf("ids: message %d, reserved %d, message %d", first, id, next)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -239,4 +240,64 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// withLines prefixes each of err's problems that names a key of the
+// config file (bridges[0].topics[1].direction: ...) with the file and the
+// line of that key, or of the nearest enclosing one the file has (a rule
+// missing its direction: the rule's line).
+func withLines(file string, data []byte, err error) error {
+	var doc yaml.Node
+	if file == "" || yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
+		return err
+	}
+	var each []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		each = j.Unwrap()
+	} else {
+		each = []error{err}
+	}
+	out := make([]error, len(each))
+	for i, e := range each {
+		out[i] = e
+		key, _, ok := strings.Cut(e.Error(), ": ")
+		if !ok || strings.ContainsAny(key, " \t") {
+			continue
+		}
+		if line := lineOf(doc.Content[0], key); line > 0 {
+			out[i] = fmt.Errorf("%s:%d: %w", file, line, e)
+		}
+	}
+	return errors.Join(out...)
+}
+
+// lineOf is the line of key (a.b[2].c) under n, or of the deepest part of
+// it the file has; 0 when not even its first part is there.
+func lineOf(n *yaml.Node, key string) int {
+	line := 0
+	for _, part := range strings.Split(key, ".") {
+		name, index, _ := strings.Cut(part, "[")
+		if n.Kind != yaml.MappingNode {
+			return line
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == name {
+				next, line = n.Content[i+1], n.Content[i].Line
+				break
+			}
+		}
+		if next == nil {
+			return line
+		}
+		n = next
+		if index != "" {
+			i, err := strconv.Atoi(strings.TrimSuffix(index, "]"))
+			if err != nil || n.Kind != yaml.SequenceNode || i < 0 || i >= len(n.Content) {
+				return line
+			}
+			n, line = n.Content[i], n.Content[i].Line
+		}
+	}
+	return line
 }

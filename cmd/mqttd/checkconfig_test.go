@@ -73,3 +73,43 @@ log: loud
 		t.Errorf("the example config: exit %d\n%s", code, stderr.String())
 	}
 }
+
+// TestCheckConfigBridges: a bridge's mistakes are reported with their
+// line: an unknown key with a suggestion, a bad address, a rule with no
+// direction (at the rule's line), a bad queue policy; and none of it
+// shows the password.
+func TestCheckConfigBridges(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bridges.yaml")
+	os.WriteFile(bad, []byte(`bridges:
+  - name: cloud
+    addresses: ["ftp://127.0.0.1:1884"]
+    password: hunter2
+    queue_policy: drop_everything
+    topics:
+      - pattern: "sensors/#"
+        qos: 1
+`), 0o600)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"check-config", bad}, noEnv, &stdout, &stderr, nil); code != 1 {
+		t.Fatalf("exit code %d, want 1:\n%s", code, stderr.String())
+	}
+	out := stderr.String()
+	for _, want := range []string{
+		`bridges.yaml:3: bridges[0].addresses[0]: "ftp://127.0.0.1:1884": unknown scheme ftp (want tcp, tls, ws or wss)`,
+		`bridges.yaml:5: bridges[0].queue_policy: "drop_everything": want drop_oldest, drop_new or block_publishers`,
+		`bridges.yaml:7: bridges[0].topics[0].direction: missing: want out, in or both`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "hunter2") {
+		t.Errorf("the password is shown:\n%s", out)
+	}
+	os.WriteFile(bad, []byte("bridges:\n  - name: cloud\n    adresses: [\"127.0.0.1:1884\"]\n"), 0o600)
+	stderr.Reset()
+	run([]string{"check-config", bad}, noEnv, &stdout, &stderr, nil)
+	if want := `bridges.yaml:3: bridges[0].adresses: unknown setting (did you mean bridges[0].addresses?)`; !strings.Contains(stderr.String(), want) {
+		t.Errorf("missing %q in:\n%s", want, stderr.String())
+	}
+}

@@ -117,7 +117,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cl
 	fs.Var(&f.pprof, "pprof", "serve /debug/pprof/ on the --metrics address too (env MQTTD_PPROF)")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: mqttd [flags]\n       mqttd version\n       mqttd passwd [-c] [-b] [-D] FILE USER [PASSWORD]\n       mqttd check-config FILE\n\nRuns the mqttd MQTT broker. With no flags it listens on %s (MQTT) and ws://%s/mqtt (MQTT over WebSocket) and keeps state in ./%s.\n\nFlags:\n",
+		fmt.Fprintf(stderr, "Usage: mqttd [flags]\n       mqttd version\n       mqttd passwd [-c] [-b] [-D] FILE USER [PASSWORD]\n       mqttd check-config FILE\n       mqttd import MOSQUITTO_CONF\n\nRuns the mqttd MQTT broker. With no flags it listens on %s (MQTT) and ws://%s/mqtt (MQTT over WebSocket) and keeps state in ./%s.\n\nFlags:\n",
 			mqttd.DefaultAddress, mqttd.DefaultWebSocketAddress, defaultDataDir)
 		fs.PrintDefaults()
 	}
@@ -143,9 +143,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cl
 // the key; Options.Validate names the rest.
 func loadConfig(f cliFlags) (config, error) {
 	cfg := defaults()
+	var data []byte
 	if f.config != "" {
-		data, err := os.ReadFile(f.config)
-		if err != nil {
+		var err error
+		if data, err = os.ReadFile(f.config); err != nil {
 			return cfg, err
 		}
 		if err := decodeConfig(f.config, data, &cfg); err != nil {
@@ -188,7 +189,9 @@ func loadConfig(f cliFlags) (config, error) {
 	if len(cfg.Listeners) == 0 {
 		errs = append(errs, errors.New("listeners: at least one is needed"))
 	}
-	errs = append(errs, cfg.Options.Validate())
+	if err := cfg.Options.Validate(); err != nil {
+		errs = append(errs, withLines(f.config, data, err))
+	}
 	return cfg, errors.Join(errs...)
 }
 

@@ -131,6 +131,11 @@ func newHTTPHandler(srv *mqttd.Server, reg *prometheus.Registry, o httpOptions) 
 			Next     string                `json:"next,omitempty"`
 		}{page, next})
 	}))
+	mux.Handle("GET /api/v1/bridges", g.wrap(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, struct {
+			Bridges []mqttd.BridgeState `json:"bridges"`
+		}{srv.Bridges()})
+	}))
 	if o.pprof {
 		mux.Handle("/debug/pprof/", g.wrap(pprof.Index))
 		mux.Handle("/debug/pprof/cmdline", g.wrap(pprof.Cmdline))

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"mqttd"
+	"mqttd/bridge"
 	"mqttd/internal/testutil"
 	"mqttd/packets"
 	"mqttd/persistence"
@@ -610,5 +611,31 @@ func TestMetricsConfig(t *testing.T) {
 	}
 	if _, err := load(nil, "--metrics-token", "two words"); err == nil || !strings.Contains(err.Error(), "metrics.token") {
 		t.Errorf("a token with a space: %v", err)
+	}
+}
+
+// TestHTTPBridges: /api/v1/bridges shows each bridge's state and
+// counters, and never its password.
+func TestHTTPBridges(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := l.Addr().String()
+	l.Close()
+	qos := 1
+	b := startBroker(t, mqttd.Options{Bridges: []bridge.Config{{Name: "cloud", Addresses: []string{down},
+		Username: "gw", Password: "hunter2", Topics: []bridge.Rule{{Pattern: "q/#", Direction: bridge.Out, QoS: &qos}}}}}, "main")
+	base := b.serve(t, httpOptions{})
+	waitFor(t, "a failed connection attempt", func() bool { return b.srv.Bridges()[0].Failures > 0 })
+	code, body := get(t, base+"/api/v1/bridges")
+	if code != 200 || strings.Contains(body, "hunter2") {
+		t.Fatalf("%d %s", code, body)
+	}
+	var got struct{ Bridges []mqttd.BridgeState }
+	getJSON(t, base+"/api/v1/bridges", &got)
+	if len(got.Bridges) != 1 || got.Bridges[0].Name != "cloud" || got.Bridges[0].Connected ||
+		!strings.Contains(got.Bridges[0].LastError, "refused") || got.Bridges[0].Address != "tcp://"+down {
+		t.Errorf("bridges: %+v", got.Bridges)
 	}
 }

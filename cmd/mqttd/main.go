@@ -41,6 +41,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 	if len(args) > 0 && args[0] == "check-config" {
 		return runCheckConfig(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "import" {
+		return runImport(args[1:], stdout, stderr)
+	}
 	f, err := parseFlags(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

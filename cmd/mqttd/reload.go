@@ -42,6 +42,16 @@ func (r *reloader) reload() {
 	if err != nil {
 		r.log.Error().Err(err).Msg("limits not reloaded")
 	}
+	added, changed, removed, err := r.srv.SetBridges(next.Bridges)
+	if err != nil {
+		r.log.Error().Err(err).Msg("bridges not reloaded")
+	} else {
+		r.running.Bridges = next.Bridges
+		if len(added)+len(changed)+len(removed) > 0 {
+			applied = append(applied, "bridges")
+			r.log.Info().Strs("added", added).Strs("changed", changed).Strs("removed", removed).Msg("bridges reloaded")
+		}
+	}
 	if next.Log.Level != r.running.Log.Level {
 		level, _ := zerolog.ParseLevel(next.Log.Level) // loadConfig checked it
 		zerolog.SetGlobalLevel(level)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -54,5 +55,37 @@ func TestSIGHUPReloadsConfig(t *testing.T) {
 	c.sig <- syscall.SIGHUP
 	c.wait("config file not reloaded")
 
+	c.stop()
+}
+
+// TestSIGHUPReloadsBridges: bridges added, changed and removed in the
+// config file are applied on SIGHUP, and named in the log.
+func TestSIGHUPReloadsBridges(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := l.Addr().String()
+	l.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "mqttd.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(cfg, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("listeners:\n  - address: 127.0.0.1:0\n")
+	c := startCommand(t, "--config", cfg, "--data-dir", filepath.Join(dir, "data"))
+	bridge := "bridges:\n  - name: cloud\n    addresses: [\"" + down + "\"]\n    topics:\n      - {pattern: \"q/#\", direction: out, remote_prefix: %q}\n"
+	write("listeners:\n  - address: 127.0.0.1:0\n" + fmt.Sprintf(bridge, "a/"))
+	c.sig <- syscall.SIGHUP
+	c.wait(`"added":["cloud"],"changed":[],"removed":[]`)
+	c.wait(`"applied":["bridges"],"needs_restart":[]`)
+	write("listeners:\n  - address: 127.0.0.1:0\n" + fmt.Sprintf(bridge, "b/"))
+	c.sig <- syscall.SIGHUP
+	c.wait(`"added":[],"changed":["cloud"],"removed":[]`)
+	write("listeners:\n  - address: 127.0.0.1:0\n")
+	c.sig <- syscall.SIGHUP
+	c.wait(`"added":[],"changed":[],"removed":["cloud"]`)
 	c.stop()
 }

@@ -15,6 +15,8 @@ type client struct {
 	conn net.Conn
 	fr   *frameReader
 	w    *bufio.Writer
+	// sessionPresent is the CONNACK's flag: the broker had kept a session.
+	sessionPresent bool
 }
 
 // dialOptions says how to open a client connection.
@@ -84,6 +86,7 @@ func (c *client) connect(clientID string, keepalive uint16, persistent bool) err
 	if fr.body[1] != 0 {
 		return fmt.Errorf("CONNACK refused with return code %d", fr.body[1])
 	}
+	c.sessionPresent = fr.body[0]&1 == 1
 	return nil
 }
 

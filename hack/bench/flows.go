@@ -15,6 +15,9 @@ import (
 // own default.
 type config struct {
 	addr        string
+	remote      string // bridge scenarios: where the gateway at addr forwards to
+	prefix      string // bridge scenarios: the bridge's remote prefix
+	session     string // bridge, bridge-drain: the remote session bridge-drain resumes
 	transport   transport
 	timeout     time.Duration // whole-scenario bound
 	idle        time.Duration // how long to wait for stragglers once publishers are done

@@ -9,8 +9,10 @@
 //
 // Scenarios: fanin, fanout, qos1, qos2, durable1, durable2 (qos1 and qos2 with a
 // persistent subscriber), latency, conns, device (many clients each publishing
-// QoS 1 to its own topic every few seconds). -relay serves, instead, the
-// latency reference: a relay that does the least a broker can (relay_linux.go).
+// QoS 1 to its own topic every few seconds), and bridge, bridge-fill and
+// bridge-drain (a bridge from the broker at -addr to the one at -remote,
+// bridge.go). -relay serves, instead, the latency reference: a relay that
+// does the least a broker can (relay_linux.go).
 // Every scenario is bounded by -timeout and reports undelivered messages as
 // loss. It exits 1 when a scenario cannot run or reports errors.
 package main
@@ -22,6 +24,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -43,19 +46,22 @@ func parseArgs(args []string, stderr io.Writer) (command, error) {
 	fs.SetOutput(stderr)
 	var c command
 	cfg := &c.cfg
-	fs.StringVar(&c.scenario, "scenario", "", "fanin, fanout, qos1, qos2, durable1, durable2, latency, conns or device")
+	fs.StringVar(&c.scenario, "scenario", "", "fanin, fanout, qos1, qos2, durable1, durable2, latency, conns, device, bridge, bridge-fill or bridge-drain")
 	fs.BoolVar(&c.freeport, "freeport", false, "print a free TCP port on 127.0.0.1 and exit")
 	fs.StringVar(&c.table, "table", "", "print the medians table of a file of broker=NAME result lines and exit")
 	fs.BoolVar(&c.relay, "relay", false, "serve on -addr, until killed, the latency reference's relay: PUBLISHes forwarded as they come, no broker (Linux)")
-	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:1883", "broker address (host:port)")
+	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:1883", "broker address (host:port); bridge scenarios: the gateway, whose bridge forwards bench/# to -remote")
+	fs.StringVar(&cfg.remote, "remote", "", "bridge, bridge-drain: the address (host:port) of the broker the gateway's bridge forwards to")
+	fs.StringVar(&cfg.prefix, "prefix", "gw/", "bridge scenarios: the bridge's remote prefix (bench/x here is PREFIXbench/x at the remote)")
+	fs.StringVar(&cfg.session, "session", "", "bridge: after the run, leave a persistent session of this client id on the remote for bridge-fill's messages; bridge-drain: resume it")
 	kind := fs.String("transport", "tcp", "tcp, tls, ws or wss (WebSocket at /mqtt)")
 	caFile := fs.String("cafile", "", "tls, wss: CA file (PEM) to verify the broker with; none: not verified")
 	poll := fs.Bool("poll", false, "clients read by polling their sockets (up to 1,000 empty reads, then one that sleeps), so that the generator's wake-ups do not set the pace of the flows that take turns with the broker (qos1, qos2); its CPU share then reads near 100%. Linux; not for conns or device")
 	fs.DurationVar(&cfg.timeout, "timeout", 60*time.Second, "upper bound on one scenario")
 	fs.DurationVar(&cfg.idle, "idle", 2*time.Second, "wait for missing messages this long after publishers finish")
-	fs.IntVar(&cfg.pubs, "pubs", 0, "fanin: publishers (default 8)")
+	fs.IntVar(&cfg.pubs, "pubs", 0, "fanin: publishers (default 8); bridge scenarios: publishers at the gateway (default 1; bridge-drain: as bridge-fill had)")
 	fs.IntVar(&cfg.subs, "subs", 0, "fanout: subscribers (default 100)")
-	fs.IntVar(&cfg.msgs, "msgs", 0, "messages per publisher (fanin 50000, fanout 5000, qos1/qos2 200000, durable1/durable2 50000)")
+	fs.IntVar(&cfg.msgs, "msgs", 0, "messages per publisher (fanin 50000, fanout 5000, qos1/qos2 200000, durable1/durable2 and bridge scenarios 50000)")
 	fs.IntVar(&cfg.size, "size", 64, "payload bytes (at least 8)")
 	fs.IntVar(&cfg.window, "window", 100, "unacknowledged QoS 1/2 messages per publisher")
 	fs.IntVar(&cfg.qos, "qos", -1, "latency: QoS 0 or 1 (default both, one line each)")
@@ -86,7 +92,25 @@ func parseArgs(args []string, stderr io.Writer) (command, error) {
 	case *poll && !canPoll:
 		return c, errors.New("-poll: Linux only")
 	}
-	return c, nil
+	return c, checkBridgeArgs(c, *poll)
+}
+
+// checkBridgeArgs refuses what the bridge scenarios cannot run with.
+func checkBridgeArgs(c command, poll bool) error {
+	cfg := c.cfg
+	switch {
+	case !strings.HasPrefix(c.scenario, "bridge"):
+		return nil
+	case cfg.transport.kind != "tcp":
+		return errors.New("the bridge scenarios run over tcp")
+	case poll:
+		return errors.New("-poll is not for the bridge scenarios: the remote broker shares the generator's CPU")
+	case cfg.remote == "" && c.scenario != "bridge-fill":
+		return fmt.Errorf("-scenario %s needs -remote, the broker the gateway's bridge forwards to", c.scenario)
+	case cfg.session == "" && c.scenario == "bridge-drain":
+		return errors.New("-scenario bridge-drain needs -session, the session -scenario bridge left on the remote")
+	}
+	return nil
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -157,6 +181,8 @@ func runScenario(name string, cfg config) ([]*result, error) {
 		return one(qosFlow(cfg, 2, true))
 	case "conns":
 		return one(conns(cfg))
+	case "bridge", "bridge-fill", "bridge-drain":
+		return one(bridgeScenario(name, cfg))
 	case "device":
 		return one(deviceWorkload(cfg))
 	case "latency":
@@ -174,7 +200,7 @@ func runScenario(name string, cfg config) ([]*result, error) {
 		}
 		return out, nil
 	}
-	return nil, fmt.Errorf("unknown scenario %q (want fanin, fanout, qos1, qos2, durable1, durable2, latency, conns or device)", name)
+	return nil, fmt.Errorf("unknown scenario %q (want fanin, fanout, qos1, qos2, durable1, durable2, latency, conns, device, bridge, bridge-fill or bridge-drain)", name)
 }
 
 func printTable(path string, out io.Writer) error {

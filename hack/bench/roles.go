@@ -117,6 +117,13 @@ type publisher struct {
 	// interval, when positive, paces message i to leave at start+i*interval
 	// and flushes each message on its own.
 	interval time.Duration
+	// seq, for an unpaced flow, stamps message i with first+i, for a
+	// subscriber to tell duplicates, gaps and reordering.
+	seq   bool
+	first int
+	// acks, when set, times the acknowledgements of an unpaced QoS 1/2
+	// flow.
+	acks *ackTimer
 }
 
 var errReaderStopped = errors.New("acknowledgement reader stopped")
@@ -170,6 +177,7 @@ func (p *publisher) runWindow() error {
 	// unanswered counts the PUBLISHes whose PUBACK or PUBREC is awaited.
 	sent, unanswered, done, pinged, pong := 0, 0, 0, false, false
 	complete := func(id uint16) {
+		p.acks.acked(id)
 		state[id] = idFree
 		free = append(free, id)
 		done++
@@ -189,6 +197,7 @@ func (p *publisher) runWindow() error {
 			if err := p.send(sent, id); err != nil {
 				return err
 			}
+			p.acks.sent(id)
 		}
 		if sent == p.n && !pinged && (p.qos == 1 || unanswered == 0) {
 			if _, err := p.c.w.Write([]byte{typePingreq << 4, 0}); err != nil {
@@ -199,10 +208,15 @@ func (p *publisher) runWindow() error {
 		if err := p.c.w.Flush(); err != nil {
 			return err
 		}
+		p.acks.flushed()
 		for {
+			reads := p.c.fr.reads
 			fr, err := p.c.fr.next()
 			if err != nil {
 				return fmt.Errorf("publisher after %d of %d acks: %w", done, p.n, err)
+			}
+			if p.c.fr.reads != reads {
+				p.acks.read()
 			}
 			if fr.typ == typePingresp {
 				pong = true
@@ -304,8 +318,11 @@ func (p *publisher) send(i int, id uint16) error {
 	}
 	t := &p.frames[i%len(p.frames)]
 	var stamp int64
-	if p.interval > 0 {
+	switch {
+	case p.interval > 0:
 		stamp = int64(time.Since(p.start))
+	case p.seq:
+		stamp = int64(p.first + i)
 	}
 	if _, err := p.c.w.Write(t.appendFrame(p.c.w.AvailableBuffer(), id, stamp)); err != nil {
 		return err
@@ -314,6 +331,51 @@ func (p *publisher) send(i int, id uint16) error {
 		return p.c.w.Flush()
 	}
 	return nil
+}
+
+// ackTimer times each acknowledgement of a window from the flush that
+// sent its PUBLISH to the read that brought the acknowledgement: a clock
+// reading a write and one a read, not two a message (see send). Its
+// methods do nothing on a nil timer.
+type ackTimer struct {
+	start     time.Time
+	sentAt    []time.Duration // by packet id: the flush that sent it, since start
+	unflushed []uint16
+	readAt    time.Duration // the last read, since start
+	lat       []time.Duration
+}
+
+func newAckTimer(start time.Time, window, n int) *ackTimer {
+	return &ackTimer{start: start, sentAt: make([]time.Duration, window+1), lat: make([]time.Duration, 0, n)}
+}
+
+func (a *ackTimer) sent(id uint16) {
+	if a != nil {
+		a.unflushed = append(a.unflushed, id)
+	}
+}
+
+func (a *ackTimer) flushed() {
+	if a == nil || len(a.unflushed) == 0 {
+		return
+	}
+	now := time.Since(a.start)
+	for _, id := range a.unflushed {
+		a.sentAt[id] = now
+	}
+	a.unflushed = a.unflushed[:0]
+}
+
+func (a *ackTimer) read() {
+	if a != nil {
+		a.readAt = time.Since(a.start)
+	}
+}
+
+func (a *ackTimer) acked(id uint16) {
+	if a != nil {
+		a.lat = append(a.lat, a.readAt-a.sentAt[id])
+	}
 }
 
 // readAcks runs the sender side of the QoS 1/2 flows: it hands PUBREC ids

@@ -172,3 +172,47 @@ func TestPublisherRefusesDuplicateAck(t *testing.T) {
 		t.Fatalf("publisher returned %v after a duplicate PUBACK, want its refusal", err)
 	}
 }
+
+// TestPublisherTimesAcks plays a broker that answers a QoS 1 window. The
+// timer's clock starts an hour back, so a latency measured from the start
+// rather than from the flush that sent the message shows as an hour.
+func TestPublisherTimesAcks(t *testing.T) {
+	const window, n = 3, 10
+	c, broker := socketClient(t)
+	p := &publisher{c: c, qos: 1, n: n, window: window, frames: []publishTemplate{newPublishTemplate("t", 1, 8)},
+		start: time.Now(), acks: newAckTimer(time.Now().Add(-time.Hour), window, n)}
+	errc := make(chan error, 1)
+	go func() { errc <- p.run() }()
+	fr := newFrameReader(broker, 256)
+	for {
+		f, err := fr.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		reply := []byte{typePingresp << 4, 0}
+		if f.typ == typePublish {
+			pf, err := parsePublish(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reply = appendAck(nil, typePuback, pf.id)
+		}
+		if _, err := broker.Write(reply); err != nil {
+			t.Fatal(err)
+		}
+		if f.typ == typePingreq {
+			break
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("publisher: %v", err)
+	}
+	if len(p.acks.lat) != n {
+		t.Fatalf("timed %d acknowledgements, want %d", len(p.acks.lat), n)
+	}
+	for i, l := range p.acks.lat {
+		if l < 0 || l > time.Minute {
+			t.Errorf("acknowledgement %d took %v: not from its flush to its read", i, l)
+		}
+	}
+}

@@ -47,6 +47,29 @@ var tableMetrics = map[string][]metric{
 		{"rss_burst_per_conn", "RSS bytes/device as the burst left it"},
 		{"loss_pct", "loss %"},
 	},
+	"bridge": {
+		{"rate", "forwarded msg/s, first publish to last arrival at the remote"},
+		{"pub_rate", "local publishers msg/s, uplink up"},
+		{"ack_p50_us", "PUBACK p50 µs, uplink up (lower is better)"},
+		{"ack_p99_us", "PUBACK p99 µs, uplink up (lower is better)"},
+		{"cpu_us_per_msg", "gateway CPU µs/msg (lower is better)"},
+		{"gen_cpu_pct", "generator CPU % of the run (its CPU runs the remote too)"},
+		{"loss_pct", "loss %"},
+		{"dups", "duplicates"},
+	},
+	"bridge-fill": {
+		{"pub_rate", "local publishers msg/s, uplink down"},
+		{"ack_p50_us", "PUBACK p50 µs, uplink down (lower is better)"},
+		{"ack_p99_us", "PUBACK p99 µs, uplink down (lower is better)"},
+		{"cpu_us_per_msg", "gateway CPU µs/msg queued (lower is better)"},
+	},
+	"bridge-drain": {
+		{"rate", "drained msg/s, first to last arrival at the remote"},
+		{"wait_secs", "s from the remote's restart to the first arrival"},
+		{"cpu_us_per_msg", "gateway CPU µs/msg (lower is better)"},
+		{"loss_pct", "loss % (the queue lost in the outage)"},
+		{"dups", "duplicates"},
+	},
 }
 
 // throughput is the rows of a flow measured by its rate, in unit, with
@@ -61,14 +84,17 @@ func throughput(unit, each string) []metric {
 }
 
 // scenarioOrder is the order of the table's rows.
-var scenarioOrder = []string{"fanin", "fanout", "qos1", "qos2", "durable1", "durable2", "latency", "conns", "device"}
+var scenarioOrder = []string{"fanin", "fanout", "qos1", "qos2", "durable1", "durable2", "latency", "conns", "device",
+	"bridge", "bridge-fill", "bridge-drain"}
 
 // samples holds every figure read from result lines, by broker, table row
-// and metric, with brokers and rows in the order first seen.
+// and metric, with brokers and rows in the order first seen, and the runs
+// that failed (a line with failed=1, written by compare) by broker and row.
 type samples struct {
 	brokers []string
 	rows    []string
 	vals    map[string][]float64
+	fails   map[string]int
 }
 
 func (s *samples) get(broker, row, key string) []float64 { return s.vals[broker+"|"+row+"|"+key] }
@@ -76,7 +102,7 @@ func (s *samples) get(broker, row, key string) []float64 { return s.vals[broker+
 // readSamples reads result lines prefixed with broker=NAME, as written by
 // hack/bench/compare; lines without a broker or known scenario are skipped.
 func readSamples(in io.Reader) (*samples, error) {
-	s := &samples{vals: map[string][]float64{}}
+	s := &samples{vals: map[string][]float64{}, fails: map[string]int{}}
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		f := fields(sc.Text())
@@ -102,6 +128,9 @@ func readSamples(in io.Reader) (*samples, error) {
 		}
 		if !slices.Contains(s.rows, row) {
 			s.rows = append(s.rows, row)
+		}
+		if f["failed"] == "1" {
+			s.fails[b+"|"+row]++
 		}
 		for _, m := range tableMetrics[scen] {
 			if v, err := strconv.ParseFloat(f[m.key], 64); err == nil {
@@ -146,13 +175,16 @@ func writeTable(in io.Reader, out io.Writer) error {
 			line := row + "\t" + m.label + "\t"
 			var meds []float64
 			var have []bool
+			shown := false
 			for _, b := range s.brokers {
 				vs := s.get(b, row, m.key)
 				med, ok := median(vs)
 				meds, have = append(meds, med), append(have, ok)
-				line += formatMedian(med, ok, len(vs)) + "\t"
+				fails := s.fails[b+"|"+row]
+				line += formatMedian(med, ok, len(vs), fails) + "\t"
+				shown = shown || ok || fails > 0
 			}
-			if !slices.Contains(have, true) {
+			if !shown {
 				continue // a figure no broker has: one a run without -pid lacks
 			}
 			for _, o := range others {
@@ -187,9 +219,15 @@ func median(vs []float64) (float64, bool) {
 	return (s[n/2-1] + s[n/2]) / 2, true
 }
 
-func formatMedian(v float64, ok bool, runs int) string {
-	if !ok {
+// formatMedian shows a median of runs figures, and how many runs failed.
+func formatMedian(v float64, ok bool, runs, fails int) string {
+	switch {
+	case !ok && fails > 0:
+		return fmt.Sprintf("failed (n=%d)", fails)
+	case !ok:
 		return "-"
+	case fails > 0:
+		return fmt.Sprintf("%s (n=%d, %d failed)", strconv.FormatFloat(v, 'f', precision(v), 64), runs, fails)
 	}
 	return fmt.Sprintf("%s (n=%d)", strconv.FormatFloat(v, 'f', precision(v), 64), runs)
 }

@@ -105,3 +105,34 @@ func TestWriteTableRatiosAreMqttdsWhicheverComesFirst(t *testing.T) {
 		t.Errorf("table %q, want fields %q", out.String(), want)
 	}
 }
+
+// A bridge run compare marks failed=1 shows as failed in its broker's
+// cells, beside the other broker's figures and the ratio's "-".
+func TestWriteTableBridgeRowsAndFailedRuns(t *testing.T) {
+	in := strings.Join([]string{
+		"broker=mosquitto round=1 scenario=bridge failed=1",
+		"broker=mqttd round=1 scenario=bridge rate=50000 pub_rate=50010 loss_pct=0.00",
+		"broker=mqttd round=2 scenario=bridge failed=1",
+		"broker=mqttd round=1 scenario=bridge-drain rate=60000 wait_secs=0.90",
+		"broker=mosquitto round=1 scenario=bridge-drain rate=6000 wait_secs=1.00",
+	}, "\n")
+	var out bytes.Buffer
+	if err := writeTable(strings.NewReader(in), &out); err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for line := range strings.Lines(out.String()) {
+		rows = append(rows, strings.Join(strings.Fields(line), " "))
+	}
+	for _, want := range []string{
+		"bridge forwarded msg/s, first publish to last arrival at the remote failed (n=1) 50000 (n=1, 1 failed) -",
+		"bridge local publishers msg/s, uplink up failed (n=1) 50010 (n=1, 1 failed) -",
+		"bridge PUBACK p50 µs, uplink up (lower is better) failed (n=1) failed (n=1) -",
+		"bridge-drain drained msg/s, first to last arrival at the remote 6000 (n=1) 60000 (n=1) 10.00",
+		"bridge-drain s from the remote's restart to the first arrival 1 (n=1) 0.90 (n=1) 0.90",
+	} {
+		if !slices.Contains(rows, want) {
+			t.Errorf("no row %q in:\n%s", want, out.String())
+		}
+	}
+}

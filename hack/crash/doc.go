@@ -10,6 +10,11 @@
 // needs what library clients hide: packet ids, DUP, and the client's own
 // in-flight state carried across a broker restart.
 //
+// The bridge tests (bridge_*_test.go, issue 37) do the same to a gateway
+// forwarding to a remote mqttd through a bridge: killed while the uplink is
+// down and again while its queue drains, every acknowledged message must
+// reach the remote, QoS 2 exactly once, in order per topic.
+//
 // By default the tests run a few kill cycles (well under a minute in all).
 // CRASH_CYCLES=200 runs a long campaign and CRASH_SEED=n repeats a run whose
 // seed a failing test logged. CRASH_MQTTD_BIN=path tests that binary

@@ -40,3 +40,44 @@ func BenchmarkApplySync(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCheckpointAcked measures the checkpoint of what durable1's
+// commits log when the subscriber acknowledges within walApplyAfter: each
+// message put with its entry, and deleted again a window later. Per
+// message applied.
+func BenchmarkCheckpointAcked(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "b.db"), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var batch persistence.Batch
+	batch.PutSession(persistence.Session{ID: "sub", Expiry: 3600})
+	if err := s.Apply(&batch); err != nil {
+		b.Fatal(err)
+	}
+	payload := make([]byte, 64)
+	id := uint64(0)
+	b.ResetTimer()
+	for range b.N / 1000 {
+		b.StopTimer()
+		for range 10 {
+			batch.Reset()
+			for range 100 {
+				id++
+				batch.PutMessage(&persistence.Message{ID: id, Topic: "bench/durable", Payload: payload, QoS: 1})
+				batch.PutOutbound("sub", persistence.Outbound{Seq: id, MessageID: id, QoS: 1})
+				if id > 100 {
+					batch.DeleteOutbound("sub", id-100)
+				}
+			}
+			if err := s.Apply(&batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		if err := s.checkpoint(0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -193,10 +194,17 @@ func (w *wal) read(off, n int64) ([]byte, error) {
 // written, the messages it left unreferenced dropped) before the next, so
 // that the next meets the state Apply checked it against.
 func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64) error {
+	skip := cancelled(recs)
 	err := s.updateTx(func(tx *bbolt.Tx) error {
+		n := int32(0) // the op's place among the chunk's, as cancelled counts them
 		for _, rec := range recs {
 			a := newApplier(tx, s.path)
 			err := eachOp(rec, func(op *walOp) error {
+				n++
+				if len(skip) > 0 && skip[0] == n {
+					skip = skip[1:]
+					return nil
+				}
 				var err error
 				if op.op.Kind == persistence.OpPutMessage {
 					err = a.putEncodedMessage(op.id, op.raw)
@@ -226,4 +234,151 @@ func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64) error {
 		s.walErr.CompareAndSwap(nil, &err)
 	}
 	return err
+}
+
+// outRef is an outbound entry: its session and Seq.
+type outRef struct {
+	session string
+	seq     uint64
+}
+
+// cancelled returns, in order, the places (counted from 1 across recs) of
+// the operations a chunk need not apply: the entries of a message put and
+// deleted again within the chunk (a message its subscribers, or a
+// bridge's remote, acknowledged within walApplyAfter), and the message,
+// when nothing else in the chunk refers to it. The deletes still run, for
+// entries the file held before the chunk. The file ends as it would have,
+// and so does every record in between, as far as the records that follow
+// can tell: the message's count goes up and down by the same puts and
+// deletes, and no record finds it missing that would have found it (each
+// record is finished before the next, and a message nothing refers to at
+// the end of a record is dropped). nil when nothing is cancelled. It
+// reads the records without decoding what it does not need: a chunk's
+// worth of records is read again for the apply.
+func cancelled(recs [][]byte) []int32 {
+	type put struct {
+		at  int32
+		msg uint64
+		ref outRef
+	}
+	type message struct {
+		at int32
+		id uint64
+	}
+	var (
+		sessions   = map[string]string{} // interned: one string a session
+		lastDelete = map[outRef]int32{}
+		puts       []put
+		messages   []message
+		refs       = map[uint64]int32{} // by what is applied
+		undone     = map[uint64]int32{} // by puts deleted later in the chunk
+	)
+	intern := func(b []byte) string {
+		if s, ok := sessions[string(b)]; ok {
+			return s
+		}
+		s := string(b)
+		sessions[s] = s
+		return s
+	}
+	n := int32(0)
+	for _, rec := range recs {
+		scanOps(rec, func(o *opScan) {
+			n++
+			switch o.kind {
+			case persistence.OpDeleteOutbound:
+				lastDelete[outRef{intern(o.session), o.seq}] = n
+			case persistence.OpPutOutbound:
+				puts = append(puts, put{n, o.msg, outRef{intern(o.session), o.seq}})
+			case persistence.OpPutRetained:
+				refs[o.msg]++
+			case persistence.OpPutMessage:
+				messages = append(messages, message{n, o.msg})
+			}
+		})
+	}
+	if len(lastDelete) == 0 {
+		return nil
+	}
+	for _, p := range puts {
+		if lastDelete[p.ref] > p.at {
+			undone[p.msg]++
+		} else {
+			refs[p.msg]++
+		}
+	}
+	var skip []int32
+	for _, p := range puts {
+		if undone[p.msg] > 0 && refs[p.msg] == 0 {
+			skip = append(skip, p.at)
+		}
+	}
+	for _, m := range messages {
+		if undone[m.id] > 0 && refs[m.id] == 0 {
+			skip = append(skip, m.at)
+		}
+	}
+	slices.Sort(skip)
+	return skip
+}
+
+// opScan is what cancelled reads of one operation of a record.
+type opScan struct {
+	kind    persistence.OpKind
+	session []byte // of an outbound entry
+	seq     uint64 // its Seq
+	msg     uint64 // the message a PutMessage, PutOutbound or PutRetained is of
+}
+
+// scanOps reads a record's operations as eachOp does, without decoding
+// (or copying) more than opScan holds. A record eachOp cannot read ends
+// the scan where it fails; the apply then reports it.
+func scanOps(rec []byte, fn func(o *opScan)) {
+	r := reader{b: rec}
+	var o opScan
+	for len(r.b) > 0 && r.err == nil {
+		o = opScan{kind: persistence.OpKind(r.byte())}
+		switch o.kind {
+		case persistence.OpPutMessage:
+			o.msg = r.uvarint()
+			r.bytes()
+		case persistence.OpPutSession, persistence.OpPutWill:
+			r.bytes()
+			r.bytes()
+		case persistence.OpPutRetained:
+			r.bytes()
+			o.msg = r.uvarint()
+		case persistence.OpDeleteRetained, persistence.OpDeleteSession, persistence.OpDeleteWill:
+			r.bytes()
+		case persistence.OpPutSubscription:
+			r.bytes()
+			r.bytes()
+			r.bytes()
+		case persistence.OpDeleteSubscription:
+			r.bytes()
+			r.bytes()
+		case persistence.OpPutOutbound:
+			o.session = r.bytes()
+			o.seq = r.uvarint()
+			v := reader{b: r.bytes()}
+			v.byte() // the record format
+			v.byte() // flags
+			o.msg = v.uvarint()
+			if v.err != nil {
+				return
+			}
+		case persistence.OpDeleteOutbound:
+			o.session = r.bytes()
+			o.seq = r.uvarint()
+		case persistence.OpPutAwaitingRel, persistence.OpDeleteAwaitingRel:
+			r.bytes()
+			r.uvarint()
+		default:
+			return
+		}
+		if r.err != nil {
+			return
+		}
+		fn(&o)
+	}
 }
