@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"os"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 
 	"mqttd"
 	"mqttd/bridge"
+	"mqttd/internal/testutil"
 )
 
 // serveBroker runs an in-process mqttd on addr until stop, which the
@@ -72,21 +74,14 @@ func gatewayTo(t *testing.T, remote string) (*mqttd.Server, string) {
 	return gw, addr
 }
 
-// waitQueued polls, within 10 s, until the gateway's bridge is
+// waitQueued waits, within 10 s, until the gateway's bridge is
 // disconnected and holds n messages.
 func waitQueued(t *testing.T, gw *mqttd.Server, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.WaitFor(t, fmt.Sprintf("the bridge disconnected with %d messages held", n), func() bool {
 		b := gw.Bridges()[0]
-		if !b.Connected && b.Queued+b.Inflight == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the bridge: connected=%v, %d queued and %d in flight; want disconnected with %d", b.Connected, b.Queued, b.Inflight, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return !b.Connected && b.Queued+b.Inflight == n
+	})
 }
 
 // checkArrivals asserts that every one of n messages arrived once, in
