@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -236,12 +237,6 @@ func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64) error {
 	return err
 }
 
-// outRef is an outbound entry: its session and Seq.
-type outRef struct {
-	session string
-	seq     uint64
-}
-
 // cancelled returns, in order, the places (counted from 1 across recs) of
 // the operations a chunk need not apply: the entries of a message put and
 // deleted again within the chunk (a message its subscribers, or a
@@ -256,30 +251,30 @@ type outRef struct {
 // reads the records without decoding what it does not need: a chunk's
 // worth of records is read again for the apply.
 func cancelled(recs [][]byte) []int32 {
-	type put struct {
-		at  int32
-		msg uint64
-		ref outRef
+	// An entry is its session's number and its Seq; the deletes, sorted,
+	// are searched for each put, where maps keyed by strings took most of
+	// the pass.
+	type entry struct {
+		sess int32
+		seq  uint64
+		at   int32
+		msg  uint64
 	}
-	type message struct {
-		at int32
-		id uint64
-	}
+	type uses struct{ refs, undone int32 } // refs: by what is applied
 	var (
-		sessions   = map[string]string{} // interned: one string a session
-		lastDelete = map[outRef]int32{}
-		puts       []put
-		messages   []message
-		refs       = map[uint64]int32{} // by what is applied
-		undone     = map[uint64]int32{} // by puts deleted later in the chunk
+		sessions = map[string]int32{}
+		puts     []entry
+		dels     []entry
+		messages []entry // their at and msg
+		msgs     = map[uint64]uses{}
 	)
-	intern := func(b []byte) string {
-		if s, ok := sessions[string(b)]; ok {
-			return s
+	number := func(b []byte) int32 {
+		if n, ok := sessions[string(b)]; ok {
+			return n
 		}
-		s := string(b)
-		sessions[s] = s
-		return s
+		n := int32(len(sessions))
+		sessions[string(b)] = n
+		return n
 	}
 	n := int32(0)
 	for _, rec := range recs {
@@ -287,34 +282,52 @@ func cancelled(recs [][]byte) []int32 {
 			n++
 			switch o.kind {
 			case persistence.OpDeleteOutbound:
-				lastDelete[outRef{intern(o.session), o.seq}] = n
+				dels = append(dels, entry{sess: number(o.session), seq: o.seq, at: n})
 			case persistence.OpPutOutbound:
-				puts = append(puts, put{n, o.msg, outRef{intern(o.session), o.seq}})
+				puts = append(puts, entry{sess: number(o.session), seq: o.seq, at: n, msg: o.msg})
 			case persistence.OpPutRetained:
-				refs[o.msg]++
+				u := msgs[o.msg]
+				u.refs++
+				msgs[o.msg] = u
 			case persistence.OpPutMessage:
-				messages = append(messages, message{n, o.msg})
+				messages = append(messages, entry{at: n, msg: o.msg})
 			}
 		})
 	}
-	if len(lastDelete) == 0 {
+	if len(dels) == 0 {
 		return nil
 	}
-	for _, p := range puts {
-		if lastDelete[p.ref] > p.at {
-			undone[p.msg]++
-		} else {
-			refs[p.msg]++
+	byKey := func(a, b entry) int {
+		if c := cmp.Compare(a.sess, b.sess); c != 0 {
+			return c
 		}
+		if c := cmp.Compare(a.seq, b.seq); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.at, b.at)
+	}
+	slices.SortFunc(dels, byKey)
+	for _, p := range puts {
+		// The last delete of p's entry is the last of its run.
+		j, _ := slices.BinarySearchFunc(dels, entry{sess: p.sess, seq: p.seq + 1}, byKey)
+		undone := j > 0 && dels[j-1].sess == p.sess && dels[j-1].seq == p.seq && dels[j-1].at > p.at
+		u := msgs[p.msg]
+		if undone {
+			u.undone++
+		} else {
+			u.refs++
+		}
+		msgs[p.msg] = u
 	}
 	var skip []int32
+	gone := func(id uint64) bool { u := msgs[id]; return u.undone > 0 && u.refs == 0 }
 	for _, p := range puts {
-		if undone[p.msg] > 0 && refs[p.msg] == 0 {
+		if gone(p.msg) {
 			skip = append(skip, p.at)
 		}
 	}
 	for _, m := range messages {
-		if undone[m.id] > 0 && refs[m.id] == 0 {
+		if gone(m.msg) {
 			skip = append(skip, m.at)
 		}
 	}
