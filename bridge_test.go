@@ -1,11 +1,9 @@
 package mqttd_test
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -140,7 +138,7 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// serveAt runs a broker listening on addr until stop, which the test's
+// serveAt runs an in-process mqttd on addr until stop, which the test's
 // end calls too.
 func serveAt(t *testing.T, opts mqttd.Options, addr string) (srv *mqttd.Server, stop func()) {
 	t.Helper()
@@ -148,28 +146,7 @@ func serveAt(t *testing.T, opts mqttd.Options, addr string) (srv *mqttd.Server, 
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.AddListener("test", l); err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve() }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := srv.Shutdown(ctx); err != nil {
-				t.Errorf("Shutdown: %v", err)
-			}
-			<-served
-		})
-	}
-	t.Cleanup(stop)
-	return srv, stop
+	return srv, testutil.ServeAt(t, srv, addr)
 }
 
 // TestBridgeStoreAndForward: with the remote down, QoS 1 and QoS 2

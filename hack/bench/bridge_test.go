@@ -2,14 +2,12 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,36 +16,15 @@ import (
 	"mqttd/internal/testutil"
 )
 
-// serveBroker runs an in-process mqttd on addr until stop, which the
-// test's end calls too.
+// serveBroker runs an in-process mqttd on addr until stop, which the test's
+// end calls too.
 func serveBroker(t *testing.T, opts mqttd.Options, addr string) (srv *mqttd.Server, stop func()) {
 	t.Helper()
 	srv, err := mqttd.New(opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.AddListener("bench", l); err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve() }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := srv.Shutdown(ctx); err != nil {
-				t.Errorf("Shutdown: %v", err)
-			}
-			<-served
-		})
-	}
-	t.Cleanup(stop)
-	return srv, stop
+	return srv, testutil.ServeAt(t, srv, addr)
 }
 
 // freeLoopback returns a loopback address nothing listens on.

@@ -4,6 +4,7 @@
 package testutil
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -135,4 +136,40 @@ func TCPPair(t testing.TB) (server, client net.Conn) {
 		client.Close()
 	})
 	return server, client
+}
+
+// Broker is what ServeAt runs: an *mqttd.Server (testutil cannot import
+// the broker, whose own tests import testutil).
+type Broker interface {
+	AddListener(name string, l net.Listener) error
+	Serve() error
+	Shutdown(ctx context.Context) error
+}
+
+// ServeAt serves b on a listener at addr until stop, which the test's end
+// calls too; a second call does nothing.
+func ServeAt(t testing.TB, b Broker, addr string) (stop func()) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddListener("test", l); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- b.Serve() }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := b.Shutdown(ctx); err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			<-served
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
