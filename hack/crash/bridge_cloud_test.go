@@ -1,15 +1,14 @@
 package crash
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"mqttd"
+	"mqttd/internal/testutil"
 	"mqttd/packets"
 )
 
@@ -42,24 +41,7 @@ func (c *cloud) start(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", c.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.AddListener("cloud", l); err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve() }()
-	c.stop = sync.OnceFunc(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("remote Shutdown: %v", err)
-		}
-		<-served
-	})
-	t.Cleanup(c.stop)
+	c.stop = testutil.ServeAt(t, srv, c.addr)
 }
 
 // arrival is one message the remote's subscriber received.
