@@ -35,8 +35,12 @@ func TestRunRejectsBadFlags(t *testing.T) {
 
 // TestProcessCPUCountsLessThanATick: a throughput run is over in a
 // fraction of a second, so the broker's CPU is read to well under the
-// 10 ms clock tick. The process works until its reading moves, and the
-// move must be far smaller than a tick.
+// 10 ms clock tick. The process works until its reading moves, and a move
+// must be far smaller than a tick. The reading counts every thread of the
+// test's process, so a move is taken only when it is small or the
+// process's other threads (the collector, a test before this one winding
+// down) could not account for it: a few tries pass as long as one move is
+// fine-grained, where a reading by the tick only ever moves by ticks.
 func TestProcessCPUCountsLessThanATick(t *testing.T) {
 	if _, err := threadsCPU(os.Getpid()); err != nil {
 		t.Skipf("this kernel keeps no per-thread run times: %v", err)
@@ -46,8 +50,8 @@ func TestProcessCPUCountsLessThanATick(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	sum := 0
-	for time.Now().Before(deadline) {
+	sum, moves := 0, []time.Duration{}
+	for time.Now().Before(deadline) && len(moves) < 5 {
 		for i := range 10000 {
 			sum += i * i
 		}
@@ -56,11 +60,12 @@ func TestProcessCPUCountsLessThanATick(t *testing.T) {
 			t.Fatal(err)
 		}
 		if d := after - before; d > 0 {
-			if d >= 5*time.Millisecond {
-				t.Fatalf("the reading moved by %v: not finer than a tick", d)
+			if d < 5*time.Millisecond {
+				return
 			}
-			return
+			moves = append(moves, d)
 		}
+		before = after
 	}
-	t.Fatalf("the reading did not move in 5 s of work (%d)", sum)
+	t.Fatalf("the reading moved only by %v (work %d): not finer than a tick", moves, sum)
 }
