@@ -104,42 +104,9 @@ func (a *arrivals) report(r *result, expected int64, secs float64) {
 		int("unexpected", a.unexpected).float("loss_pct", lossPct(expected, n)).float("secs", secs).int("rate", int64(rate))
 }
 
-// awaitArrivals polls until want messages arrived; or, once done is
-// closed, nothing new came for idle (and, when nothing came at all, for
-// firstWait); or the deadline passed (reported as true).
+// awaitArrivals is awaitCount of a's distinct arrivals.
 func awaitArrivals(a *arrivals, want int64, done <-chan struct{}, idle, firstWait time.Duration, deadline time.Time) bool {
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	seen, changed := int64(-1), time.Now()
-	var doneAt time.Time
-	for {
-		n := a.unique.Load()
-		if n >= want {
-			return false
-		}
-		now := time.Now()
-		if n != seen {
-			seen, changed = n, now
-		}
-		if doneAt.IsZero() {
-			select {
-			case <-done:
-				doneAt = now
-			default:
-			}
-		}
-		quiet := max(idle, firstWait)
-		if n > 0 {
-			quiet = idle
-		}
-		if !doneAt.IsZero() && now.Sub(changed) >= quiet && now.Sub(doneAt) >= quiet {
-			return false
-		}
-		if now.After(deadline) {
-			return true
-		}
-		<-tick.C
-	}
+	return awaitCount(a.unique.Load, want, done, idle, firstWait, deadline)
 }
 
 // bridgePubs are the gateway's publishers of a bridge scenario.

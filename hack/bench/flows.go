@@ -238,16 +238,25 @@ func flowResult(cfg config, fl flow, subs []*subscriber, errs []error, timedOut 
 // arrived, nothing arrived for idle after the publishers finished, or the
 // deadline passed (reported as true).
 func awaitDeliveries(subs []*subscriber, expected int64, pubsDone <-chan struct{}, idle time.Duration, deadline time.Time) bool {
+	return awaitCount(func() (n int64) {
+		for _, s := range subs {
+			n += s.count.Load()
+		}
+		return n
+	}, expected, pubsDone, idle, 0, deadline)
+}
+
+// awaitCount polls count until it reaches want; or, once done is closed,
+// nothing new came for idle (and, when nothing came at all, for
+// firstWait); or the deadline passed (reported as true).
+func awaitCount(count func() int64, want int64, done <-chan struct{}, idle, firstWait time.Duration, deadline time.Time) bool {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	seen, changed := int64(-1), time.Now()
 	var doneAt time.Time
 	for {
-		var n int64
-		for _, s := range subs {
-			n += s.count.Load()
-		}
-		if n >= expected {
+		n := count()
+		if n >= want {
 			return false
 		}
 		now := time.Now()
@@ -256,12 +265,16 @@ func awaitDeliveries(subs []*subscriber, expected int64, pubsDone <-chan struct{
 		}
 		if doneAt.IsZero() {
 			select {
-			case <-pubsDone:
+			case <-done:
 				doneAt = now
 			default:
 			}
 		}
-		if !doneAt.IsZero() && now.Sub(changed) >= idle && now.Sub(doneAt) >= idle {
+		quiet := max(idle, firstWait)
+		if n > 0 {
+			quiet = idle
+		}
+		if !doneAt.IsZero() && now.Sub(changed) >= quiet && now.Sub(doneAt) >= quiet {
 			return false
 		}
 		if now.After(deadline) {
