@@ -149,6 +149,8 @@ type Store struct {
 	// (under amu).
 	failErr error
 	failAt  time.Time
+	// canc is the checkpoint's scratch (under amu).
+	canc canceller
 
 	// hashedSchema is set once the file is marked schemaHashed.
 	hashedSchema atomic.Bool

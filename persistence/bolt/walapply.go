@@ -72,6 +72,12 @@ func (s *Store) checkpoint(need int) error {
 	}
 	err := s.checkpointLocked(need)
 	s.failErr, s.failAt = err, time.Now()
+	// A burst's scratch is not kept: the read buffer only up to the log's
+	// initial size.
+	if cap(s.wal.rbuf) > walInitialSize {
+		s.wal.rbuf = nil
+	}
+	s.canc.trim()
 	return err
 }
 
@@ -174,16 +180,12 @@ func (s *Store) applyLog(end int64) error {
 }
 
 // read reads n bytes of the log at off into w.rbuf, which it keeps for
-// the next read only up to the log's initial size: a burst of large
-// records does not leave its buffer held.
+// the next read (see trim).
 func (w *wal) read(off, n int64) ([]byte, error) {
 	if int64(cap(w.rbuf)) < n {
 		w.rbuf = make([]byte, n)
 	}
 	buf := w.rbuf[:n]
-	if cap(w.rbuf) > walInitialSize {
-		w.rbuf = nil
-	}
 	if _, err := w.f.ReadAt(buf, off); err != nil {
 		return nil, fmt.Errorf("bolt: read %s: %w", w.path, err)
 	}
@@ -195,17 +197,20 @@ func (w *wal) read(off, n int64) ([]byte, error) {
 // written, the messages it left unreferenced dropped) before the next, so
 // that the next meets the state Apply checked it against.
 func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64) error {
-	skip := cancelled(recs)
+	skip := s.canc.cancelled(recs)
 	err := s.updateTx(func(tx *bbolt.Tx) error {
 		n := int32(0) // the op's place among the chunk's, as cancelled counts them
+		skipped := func() bool {
+			n++
+			if len(skip) > 0 && skip[0] == n {
+				skip = skip[1:]
+				return true
+			}
+			return false
+		}
 		for _, rec := range recs {
 			a := newApplier(tx, s.path)
-			err := eachOp(rec, func(op *walOp) error {
-				n++
-				if len(skip) > 0 && skip[0] == n {
-					skip = skip[1:]
-					return nil
-				}
+			err := eachOp(rec, skipped, func(op *walOp) error {
 				var err error
 				if op.op.Kind == persistence.OpPutMessage {
 					err = a.putEncodedMessage(op.id, op.raw)
@@ -237,6 +242,40 @@ func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64) error {
 	return err
 }
 
+// canceller is cancelled's scratch, kept from one chunk to the next of a
+// checkpoint: a chunk of 4 MiB holds tens of thousands of entries.
+type canceller struct {
+	sessions map[string]int32
+	puts     []cancelEntry
+	dels     []cancelEntry
+	messages []cancelEntry // their at and msg
+	msgs     map[uint64]cancelUses
+	skip     []int32
+}
+
+// An entry is its session's number and its Seq; the deletes, sorted, are
+// searched for each put, where maps keyed by strings took most of the
+// pass.
+type cancelEntry struct {
+	sess int32
+	seq  uint64
+	at   int32
+	msg  uint64
+}
+
+type cancelUses struct{ refs, undone int32 } // refs: by what is applied
+
+// keptCancelEntries is the most entries the scratch keeps room for after
+// a checkpoint (~100 KB).
+const keptCancelEntries = 4096
+
+// trim lets go of a large chunk's scratch once the checkpoint is done.
+func (c *canceller) trim() {
+	if cap(c.puts)+cap(c.dels)+cap(c.messages) > keptCancelEntries {
+		*c = canceller{}
+	}
+}
+
 // cancelled returns, in order, the places (counted from 1 across recs) of
 // the operations a chunk need not apply: the entries of a message put and
 // deleted again within the chunk (a message its subscribers, or a
@@ -249,31 +288,30 @@ func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64) error {
 // record is finished before the next, and a message nothing refers to at
 // the end of a record is dropped). nil when nothing is cancelled. It
 // reads the records without decoding what it does not need: a chunk's
-// worth of records is read again for the apply.
-func cancelled(recs [][]byte) []int32 {
-	// An entry is its session's number and its Seq; the deletes, sorted,
-	// are searched for each put, where maps keyed by strings took most of
-	// the pass.
-	type entry struct {
-		sess int32
-		seq  uint64
-		at   int32
-		msg  uint64
+// worth of records is read again for the apply. The result is valid
+// until the next call.
+func (c *canceller) cancelled(recs [][]byte) []int32 {
+	if c.sessions == nil {
+		c.sessions = make(map[string]int32)
+		c.msgs = make(map[uint64]cancelUses)
 	}
-	type uses struct{ refs, undone int32 } // refs: by what is applied
-	var (
-		sessions = map[string]int32{}
-		puts     []entry
-		dels     []entry
-		messages []entry // their at and msg
-		msgs     = map[uint64]uses{}
-	)
+	clear(c.sessions)
+	clear(c.msgs)
+	puts, dels, messages := c.puts[:0], c.dels[:0], c.messages[:0]
+	defer func() { c.puts, c.dels, c.messages = puts, dels, messages }()
+	// A chunk's entries are mostly of a few sessions, in runs.
+	var last []byte
+	lastN := int32(-1)
 	number := func(b []byte) int32 {
-		if n, ok := sessions[string(b)]; ok {
-			return n
+		if lastN >= 0 && string(b) == string(last) {
+			return lastN
 		}
-		n := int32(len(sessions))
-		sessions[string(b)] = n
+		n, ok := c.sessions[string(b)]
+		if !ok {
+			n = int32(len(c.sessions))
+			c.sessions[string(b)] = n
+		}
+		last, lastN = b, n
 		return n
 	}
 	n := int32(0)
@@ -282,22 +320,22 @@ func cancelled(recs [][]byte) []int32 {
 			n++
 			switch o.kind {
 			case persistence.OpDeleteOutbound:
-				dels = append(dels, entry{sess: number(o.session), seq: o.seq, at: n})
+				dels = append(dels, cancelEntry{sess: number(o.session), seq: o.seq, at: n})
 			case persistence.OpPutOutbound:
-				puts = append(puts, entry{sess: number(o.session), seq: o.seq, at: n, msg: o.msg})
+				puts = append(puts, cancelEntry{sess: number(o.session), seq: o.seq, at: n, msg: o.msg})
 			case persistence.OpPutRetained:
-				u := msgs[o.msg]
+				u := c.msgs[o.msg]
 				u.refs++
-				msgs[o.msg] = u
+				c.msgs[o.msg] = u
 			case persistence.OpPutMessage:
-				messages = append(messages, entry{at: n, msg: o.msg})
+				messages = append(messages, cancelEntry{at: n, msg: o.msg})
 			}
 		})
 	}
 	if len(dels) == 0 {
 		return nil
 	}
-	byKey := func(a, b entry) int {
+	byKey := func(a, b cancelEntry) int {
 		if c := cmp.Compare(a.sess, b.sess); c != 0 {
 			return c
 		}
@@ -309,18 +347,18 @@ func cancelled(recs [][]byte) []int32 {
 	slices.SortFunc(dels, byKey)
 	for _, p := range puts {
 		// The last delete of p's entry is the last of its run.
-		j, _ := slices.BinarySearchFunc(dels, entry{sess: p.sess, seq: p.seq + 1}, byKey)
+		j, _ := slices.BinarySearchFunc(dels, cancelEntry{sess: p.sess, seq: p.seq + 1}, byKey)
 		undone := j > 0 && dels[j-1].sess == p.sess && dels[j-1].seq == p.seq && dels[j-1].at > p.at
-		u := msgs[p.msg]
+		u := c.msgs[p.msg]
 		if undone {
 			u.undone++
 		} else {
 			u.refs++
 		}
-		msgs[p.msg] = u
+		c.msgs[p.msg] = u
 	}
-	var skip []int32
-	gone := func(id uint64) bool { u := msgs[id]; return u.undone > 0 && u.refs == 0 }
+	skip := c.skip[:0]
+	gone := func(id uint64) bool { u := c.msgs[id]; return u.undone > 0 && u.refs == 0 }
 	for _, p := range puts {
 		if gone(p.msg) {
 			skip = append(skip, p.at)
@@ -332,6 +370,10 @@ func cancelled(recs [][]byte) []int32 {
 		}
 	}
 	slices.Sort(skip)
+	c.skip = skip
+	if len(skip) == 0 {
+		return nil
+	}
 	return skip
 }
 
@@ -349,49 +391,55 @@ type opScan struct {
 func scanOps(rec []byte, fn func(o *opScan)) {
 	r := reader{b: rec}
 	var o opScan
-	for len(r.b) > 0 && r.err == nil {
-		o = opScan{kind: persistence.OpKind(r.byte())}
-		switch o.kind {
-		case persistence.OpPutMessage:
-			o.msg = r.uvarint()
-			r.bytes()
-		case persistence.OpPutSession, persistence.OpPutWill:
-			r.bytes()
-			r.bytes()
-		case persistence.OpPutRetained:
-			r.bytes()
-			o.msg = r.uvarint()
-		case persistence.OpDeleteRetained, persistence.OpDeleteSession, persistence.OpDeleteWill:
-			r.bytes()
-		case persistence.OpPutSubscription:
-			r.bytes()
-			r.bytes()
-			r.bytes()
-		case persistence.OpDeleteSubscription:
-			r.bytes()
-			r.bytes()
-		case persistence.OpPutOutbound:
-			o.session = r.bytes()
-			o.seq = r.uvarint()
-			v := reader{b: r.bytes()}
-			v.byte() // the record format
-			v.byte() // flags
-			o.msg = v.uvarint()
-			if v.err != nil {
-				return
-			}
-		case persistence.OpDeleteOutbound:
-			o.session = r.bytes()
-			o.seq = r.uvarint()
-		case persistence.OpPutAwaitingRel, persistence.OpDeleteAwaitingRel:
-			r.bytes()
-			r.uvarint()
-		default:
-			return
-		}
-		if r.err != nil {
+	for len(r.b) > 0 {
+		if scanOp(&r, &o) != nil {
 			return
 		}
 		fn(&o)
 	}
+}
+
+// scanOp reads the next operation of r into o; an error when it does not
+// read.
+func scanOp(r *reader, o *opScan) error {
+	*o = opScan{kind: persistence.OpKind(r.byte())}
+	switch o.kind {
+	case persistence.OpPutMessage:
+		o.msg = r.uvarint()
+		r.bytes()
+	case persistence.OpPutSession, persistence.OpPutWill:
+		r.bytes()
+		r.bytes()
+	case persistence.OpPutRetained:
+		r.bytes()
+		o.msg = r.uvarint()
+	case persistence.OpDeleteRetained, persistence.OpDeleteSession, persistence.OpDeleteWill:
+		r.bytes()
+	case persistence.OpPutSubscription:
+		r.bytes()
+		r.bytes()
+		r.bytes()
+	case persistence.OpDeleteSubscription:
+		r.bytes()
+		r.bytes()
+	case persistence.OpPutOutbound:
+		o.session = r.bytes()
+		o.seq = r.uvarint()
+		v := reader{b: r.bytes()}
+		v.byte() // the record format
+		v.byte() // flags
+		o.msg = v.uvarint()
+		if v.err != nil {
+			return v.err
+		}
+	case persistence.OpDeleteOutbound:
+		o.session = r.bytes()
+		o.seq = r.uvarint()
+	case persistence.OpPutAwaitingRel, persistence.OpDeleteAwaitingRel:
+		r.bytes()
+		r.uvarint()
+	default:
+		return fmt.Errorf("%w: operation kind %d", errRecord, o.kind)
+	}
+	return r.err
 }

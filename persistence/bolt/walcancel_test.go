@@ -83,7 +83,7 @@ func TestWALCancelsAckedEntries(t *testing.T) {
 	both(func(b *persistence.Batch) { b.PutOutbound("a", out(5, 4)) })                       // 15: kept, not deleted
 	both(func(b *persistence.Batch) { b.DeleteOutbound("a", 4) })
 
-	got := cancelled(logRecords(t, path)[1:]) // the records the next checkpoint applies
+	got := new(canceller).cancelled(logRecords(t, path)[1:]) // the records the next checkpoint applies
 	if want := []int32{1, 2}; !slices.Equal(got, want) {
 		t.Errorf("cancelled ops %v, want %v (message 4 is referenced by an entry kept)", got, want)
 	}
@@ -123,7 +123,7 @@ func TestScanOpsReadsAsEachOp(t *testing.T) {
 		var scanned []opScan
 		scanOps(rec, func(o *opScan) { scanned = append(scanned, *o) })
 		i := 0
-		err := eachOp(rec, func(w *walOp) error {
+		err := eachOp(rec, nil, func(w *walOp) error {
 			if i >= len(scanned) {
 				t.Fatalf("eachOp reads more operations than scanOps (%d)", len(scanned))
 			}

@@ -97,11 +97,20 @@ type walOp struct {
 }
 
 // eachOp decodes a record's operations one at a time into one walOp,
-// calling fn with each. Their records share rec.
-func eachOp(rec []byte, fn func(w *walOp) error) error {
+// calling fn with each. Their records share rec. skip, if not nil, is
+// asked before each operation whether to pass over it: it is then read
+// past, not decoded.
+func eachOp(rec []byte, skip func() bool, fn func(w *walOp) error) error {
 	r := reader{b: rec}
 	var w walOp
+	var o opScan
 	for len(r.b) > 0 {
+		if skip != nil && skip() {
+			if err := scanOp(&r, &o); err != nil {
+				return err
+			}
+			continue
+		}
 		w = walOp{}
 		op := &w.op
 		op.Kind = persistence.OpKind(r.byte())
