@@ -243,7 +243,9 @@ func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64) error {
 }
 
 // canceller is cancelled's scratch, kept from one chunk to the next of a
-// checkpoint: a chunk of 4 MiB holds tens of thousands of entries.
+// checkpoint (a chunk of 4 MiB holds tens of thousands of entries), and
+// the sizes the last checkpoint needed, to make the next one's at once:
+// grown from nothing by appends, they took a third of the pass.
 type canceller struct {
 	sessions map[string]int32
 	puts     []cancelEntry
@@ -251,6 +253,9 @@ type canceller struct {
 	messages []cancelEntry // their at and msg
 	msgs     map[uint64]cancelUses
 	skip     []int32
+	// used is the most of each a chunk took in this checkpoint, need what
+	// the next one makes room for.
+	used, need [3]int
 }
 
 // An entry is its session's number and its Seq; the deletes, sorted, are
@@ -265,15 +270,31 @@ type cancelEntry struct {
 
 type cancelUses struct{ refs, undone int32 } // refs: by what is applied
 
-// keptCancelEntries is the most entries the scratch keeps room for after
-// a checkpoint (~100 KB).
+// keptCancelEntries is the most room for entries the scratch keeps
+// between checkpoints (~100 KB).
 const keptCancelEntries = 4096
 
-// trim lets go of a large chunk's scratch once the checkpoint is done.
+// trim ends a checkpoint: a burst's scratch is not kept, only its sizes,
+// which a smaller checkpoint between two bursts halves (one that found
+// nothing to apply leaves them).
 func (c *canceller) trim() {
-	if cap(c.puts)+cap(c.dels)+cap(c.messages) > keptCancelEntries {
-		*c = canceller{}
+	if c.used != [3]int{} {
+		for i := range c.need {
+			c.need[i] = max(c.used[i], c.need[i]/2)
+		}
 	}
+	c.used = [3]int{}
+	if cap(c.puts)+cap(c.dels)+cap(c.messages) > keptCancelEntries {
+		*c = canceller{need: c.need}
+	}
+}
+
+// room returns s emptied, with room for n entries.
+func room(s []cancelEntry, n int) []cancelEntry {
+	if cap(s) < n {
+		return make([]cancelEntry, 0, n)
+	}
+	return s[:0]
 }
 
 // cancelled returns, in order, the places (counted from 1 across recs) of
@@ -297,8 +318,11 @@ func (c *canceller) cancelled(recs [][]byte) []int32 {
 	}
 	clear(c.sessions)
 	clear(c.msgs)
-	puts, dels, messages := c.puts[:0], c.dels[:0], c.messages[:0]
-	defer func() { c.puts, c.dels, c.messages = puts, dels, messages }()
+	puts, dels, messages := room(c.puts, c.need[0]), room(c.dels, c.need[1]), room(c.messages, c.need[2])
+	defer func() {
+		c.puts, c.dels, c.messages = puts, dels, messages
+		c.used = [3]int{max(c.used[0], len(puts)), max(c.used[1], len(dels)), max(c.used[2], len(messages))}
+	}()
 	// A chunk's entries are mostly of a few sessions, in runs.
 	var last []byte
 	lastN := int32(-1)
