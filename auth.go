@@ -9,6 +9,7 @@ import (
 	"mqttd/auth"
 	"mqttd/auth/acl"
 	"mqttd/auth/passwd"
+	"mqttd/internal/fileperm"
 )
 
 // Authentication and authorization per listener: each listener has a
@@ -48,23 +49,28 @@ func (s *Server) loadAuthFiles() error {
 		cfgs = append(cfgs, o.Auth.merge(lc.Auth))
 	}
 	var errs []error
+	// A file that failed is not tried again for the next listener naming
+	// it, so that its error is reported once.
+	triedPasswd, triedACL := map[string]bool{}, map[string]bool{}
 	for _, c := range cfgs {
-		if p := c.PasswordFile; p != "" && f.passwd[p] == nil {
+		if p := c.PasswordFile; p != "" && !triedPasswd[p] {
+			triedPasswd[p] = true
 			a, err := passwd.New(p, passwd.Options{OnFailure: s.loginFailed})
 			if err != nil {
-				errs = append(errs, fmt.Errorf("auth.password_file: %w", err))
-				continue
+				errs = append(errs, fmt.Errorf("auth.password_file: %w", fileperm.Explain(err, p)))
+			} else {
+				f.passwd[p] = a
+				s.warnLegacy(p, a)
 			}
-			f.passwd[p] = a
-			s.warnLegacy(p, a)
 		}
-		if p := c.ACLFile; p != "" && f.acl[p] == nil {
+		if p := c.ACLFile; p != "" && !triedACL[p] {
+			triedACL[p] = true
 			a, err := acl.Open(p)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("auth.acl_file: %w", err))
-				continue
+				errs = append(errs, fmt.Errorf("auth.acl_file: %w", fileperm.Explain(err, p)))
+			} else {
+				f.acl[p] = a
 			}
-			f.acl[p] = a
 		}
 	}
 	if len(errs) > 0 {

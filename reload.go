@@ -9,6 +9,7 @@ import (
 
 	"mqttd/auth"
 	"mqttd/auth/passwd"
+	"mqttd/internal/fileperm"
 	"mqttd/packets"
 	"mqttd/persistence"
 	"mqttd/session"
@@ -126,14 +127,14 @@ func (s *Server) reloadAuth() error {
 	var errs []error
 	for _, p := range sortedKeys(f.passwd) {
 		if err := f.passwd[p].Reload(); err != nil {
-			errs = append(errs, fmt.Errorf("password file kept as it was: %w", err))
+			errs = append(errs, fmt.Errorf("password file kept as it was: %w", fileperm.Explain(err, p)))
 			continue
 		}
 		s.warnLegacy(p, f.passwd[p])
 	}
 	for _, p := range sortedKeys(f.acl) {
 		if err := f.acl[p].Reload(); err != nil {
-			errs = append(errs, fmt.Errorf("ACL file kept as it was: %w", err))
+			errs = append(errs, fmt.Errorf("ACL file kept as it was: %w", fileperm.Explain(err, p)))
 		}
 	}
 	return errors.Join(errs...)

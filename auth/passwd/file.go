@@ -113,6 +113,9 @@ func CheckUser(name string) error {
 // line where it is or adding one at the end; the other lines are kept as
 // they are. With create, the file is replaced by one holding only user.
 // The file is rewritten atomically: readers see the old or the new one.
+// A rewritten file keeps the owner, group and mode of the one it
+// replaces; a new one is 0600, or root:mqttd 0640 where the packaged
+// service reads it (in /etc/mqttd or a directory of group mqttd).
 func Set(path, user string, password []byte, create bool) error {
 	if err := CheckUser(user); err != nil {
 		return err
@@ -123,7 +126,11 @@ func Set(path, user string, password []byte, create bool) error {
 	}
 	entry := user + ":" + h.String()
 	if create {
-		return writeAtomic(path, []string{entry}, nil)
+		old, err := os.Stat(path)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return writeAtomic(path, []string{entry}, old)
 	}
 	lines, old, err := readLines(path)
 	if err != nil {
@@ -186,7 +193,8 @@ func find(lines []string, user string) int {
 // writeAtomic writes lines to a temporary file next to path, syncs it and
 // renames it over path, then syncs the directory so the rename survives a
 // crash. The new file keeps old's mode and owner; without old (a new
-// file) it is 0600, as it holds hashes.
+// file) it is 0600, as it holds hashes, unless shareNew gives it to the
+// service's group.
 func writeAtomic(path string, lines []string, old fs.FileInfo) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
@@ -207,10 +215,12 @@ func writeAtomic(path string, lines []string, old fs.FileInfo) (err error) {
 	if _, err = tmp.WriteString(b.String()); err != nil {
 		return err
 	}
-	mode := fs.FileMode(0o600)
+	var mode fs.FileMode
 	if old != nil {
 		mode = old.Mode().Perm()
 		keepOwner(tmp, old)
+	} else {
+		mode = shareNew(tmp, dir)
 	}
 	if err = tmp.Chmod(mode); err != nil {
 		return err

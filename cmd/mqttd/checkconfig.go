@@ -14,6 +14,7 @@ import (
 
 	"mqttd/auth/acl"
 	"mqttd/auth/passwd"
+	"mqttd/internal/fileperm"
 )
 
 // runCheckConfig is `mqttd check-config FILE`: it reads the file as the
@@ -54,17 +55,22 @@ func checkFiles(cfg config) error {
 			}
 		}
 	}
+	// A file named by several listeners is checked, and reported, once.
+	seen := map[string]bool{"": true}
 	for _, p := range auths {
-		if p != "" {
+		if !seen[p] {
+			seen[p] = true
 			if _, err := passwd.Load(p); err != nil {
-				errs = append(errs, fmt.Errorf("auth.password_file: %w", err))
+				errs = append(errs, fmt.Errorf("auth.password_file: %w", fileperm.Explain(err, p)))
 			}
 		}
 	}
+	seen = map[string]bool{"": true}
 	for _, p := range acls {
-		if p != "" {
+		if !seen[p] {
+			seen[p] = true
 			if _, err := acl.ParseFile(p); err != nil {
-				errs = append(errs, fmt.Errorf("auth.acl_file: %w", err))
+				errs = append(errs, fmt.Errorf("auth.acl_file: %w", fileperm.Explain(err, p)))
 			}
 		}
 	}
