@@ -180,7 +180,7 @@ func Listen(cfg Config) (*Listener, error) {
 	case TCP, TLS, WS, WSS:
 		// MQTT has its own keepalive: TCP keepalive on every accepted
 		// socket would only cost setsockopt calls per connection.
-		l.base, err = (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp", cfg.Address)
+		l.base, err = (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), tcpNetwork(cfg.Address), cfg.Address)
 	case Unix:
 		l.base, err = listenUnix(cfg.Path, cfg.FileMode)
 	default:
@@ -211,6 +211,21 @@ func Listen(cfg Config) (*Listener, error) {
 		l.accept = inner.Accept
 	}
 	return l, nil
+}
+
+// tcpNetwork is the network to listen on address with: only IPv4 for an
+// IPv4 address, as asked (Go's "tcp" makes 0.0.0.0 every IPv6 address
+// too); "tcp" for an IPv6 address, [::] being both families as with
+// Mosquitto, and for a host name, which may resolve to either.
+func tcpNetwork(address string) string {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return "tcp"
+	}
+	if a, err := netip.ParseAddr(host); err == nil && a.Is4() {
+		return "tcp4"
+	}
+	return "tcp"
 }
 
 // Accept returns the next connection ready for MQTT.

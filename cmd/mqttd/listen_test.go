@@ -51,6 +51,22 @@ func TestListenForms(t *testing.T) {
 	}
 }
 
+// TestListenersNamedAsConfigured checks that a listener on 0.0.0.0 is
+// shown and logged as 0.0.0.0 (IPv4 only, as bound), not as [::].
+func TestListenersNamedAsConfigured(t *testing.T) {
+	c := startCommand(t, "--listen", "0.0.0.0:0", "--listen", "ws://[::]:0", "--allow-anonymous", "false",
+		"--data-dir", t.TempDir())
+	c.wait("(ws://[::]:")
+	out := c.out.String()
+	for _, re := range []string{`MQTT listening on 0\.0\.0\.0:\d+ \(tcp\)`, `"listener":"tcp:0\.0\.0\.0:\d+"`,
+		`MQTT listening on \[::\]:\d+ \(ws://\[::\]:\d+/mqtt\)`, `"listener":"ws:\[::\]:\d+"`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("output does not match %s:\n%s", re, out)
+		}
+	}
+	c.stop()
+}
+
 // syncBuffer is the command's stderr, written by the broker's goroutines
 // while the test reads it.
 type syncBuffer struct {
