@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -152,6 +153,8 @@ func (lc ListenerConfig) checkPlace(ck *listenerCheck, typ string) bool {
 	case listeners.TCP, listeners.TLS, listeners.WS, listeners.WSS:
 		if lc.Address == "" {
 			ck.bad("address", "missing")
+		} else if err := checkAddress(lc.Address); err != nil {
+			ck.bad("address", "%v", err)
 		}
 	case listeners.Unix:
 		if lc.Path == "" {
@@ -171,6 +174,30 @@ func (lc ListenerConfig) checkPlace(ck *listenerCheck, typ string) bool {
 		ck.bad("path", "must start with /, got %q", lc.Path)
 	}
 	return true
+}
+
+// checkAddress checks that address is host:port with a port that can be
+// listened on, so that a wrong one is refused by Validate (and
+// check-config) rather than at Listen. The host is left to Listen: a
+// name resolves only there.
+func checkAddress(address string) error {
+	_, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return fmt.Errorf("want host:port like 127.0.0.1:1883 or [::]:1883, got %q", address)
+	}
+	if port == "" {
+		return nil // as 0: a port the system picks
+	}
+	if n, err := strconv.ParseUint(port, 10, 64); err == nil {
+		if n > 65535 {
+			return fmt.Errorf("port %d out of range (0 to 65535) in %q", n, address)
+		}
+		return nil
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("unknown port %q in %q (want a number, 0 to 65535)", port, address)
+	}
+	return nil
 }
 
 // fileMode parses file_mode, octal, which only unix listeners take.

@@ -32,6 +32,9 @@ func TestListenerConfigErrorsNameTheKey(t *testing.T) {
 		{Type: "unix", Address: "127.0.0.1:1", FileMode: "rw", ProxyTrusted: []string{"10.0.0.0/33"}},
 		{Type: "udp", Address: "127.0.0.1:1"},
 		{Type: "tcp", Address: "127.0.0.1:1", MaxConnections: -1, HandshakeTimeout: -time.Second},
+		{Type: "tcp", Address: "127.0.0.1:99999"},
+		{Type: "ws", Address: "127.0.0.1"},
+		{Type: "tls", Address: "127.0.0.1:nosuchport", CertFile: "c.pem", KeyFile: "k.pem"},
 	}}.Validate()
 	if err == nil {
 		t.Fatal("Validate accepted bad listeners")
@@ -43,6 +46,8 @@ func TestListenerConfigErrorsNameTheKey(t *testing.T) {
 		"listeners[2].proxy_trusted: missing", "listeners[3].path: missing", "listeners[3].address",
 		"listeners[3].file_mode", "listeners[3].proxy_trusted", "listeners[4].type",
 		"listeners[5].max_connections", "listeners[5].handshake_timeout",
+		`listeners[6].address: port 99999 out of range (0 to 65535) in "127.0.0.1:99999"`,
+		`listeners[7].address: want host:port`, `listeners[8].address: unknown port "nosuchport"`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate does not say %q:\n%v", want, err)

@@ -84,10 +84,13 @@ func checkFiles(cfg config) error {
 func decodeConfig(name string, data []byte, cfg *config) error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return fmt.Errorf("%s: not YAML: %w", name, err)
+		return notYAML(name, data, err)
 	}
 	if len(doc.Content) == 0 {
 		return nil // an empty file: the defaults
+	}
+	if line := mosquittoLine(data); line > 0 && doc.Content[0].Kind != yaml.MappingNode {
+		return mosquittoConfig(name, line)
 	}
 	var errs []error
 	checkNode(doc.Content[0], reflect.TypeOf(cfg).Elem(), "", name, &errs)
@@ -227,8 +230,12 @@ func closest(k string, fields map[string]reflect.Type) string {
 	return best
 }
 
-// editDistance is the Levenshtein distance between a and b.
+// editDistance is the number of letters to insert, delete, replace or
+// swap with the next one (levle for level is one slip, not two) to make
+// a into b: the optimal string alignment distance.
 func editDistance(a, b string) int {
+	// Rows i-2, i-1 and i of the table.
+	before := make([]int, len(b)+1)
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
@@ -242,8 +249,11 @@ func editDistance(a, b string) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], before[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
+		before, prev, cur = prev, cur, before
 	}
 	return prev[len(b)]
 }
@@ -251,23 +261,19 @@ func editDistance(a, b string) int {
 // withLines prefixes each of err's problems that names a key of the
 // config file (bridges[0].topics[1].direction: ...) with the file and the
 // line of that key, or of the nearest enclosing one the file has (a rule
-// missing its direction: the rule's line).
-func withLines(file string, data []byte, err error) error {
+// missing its direction: the rule's line); not those whose value came
+// from elsewhere (byFlag).
+func withLines(file string, data []byte, err error, byFlag func(key string) bool) error {
 	var doc yaml.Node
-	if file == "" || yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
+	if err == nil || file == "" || yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
 		return err
 	}
-	var each []error
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		each = j.Unwrap()
-	} else {
-		each = []error{err}
-	}
+	each := flatten(err)
 	out := make([]error, len(each))
 	for i, e := range each {
 		out[i] = e
 		key, _, ok := strings.Cut(e.Error(), ": ")
-		if !ok || strings.ContainsAny(key, " \t") {
+		if !ok || strings.ContainsAny(key, " \t") || byFlag(key) {
 			continue
 		}
 		if line := lineOf(doc.Content[0], key); line > 0 {
@@ -275,6 +281,19 @@ func withLines(file string, data []byte, err error) error {
 		}
 	}
 	return errors.Join(out...)
+}
+
+// flatten lists the problems of err, joined (errors.Join) at any depth.
+func flatten(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, flatten(e)...)
+	}
+	return out
 }
 
 // lineOf is the line of key (a.b[2].c) under n, or of the deepest part of

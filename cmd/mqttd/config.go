@@ -176,23 +176,43 @@ func loadConfig(f cliFlags) (config, error) {
 	setIf(&cfg.Log.Level, f.logLevel)
 	setIf(&cfg.Log.Format, f.logFormat)
 	errs = append(errs, f.applyMetrics(&cfg.Metrics))
+	// The problems with the values, each named by its key, with the line
+	// of the file that set it.
+	var bad []error
 	if _, err := zerolog.ParseLevel(cfg.Log.Level); err != nil || cfg.Log.Level == "" {
-		errs = append(errs, fmt.Errorf("log.level: unknown level %q (want trace, debug, info, warn or error)", cfg.Log.Level))
+		bad = append(bad, fmt.Errorf("log.level: unknown level %q (want trace, debug, info, warn or error)", cfg.Log.Level))
 	}
 	if cfg.Log.Format != "console" && cfg.Log.Format != "json" {
-		errs = append(errs, fmt.Errorf("log.format: unknown format %q (want console or json)", cfg.Log.Format))
+		bad = append(bad, fmt.Errorf("log.format: unknown format %q (want console or json)", cfg.Log.Format))
 	}
-	errs = append(errs, cfg.GC.validate(), cfg.Metrics.validate())
+	bad = append(bad, cfg.GC.validate(), cfg.Metrics.validate())
 	if cfg.DataDir == "" {
-		errs = append(errs, errors.New("data_dir: must not be empty"))
+		bad = append(bad, errors.New("data_dir: must not be empty"))
 	}
 	if len(cfg.Listeners) == 0 {
-		errs = append(errs, errors.New("listeners: at least one is needed"))
+		bad = append(bad, errors.New("listeners: at least one is needed"))
 	}
-	if err := cfg.Options.Validate(); err != nil {
-		errs = append(errs, withLines(f.config, data, err))
-	}
+	bad = append(bad, cfg.Options.Validate())
+	errs = append(errs, withLines(f.config, data, errors.Join(bad...), f.setByFlag))
 	return cfg, errors.Join(errs...)
+}
+
+// setByFlag reports whether key (listeners[0].address) has its value
+// from a flag or the environment rather than from the config file, whose
+// line would then be the wrong one to name.
+func (f cliFlags) setByFlag(key string) bool {
+	set := map[string]bool{
+		"listeners": len(f.listen) > 0, "data_dir": f.dataDir != "", "log.level": f.logLevel != "",
+		"log.format": f.logFormat != "", "auth.password_file": f.passwordFile != "", "auth.acl_file": f.aclFile != "",
+		"auth.allow_anonymous": f.allowAnonymous != "", "metrics.address": f.metricsAddr != "",
+		"metrics.token": f.metricsToken != "", "metrics.pprof": f.pprof != "",
+	}
+	for k, byFlag := range set {
+		if byFlag && (key == k || strings.HasPrefix(key, k+".") || strings.HasPrefix(key, k+"[")) {
+			return true
+		}
+	}
+	return false
 }
 
 // parseListen turns a --listen value into a listener: scheme://address
