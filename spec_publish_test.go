@@ -162,6 +162,28 @@ func specRow45PubrelUnknownID(t *testing.T, on ...serverOption) {
 	}
 }
 
+// Row 44: an MQTT 3.1 client may set DUP on a PUBREL it sends again
+// (flags 1010): it is released and completed like any PUBREL, where from
+// 3.1.1 on the same frame closes the connection (the row's fixtures).
+func specRow44Pubrel31Dup(t *testing.T, on ...serverOption) {
+	_, addr := startServer(t, mqttd.Options{}, on...)
+	sub := subscribeAs(t, addr, packets.V311, "sub", "q")
+	pub, _ := connect31(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
+	pub.send(&packets.Publish{QoS: 2, PacketID: 7, Topic: "q", Payload: []byte("once")})
+	if p, ok := pub.read().(*packets.Pubrec); !ok || p.PacketID != 7 {
+		t.Fatalf("got %T %+v, want PUBREC 7", p, p)
+	}
+	for range 2 { // the first PUBCOMP taken as lost: the PUBREL sent again
+		pub.write([]byte{0x6A, 0x02, 0x00, 0x07}) // PUBREL, flags 1010 (DUP, QoS 1), packet id 7
+		if p, ok := pub.read().(*packets.Pubcomp); !ok || p.PacketID != 7 {
+			t.Fatalf("got %T %+v, want PUBCOMP 7", p, p)
+		}
+	}
+	expectPublish(sub, "q")
+	expectNothing(sub)
+	expectNothing(pub)
+}
+
 // Row 46: a QoS 2 PUBLISH repeated before PUBREL, with or without DUP, is
 // answered with PUBREC again but delivered once (§4.3.3, CVE-2023-28366).
 func specRow46QoS2Duplicate(t *testing.T, on ...serverOption) {

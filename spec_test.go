@@ -65,6 +65,7 @@ var specRows = map[int]func(*testing.T, ...serverOption){
 	37: specRow37PayloadFormat,
 	41: specRow41BadFilters,
 	42: specRow42SharedSubscriptions,
+	44: specRow44Pubrel31Dup,
 	45: specRow45PubrelUnknownID,
 	46: specRow46QoS2Duplicate,
 	49: specRow49SessionExpiryOnDisconnect,

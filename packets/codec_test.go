@@ -77,6 +77,33 @@ func TestConnectFixturesBeforeVersionKnown(t *testing.T) {
 	}
 }
 
+// TestToleratedFixturesDecode decodes each tolerated frame through every
+// entry point the broker reads with, to the fixture's packet.
+func TestToleratedFixturesDecode(t *testing.T) {
+	for _, f := range packettest.Tolerated {
+		t.Run(f.Name, func(t *testing.T) {
+			p, err := readOne(t, f.Raw, f.Version, f.MaxSize, same)
+			if err != nil || !reflect.DeepEqual(p, f.Packet) {
+				t.Fatalf("ReadPacket: %#v, %v; want %#v", p, err, f.Packet)
+			}
+			fh, n, err := packets.ParseFixedHeader(f.Raw, f.Version, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p, err = packets.Decode(fh, bytes.Clone(f.Raw[n:]), f.Version); err != nil || !reflect.DeepEqual(p, f.Packet) {
+				t.Fatalf("Decode: %#v, %v; want %#v", p, err, f.Packet)
+			}
+			if !packets.IsAck(fh.Type) {
+				return
+			}
+			var a packets.Ack
+			if err := (packets.Limits{}).DecodeAck(fh, f.Raw[n:], f.Version, &a); err != nil || !reflect.DeepEqual(a.Packet(), f.Packet) {
+				t.Fatalf("DecodeAck: %#v, %v; want %#v", a.Packet(), err, f.Packet)
+			}
+		})
+	}
+}
+
 func TestInvalidFixturesRejected(t *testing.T) {
 	for _, f := range packettest.Invalid {
 		t.Run(f.Name, func(t *testing.T) {

@@ -270,7 +270,9 @@ func result(p Packet, err error) (Packet, error) {
 
 // checkFlags enforces the reserved fixed-header flags of every type but
 // PUBLISH: 0010 for PUBREL, SUBSCRIBE and UNSUBSCRIBE, 0000 otherwise
-// (3.1.1 [MQTT-2.2.2-1/2]; 5.0 [MQTT-2.1.3-1]).
+// (3.1.1 [MQTT-2.2.2-1/2]; 5.0 [MQTT-2.1.3-1]). MQTT 3.1 has DUP set on a
+// PUBREL sent again (its §2.1: DUP marks a PUBREL being re-delivered),
+// so 1010 is a 3.1 PUBREL too.
 func checkFlags(fh FixedHeader, v Version) error {
 	want := byte(0)
 	switch fh.Type {
@@ -279,7 +281,7 @@ func checkFlags(fh FixedHeader, v Version) error {
 	case TypePubrel, TypeSubscribe, TypeUnsubscribe:
 		want = 0x02
 	}
-	if fh.Flags == want {
+	if fh.Flags == want || v == V31 && fh.Type == TypePubrel && fh.Flags == want|0x08 {
 		return nil
 	}
 	ref := "[MQTT-2.2.2-1] / [MQTT-2.1.3-1]"

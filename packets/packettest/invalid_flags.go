@@ -133,6 +133,14 @@ var invalidFlags = []Fixture{
 		},
 	},
 	{
+		Name: "row44-v311-pubrel-flags-1010", Version: packets.V311, Err: packets.MalformedPacket,
+		Desc: "PUBREL fixed-header flags must be 0010, DUP included, from 3.1.1 on [MQTT-3.6.1-1] (3.1 allowed DUP)",
+		Raw: []byte{
+			0x6A, 0x02, // fixed header: PUBREL with flags 1010, remaining length 2
+			0x00, 0x01, // packet id 1
+		},
+	},
+	{
 		Name: "row44-v5-pubrel-flags-0011", Version: packets.V5, Err: packets.MalformedPacket,
 		Desc: "PUBREL fixed-header flags must be 0010 [MQTT-3.6.1-1]",
 		Raw: []byte{
