@@ -1,0 +1,103 @@
+package cluster
+
+import (
+	"encoding/base64"
+	"errors"
+	"strings"
+
+	"mqttd/packets"
+)
+
+// metaHeader is the NATS header carrying what MQTT adds to a topic and a
+// payload: "1;<qos><retain>;<origin>;<properties>", the origin and the
+// 5.0 properties (as the PUBLISH encodes them, length first) in unpadded
+// base64url, so that no client id or property can break the header line.
+const metaHeader = "Mqttd"
+
+// metaVersion is the first field of the header; a node refuses another.
+const metaVersion = "1"
+
+var b64 = base64.RawURLEncoding
+
+// errMeta is what every malformed header decodes to: the message is
+// dropped and counted, whatever was wrong with it.
+var errMeta = errors.New("cluster: malformed " + metaHeader + " header")
+
+// noTravel are the properties that belong to one hop: the receiving node
+// assigns subscription identifiers and topic aliases of its own.
+const noTravel = 1<<packets.PropSubscriptionID | 1<<packets.PropTopicAlias
+
+// publishProps is the set of properties a PUBLISH may carry that travel.
+var publishProps = func() uint64 {
+	var m uint64
+	for id := range 64 {
+		if packets.PropAllowed(packets.PropID(id), packets.TypePublish, false) {
+			m |= 1 << id
+		}
+	}
+	return m &^ noTravel
+}()
+
+// encodeMeta returns the header value of m.
+func encodeMeta(m *Message) (string, error) {
+	var sb strings.Builder
+	sb.Grow(8 + b64.EncodedLen(len(m.Origin)))
+	sb.WriteString(metaVersion + ";")
+	sb.WriteByte('0' + m.QoS)
+	if m.Retain {
+		sb.WriteByte('1')
+	} else {
+		sb.WriteByte('0')
+	}
+	sb.WriteByte(';')
+	sb.WriteString(b64.EncodeToString([]byte(m.Origin)))
+	sb.WriteByte(';')
+	if m.Properties != nil {
+		p := *m.Properties
+		p.Present &= publishProps
+		p.SubscriptionIDs = nil
+		if p.Size() > 1 {
+			raw, err := p.Append(nil)
+			if err != nil {
+				return "", err
+			}
+			sb.WriteString(b64.EncodeToString(raw))
+		}
+	}
+	return sb.String(), nil
+}
+
+// decodeMeta parses a header value from the network into m's QoS,
+// Retain, Origin and Properties. Every error is errMeta; it never panics,
+// and what it stores shares no memory with v.
+func decodeMeta(v string, m *Message) error {
+	fields := strings.Split(v, ";")
+	if len(fields) != 4 || fields[0] != metaVersion || len(fields[1]) != 2 {
+		return errMeta
+	}
+	qos, retain := fields[1][0], fields[1][1]
+	if qos < '0' || qos > '2' || (retain != '0' && retain != '1') {
+		return errMeta
+	}
+	origin, err := b64.DecodeString(fields[2])
+	if err != nil || len(origin) > 65535 || !packets.ValidUTF8String(string(origin)) {
+		return errMeta
+	}
+	m.QoS, m.Retain, m.Origin, m.Properties = qos-'0', retain == '1', string(origin), nil
+	if fields[3] == "" {
+		return nil
+	}
+	raw, err := b64.DecodeString(fields[3])
+	if err != nil {
+		return errMeta
+	}
+	p := new(packets.Properties)
+	n, err := p.Decode(raw, packets.TypePublish, false)
+	if err != nil || n != len(raw) || p.Present&noTravel != 0 || len(p.SubscriptionIDs) > 0 {
+		return errMeta
+	}
+	if p.Size() > 1 {
+		m.Properties = p
+	}
+	return nil
+}
