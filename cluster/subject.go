@@ -191,5 +191,5 @@ func unhex(c byte) int {
 // limits (levels, length) as it does to its clients' topics.
 func validTopic(topic string) bool {
 	return topic != "" && len(topic) <= 65535 &&
-		strings.IndexAny(topic, "+#") < 0 && packets.ValidUTF8String(topic)
+		!strings.ContainsAny(topic, "+#") && packets.ValidUTF8String(topic)
 }
