@@ -52,4 +52,8 @@ func TestStartRefusesInvalidConfig(t *testing.T) {
 		!strings.HasPrefix(err.Error(), "cluster.name:") {
 		t.Fatalf("Start: %v, want the cluster.name error", err)
 	}
+	if _, err := Start(Config{Name: "c1", NATS: NATSConfig{URL: "nats://127.0.0.1:1"}}, testLogger(t), nil); err == nil ||
+		!strings.Contains(err.Error(), "deliver") {
+		t.Fatalf("Start without deliver: %v", err)
+	}
 }

@@ -85,7 +85,7 @@ func (n *Node) Publish(m *Message) error {
 	meta, err := encodeMeta(m)
 	if err != nil {
 		n.stats.droppedOut.Add(1)
-		n.warnf("cluster: properties not encodable, not sent to other nodes", m.Topic)
+		n.warnf("cluster: message not encodable, not sent to other nodes", m.Topic)
 		return err
 	}
 	msg := &nats.Msg{Subject: subj, Data: m.Payload, Header: nats.Header{metaHeader: {meta}}}
@@ -112,7 +112,7 @@ func (n *Node) queueFull(topic string) error {
 // warnf logs msg at most once per throttle period, with the drop counts.
 func (n *Node) warnf(msg, topic string) {
 	if n.warn.allow() {
-		n.log.Warn().Str("topic", topic).Uint64("dropped_out", n.stats.droppedOut.Load()).
+		n.log.Warn().Str("topic", truncate(topic, 200)).Uint64("dropped_out", n.stats.droppedOut.Load()).
 			Uint64("too_long", n.stats.tooLong.Load()).Uint64("malformed", n.stats.malformed.Load()).Msg(msg)
 	}
 }
@@ -255,6 +255,9 @@ func (n *Node) Close() error {
 func (n *Node) drain() error {
 	if err := n.nc.Drain(); err != nil {
 		n.nc.Close()
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return nil
+		}
 		return err
 	}
 	select {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"strings"
 
 	"mqttd/packets"
@@ -40,6 +41,9 @@ var publishProps = func() uint64 {
 
 // encodeMeta returns the header value of m.
 func encodeMeta(m *Message) (string, error) {
+	if m.QoS > 2 {
+		return "", fmt.Errorf("cluster: QoS %d", m.QoS)
+	}
 	var sb strings.Builder
 	sb.Grow(8 + b64.EncodedLen(len(m.Origin)))
 	sb.WriteString(metaVersion + ";")

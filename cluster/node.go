@@ -118,6 +118,9 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if deliver == nil {
+		return nil, errors.New("cluster: Start without a deliver function")
+	}
 	if cfg.NodeName == "" {
 		host, err := os.Hostname()
 		if err != nil || validNodeName(host) != nil || host == "" {
@@ -253,7 +256,7 @@ func wantedTopic(filter string) (string, bool) {
 // issue 38. Filters of '$' topics, which never cross, are ignored.
 func (n *Node) Want(filter string) {
 	topic, ok := wantedTopic(filter)
-	if !ok {
+	if !ok || n.closed.Load() {
 		return
 	}
 	n.mu.Lock()
@@ -297,7 +300,8 @@ func (n *Node) Unwant(filter string) {
 	}
 	delete(n.wants, topic)
 	for _, sub := range w.subs {
-		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) &&
+			!errors.Is(err, nats.ErrConnectionDraining) && !errors.Is(err, nats.ErrBadSubscription) {
 			n.log.Warn().Err(err).Str("filter", topic).Msg("cluster: NATS unsubscribe failed")
 		}
 	}

@@ -80,7 +80,7 @@ func startNode(t *testing.T, name string, r *recorder, log zerolog.Logger, urls 
 func waitInterest(t *testing.T, srv *server.Server, topic string, want bool) {
 	t.Helper()
 	subj := Subject("c1", topic)
-	testutil.WaitFor(t, fmt.Sprintf("interest %v in %s on %s", want, subj, srv.Name()), func() bool {
+	testutil.WaitFor(t, fmt.Sprintf("interest %v in %s on %s", want, truncate(subj, 80), srv.Name()), func() bool {
 		return srv.GlobalAccount().SubscriptionInterest(subj) == want
 	})
 }
@@ -232,27 +232,34 @@ func TestReconnectAfterServerLoss(t *testing.T) {
 func TestPublishBounds(t *testing.T) {
 	urls := natstest.Cluster(t, 1)
 	n := startNode(t, "N", newRecorder(), testLogger(t), urls[0])
-	long := strings.Repeat("a/", MaxSubjectLen/2)
+	long := strings.Repeat(strings.Repeat("a", 40)+"/", MaxSubjectLen/40)
 	if err := n.Publish(&Message{Topic: long + "x"}); err != ErrTooLong {
 		t.Fatalf("Publish of a %d-byte topic: %v, want ErrTooLong", len(long), err)
 	}
 	// A filter as long is never subscribed: nothing could match it.
 	n.Want(long + "#")
-	if st := n.Stats(); st.TooLong != 1 || st.Subscriptions != 0 {
+	if st := n.Stats(); st.TooLong != 1 || st.Subscriptions != 0 || st.Filters != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 	big := bytes.Repeat([]byte{1}, OutQueueBytes+1)
 	if err := n.Publish(&Message{Topic: "big", Payload: big}); err != ErrQueueFull {
 		t.Fatalf("Publish of %d bytes: %v, want ErrQueueFull", len(big), err)
 	}
-	if st := n.Stats(); st.DroppedOut != 1 {
-		t.Fatalf("stats %+v, want one drop", st)
+	if err := n.Publish(&Message{Topic: "q", QoS: 3}); err == nil {
+		t.Fatal("Publish of QoS 3: no error")
+	}
+	if st := n.Stats(); st.DroppedOut != 2 || st.MessagesOut != 0 {
+		t.Fatalf("stats %+v, want two drops", st)
 	}
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Publish(&Message{Topic: "a"}); err != ErrClosed {
 		t.Fatalf("Publish after Close: %v", err)
+	}
+	n.Want("after/close")
+	if st := n.Stats(); st.Connected || st.Filters != 1 {
+		t.Fatalf("Want after Close changed the stats: %+v", st)
 	}
 }
 
@@ -290,5 +297,29 @@ func TestMalformedFromNetworkDropped(t *testing.T) {
 	}
 	if st := n.Stats(); st.Malformed != 5 || st.MessagesIn != 1 {
 		t.Fatalf("stats %+v, want 5 malformed and 1 in", st)
+	}
+}
+
+// TestLongestSubjectCrosses checks MaxSubjectLen against a NATS server's
+// default max_control_line: the longest subject is subscribed and sent
+// without the server closing either connection.
+func TestLongestSubjectCrosses(t *testing.T) {
+	s := natstest.Start(t, 2)
+	urls := s.URLs()
+	topic := strings.Repeat("a", MaxSubjectLen-len(prefix("c1")))
+	if len(Subject("c1", topic)) != MaxSubjectLen {
+		t.Fatalf("subject of %d bytes", len(Subject("c1", topic)))
+	}
+	r := newRecorder()
+	p := startNode(t, "P", newRecorder(), testLogger(t), urls[0])
+	n := startNode(t, "S", r, testLogger(t), urls[1])
+	n.Want(topic)
+	waitInterest(t, s.Server(0), topic, true)
+	if err := p.Publish(&Message{Topic: topic}); err != nil {
+		t.Fatal(err)
+	}
+	r.until(t, topic, "")
+	if p.Stats().Reconnects != 0 || n.Stats().Reconnects != 0 || !p.Stats().Connected || !n.Stats().Connected {
+		t.Fatalf("a connection was lost: %+v %+v", p.Stats(), n.Stats())
 	}
 }
