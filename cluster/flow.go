@@ -25,7 +25,8 @@ type Stats struct {
 	// MaxSubjectLen (not in DroppedOut).
 	TooLong uint64
 	// DroppedIn counts messages from other nodes dropped because deliver
-	// fell InQueueMessages behind.
+	// fell InQueueMessages behind (Stats sums it over the subscriptions:
+	// it costs a lock per NATS subscription).
 	DroppedIn uint64
 	// Malformed counts messages from NATS dropped for a subject or header
 	// no node sends.
@@ -47,13 +48,14 @@ func (n *Node) Stats() Stats {
 	n.mu.Lock()
 	filters := len(n.wants)
 	n.mu.Unlock()
+	droppedIn := n.droppedIn()
 	return Stats{
 		Connected:     n.nc.IsConnected(),
 		MessagesOut:   n.stats.out.Load(),
 		MessagesIn:    n.stats.in.Load(),
 		DroppedOut:    n.stats.droppedOut.Load(),
 		TooLong:       n.stats.tooLong.Load(),
-		DroppedIn:     n.stats.droppedIn.Load(),
+		DroppedIn:     droppedIn,
 		Malformed:     n.stats.malformed.Load(),
 		Subscriptions: int(n.nsubs.Load()),
 		Filters:       filters,
@@ -239,6 +241,12 @@ func (n *Node) Close() error {
 		n.closed.Store(true)
 		close(n.stopOut)
 		<-n.sendDone
+		n.mu.Lock()
+		for _, w := range n.wants {
+			n.retireDrops(w)
+		}
+		n.retired = true
+		n.mu.Unlock()
 		n.closeErr = n.drain()
 		close(n.stopIn)
 		<-n.deliverDone

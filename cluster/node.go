@@ -74,7 +74,10 @@ type Node struct {
 
 	mu    sync.Mutex
 	wants map[string]*want
-	nsubs atomic.Int64
+	// retired is set at Close, when the drops of every subscription have
+	// moved to stats.droppedIn (mu).
+	retired bool
+	nsubs   atomic.Int64
 
 	out         chan *nats.Msg
 	outBytes    atomic.Int64
@@ -212,11 +215,10 @@ func (n *Node) reconnected(nc *nats.Conn) {
 }
 
 func (n *Node) asyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
-	if errors.Is(err, nats.ErrSlowConsumer) {
-		n.stats.droppedIn.Add(1)
-	}
+	// nats.go reports a slow consumer once per episode: Stats counts
+	// every drop from the subscriptions.
 	if n.warn.allow() {
-		n.log.Warn().Err(err).Uint64("dropped_in", n.stats.droppedIn.Load()).Msg("cluster: NATS error")
+		n.log.Warn().Err(err).Msg("cluster: NATS error (a slow consumer drops messages from other nodes)")
 	}
 }
 
@@ -299,6 +301,7 @@ func (n *Node) Unwant(filter string) {
 		return
 	}
 	delete(n.wants, topic)
+	n.retireDrops(w)
 	for _, sub := range w.subs {
 		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) &&
 			!errors.Is(err, nats.ErrConnectionDraining) && !errors.Is(err, nats.ErrBadSubscription) {
@@ -306,4 +309,32 @@ func (n *Node) Unwant(filter string) {
 		}
 	}
 	n.nsubs.Add(-int64(len(w.subs)))
+}
+
+// retireDrops adds the drops of w's subscriptions, which are going, to
+// stats.droppedIn; n.mu is held.
+func (n *Node) retireDrops(w *want) {
+	for _, sub := range w.subs {
+		if d, err := sub.Dropped(); err == nil {
+			n.stats.droppedIn.Add(uint64(d))
+		}
+	}
+}
+
+// droppedIn counts the messages nats.go dropped because deliver fell
+// behind: those of the subscriptions gone and of the live ones.
+func (n *Node) droppedIn() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	d := n.stats.droppedIn.Load()
+	if !n.retired {
+		for _, w := range n.wants {
+			for _, sub := range w.subs {
+				if live, err := sub.Dropped(); err == nil {
+					d += uint64(live)
+				}
+			}
+		}
+	}
+	return d
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -321,5 +322,41 @@ func TestLongestSubjectCrosses(t *testing.T) {
 	r.until(t, topic, "")
 	if p.Stats().Reconnects != 0 || n.Stats().Reconnects != 0 || !p.Stats().Connected || !n.Stats().Connected {
 		t.Fatalf("a connection was lost: %+v %+v", p.Stats(), n.Stats())
+	}
+}
+
+func TestSlowDeliverDropsCounted(t *testing.T) {
+	s := natstest.Start(t, 1)
+	urls := s.URLs()
+	release := make(chan struct{})
+	var in atomic.Int64
+	n, err := Start(Config{Name: "c1", NodeName: "S", NATS: NATSConfig{URL: urls[0]}}, testLogger(t), func(*Message) {
+		<-release
+		in.Add(1)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := n.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	p := startNode(t, "P", newRecorder(), testLogger(t), urls[0])
+	n.Want("slow/#")
+	waitInterest(t, s.Server(0), "slow", true)
+	const total = InQueueMessages + 500
+	for range total {
+		if err := p.Publish(&Message{Topic: "slow"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// deliver holds one, the queue InQueueMessages: nats.go drops the rest.
+	testutil.WaitFor(t, "the drops counted", func() bool { return n.Stats().DroppedIn == total-InQueueMessages-1 })
+	close(release)
+	testutil.WaitFor(t, "the queue delivered", func() bool { return n.Stats().MessagesIn == InQueueMessages+1 })
+	n.Unwant("slow/#")
+	if st := n.Stats(); st.DroppedIn != total-InQueueMessages-1 || in.Load() != InQueueMessages+1 {
+		t.Fatalf("after Unwant: %+v, %d delivered", st, in.Load())
 	}
 }
