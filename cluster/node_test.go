@@ -100,6 +100,15 @@ func TestCrossNodeDelivery(t *testing.T) {
 		b.Want(f)
 	}
 	a.Want("#")
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i := range 3 {
+				t.Logf("server %d: interest in a/b/c %v, routes %d", i,
+					s.Server(i).GlobalAccount().SubscriptionInterest(Subject("c1", "a/b/c")), s.Server(i).NumRoutes())
+			}
+			t.Logf("A %+v\nB %+v\nC %+v", a.Stats(), b.Stats(), c.Stats())
+		}
+	})
 	// Interest crosses a route in the order of the node's SUBs: the last
 	// one there means all are.
 	waitInterest(t, s.Server(0), "probe/C", true)

@@ -99,8 +99,10 @@ func (s *Servers) shutdownAll() {
 	}
 }
 
-// WaitMeshed waits until each of servers has a route to every other,
-// polling with a deadline, failing the test past it.
+// WaitMeshed waits until each of servers has its whole pool of routes
+// (server.DEFAULT_ROUTE_POOL_SIZE) to every other, polling with a
+// deadline, failing the test past it: interest sent while a pool is
+// still forming can travel on a route that is then replaced.
 func WaitMeshed(t testing.TB, servers ...*server.Server) {
 	t.Helper()
 	deadline := time.Now().Add(readyTimeout)
@@ -109,8 +111,8 @@ func WaitMeshed(t testing.TB, servers ...*server.Server) {
 	for {
 		missing := ""
 		for _, srv := range servers {
-			if peers := RoutedPeers(srv); peers < len(servers)-1 {
-				missing = fmt.Sprintf("%s sees %d of %d peers", srv.Name(), peers, len(servers)-1)
+			if peers := RoutedPeers(srv, server.DEFAULT_ROUTE_POOL_SIZE); peers < len(servers)-1 {
+				missing = fmt.Sprintf("%s has full pools to %d of %d peers", srv.Name(), peers, len(servers)-1)
 				break
 			}
 		}
@@ -124,16 +126,23 @@ func WaitMeshed(t testing.TB, servers ...*server.Server) {
 	}
 }
 
-// RoutedPeers counts the distinct servers srv has a route to (a pair of
-// servers holds a pool of route connections).
-func RoutedPeers(srv *server.Server) int {
+// RoutedPeers counts the distinct servers srv has at least pool route
+// connections to (a pair of servers holds a pool of them, and one more
+// for each pinned account).
+func RoutedPeers(srv *server.Server, pool int) int {
 	rz, err := srv.Routez(nil)
 	if err != nil {
 		return 0
 	}
-	peers := map[string]bool{}
+	routes := map[string]int{}
 	for _, r := range rz.Routes {
-		peers[r.RemoteID] = true
+		routes[r.RemoteID]++
 	}
-	return len(peers)
+	peers := 0
+	for _, n := range routes {
+		if n >= pool {
+			peers++
+		}
+	}
+	return peers
 }
