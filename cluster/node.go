@@ -209,9 +209,11 @@ func (n *Node) disconnected(_ *nats.Conn, err error) {
 	n.log.Warn().Err(err).Msg("cluster: NATS connection lost, reconnecting")
 }
 
+// reconnected logs before it counts, so that whoever sees the count sees
+// the log line.
 func (n *Node) reconnected(nc *nats.Conn) {
-	n.stats.reconnects.Add(1)
 	n.log.Info().Str("nats", nc.ConnectedUrlRedacted()).Msg("cluster: NATS connection restored")
+	n.stats.reconnects.Add(1)
 }
 
 func (n *Node) asyncError(_ *nats.Conn, _ *nats.Subscription, err error) {

@@ -82,12 +82,43 @@ func (s *Servers) URLs() []string { return append([]string(nil), s.urls...) }
 // Server is server i, for what a test wants to ask it.
 func (s *Servers) Server(i int) *server.Server { return s.servers[i] }
 
-// Shutdown stops server i and waits until it has stopped, as a node of a
-// cluster fails; its clients reconnect to the others.
+// Shutdown stops server i, as a node of a cluster fails, and waits until
+// it has stopped and the other running servers have closed their routes
+// to it, and so forgotten the interest it had routed to them (until then
+// they may still send it messages, which are lost). Its clients
+// reconnect to the others.
 func (s *Servers) Shutdown(i int) {
 	s.t.Helper()
-	s.servers[i].Shutdown()
-	s.servers[i].WaitForShutdown()
+	dead := s.servers[i]
+	id := dead.ID()
+	dead.Shutdown()
+	dead.WaitForShutdown()
+	deadline := time.Now().Add(readyTimeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for _, srv := range s.servers {
+		for srv.Running() && routesTo(srv, id) > 0 {
+			if time.Now().After(deadline) {
+				s.t.Fatalf("natstest: %s still routed to the stopped %s after %v", srv.Name(), dead.Name(), readyTimeout)
+			}
+			<-tick.C
+		}
+	}
+}
+
+// routesTo counts srv's route connections to the server of id.
+func routesTo(srv *server.Server, id string) int {
+	rz, err := srv.Routez(nil)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, r := range rz.Routes {
+		if r.RemoteID == id {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *Servers) shutdownAll() {

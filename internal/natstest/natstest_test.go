@@ -59,4 +59,9 @@ func TestClusterRoutesMessages(t *testing.T) {
 	if s.Server(1).Running() {
 		t.Fatal("server 1 still running after Shutdown")
 	}
+	for _, i := range []int{0, 2} {
+		if n := routesTo(s.Server(i), s.Server(1).ID()); n != 0 {
+			t.Fatalf("server %d has %d routes to the stopped server 1", i, n)
+		}
+	}
 }
