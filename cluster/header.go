@@ -44,54 +44,54 @@ func encodeMeta(m *Message) (string, error) {
 	if m.QoS > 2 {
 		return "", fmt.Errorf("cluster: QoS %d", m.QoS)
 	}
-	var sb strings.Builder
-	sb.Grow(8 + b64.EncodedLen(len(m.Origin)))
-	sb.WriteString(metaVersion + ";")
-	sb.WriteByte('0' + m.QoS)
-	if m.Retain {
-		sb.WriteByte('1')
-	} else {
-		sb.WriteByte('0')
-	}
-	sb.WriteByte(';')
-	sb.WriteString(b64.EncodeToString([]byte(m.Origin)))
-	sb.WriteByte(';')
+	var raw []byte
 	if m.Properties != nil {
 		p := *m.Properties
 		p.Present &= publishProps
 		p.SubscriptionIDs = nil
 		if p.Size() > 1 {
-			raw, err := p.Append(nil)
-			if err != nil {
+			var err error
+			if raw, err = p.Append(nil); err != nil {
 				return "", err
 			}
-			sb.WriteString(b64.EncodeToString(raw))
 		}
 	}
-	return sb.String(), nil
+	b := make([]byte, 0, 8+b64.EncodedLen(len(m.Origin))+b64.EncodedLen(len(raw)))
+	b = append(b, metaVersion+";"...)
+	b = append(b, '0'+m.QoS, '0')
+	if m.Retain {
+		b[len(b)-1] = '1'
+	}
+	b = append(b, ';')
+	b = b64.AppendEncode(b, []byte(m.Origin))
+	b = append(b, ';')
+	b = b64.AppendEncode(b, raw)
+	return string(b), nil
 }
 
 // decodeMeta parses a header value from the network into m's QoS,
 // Retain, Origin and Properties. Every error is errMeta; it never panics,
 // and what it stores shares no memory with v.
 func decodeMeta(v string, m *Message) error {
-	fields := strings.Split(v, ";")
-	if len(fields) != 4 || fields[0] != metaVersion || len(fields[1]) != 2 {
+	version, rest, _ := strings.Cut(v, ";")
+	flags, rest, _ := strings.Cut(rest, ";")
+	origin64, props64, ok := strings.Cut(rest, ";")
+	if !ok || version != metaVersion || len(flags) != 2 || strings.IndexByte(props64, ';') >= 0 {
 		return errMeta
 	}
-	qos, retain := fields[1][0], fields[1][1]
+	qos, retain := flags[0], flags[1]
 	if qos < '0' || qos > '2' || (retain != '0' && retain != '1') {
 		return errMeta
 	}
-	origin, err := b64.DecodeString(fields[2])
+	origin, err := b64.DecodeString(origin64)
 	if err != nil || len(origin) > 65535 || !packets.ValidUTF8String(string(origin)) {
 		return errMeta
 	}
 	m.QoS, m.Retain, m.Origin, m.Properties = qos-'0', retain == '1', string(origin), nil
-	if fields[3] == "" {
+	if props64 == "" {
 		return nil
 	}
-	raw, err := b64.DecodeString(fields[3])
+	raw, err := b64.DecodeString(props64)
 	if err != nil {
 		return errMeta
 	}
