@@ -28,6 +28,14 @@
 //   - The connection's life: reconnecting forever with a bounded backoff
 //     (nats.go re-subscribes), each loss and recovery logged once.
 //
+// Delivery is core NATS's: at most once. A message published while the
+// NATS connection is down waits in nats.go's reconnect buffer; one
+// published while a NATS server dies can be lost: until the other
+// servers have dropped their routes to it, they may choose the dead
+// server's stale copy of a node's queue subscription over the one the
+// node made on reconnecting. QoS 1 and 2 across nodes are only as good
+// as that until sessions are replicated (part 2 of issue 38).
+//
 // What it does not do yet (later steps of issue 38): shared subscription
 // groups spanning nodes (a shared filter is wanted as its topic filter,
 // so each node with a member gets every message and its local group picks
