@@ -76,6 +76,24 @@ func startNode(t *testing.T, name string, r *recorder, log zerolog.Logger, urls 
 	return n
 }
 
+// logOnFailure logs, when the test has failed, what the servers and the
+// nodes counted.
+func logOnFailure(t *testing.T, s *natstest.Servers, nodes ...*Node) {
+	t.Helper()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for i := range len(s.URLs()) {
+			v, _ := s.Server(i).Varz(nil)
+			t.Logf("server %d: routes %d, messages in %d out %d", i, s.Server(i).NumRoutes(), v.InMsgs, v.OutMsgs)
+		}
+		for _, n := range nodes {
+			t.Logf("%s: %+v", n.Name(), n.Stats())
+		}
+	})
+}
+
 // probe publishes on topic from node from until to has received one: a
 // node's interest is then on from's server. Call it before anything
 // else is published to to: it discards what to receives.
@@ -129,15 +147,7 @@ func TestCrossNodeDelivery(t *testing.T) {
 	for _, f := range []string{"#", "a/#", "a/+/c", "$share/g/a/+/c", "$SYS/#", "probe/B"} {
 		b.Want(f)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for i := range 3 {
-				v, _ := s.Server(i).Varz(nil)
-				t.Logf("server %d: routes %d, messages in %d out %d", i, s.Server(i).NumRoutes(), v.InMsgs, v.OutMsgs)
-			}
-			t.Logf("A %+v\nB %+v\nC %+v", a.Stats(), b.Stats(), c.Stats())
-		}
-	})
+	logOnFailure(t, s, a, b, c)
 	// Interest crosses a route in the order of the node's SUBs: a probe
 	// on the last one received means all are there. B's "#" comes first,
 	// and with it B wants every topic.
