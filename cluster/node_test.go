@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -398,6 +399,10 @@ func TestSlowDeliverDropsCounted(t *testing.T) {
 			t.Error(err)
 		}
 	}()
+	// Close waits for deliver: release it, whether the test fails or not.
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock()
 	p := startNode(t, "P", newRecorder(), testLogger(t), urls[0])
 	n.Want("slow/#")
 	waitInterest(t, s.Server(0), "slow", true)
@@ -409,7 +414,7 @@ func TestSlowDeliverDropsCounted(t *testing.T) {
 	}
 	// deliver holds one, the queue InQueueMessages: nats.go drops the rest.
 	testutil.WaitFor(t, "the drops counted", func() bool { return n.Stats().DroppedIn == total-InQueueMessages-1 })
-	close(release)
+	unblock()
 	testutil.WaitFor(t, "the queue delivered", func() bool { return n.Stats().MessagesIn == InQueueMessages+1 })
 	n.Unwant("slow/#")
 	if st := n.Stats(); st.DroppedIn != total-InQueueMessages-1 || in.Load() != InQueueMessages+1 {
