@@ -1,0 +1,47 @@
+// Package cluster makes several mqttd nodes one broker over NATS (issue
+// 38, part 1: live routing). A Node is this broker's membership of the
+// cluster: one nats.go connection, to an external NATS server or cluster
+// (cluster.nats.url) or to a nats-server embedded in this process
+// (cluster.nats.embedded, only in builds with -tags natsserver: the server
+// makes the binary about 75% heavier, so the default build, the Pi's, has
+// only the client).
+//
+// What it owns:
+//
+//   - The subject mapping: an MQTT topic is a NATS subject under
+//     "mqttd.<cluster>.t.", one token per level, escaped so that the
+//     mapping reverses (Subject, TopicOf); a filter is the subjects that
+//     match every topic it matches (FilterSubjects: '+' is '*', "a/#" is
+//     "a.>" and "a").
+//   - Interest: Want and Unwant count the node's subscriptions per filter
+//     and hold one NATS subscription per subject while any is wanted, so a
+//     message crosses the network only to the nodes that want it. All of
+//     a node's subscriptions share one queue group of its own, so a
+//     message matching several of them reaches the node once.
+//   - The message format: QoS, retain, the publisher's client id (for No
+//     Local) and the 5.0 properties travel in one NATS header, decoded
+//     defensively (a malformed one is counted and dropped).
+//   - Bounds: Publish queues at most OutQueueMessages or OutQueueBytes
+//     for its sending goroutine and drops past them; received messages
+//     wait for deliver up to InQueueMessages; subjects longer than
+//     MaxSubjectLen are never sent. Everything dropped is counted in Stats.
+//   - The connection's life: reconnecting forever with a bounded backoff
+//     (nats.go re-subscribes), each loss and recovery logged once.
+//
+// Delivery is core NATS's: at most once. A message published while the
+// NATS connection is down waits in nats.go's reconnect buffer; one
+// published while a NATS server dies can be lost: until the other
+// servers have dropped their routes to it, they may choose the dead
+// server's stale copy of a node's queue subscription over the one the
+// node made on reconnecting. QoS 1 and 2 across nodes are only as good
+// as that until sessions are replicated (part 2 of issue 38).
+//
+// What it does not do yet (later steps of issue 38): shared subscription
+// groups spanning nodes (a shared filter is wanted as its topic filter,
+// so each node with a member gets every message and its local group picks
+// one member), retained messages replicated across nodes, one owner per
+// client id and session takeover across nodes, wills of a dead node's
+// clients, and the netsplit policy. The node does no matching, ACL checks
+// or limits of its own: the broker applies its local ones to what deliver
+// receives, as to any publication.
+package cluster

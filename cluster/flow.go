@@ -1,0 +1,278 @@
+package cluster
+
+import (
+	"errors"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Stats are the node's counters, for the broker's metrics and $SYS.
+type Stats struct {
+	// Connected reports the NATS connection up.
+	Connected bool
+	// MessagesOut counts messages handed to NATS for the other nodes.
+	MessagesOut uint64
+	// MessagesIn counts messages from other nodes passed to deliver.
+	MessagesIn uint64
+	// DroppedOut counts messages Publish could not send: the outgoing
+	// queue at a bound, or NATS refusing them (payload over the server's
+	// max_payload, nats.go's reconnect buffer full while disconnected).
+	DroppedOut uint64
+	// TooLong counts topics not sent because their subject exceeds
+	// MaxSubjectLen (not in DroppedOut).
+	TooLong uint64
+	// DroppedIn counts messages from other nodes dropped because deliver
+	// fell InQueueMessages behind (Stats sums it over the subscriptions:
+	// it costs a lock per NATS subscription).
+	DroppedIn uint64
+	// Malformed counts messages from NATS dropped for a subject or header
+	// no node sends.
+	Malformed uint64
+	// Subscriptions is the number of NATS subscriptions held.
+	Subscriptions int
+	// Filters is the number of distinct filters wanted.
+	Filters int
+	// Reconnects counts the NATS connection's reconnections.
+	Reconnects uint64
+}
+
+type counters struct {
+	out, in, droppedOut, tooLong, droppedIn, malformed, reconnects atomic.Uint64
+}
+
+// Stats returns the node's counters.
+func (n *Node) Stats() Stats {
+	n.mu.Lock()
+	filters := len(n.wants)
+	n.mu.Unlock()
+	droppedIn := n.droppedIn()
+	return Stats{
+		Connected:     n.nc.IsConnected(),
+		MessagesOut:   n.stats.out.Load(),
+		MessagesIn:    n.stats.in.Load(),
+		DroppedOut:    n.stats.droppedOut.Load(),
+		TooLong:       n.stats.tooLong.Load(),
+		DroppedIn:     droppedIn,
+		Malformed:     n.stats.malformed.Load(),
+		Subscriptions: int(n.nsubs.Load()),
+		Filters:       filters,
+		Reconnects:    n.stats.reconnects.Load(),
+	}
+}
+
+// Publish sends m to the nodes that want its topic, once per node. It
+// never blocks: it encodes m and queues it for the node's sending
+// goroutine, which hands it to nats.go (whose own buffer holds it while
+// the connection is down); past OutQueueMessages or OutQueueBytes it
+// drops m and returns ErrQueueFull, counted in Stats.DroppedOut. m's
+// Payload is sent without a copy: it must not change after Publish.
+// Topics beginning with '$' are not sent (each node has its own $SYS);
+// Publish returns nil for them.
+func (n *Node) Publish(m *Message) error {
+	if strings.HasPrefix(m.Topic, "$") {
+		return nil
+	}
+	if n.closed.Load() {
+		return ErrClosed
+	}
+	subj := Subject(n.cluster, m.Topic)
+	if len(subj) > MaxSubjectLen {
+		n.stats.tooLong.Add(1)
+		n.warnf("cluster: topic too long for a NATS subject, not sent to other nodes", m.Topic)
+		return ErrTooLong
+	}
+	meta, err := encodeMeta(m)
+	if err != nil {
+		n.stats.droppedOut.Add(1)
+		n.warnf("cluster: message not encodable, not sent to other nodes", m.Topic)
+		return err
+	}
+	msg := &nats.Msg{Subject: subj, Data: m.Payload, Header: nats.Header{metaHeader: {meta}}}
+	size := int64(len(subj) + len(meta) + len(m.Payload))
+	if n.outBytes.Add(size) > OutQueueBytes {
+		n.outBytes.Add(-size)
+		return n.queueFull(m.Topic)
+	}
+	select {
+	case n.out <- msg:
+		return nil
+	default:
+		n.outBytes.Add(-size)
+		return n.queueFull(m.Topic)
+	}
+}
+
+func (n *Node) queueFull(topic string) error {
+	n.stats.droppedOut.Add(1)
+	n.warnf("cluster: outgoing queue full, message not sent to other nodes", topic)
+	return ErrQueueFull
+}
+
+// warnf logs msg at most once per throttle period, with the drop counts.
+func (n *Node) warnf(msg, topic string) {
+	if n.warn.allow() {
+		n.log.Warn().Str("topic", truncate(topic, 200)).Uint64("dropped_out", n.stats.droppedOut.Load()).
+			Uint64("too_long", n.stats.tooLong.Load()).Uint64("malformed", n.stats.malformed.Load()).Msg(msg)
+	}
+}
+
+// sendLoop hands queued messages to nats.go, the only goroutine that may
+// block on the connection's buffer; at Close it sends what is queued.
+func (n *Node) sendLoop() {
+	defer close(n.sendDone)
+	for {
+		select {
+		case msg := <-n.out:
+			n.send(msg)
+		case <-n.stopOut:
+			for {
+				select {
+				case msg := <-n.out:
+					n.send(msg)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (n *Node) send(msg *nats.Msg) {
+	n.outBytes.Add(-int64(len(msg.Subject) + len(msg.Header[metaHeader][0]) + len(msg.Data)))
+	if err := n.nc.PublishMsg(msg); err != nil {
+		n.stats.droppedOut.Add(1)
+		if n.warn.allow() {
+			n.log.Warn().Err(err).Uint64("dropped_out", n.stats.droppedOut.Load()).
+				Msg("cluster: NATS refused a message, not sent to other nodes")
+		}
+		return
+	}
+	n.stats.out.Add(1)
+}
+
+// deliverLoop decodes what other nodes sent and calls deliver, one
+// message at a time in the connection's order; at Close it delivers what
+// the connection had received.
+func (n *Node) deliverLoop() {
+	defer close(n.deliverDone)
+	for {
+		select {
+		case msg := <-n.in:
+			n.receive(msg)
+		case <-n.stopIn:
+			for {
+				select {
+				case msg := <-n.in:
+					n.receive(msg)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// receive decodes msg, from the network: anything no node sends is
+// counted and dropped.
+func (n *Node) receive(msg *nats.Msg) {
+	m, err := decodeMsg(n.cluster, msg.Subject, msg.Header, msg.Data)
+	if err != nil {
+		n.stats.malformed.Add(1)
+		if n.warn.allow() {
+			n.log.Warn().Err(err).Str("subject", truncate(msg.Subject, 200)).
+				Uint64("malformed", n.stats.malformed.Load()).Msg("cluster: malformed message from NATS dropped")
+		}
+		return
+	}
+	n.stats.in.Add(1)
+	n.deliver(m)
+}
+
+// errSubject is a subject TopicOf refuses.
+var errSubject = errors.New("cluster: subject is no topic of this cluster")
+
+// decodeMsg rebuilds the Message of a NATS message. The payload is the
+// message's own (nats.go allocates each).
+func decodeMsg(cluster, subject string, h nats.Header, data []byte) (*Message, error) {
+	topic, ok := TopicOf(cluster, subject)
+	if !ok {
+		return nil, errSubject
+	}
+	v := h[metaHeader]
+	if len(v) != 1 {
+		return nil, errMeta
+	}
+	m := &Message{Topic: topic, Payload: data}
+	if err := decodeMeta(v[0], m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// throttlePeriod is the least time between two warnings of a node.
+const throttlePeriod = 10 * time.Second
+
+// throttle lets one warning through per throttlePeriod, so that a flood
+// of bad messages costs a log line every few seconds, not one each.
+type throttle struct{ next atomic.Int64 }
+
+func (t *throttle) allow() bool {
+	now := time.Now().UnixNano()
+	next := t.next.Load()
+	return now >= next && t.next.CompareAndSwap(next, now+int64(throttlePeriod))
+}
+
+// Close sends what Publish queued, drains the connection (unsubscribes,
+// delivers what was received) and closes it, then stops the embedded
+// server. Publish after Close returns ErrClosed; deliver is not called
+// once Close returns. Close is safe to call more than once.
+func (n *Node) Close() error {
+	n.once.Do(func() {
+		n.closed.Store(true)
+		close(n.stopOut)
+		<-n.sendDone
+		n.mu.Lock()
+		for _, w := range n.wants {
+			n.retireDrops(w)
+		}
+		n.retired = true
+		n.mu.Unlock()
+		n.closeErr = n.drain()
+		close(n.stopIn)
+		<-n.deliverDone
+		if n.emb != nil {
+			n.emb.shutdown()
+		}
+		n.log.Info().Msg("cluster node closed")
+	})
+	return n.closeErr
+}
+
+// drain unsubscribes, lets the server send what it has for the node, and
+// closes the connection, waiting for nats.go's bounded drain.
+func (n *Node) drain() error {
+	if err := n.nc.Drain(); err != nil {
+		n.nc.Close()
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return nil
+		}
+		return err
+	}
+	select {
+	case <-n.ncClosed:
+		return nil
+	case <-time.After(drainTimeout + time.Second):
+		n.nc.Close()
+		return errors.New("cluster: NATS drain timed out")
+	}
+}

@@ -1,0 +1,342 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"mqttd/packets"
+	"mqttd/topictrie"
+)
+
+// Message is a message crossing from one node to the others.
+type Message struct {
+	// Topic is the MQTT topic name.
+	Topic string
+	// Payload is the application message.
+	Payload []byte
+	// QoS is the publication's QoS, 0 to 2.
+	QoS byte
+	// Retain is the PUBLISH's retain flag.
+	Retain bool
+	// Properties are the 5.0 properties the subscribers get (nil: none);
+	// subscription identifiers and topic alias never travel, nor any
+	// property a PUBLISH may not carry.
+	Properties *packets.Properties
+	// Origin is the publishing client's id, for No Local on the receiving
+	// node.
+	Origin string
+}
+
+// Bounds of the outgoing queue between Publish and the NATS connection.
+// Publish never waits: past either bound it drops the message
+// (Stats.DroppedOut).
+const (
+	// OutQueueMessages is the most messages queued for NATS.
+	OutQueueMessages = 8192
+	// OutQueueBytes is the most bytes (subject, header and payload)
+	// queued for NATS.
+	OutQueueBytes = 16 << 20
+	// InQueueMessages is the most messages received from NATS waiting for
+	// deliver; nats.go drops past it (Stats.DroppedIn).
+	InQueueMessages = 4096
+)
+
+// Errors of Publish. Each is counted in Stats and logged (rate-limited)
+// by the node: the caller needs to do nothing about them.
+var (
+	// ErrClosed is returned by Publish after Close.
+	ErrClosed = errors.New("cluster: node closed")
+	// ErrQueueFull is returned when the outgoing queue is at a bound.
+	ErrQueueFull = errors.New("cluster: outgoing queue full")
+	// ErrTooLong is returned for a topic whose subject exceeds
+	// MaxSubjectLen.
+	ErrTooLong = errors.New("cluster: topic too long for a NATS subject")
+)
+
+// Node is this broker's membership of the cluster: one NATS connection,
+// and the embedded NATS server when configured.
+type Node struct {
+	name    string
+	cluster string
+	queue   string
+	log     zerolog.Logger
+	deliver func(*Message)
+	nc      *nats.Conn
+	emb     embedded
+
+	mu    sync.Mutex
+	wants map[string]*want
+	// retired is set at Close, when the drops of every subscription have
+	// moved to stats.droppedIn (mu).
+	retired bool
+	nsubs   atomic.Int64
+
+	out         chan *nats.Msg
+	outBytes    atomic.Int64
+	in          chan *nats.Msg
+	stopOut     chan struct{}
+	stopIn      chan struct{}
+	sendDone    chan struct{}
+	deliverDone chan struct{}
+	closed      atomic.Bool
+	once        sync.Once
+	closeErr    error
+	ncClosed    chan struct{}
+
+	stats counters
+	warn  throttle
+}
+
+// embedded is the NATS server a node runs in its process
+// (embedded_natsserver.go).
+type embedded interface {
+	clientURL() string
+	routeAddr() string
+	shutdown()
+}
+
+// want is one wanted filter: how many subscriptions of this node use it
+// and the NATS subscriptions of its subjects.
+type want struct {
+	refs int
+	subs []*nats.Subscription
+}
+
+// Start connects (starting the embedded server first when configured) and
+// returns once connected, or an error within a bounded time (a few
+// seconds per URL). deliver is called for each message another node
+// published on a subject this node wants, on the node's one delivery
+// goroutine, in the order the connection received them; it must not
+// block for long (past InQueueMessages waiting, messages are dropped). It
+// is never called for this node's own messages (nats.NoEcho).
+func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deliver == nil {
+		return nil, errors.New("cluster: Start without a deliver function")
+	}
+	if cfg.NodeName == "" {
+		host, err := os.Hostname()
+		if err != nil || validNodeName(host) != nil || host == "" {
+			return nil, fmt.Errorf("cluster.node_name: not set and no usable host name (%v)", err)
+		}
+		cfg.NodeName = host
+	}
+	n := &Node{
+		name:     cfg.NodeName,
+		cluster:  cfg.Name,
+		queue:    "mqttd." + cfg.Name + ".n." + cfg.NodeName,
+		log:      log.With().Str("component", "cluster").Str("node", cfg.NodeName).Logger(),
+		deliver:  deliver,
+		wants:    map[string]*want{},
+		out:      make(chan *nats.Msg, OutQueueMessages),
+		in:       make(chan *nats.Msg, InQueueMessages),
+		stopOut:  make(chan struct{}),
+		stopIn:   make(chan struct{}),
+		ncClosed: make(chan struct{}),
+
+		sendDone:    make(chan struct{}),
+		deliverDone: make(chan struct{}),
+	}
+	url := cfg.NATS.URL
+	if cfg.NATS.Embedded != nil {
+		emb, err := startEmbedded(cfg, n.log)
+		if err != nil {
+			return nil, err
+		}
+		n.emb, url = emb, emb.clientURL()
+	}
+	nc, err := nats.Connect(url, n.options()...)
+	if err != nil {
+		if n.emb != nil {
+			n.emb.shutdown()
+		}
+		return nil, fmt.Errorf("cluster: connecting to NATS at %s: %w", url, err)
+	}
+	n.nc = nc
+	n.log.Info().Str("nats", nc.ConnectedUrlRedacted()).Str("cluster", cfg.Name).Msg("cluster node connected")
+	go n.sendLoop()
+	go n.deliverLoop()
+	return n, nil
+}
+
+// options are the NATS connection's: reconnect forever with a bounded
+// backoff, detect a dead server within seconds, never echo.
+func (n *Node) options() []nats.Option {
+	return []nats.Option{
+		nats.Name("mqttd " + n.cluster + "/" + n.name),
+		nats.NoEcho(),
+		nats.Timeout(2 * time.Second),
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(reconnectDelay),
+		nats.PingInterval(5 * time.Second),
+		nats.MaxPingsOutstanding(2),
+		nats.FlusherTimeout(5 * time.Second),
+		nats.DrainTimeout(drainTimeout),
+		nats.DisconnectErrHandler(n.disconnected),
+		nats.ReconnectHandler(n.reconnected),
+		nats.ClosedHandler(func(*nats.Conn) { close(n.ncClosed) }),
+		nats.ErrorHandler(n.asyncError),
+	}
+}
+
+// drainTimeout bounds Close's wait for the connection to drain.
+const drainTimeout = 5 * time.Second
+
+// reconnectDelay doubles from 50 ms to 2 s with each failed round over
+// the servers, with up to a quarter of jitter.
+func reconnectDelay(attempts int) time.Duration {
+	d := 2 * time.Second
+	if attempts < 6 {
+		d = 50 * time.Millisecond << attempts
+	}
+	return d + time.Duration(time.Now().UnixNano()%int64(d/4+1))
+}
+
+func (n *Node) disconnected(_ *nats.Conn, err error) {
+	if n.closed.Load() {
+		return
+	}
+	n.log.Warn().Err(err).Msg("cluster: NATS connection lost, reconnecting")
+}
+
+// reconnected logs before it counts, so that whoever sees the count sees
+// the log line.
+func (n *Node) reconnected(nc *nats.Conn) {
+	n.log.Info().Str("nats", nc.ConnectedUrlRedacted()).Msg("cluster: NATS connection restored")
+	n.stats.reconnects.Add(1)
+}
+
+func (n *Node) asyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
+	// nats.go reports a slow consumer once per episode: Stats counts
+	// every drop from the subscriptions.
+	if n.warn.allow() {
+		n.log.Warn().Err(err).Msg("cluster: NATS error (a slow consumer drops messages from other nodes)")
+	}
+}
+
+// Name is the node name.
+func (n *Node) Name() string { return n.name }
+
+// ClientURL is the NATS URL the node is connected to, or "" while it is
+// disconnected.
+func (n *Node) ClientURL() string { return n.nc.ConnectedUrl() }
+
+// RouteAddr is the embedded server's route listener address (host:port,
+// the port it got when configured as 0), or "" without an embedded server.
+func (n *Node) RouteAddr() string {
+	if n.emb == nil {
+		return ""
+	}
+	return n.emb.routeAddr()
+}
+
+// wantedTopic is the topic filter a filter is wanted as, and false for a
+// filter no other node publishes to: an invalid one, or one matching only
+// topics beginning with '$', which never cross.
+func wantedTopic(filter string) (string, bool) {
+	f, err := topictrie.ParseFilter(filter)
+	if err != nil || strings.HasPrefix(f.Topic, "$") {
+		return "", false
+	}
+	return f.Topic, true
+}
+
+// Want counts one more of this node's subscriptions to filter; the first
+// subscribes in NATS to the filter's subjects (FilterSubjects), which
+// nats.go sends from its buffer without a round trip. A shared filter
+// ($share/group/f) is wanted as f, so every node with a member receives
+// each message and its local group chooses one member: groups spanning
+// nodes (one delivery per group in the whole cluster) are a later step of
+// issue 38. Filters of '$' topics, which never cross, are ignored.
+func (n *Node) Want(filter string) {
+	topic, ok := wantedTopic(filter)
+	if !ok || n.closed.Load() {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if w := n.wants[topic]; w != nil {
+		w.refs++
+		return
+	}
+	w := &want{refs: 1}
+	for _, subj := range FilterSubjects(n.cluster, topic) {
+		if len(subj) > MaxSubjectLen {
+			continue // no topic it matches can be sent
+		}
+		sub, err := n.nc.ChanQueueSubscribe(subj, n.queue, n.in)
+		if err != nil {
+			n.log.Warn().Err(err).Str("filter", topic).Msg("cluster: NATS subscribe failed")
+			continue
+		}
+		w.subs = append(w.subs, sub)
+	}
+	n.nsubs.Add(int64(len(w.subs)))
+	n.wants[topic] = w
+}
+
+// Unwant counts one fewer of this node's subscriptions to filter; the
+// last unsubscribes its subjects in NATS. Unwant of a filter not wanted
+// is a no-op.
+func (n *Node) Unwant(filter string) {
+	topic, ok := wantedTopic(filter)
+	if !ok {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	w := n.wants[topic]
+	if w == nil {
+		return
+	}
+	if w.refs--; w.refs > 0 {
+		return
+	}
+	delete(n.wants, topic)
+	n.retireDrops(w)
+	for _, sub := range w.subs {
+		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) &&
+			!errors.Is(err, nats.ErrConnectionDraining) && !errors.Is(err, nats.ErrBadSubscription) {
+			n.log.Warn().Err(err).Str("filter", topic).Msg("cluster: NATS unsubscribe failed")
+		}
+	}
+	n.nsubs.Add(-int64(len(w.subs)))
+}
+
+// retireDrops adds the drops of w's subscriptions, which are going, to
+// stats.droppedIn; n.mu is held.
+func (n *Node) retireDrops(w *want) {
+	for _, sub := range w.subs {
+		if d, err := sub.Dropped(); err == nil {
+			n.stats.droppedIn.Add(uint64(d))
+		}
+	}
+}
+
+// droppedIn counts the messages nats.go dropped because deliver fell
+// behind: those of the subscriptions gone and of the live ones.
+func (n *Node) droppedIn() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	d := n.stats.droppedIn.Load()
+	if !n.retired {
+		for _, w := range n.wants {
+			for _, sub := range w.subs {
+				if live, err := sub.Dropped(); err == nil {
+					d += uint64(live)
+				}
+			}
+		}
+	}
+	return d
+}

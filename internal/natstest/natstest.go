@@ -1,0 +1,179 @@
+// Package natstest starts nats-servers for tests: a cluster of n servers
+// in the test's process, routed to each other on 127.0.0.1, stopped at the
+// test's end. Only tests import it (it links the whole nats-server).
+package natstest
+
+import (
+	"fmt"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// ClusterName is the NATS cluster name of the servers Start starts.
+const ClusterName = "natstest"
+
+// readyTimeout bounds the wait for a server to accept clients and for the
+// routes to mesh.
+const readyTimeout = 10 * time.Second
+
+// Servers are the nats-servers of one test cluster.
+type Servers struct {
+	t       testing.TB
+	servers []*server.Server
+	urls    []string
+}
+
+// Cluster starts n nats-servers clustered over routes on 127.0.0.1 (ports
+// picked by the system), waits until every one has a route to every
+// other, and returns their client URLs. They stop at the test's cleanup.
+func Cluster(t testing.TB, n int) []string {
+	t.Helper()
+	return Start(t, n).URLs()
+}
+
+// Start is Cluster returning the Servers, for tests that stop one.
+func Start(t testing.TB, n int) *Servers {
+	t.Helper()
+	if n < 1 {
+		t.Fatalf("natstest: a cluster of %d servers", n)
+	}
+	s := &Servers{t: t}
+	t.Cleanup(s.shutdownAll)
+	seed := 0
+	for i := range n {
+		opts := &server.Options{
+			ServerName: fmt.Sprintf("natstest-%d", i),
+			Host:       "127.0.0.1",
+			Port:       server.RANDOM_PORT,
+			NoLog:      true,
+			NoSigs:     true,
+		}
+		opts.Cluster.Name = ClusterName
+		opts.Cluster.Host = "127.0.0.1"
+		opts.Cluster.Port = server.RANDOM_PORT
+		if i > 0 {
+			opts.Routes = []*url.URL{{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", seed)}}
+		}
+		srv, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatalf("natstest: server %d: %v", i, err)
+		}
+		srv.Start()
+		if !srv.ReadyForConnections(readyTimeout) {
+			srv.Shutdown()
+			t.Fatalf("natstest: server %d not ready within %v", i, readyTimeout)
+		}
+		if i == 0 {
+			seed = srv.ClusterAddr().Port
+		}
+		s.servers = append(s.servers, srv)
+		s.urls = append(s.urls, srv.ClientURL())
+	}
+	WaitMeshed(t, s.servers...)
+	return s
+}
+
+// URLs are the servers' client URLs, in order.
+func (s *Servers) URLs() []string { return append([]string(nil), s.urls...) }
+
+// Server is server i, for what a test wants to ask it.
+func (s *Servers) Server(i int) *server.Server { return s.servers[i] }
+
+// Shutdown stops server i, as a node of a cluster fails, and waits until
+// it has stopped and the other running servers have closed their routes
+// to it, and so forgotten the interest it had routed to them (until then
+// they may still send it messages, which are lost). Its clients
+// reconnect to the others.
+func (s *Servers) Shutdown(i int) {
+	s.t.Helper()
+	dead := s.servers[i]
+	id := dead.ID()
+	dead.Shutdown()
+	dead.WaitForShutdown()
+	deadline := time.Now().Add(readyTimeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for _, srv := range s.servers {
+		for srv.Running() && routesTo(srv, id) > 0 {
+			if time.Now().After(deadline) {
+				s.t.Fatalf("natstest: %s still routed to the stopped %s after %v", srv.Name(), dead.Name(), readyTimeout)
+			}
+			<-tick.C
+		}
+	}
+}
+
+// routesTo counts srv's route connections to the server of id.
+func routesTo(srv *server.Server, id string) int {
+	rz, err := srv.Routez(nil)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, r := range rz.Routes {
+		if r.RemoteID == id {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Servers) shutdownAll() {
+	for _, srv := range s.servers {
+		srv.Shutdown()
+	}
+	for _, srv := range s.servers {
+		srv.WaitForShutdown()
+	}
+}
+
+// WaitMeshed waits until each of servers has its whole pool of routes
+// (server.DEFAULT_ROUTE_POOL_SIZE) to every other, polling with a
+// deadline, failing the test past it: interest sent while a pool is
+// still forming can travel on a route that is then replaced.
+func WaitMeshed(t testing.TB, servers ...*server.Server) {
+	t.Helper()
+	deadline := time.Now().Add(readyTimeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		missing := ""
+		for _, srv := range servers {
+			if peers := RoutedPeers(srv, server.DEFAULT_ROUTE_POOL_SIZE); peers < len(servers)-1 {
+				missing = fmt.Sprintf("%s has full pools to %d of %d peers", srv.Name(), peers, len(servers)-1)
+				break
+			}
+		}
+		if missing == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("natstest: cluster not meshed within %v: %s", readyTimeout, missing)
+		}
+		<-tick.C
+	}
+}
+
+// RoutedPeers counts the distinct servers srv has at least pool route
+// connections to (a pair of servers holds a pool of them, and one more
+// for each pinned account).
+func RoutedPeers(srv *server.Server, pool int) int {
+	rz, err := srv.Routez(nil)
+	if err != nil {
+		return 0
+	}
+	routes := map[string]int{}
+	for _, r := range rz.Routes {
+		routes[r.RemoteID]++
+	}
+	peers := 0
+	for _, n := range routes {
+		if n >= pool {
+			peers++
+		}
+	}
+	return peers
+}
