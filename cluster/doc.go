@@ -13,6 +13,10 @@
 //     mapping reverses (Subject, TopicOf); a filter is the subjects that
 //     match every topic it matches (FilterSubjects: '+' is '*', "a/#" is
 //     "a.>" and "a").
+//   - Retained messages: a retained message goes on a subject under
+//     "mqttd.<cluster>.r." that every node subscribes to from its Start,
+//     so each node can keep them all and answer a subscription from its
+//     own store.
 //   - Interest: Want and Unwant count the node's subscriptions per filter
 //     and hold one NATS subscription per subject while any is wanted, so a
 //     message crosses the network only to the nodes that want it. All of
@@ -39,7 +43,8 @@
 // What it does not do yet (later steps of issue 38): shared subscription
 // groups spanning nodes (a shared filter is wanted as its topic filter,
 // so each node with a member gets every message and its local group picks
-// one member), retained messages replicated across nodes, one owner per
+// one member), retained messages for a node that was away when they were
+// set (a replicated store), one owner per
 // client id and session takeover across nodes, wills of a dead node's
 // clients, and the netsplit policy. The node does no matching, ACL checks
 // or limits of its own: the broker applies its local ones to what deliver

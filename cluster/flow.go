@@ -31,7 +31,8 @@ type Stats struct {
 	// Malformed counts messages from NATS dropped for a subject or header
 	// no node sends.
 	Malformed uint64
-	// Subscriptions is the number of NATS subscriptions held.
+	// Subscriptions is the number of NATS subscriptions held: one per
+	// subject of each wanted filter, and one to the retained messages.
 	Subscriptions int
 	// Filters is the number of distinct filters wanted.
 	Filters int
@@ -63,7 +64,8 @@ func (n *Node) Stats() Stats {
 	}
 }
 
-// Publish sends m to the nodes that want its topic, once per node. It
+// Publish sends m to the nodes that want its topic, once per node, or to
+// every node when it is retained (each keeps the retained messages). It
 // never blocks: it encodes m and queues it for the node's sending
 // goroutine, which hands it to nats.go (whose own buffer holds it while
 // the connection is down); past OutQueueMessages or OutQueueBytes it
@@ -79,6 +81,9 @@ func (n *Node) Publish(m *Message) error {
 		return ErrClosed
 	}
 	subj := Subject(n.cluster, m.Topic)
+	if m.Retain {
+		subj = subjectUnder(retainedPrefix(n.cluster), m.Topic)
+	}
 	if len(subj) > MaxSubjectLen {
 		n.stats.tooLong.Add(1)
 		n.warnf("cluster: topic too long for a NATS subject, not sent to other nodes", m.Topic)
@@ -197,7 +202,12 @@ var errSubject = errors.New("cluster: subject is no topic of this cluster")
 // decodeMsg rebuilds the Message of a NATS message. The payload is the
 // message's own (nats.go allocates each).
 func decodeMsg(cluster, subject string, h nats.Header, data []byte) (*Message, error) {
-	topic, ok := TopicOf(cluster, subject)
+	retained := strings.HasPrefix(subject, retainedPrefix(cluster))
+	p := prefix(cluster)
+	if retained {
+		p = retainedPrefix(cluster)
+	}
+	topic, ok := topicUnder(p, subject)
 	if !ok {
 		return nil, errSubject
 	}
@@ -209,8 +219,14 @@ func decodeMsg(cluster, subject string, h nats.Header, data []byte) (*Message, e
 	if err := decodeMeta(v[0], m); err != nil {
 		return nil, err
 	}
+	if m.Retain != retained {
+		return nil, errRetainSubject
+	}
 	return m, nil
 }
+
+// errRetainSubject is a message whose retain flag is not its subject's.
+var errRetainSubject = errors.New("cluster: retain flag and subject disagree")
 
 func truncate(s string, n int) string {
 	if len(s) > n {
@@ -242,7 +258,7 @@ func (n *Node) Close() error {
 		close(n.stopOut)
 		<-n.sendDone
 		n.mu.Lock()
-		for _, w := range n.wants {
+		for _, w := range n.allWants() {
 			n.retireDrops(w)
 		}
 		n.retired = true

@@ -74,6 +74,8 @@ type Node struct {
 
 	mu    sync.Mutex
 	wants map[string]*want
+	// retained holds the subscription to every retained message.
+	retained *want
 	// retired is set at Close, when the drops of every subscription have
 	// moved to stats.droppedIn (mu).
 	retired bool
@@ -163,6 +165,17 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 		return nil, fmt.Errorf("cluster: connecting to NATS at %s: %w", url, err)
 	}
 	n.nc = nc
+	// Every node keeps every retained message.
+	sub, err := nc.ChanQueueSubscribe(retainedPrefix(cfg.Name)+">", n.queue, n.in)
+	if err != nil {
+		nc.Close()
+		if n.emb != nil {
+			n.emb.shutdown()
+		}
+		return nil, fmt.Errorf("cluster: subscribing to the retained messages: %w", err)
+	}
+	n.retained = &want{refs: 1, subs: []*nats.Subscription{sub}}
+	n.nsubs.Add(1)
 	n.log.Info().Str("nats", nc.ConnectedUrlRedacted()).Str("cluster", cfg.Name).Msg("cluster node connected")
 	go n.sendLoop()
 	go n.deliverLoop()
@@ -323,6 +336,17 @@ func (n *Node) retireDrops(w *want) {
 	}
 }
 
+// allWants are the node's subscriptions: the wanted filters' and the
+// retained messages'; n.mu is held.
+func (n *Node) allWants() []*want {
+	all := make([]*want, 0, len(n.wants)+1)
+	all = append(all, n.retained)
+	for _, w := range n.wants {
+		all = append(all, w)
+	}
+	return all
+}
+
 // droppedIn counts the messages nats.go dropped because deliver fell
 // behind: those of the subscriptions gone and of the live ones.
 func (n *Node) droppedIn() uint64 {
@@ -330,7 +354,7 @@ func (n *Node) droppedIn() uint64 {
 	defer n.mu.Unlock()
 	d := n.stats.droppedIn.Load()
 	if !n.retired {
-		for _, w := range n.wants {
+		for _, w := range n.allWants() {
 			for _, sub := range w.subs {
 				if live, err := sub.Dropped(); err == nil {
 					d += uint64(live)

@@ -182,11 +182,12 @@ func TestCrossNodeDelivery(t *testing.T) {
 	if gotA := ra.until(t, "from/b", "probe/"); topics(gotA) != "from/b" {
 		t.Fatalf("A got %s, want only B's from/b", topics(gotA))
 	}
-	if st := a.Stats(); !st.Connected || st.MessagesOut != outBefore+5 || st.Subscriptions != 1 || st.Filters != 1 {
+	if st := a.Stats(); !st.Connected || st.MessagesOut != outBefore+5 || st.Subscriptions != 2 || st.Filters != 1 {
 		t.Fatalf("A's stats %+v, %d out before", st, outBefore)
 	}
-	// "#", "a/#" (two subjects), "a/+/c" (wanted twice), probe/B.
-	if st := b.Stats(); st.MessagesIn < 5 || st.Subscriptions != 5 || st.Filters != 4 || st.Malformed != 0 {
+	// "#", "a/#" (two subjects), "a/+/c" (wanted twice), probe/B, and
+	// the retained messages.
+	if st := b.Stats(); st.MessagesIn < 5 || st.Subscriptions != 6 || st.Filters != 4 || st.Malformed != 0 {
 		t.Fatalf("B's stats %+v", st)
 	}
 }
@@ -216,7 +217,7 @@ func TestUnwantStopsDelivery(t *testing.T) {
 		t.Fatalf("after one Unwant of two got %s, want u/1 keep", topics(got))
 	}
 	n.Unwant("u/+")
-	if st := n.Stats(); st.Subscriptions != 1 || st.Filters != 1 {
+	if st := n.Stats(); st.Subscriptions != 2 || st.Filters != 1 {
 		t.Fatalf("after the last Unwant: %+v", st)
 	}
 	waitInterest(t, s.Server(0), "u/1", false)
@@ -226,7 +227,7 @@ func TestUnwantStopsDelivery(t *testing.T) {
 		t.Fatalf("after the last Unwant got %s, want keep only", topics(got))
 	}
 	n.Unwant("u/+")
-	if st := n.Stats(); st.Subscriptions != 1 || st.Filters != 1 {
+	if st := n.Stats(); st.Subscriptions != 2 || st.Filters != 1 {
 		t.Fatalf("an extra Unwant changed the stats: %+v", st)
 	}
 }
@@ -296,7 +297,7 @@ func TestPublishBounds(t *testing.T) {
 	}
 	// A filter as long is never subscribed: nothing could match it.
 	n.Want(long + "#")
-	if st := n.Stats(); st.TooLong != 1 || st.Subscriptions != 0 || st.Filters != 1 {
+	if st := n.Stats(); st.TooLong != 1 || st.Subscriptions != 1 || st.Filters != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 	big := bytes.Repeat([]byte{1}, OutQueueBytes+1)
@@ -419,5 +420,51 @@ func TestSlowDeliverDropsCounted(t *testing.T) {
 	n.Unwant("slow/#")
 	if st := n.Stats(); st.DroppedIn != total-InQueueMessages-1 || in.Load() != InQueueMessages+1 {
 		t.Fatalf("after Unwant: %+v, %d delivered", st, in.Load())
+	}
+}
+
+// TestRetainedReachEveryNode: a retained message goes to every node,
+// whether it wants the topic or not, once to a node that wants it too;
+// a message that is not retained goes only to the nodes that want it.
+func TestRetainedReachEveryNode(t *testing.T) {
+	s := natstest.Start(t, 3)
+	urls := s.URLs()
+	ra, rb, rc := newRecorder(), newRecorder(), newRecorder()
+	a := startNode(t, "A", ra, testLogger(t), urls[0])
+	b := startNode(t, "B", rb, testLogger(t), urls[1])
+	startNode(t, "C", rc, testLogger(t), urls[2])
+	logOnFailure(t, s, a, b)
+	b.Want("r/#")
+	probe(t, a, "r/probe", rb)
+	// C's subscription to the retained messages was made at its Start:
+	// a first retained message, sent until C has it, shows it crossed.
+	deadline := time.After(10 * time.Second)
+	for first := false; !first; {
+		if err := a.Publish(&Message{Topic: "first", Retain: true, Payload: []byte("1")}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-rc.ch:
+			first = m.Topic == "first" && m.Retain
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("no retained message reached C within 10 s")
+		}
+	}
+	for _, m := range []*Message{
+		{Topic: "r/kept", Retain: true, QoS: 1, Payload: []byte("k")},
+		{Topic: "r/live", QoS: 1, Payload: []byte("l")},
+		{Topic: "other/kept", Retain: true, Payload: []byte("o")},
+		{Topic: "end", Retain: true},
+	} {
+		if err := a.Publish(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := topics(rb.until(t, "end", "first")); got != "r/kept r/live other/kept end" {
+		t.Errorf("B, which wants r/#, got %s", got)
+	}
+	if got := topics(rc.until(t, "end", "first")); got != "r/kept other/kept end" {
+		t.Errorf("C, which wants nothing, got %s", got)
 	}
 }

@@ -23,6 +23,11 @@ const hexDigits = "0123456789ABCDEF"
 // prefix is the subject prefix of a cluster's topics.
 func prefix(cluster string) string { return "mqttd." + cluster + ".t." }
 
+// retainedPrefix is the subject prefix of a cluster's retained messages,
+// which every node subscribes to whatever its clients want: each keeps
+// them all, so that a subscription finds them on its own node.
+func retainedPrefix(cluster string) string { return "mqttd." + cluster + ".r." }
+
 // needsEscape reports whether byte c of a topic level, at index i of the
 // level, cannot stand for itself in a NATS token: the token separator,
 // the wildcards, the escape character, white space and control bytes
@@ -60,9 +65,12 @@ func appendLevel(b []byte, level string) []byte {
 // Subject is the NATS subject of MQTT topic name topic in cluster cluster:
 // the cluster's prefix ("mqttd.<cluster>.t.") and one token per topic
 // level, escaped so that the mapping is reversed by TopicOf.
-func Subject(cluster, topic string) string {
-	b := make([]byte, 0, len(prefix(cluster))+len(topic)+8)
-	b = append(b, prefix(cluster)...)
+func Subject(cluster, topic string) string { return subjectUnder(prefix(cluster), topic) }
+
+// subjectUnder is the subject of topic under prefix p.
+func subjectUnder(p, topic string) string {
+	b := make([]byte, 0, len(p)+len(topic)+8)
+	b = append(b, p...)
 	return string(appendLevels(b, topic))
 }
 
@@ -116,8 +124,11 @@ func FilterSubjects(cluster, filter string) []string {
 // escapes, wildcards, NUL, invalid UTF-8), so that when it reports true,
 // Subject(cluster, topic) == subject. Subjects come from the network:
 // TopicOf never panics.
-func TopicOf(cluster, subject string) (string, bool) {
-	rest, ok := strings.CutPrefix(subject, prefix(cluster))
+func TopicOf(cluster, subject string) (string, bool) { return topicUnder(prefix(cluster), subject) }
+
+// topicUnder is TopicOf for the subjects under prefix p.
+func topicUnder(p, subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, p)
 	if !ok || rest == "" {
 		return "", false
 	}
