@@ -262,7 +262,7 @@ func (s *Server) openBridgeSession(b *bridgeRun) {
 	}
 	for _, f := range slices.Sorted(maps.Keys(want)) {
 		opts := want[f]
-		isNew, err := s.subs.Subscribe(f, cl, opts)
+		isNew, err := s.addSubscription(f, cl, opts)
 		if err != nil {
 			s.log.Error().Err(err).Str("bridge", b.cfg.Name).Str("filter", f).Msg("bridge rule not subscribed")
 			continue
@@ -279,7 +279,7 @@ func (s *Server) openBridgeSession(b *bridgeRun) {
 	cl.mu.Unlock()
 	s.mu.Unlock()
 	for _, f := range stale {
-		if s.subs.Unsubscribe(f, cl) {
+		if s.removeSubscription(f, cl) {
 			s.stats.subscriptions.Add(-1)
 		}
 	}

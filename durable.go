@@ -283,8 +283,9 @@ func (s *Server) storeSessionLocked(c *conn, cl *client, persistent, willDropped
 }
 
 // Ready returns nil when the broker serves as it should: Serve runs,
-// every listener accepts connections, and the store takes writes (no
-// commit has failed since the last one that succeeded). Otherwise it
+// every listener accepts connections, the store takes writes (no commit
+// has failed since the last one that succeeded) and, in a cluster, the
+// node is connected to it. Otherwise it
 // returns what is not ready, one error per problem (errors.Join).
 //
 // While commits fail it also starts, at most every probeInterval, a
@@ -308,12 +309,18 @@ func (s *Server) Ready() error {
 			errs = append(errs, fmt.Errorf("listener %s stopped: %w", ln.name, ln.stopped))
 		}
 	}
+	serving := s.serving && !s.closing.Load()
 	s.mu.Unlock()
 	if f := s.storeHealth.failed.Load(); f != nil && s.dur != nil {
 		if !s.closing.Load() {
 			s.probeStore()
 		}
 		errs = append(errs, fmt.Errorf("store: commits have failed for %s: %w", time.Since(f.since).Round(time.Second), f.err))
+	}
+	if s.cluster != nil && serving {
+		if node := s.clusterNode(); node == nil || !node.Stats().Connected {
+			errs = append(errs, fmt.Errorf("cluster %s: not connected to NATS", s.cluster.cfg.Name))
+		}
 	}
 	return errors.Join(errs...)
 }

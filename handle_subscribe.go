@@ -90,7 +90,7 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 		// Kept for the session's life: copied, so that it does not pin
 		// the SUBSCRIBE frame (a short filter among large properties).
 		filter := strings.Clone(sub.Filter)
-		isNew, err := s.subs.Subscribe(filter, cl, opts)
+		isNew, err := s.addSubscription(filter, cl, opts)
 		if err == nil {
 			cl.sess.Subscribe(session.Subscription{Filter: filter, Options: sub.Options, ID: subID})
 			if cl.stored {
@@ -309,7 +309,7 @@ func (c *conn) handleUnsubscribe(p *packets.Unsubscribe) {
 		codes = make([]packets.ReasonCode, len(p.Filters))
 	}
 	for i, f := range p.Filters {
-		existed := s.subs.Unsubscribe(f, cl)
+		existed := s.removeSubscription(f, cl)
 		if existed {
 			s.stats.subscriptions.Add(-1)
 		}

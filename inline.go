@@ -92,7 +92,7 @@ func (s *Server) Subscribe(filter string, h Handler) (unsubscribe func(), err er
 	}
 	filter = strings.Clone(filter) // the trie keeps it
 	cl := &client{id: fmt.Sprintf("%s/%d", inlineOrigin, inlineIDs.Add(1)), handler: h}
-	if _, err := s.subs.Subscribe(filter, cl, subOpts{qos: maxQoS}); err != nil {
+	if _, err := s.addSubscription(filter, cl, subOpts{qos: maxQoS}); err != nil {
 		return nil, fmt.Errorf("mqttd: %w", err)
 	}
 	s.stats.subscriptions.Add(1)
@@ -109,7 +109,7 @@ func (s *Server) Subscribe(filter string, h Handler) (unsubscribe func(), err er
 	}
 	var once atomic.Bool
 	return func() {
-		if once.CompareAndSwap(false, true) && s.subs.Unsubscribe(filter, cl) {
+		if once.CompareAndSwap(false, true) && s.removeSubscription(filter, cl) {
 			s.stats.subscriptions.Add(-1)
 		}
 	}, nil

@@ -30,6 +30,10 @@ type collector struct {
 	bridgeConnected, bridgeQueued, bridgeQueuedB    *prometheus.Desc
 	bridgeInflight, bridgeForwarded, bridgeConnects *prometheus.Desc
 	bridgeFailures, bridgeDropped                   *prometheus.Desc
+	// cluster reads this node's state in its cluster (Server.Cluster).
+	cluster                                           func() (ClusterState, bool)
+	clusterConnected, clusterMessages, clusterFilters *prometheus.Desc
+	clusterDropped, clusterReconnects                 *prometheus.Desc
 }
 
 // statValue is one metric read from stats.
@@ -168,6 +172,11 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 	c.bridgeConnects = bridge("connects_total", "Connections made to the remote broker.")
 	c.bridgeFailures = bridge("connect_failures_total", "Connection attempts that failed (dial, TLS, refused CONNECT).")
 	c.bridgeDropped = bridge("dropped_total", "Messages the bridge dropped or refused, by reason.", "reason")
+	c.clusterConnected = prometheus.NewDesc("mqttd_cluster_connected", "1 while this node is connected to its cluster's NATS.", nil, nil)
+	c.clusterMessages = prometheus.NewDesc("mqttd_cluster_messages_total", "Messages sent to the other nodes (out) and received from them (in).", []string{"direction"}, nil)
+	c.clusterFilters = prometheus.NewDesc("mqttd_cluster_filters", "Filters this node's clients subscribe to, each wanted from the other nodes once.", nil, nil)
+	c.clusterDropped = prometheus.NewDesc("mqttd_cluster_dropped_total", "Messages not sent to the other nodes (the connection's buffer full) or not readable from them.", nil, nil)
+	c.clusterReconnects = prometheus.NewDesc("mqttd_cluster_reconnects_total", "Reconnections to the cluster's NATS.", nil, nil)
 	c.dropped = prometheus.NewDesc("mqttd_messages_dropped_total", "Deliveries dropped, by reason.", []string{"reason"}, nil)
 	c.disconnects = prometheus.NewDesc("mqttd_disconnects_total", "Connections closed, by reason.", []string{"reason"}, nil)
 	c.rejected = prometheus.NewDesc("mqttd_connections_rejected_total",
@@ -187,7 +196,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.commitOps
 	ch <- c.buildInfo.Desc()
 	for _, d := range []*prometheus.Desc{c.bridgeConnected, c.bridgeQueued, c.bridgeQueuedB, c.bridgeInflight,
-		c.bridgeForwarded, c.bridgeConnects, c.bridgeFailures, c.bridgeDropped} {
+		c.bridgeForwarded, c.bridgeConnects, c.bridgeFailures, c.bridgeDropped,
+		c.clusterConnected, c.clusterMessages, c.clusterFilters, c.clusterDropped, c.clusterReconnects} {
 		ch <- d
 	}
 }
@@ -212,6 +222,28 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if c.bridges != nil {
 		c.collectBridges(ch)
 	}
+	if c.cluster != nil {
+		c.collectCluster(ch)
+	}
+}
+
+// collectCluster exports this node's state in its cluster, when it is in
+// one.
+func (c *collector) collectCluster(ch chan<- prometheus.Metric) {
+	st, ok := c.cluster()
+	if !ok {
+		return
+	}
+	connected := 0.0
+	if st.Connected {
+		connected = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.clusterConnected, prometheus.GaugeValue, connected)
+	ch <- prometheus.MustNewConstMetric(c.clusterMessages, prometheus.CounterValue, float64(st.MessagesOut), "out")
+	ch <- prometheus.MustNewConstMetric(c.clusterMessages, prometheus.CounterValue, float64(st.MessagesIn), "in")
+	ch <- prometheus.MustNewConstMetric(c.clusterFilters, prometheus.GaugeValue, float64(st.Filters))
+	ch <- prometheus.MustNewConstMetric(c.clusterDropped, prometheus.CounterValue, float64(st.Dropped))
+	ch <- prometheus.MustNewConstMetric(c.clusterReconnects, prometheus.CounterValue, float64(st.Reconnects))
 }
 
 // collectBridges exports each bridge's state under its name.

@@ -11,6 +11,7 @@ import (
 
 	"mqttd/auth"
 	"mqttd/bridge"
+	"mqttd/cluster"
 	"mqttd/persistence"
 	"mqttd/session"
 )
@@ -52,6 +53,10 @@ type Options struct {
 	// in or both ways; messages going out are stored until the remote
 	// has them (bridge.go).
 	Bridges []bridge.Config `yaml:"bridges"`
+	// Cluster makes the broker a node of a cluster of brokers serving as
+	// one over NATS (cluster.go); nil: a broker on its own, which pays
+	// nothing for it.
+	Cluster *cluster.Config `yaml:"cluster"`
 	// Protocol tunes MQTT 5.0 features.
 	Protocol Protocol `yaml:"protocol"`
 	// SysInterval is how often the broker publishes its $SYS/broker/
@@ -385,6 +390,11 @@ func (o Options) Validate() error {
 	}
 	o.validateAuth(bad)
 	errs = append(errs, bridge.Validate(o.Bridges)...)
+	if o.Cluster != nil {
+		if err := o.Cluster.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if o.SysInterval > 0 && o.SysInterval < minSysInterval {
 		bad("sys_interval", "%s is too short (at least %s; -1s turns $SYS off)", o.SysInterval, minSysInterval)
 	}

@@ -232,7 +232,7 @@ func (s *Server) dropSessionLocked(cl *client) []string {
 // unsubscribeAll removes a dropped session's filters from the trie.
 func (s *Server) unsubscribeAll(cl *client, filters []string) {
 	for _, f := range filters {
-		if s.subs.Unsubscribe(f, cl) {
+		if s.removeSubscription(f, cl) {
 			s.stats.subscriptions.Add(-1)
 		}
 	}

@@ -167,7 +167,7 @@ func (s *Server) recheckSubscriptions() int {
 	for _, cl := range cls {
 		gone := s.revokeDenied(cl)
 		for _, f := range gone {
-			if s.subs.Unsubscribe(f, cl) {
+			if s.removeSubscription(f, cl) {
 				s.stats.subscriptions.Add(-1)
 			}
 			s.log.Debug().Str("client_id", cl.id).Str("filter", f).Msg("subscription revoked: the reloaded rules no longer grant it")

@@ -76,7 +76,7 @@ func (s *Server) restore() error {
 		cl.who.Store(restoredWho(ss))
 		cl.sess.SetExpireAt(at)
 		for _, sub := range ss.Subscriptions {
-			isNew, err := s.subs.Subscribe(sub.Filter, cl, subOptsOf(sub))
+			isNew, err := s.addSubscription(sub.Filter, cl, subOptsOf(sub))
 			if err != nil {
 				s.log.Warn().Err(err).Str("client_id", id).Str("filter", sub.Filter).Msg("stored subscription not restored")
 				continue

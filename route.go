@@ -72,19 +72,26 @@ func (r *router) clock() time.Time {
 
 var routerPool = sync.Pool{New: func() any { return new(router) }}
 
-// publish routes m to every matching subscription and updates the
-// retained store, and reports how many clients it was delivered to (or
-// dropped for), for the 5.0 "no matching subscribers" code. It runs on the
-// publisher's goroutine; matches are collected under the trie's read
-// lock, which is released before any session lock is taken. owner is the
-// connection whose reader publishes m, which acknowledges it once what it
-// changed is stored; nil for the broker's own messages.
+// publish routes m to every matching subscription, updates the retained
+// store and sends m to the other nodes of a cluster (cluster.go), and
+// reports how many clients it was delivered to (or dropped for), for the
+// 5.0 "no matching subscribers" code. It runs on the publisher's
+// goroutine; matches are collected under the trie's read lock, which is
+// released before any session lock is taken. owner is the connection
+// whose reader publishes m, which acknowledges it once what it changed is
+// stored; nil for the broker's own messages.
 func (s *Server) publish(m *session.Message, owner *conn) (clients int) {
 	s.stats.messagesReceived.Add(1)
 	if m.Retain {
 		s.storeRetained(m, owner)
 	}
-	return s.route(m, owner)
+	clients = s.route(m, owner)
+	if s.cluster != nil && s.toCluster(m, false) {
+		// Another node's subscribers are not counted: none is told
+		// there were no matching subscribers when some may be there.
+		clients = max(clients, 1)
+	}
+	return clients
 }
 
 // publishTransient publishes a QoS 0 message that is not retained and
@@ -98,6 +105,9 @@ func (s *Server) publishTransient(topic string, payload []byte, origin string, o
 	m := &r.msg
 	m.Topic, m.Payload, m.Origin = topic, payload, origin
 	clients = s.routeWith(r, m, owner)
+	if s.cluster != nil && s.toCluster(m, true) {
+		clients = max(clients, 1)
+	}
 	m.Topic, m.Payload, m.Origin = "", nil, ""
 	routerPool.Put(r)
 	return clients

@@ -124,6 +124,9 @@ type Server struct {
 	bridgesStopped bool       // Shutdown stopped them; guarded by bridgesMu
 	// bridgeFull is set while a block_publishers bridge may be full.
 	bridgeFull atomic.Bool
+	// cluster is this broker's membership of a cluster (cluster.go); nil
+	// without Options.Cluster.
+	cluster *clusterLink
 }
 
 type listener struct {
@@ -172,6 +175,9 @@ func New(opts Options) (*Server, error) {
 		failed:  make(chan error, 1),
 	}
 	s.logins = newLoginLimiter(o.Auth, &s.stats)
+	if o.Cluster != nil {
+		s.cluster = &clusterLink{cfg: *o.Cluster, wanted: make(map[string]int)}
+	}
 	lim := o.Limits
 	s.lim.Store(&lim)
 	s.decode.MaxUserProperties = o.Limits.MaxUserProperties + 1
@@ -189,6 +195,7 @@ func New(opts Options) (*Server, error) {
 	if o.Registerer != nil {
 		col = newCollector(&s.stats, &s.queueBudget, s.sessLim, o)
 		col.bridges = s.Bridges
+		col.cluster = s.Cluster
 		if err := o.Registerer.Register(col); err != nil {
 			return nil, err
 		}
@@ -290,9 +297,18 @@ func (s *Server) Serve() error {
 		s.mu.Unlock()
 		return errors.New("mqttd: Serve called twice")
 	}
+	if s.cluster != nil {
+		// Before any client: what they publish goes to the other nodes
+		// from the first message.
+		if err := s.joinCluster(); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+	}
 	pl, err := newPoller()
 	if err != nil {
 		s.mu.Unlock()
+		s.leaveCluster()
 		return err
 	}
 	s.poller = pl
@@ -403,8 +419,10 @@ func (s *Server) untrack(c *conn) {
 // published: the broker, not the client, ended the connection) and waits
 // for the connections to finish or ctx to end.
 func (s *Server) Shutdown(ctx context.Context) error {
-	// First, without the registry lock, which a link may be waiting for.
+	// First, without the registry lock, which a link may be waiting for,
+	// or a message from another node being routed.
 	s.stopBridges()
+	s.leaveCluster()
 	s.mu.Lock()
 	if s.closing.Swap(true) {
 		s.mu.Unlock()

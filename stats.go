@@ -22,6 +22,11 @@ type stats struct {
 	sessions       atomic.Int64 // client sessions, online or not
 	sessionsOnline atomic.Int64 // sessions with a connection
 	subscriptions  atomic.Int64
+	// clusterIn counts the messages other nodes sent this one, and
+	// clusterDropped those this node could not send to them, or could
+	// not read from them.
+	clusterIn      atomic.Uint64
+	clusterDropped atomic.Uint64
 	retained       atomic.Int64
 	retainedBytes  atomic.Int64 // Message.Size of the retained messages
 	queued         atomic.Int64 // messages waiting in session queues

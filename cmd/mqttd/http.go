@@ -136,6 +136,14 @@ func newHTTPHandler(srv *mqttd.Server, reg *prometheus.Registry, o httpOptions) 
 			Bridges []mqttd.BridgeState `json:"bridges"`
 		}{srv.Bridges()})
 	}))
+	mux.Handle("GET /api/v1/cluster", g.wrap(func(w http.ResponseWriter, _ *http.Request) {
+		st, ok := srv.Cluster()
+		if !ok {
+			writeError(w, http.StatusNotFound, "this broker is not in a cluster (its configuration has no cluster block)")
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+	}))
 	if o.pprof {
 		mux.Handle("/debug/pprof/", g.wrap(pprof.Index))
 		mux.Handle("/debug/pprof/cmdline", g.wrap(pprof.Cmdline))

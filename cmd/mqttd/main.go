@@ -167,6 +167,13 @@ func banner(w io.Writer, srv *mqttd.Server, cfg config) {
 		durability = "sync"
 	}
 	fmt.Fprintf(w, "  state in %s (durability %s)\n", filepath.Join(cfg.DataDir, mqttd.StoreFile), durability)
+	if c := cfg.Cluster; c != nil {
+		over := "NATS at " + c.NATS.URL
+		if c.NATS.Embedded != nil {
+			over = "its embedded NATS server"
+		}
+		fmt.Fprintf(w, "  a node of cluster %s, over %s\n", c.Name, over)
+	}
 	if local {
 		fmt.Fprintln(w, "  Only this machine can connect. To accept others with passwords:")
 		fmt.Fprintln(w, "    mqttd passwd -c passwords USER && mqttd --listen 0.0.0.0:1883 --password-file passwords")

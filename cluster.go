@@ -1,0 +1,215 @@
+package mqttd
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+
+	"mqttd/cluster"
+	"mqttd/packets"
+	"mqttd/session"
+)
+
+// The broker's side of a cluster (Options.Cluster, package cluster): what
+// this node routes goes to the other nodes that want its topic, what they
+// route comes here and is routed to this node's clients only, and the
+// filters this node's clients subscribe to are what it wants. A broker
+// without a cluster pays a nil check per message and per subscription.
+
+// clusterLink is a Server's membership of its cluster.
+type clusterLink struct {
+	cfg cluster.Config
+
+	// mu guards wanted and node: a filter's first subscription on this
+	// node, and its last, reach the node in the order they were made.
+	mu     sync.Mutex
+	wanted map[string]int // filter → this node's subscriptions to it
+	node   *cluster.Node  // nil until Serve joins the cluster, and after Shutdown
+}
+
+// addSubscription subscribes cl to filter in the trie and, in a cluster,
+// counts the filter as one this node wants. It reports whether cl was not
+// subscribed to filter before.
+func (s *Server) addSubscription(filter string, cl *client, o subOpts) (bool, error) {
+	isNew, err := s.subs.Subscribe(filter, cl, o)
+	if isNew && err == nil && s.cluster != nil {
+		s.cluster.want(filter)
+	}
+	return isNew, err
+}
+
+// removeSubscription unsubscribes cl from filter, in the trie and, in a
+// cluster, from what this node wants. It reports whether cl was
+// subscribed.
+func (s *Server) removeSubscription(filter string, cl *client) bool {
+	if !s.subs.Unsubscribe(filter, cl) {
+		return false
+	}
+	if s.cluster != nil {
+		s.cluster.unwant(filter)
+	}
+	return true
+}
+
+func (l *clusterLink) want(filter string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.wanted[filter]++; l.wanted[filter] == 1 && l.node != nil {
+		l.node.Want(filter)
+	}
+}
+
+func (l *clusterLink) unwant(filter string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, ok := l.wanted[filter]
+	if !ok {
+		return
+	}
+	if n > 1 {
+		l.wanted[filter] = n - 1
+		return
+	}
+	delete(l.wanted, filter)
+	if l.node != nil {
+		l.node.Unwant(filter)
+	}
+}
+
+// joinCluster connects this node to its cluster and asks for the filters
+// its clients (restored sessions, bridges) already subscribe to.
+func (s *Server) joinCluster() error {
+	l := s.cluster
+	node, err := cluster.Start(l.cfg, s.log, s.fromCluster)
+	if err != nil {
+		return fmt.Errorf("mqttd: joining cluster %s: %w", l.cfg.Name, err)
+	}
+	l.mu.Lock()
+	l.node = node
+	for f := range l.wanted {
+		node.Want(f)
+	}
+	l.mu.Unlock()
+	s.log.Info().Str("cluster", l.cfg.Name).Str("node", node.Name()).Msg("joined the cluster")
+	return nil
+}
+
+// leaveCluster closes this node's connection to the cluster: nothing more
+// comes from it, nor goes to it.
+func (s *Server) leaveCluster() {
+	l := s.cluster
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	node := l.node
+	l.node = nil
+	l.mu.Unlock()
+	if node != nil {
+		if err := node.Close(); err != nil {
+			s.log.Warn().Err(err).Msg("leaving the cluster")
+		}
+	}
+}
+
+// clusterNode returns the node while this broker is in its cluster.
+func (s *Server) clusterNode() *cluster.Node {
+	if s.cluster == nil {
+		return nil
+	}
+	s.cluster.mu.Lock()
+	defer s.cluster.mu.Unlock()
+	return s.cluster.node
+}
+
+// toCluster sends a message this node routed to the nodes that want it,
+// and reports whether it went: the broker's own topics ($SYS) stay on
+// their node. The node sends the payload later, from its own goroutine:
+// borrowed says it is in a read buffer, and is copied.
+func (s *Server) toCluster(m *session.Message, borrowed bool) bool {
+	if strings.HasPrefix(m.Topic, "$") {
+		return false
+	}
+	node := s.clusterNode()
+	if node == nil {
+		return false
+	}
+	cm := cluster.Message{Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, Retain: m.Retain, Origin: m.Origin}
+	if borrowed {
+		cm.Payload = bytes.Clone(m.Payload)
+	}
+	if m.Properties != nil || m.Expiry != 0 {
+		// The other nodes count a message's expiry from when it reaches
+		// them: it travels as what is left of it.
+		p := forwardProperties(m, nil)
+		cm.Properties = &p
+	}
+	if err := node.Publish(&cm); err != nil {
+		s.stats.clusterDropped.Add(1)
+		return false
+	}
+	return true
+}
+
+// fromCluster routes a message another node published to this node's
+// clients, and keeps it if retained. It runs on the cluster connection's
+// goroutine; nothing it does waits for a client or the disk.
+func (s *Server) fromCluster(cm *cluster.Message) {
+	if s.closing.Load() {
+		return
+	}
+	if err := s.topics.ValidTopicName(cm.Topic); err != nil || cm.QoS > maxQoS {
+		s.stats.clusterDropped.Add(1)
+		return
+	}
+	var p packets.Properties
+	if cm.Properties != nil {
+		p = *cm.Properties
+	}
+	m := newMessage(cm.Topic, cm.Payload, cm.QoS, cm.Retain, &p, cm.Origin)
+	s.stats.clusterIn.Add(1)
+	if m.Retain {
+		s.storeRetained(m, nil)
+	}
+	s.route(m, nil)
+}
+
+// ClusterState is this node's view of its cluster, for the JSON API and
+// metrics.
+type ClusterState struct {
+	Name      string `json:"name"`
+	Node      string `json:"node"`
+	Connected bool   `json:"connected"`
+	// Filters are the filters this node's clients subscribe to, each
+	// wanted from the other nodes once.
+	Filters int `json:"filters"`
+	// MessagesIn and MessagesOut count the messages received from and
+	// sent to the other nodes; Dropped those not sent (the connection's
+	// buffer full) or not readable.
+	MessagesIn  uint64 `json:"messages_in"`
+	MessagesOut uint64 `json:"messages_out"`
+	Dropped     uint64 `json:"dropped"`
+	Reconnects  uint64 `json:"reconnects"`
+}
+
+// Cluster returns this node's state in its cluster, and false when the
+// broker is not in one (Options.Cluster).
+func (s *Server) Cluster() (ClusterState, bool) {
+	l := s.cluster
+	if l == nil {
+		return ClusterState{}, false
+	}
+	l.mu.Lock()
+	st := ClusterState{Name: l.cfg.Name, Node: l.cfg.NodeName, Filters: len(l.wanted)}
+	node := l.node
+	l.mu.Unlock()
+	st.MessagesIn, st.Dropped = s.stats.clusterIn.Load(), s.stats.clusterDropped.Load()
+	if node != nil {
+		ns := node.Stats()
+		st.Node, st.Connected = node.Name(), ns.Connected
+		st.MessagesOut, st.Reconnects = ns.MessagesOut, ns.Reconnects
+		st.Dropped += ns.DroppedOut
+	}
+	return st, true
+}
