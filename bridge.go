@@ -111,6 +111,11 @@ var bridgeDropNames = [bridgeDropReasons]string{"queue_full_oldest", "queue_full
 // newBridgeRun prepares a configured bridge; nothing runs until start.
 func (s *Server) newBridgeRun(c bridge.Config) *bridgeRun {
 	host, _ := os.Hostname()
+	if s.cluster != nil && s.cluster.cfg.NodeName != "" {
+		// Each node of a cluster runs its bridges under a client id of
+		// its own (cluster.go: bridges in a cluster).
+		host = s.cluster.cfg.NodeName
+	}
 	cfg := c.WithDefaults(host)
 	b := &bridgeRun{srv: s, given: c, cfg: cfg, id: bridgeIDPrefix + cfg.Name,
 		stop: make(chan struct{}), done: make(chan struct{}), since: time.Now()}

@@ -16,6 +16,14 @@ import (
 // route comes here and is routed to this node's clients only, and the
 // filters this node's clients subscribe to are what it wants. A broker
 // without a cluster pays a nil check per message and per subscription.
+//
+// Bridges in a cluster are configured alike on every node, as EMQX's are:
+// each node's bridge forwards what that node's clients publish (a
+// message from another node is left to that node's bridge), and brings
+// in from the remote for that node's clients only (what it brings in is
+// not sent to the other nodes, whose bridges bring it in themselves). Its
+// default client id on the remote starts with the node's name, not the
+// host's, so that two nodes on one host do not take each other's session.
 
 // clusterLink is a Server's membership of its cluster.
 type clusterLink struct {
@@ -172,8 +180,18 @@ func (s *Server) fromCluster(cm *cluster.Message) {
 	if m.Retain {
 		s.storeRetained(m, nil)
 	}
-	s.route(m, nil)
+	r := routerPool.Get().(*router)
+	r.remote = true
+	s.routeWith(r, m, nil)
+	r.remote = false
+	routerPool.Put(r)
 }
+
+// fromHere reports whether what c's reader publishes goes to the other
+// nodes of a cluster: all but what a bridge brings in from its remote,
+// which the same bridge on each node brings in itself (bridges in a
+// cluster). c is nil for the broker's own messages, which go.
+func (c *conn) fromHere() bool { return c == nil || c.link() == nil }
 
 // ClusterState is this node's view of its cluster, for the JSON API and
 // metrics.

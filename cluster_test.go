@@ -2,6 +2,7 @@ package mqttd_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"mqttd"
+	"mqttd/bridge"
 	"mqttd/cluster"
 	"mqttd/internal/natstest"
 	"mqttd/internal/testutil"
@@ -221,4 +223,78 @@ func TestClusterStateShown(t *testing.T) {
 	if _, ok := alone.srv.Cluster(); ok {
 		t.Error("a broker without a cluster says it is in one")
 	}
+}
+
+// TestClusterBridges: a bridge configured alike on two nodes forwards
+// each message once, from the node its publisher is on, and brings each
+// remote message in once to every node's subscribers; each node's bridge
+// is its own client on the remote.
+func TestClusterBridges(t *testing.T) {
+	t.Parallel()
+	remote, raddr := startServer(t, mqttd.Options{})
+	urls := natstest.Cluster(t, 2)
+	var nodes []*broker
+	for i := range 2 {
+		cfg := &cluster.Config{Name: "bridged", NodeName: fmt.Sprintf("n%d", i+1), NATS: cluster.NATSConfig{URL: urls[i]}}
+		b := bridgeTo(raddr, "5", rule("up/#", bridge.Out, 1, "", ""), rule("down/#", bridge.In, 1, "", ""))
+		b.ClientID = "" // the default: the node's name, then the bridge's
+		nodes = append(nodes, startBroker(t, mqttd.Options{DataDir: t.TempDir(), Cluster: cfg, Bridges: []bridge.Config{b}}))
+	}
+	for i, n := range nodes {
+		waitBridge(t, n.srv, true)
+		waitRemoteSub(t, remote, fmt.Sprintf("n%d.cloud", i+1), "down/#")
+	}
+	// Each node's subscriber, and each bridge's out rule, wanted on the
+	// other node.
+	sub1 := connectSubscribed(t, &packets.Connect{ClientID: "sub1", CleanStart: true}, nodes[0].addr,
+		packets.Subscription{Filter: "up/#"}, packets.Subscription{Filter: "down/#"})
+	sub2 := connectSubscribed(t, &packets.Connect{ClientID: "sub2", CleanStart: true}, nodes[1].addr,
+		packets.Subscription{Filter: "down/#"})
+	awaitInterest(t, nodes[0].addr, nodes[1].addr)
+	awaitInterest(t, nodes[1].addr, nodes[0].addr)
+	atRemote := connectSubscribed(t, &packets.Connect{ClientID: "remote-sub", CleanStart: true}, raddr,
+		packets.Subscription{Filter: "up/#"})
+
+	// Out, from node 2: once at the remote. Node 1 has it too (sub1 shows
+	// when), and its bridge leaves it: what node 1's bridge forwards next
+	// comes after anything it might have taken.
+	pub2 := connectRaw(t, nodes[1].addr, &packets.Connect{ClientID: "pub2", CleanStart: true})
+	pub2.send(&packets.Publish{Topic: "up/2", Payload: []byte("from 2")})
+	pub2.send(&packets.Publish{Topic: "up/2", Payload: []byte("fence")})
+	if got := fmt.Sprint(readUntil(sub1, "fence")); got != "[from 2@0]" {
+		t.Fatalf("node 1's subscriber got %s", got)
+	}
+	pub1 := connectRaw(t, nodes[0].addr, &packets.Connect{ClientID: "pub1", CleanStart: true})
+	pub1.send(&packets.Publish{Topic: "up/1", Payload: []byte("from 1")})
+	pub1.send(&packets.Publish{Topic: "up/1", Payload: []byte("fence1")})
+	readUntil(sub1, "fence1")
+	var seen []string
+	for fences := 0; fences < 2; {
+		p, ok := atRemote.read().(*packets.Publish)
+		if !ok {
+			t.Fatalf("the remote's subscriber got %T", p)
+		}
+		switch string(p.Payload) {
+		case "fence", "fence1":
+			fences++
+		default:
+			seen = append(seen, string(p.Payload))
+		}
+	}
+	if slices.Sort(seen); fmt.Sprint(seen) != "[from 1 from 2]" {
+		t.Errorf("the remote got %v, want each message once", seen)
+	}
+	expectNothing(atRemote)
+
+	// In: each node's subscriber gets a remote message once.
+	rpub := connectRaw(t, raddr, &packets.Connect{ClientID: "remote-pub", CleanStart: true})
+	rpub.send(&packets.Publish{Topic: "down/x", Payload: []byte("cmd")})
+	rpub.send(&packets.Publish{Topic: "down/x", Payload: []byte("fence")})
+	for i, sub := range []*rawConn{sub1, sub2} {
+		if got := fmt.Sprint(readUntil(sub, "fence")); got != "[cmd@0]" {
+			t.Errorf("node %d's subscriber got %s, want the remote's message once", i+1, got)
+		}
+	}
+	expectNothing(sub1)
+	expectNothing(sub2)
 }

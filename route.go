@@ -52,8 +52,11 @@ type router struct {
 	gen     uint64
 	matched bool
 	alt     [1]topictrie.Sub[*client, subOpts] // another share group member
-	enc     encoded
-	now     time.Time // read once per message, and only when needed
+	// remote marks a message another node of the cluster routed, which
+	// this node's bridges leave to that node's (cluster.go).
+	remote bool
+	enc    encoded
+	now    time.Time // read once per message, and only when needed
 	// msg is the message routed when nothing need keep it past its
 	// routing (publishTransient): it costs an allocation only when
 	// something keeps it (encoded.kept).
@@ -86,7 +89,7 @@ func (s *Server) publish(m *session.Message, owner *conn) (clients int) {
 		s.storeRetained(m, owner)
 	}
 	clients = s.route(m, owner)
-	if s.cluster != nil && s.toCluster(m, false) {
+	if s.cluster != nil && owner.fromHere() && s.toCluster(m, false) {
 		// Another node's subscribers are not counted: none is told
 		// there were no matching subscribers when some may be there.
 		clients = max(clients, 1)
@@ -105,7 +108,7 @@ func (s *Server) publishTransient(topic string, payload []byte, origin string, o
 	m := &r.msg
 	m.Topic, m.Payload, m.Origin = topic, payload, origin
 	clients = s.routeWith(r, m, owner)
-	if s.cluster != nil && s.toCluster(m, true) {
+	if s.cluster != nil && owner.fromHere() && s.toCluster(m, true) {
 		clients = max(clients, 1)
 	}
 	m.Topic, m.Payload, m.Origin = "", nil, ""
@@ -186,6 +189,9 @@ func (s *Server) deliverRun(r *router, m *session.Message, run []topictrie.Sub[*
 		run = r.alt[:]
 	}
 	target := run[0].Key
+	if r.remote && target.bridge.Load() != nil {
+		return false
+	}
 	var qos byte
 	var retain, matched bool
 	var ids []uint32
