@@ -41,10 +41,19 @@ type clusterLink struct {
 // subscribed to filter before.
 func (s *Server) addSubscription(filter string, cl *client, o subOpts) (bool, error) {
 	isNew, err := s.subs.Subscribe(filter, cl, o)
-	if isNew && err == nil && s.cluster != nil {
+	if isNew && err == nil && s.cluster != nil && crossesNodes(filter) {
 		s.cluster.want(filter)
 	}
 	return isNew, err
+}
+
+// crossesNodes reports whether filter matches topics other nodes send:
+// any but those of the broker's own '$' topics, which stay on their node.
+func crossesNodes(filter string) bool {
+	if rest, ok := strings.CutPrefix(filter, "$share/"); ok {
+		_, filter, _ = strings.Cut(rest, "/")
+	}
+	return !strings.HasPrefix(filter, "$")
 }
 
 // removeSubscription unsubscribes cl from filter, in the trie and, in a
@@ -54,7 +63,7 @@ func (s *Server) removeSubscription(filter string, cl *client) bool {
 	if !s.subs.Unsubscribe(filter, cl) {
 		return false
 	}
-	if s.cluster != nil {
+	if s.cluster != nil && crossesNodes(filter) {
 		s.cluster.unwant(filter)
 	}
 	return true

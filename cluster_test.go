@@ -206,6 +206,19 @@ func TestClusterStateShown(t *testing.T) {
 	if v := metricValue(t, regs[0], "mqttd_cluster_filters"); v != 1 {
 		t.Errorf("mqttd_cluster_filters %v, want 1 (s/#)", v)
 	}
+	sys := connectSubscribed(t, &packets.Connect{ClientID: "sys", CleanStart: true}, nodes[0].addr,
+		packets.Subscription{Filter: "$SYS/broker/cluster/#"})
+	values := map[string]string{}
+	for len(values) < 6 {
+		p, ok := sys.read().(*packets.Publish)
+		if !ok {
+			t.Fatalf("got %T, want a $SYS value", p)
+		}
+		values[strings.TrimPrefix(p.Topic, "$SYS/broker/cluster/")] = string(p.Payload)
+	}
+	if values["node"] != "n1" || values["connected"] != "1" || values["filters"] != "1" || values["messages/received"] == "0" {
+		t.Errorf("$SYS/broker/cluster/: %v", values)
+	}
 
 	// A node fails over to the other servers it learned of: only with
 	// none left is it out of the cluster.

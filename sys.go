@@ -244,6 +244,18 @@ func (t *sysTree) appendValues(into []sysValue, s *Server, c *sysSample, now tim
 	num(sysPrefix+"store/messages/count", c.queued+c.retained)
 	num(sysPrefix+"store/messages/bytes", c.queuedBytes+c.retainedBytes)
 	num(sysPrefix+"heap/current", c.heap)
+	if st, ok := s.Cluster(); ok {
+		connected := int64(0)
+		if st.Connected {
+			connected = 1
+		}
+		into = append(into, sysValue{sysPrefix + "cluster/node", st.Node})
+		num(sysPrefix+"cluster/connected", connected)
+		num(sysPrefix+"cluster/filters", int64(st.Filters))
+		unsigned(sysPrefix+"cluster/messages/received", st.MessagesIn)
+		unsigned(sysPrefix+"cluster/messages/sent", st.MessagesOut)
+		unsigned(sysPrefix+"cluster/messages/dropped", st.Dropped)
+	}
 	for i := range numLoads {
 		for w := range loadWindows {
 			payload := strconv.FormatFloat(t.loads[i][w], 'f', 2, 64)
