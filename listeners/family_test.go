@@ -66,3 +66,20 @@ func TestListenBindsTheFamilyAsked(t *testing.T) {
 		}
 	}
 }
+
+// TestNetworkOfAddress: the network each kind of address listens with.
+func TestNetworkOfAddress(t *testing.T) {
+	for addr, want := range map[string]string{
+		"0.0.0.0:1883":   "tcp4",
+		"127.0.0.1:9090": "tcp4",
+		"[::]:1883":      "tcp",
+		"[::1]:1883":     "tcp",
+		"localhost:1883": "tcp",
+		":1883":          "tcp",
+		"no port":        "tcp",
+	} {
+		if got := listeners.Network(addr); got != want {
+			t.Errorf("Network(%q) = %s, want %s", addr, got, want)
+		}
+	}
+}

@@ -180,7 +180,7 @@ func Listen(cfg Config) (*Listener, error) {
 	case TCP, TLS, WS, WSS:
 		// MQTT has its own keepalive: TCP keepalive on every accepted
 		// socket would only cost setsockopt calls per connection.
-		l.base, err = (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), tcpNetwork(cfg.Address), cfg.Address)
+		l.base, err = (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), Network(cfg.Address), cfg.Address)
 	case Unix:
 		l.base, err = listenUnix(cfg.Path, cfg.FileMode)
 	default:
@@ -213,11 +213,12 @@ func Listen(cfg Config) (*Listener, error) {
 	return l, nil
 }
 
-// tcpNetwork is the network to listen on address with: only IPv4 for an
-// IPv4 address, as asked (Go's "tcp" makes 0.0.0.0 every IPv6 address
-// too); "tcp" for an IPv6 address, [::] being both families as with
-// Mosquitto, and for a host name, which may resolve to either.
-func tcpNetwork(address string) string {
+// Network is the network to listen on TCP address host:port with: only
+// IPv4 for an IPv4 address, as asked (Go's "tcp" makes 0.0.0.0 every IPv6
+// address too); "tcp" for an IPv6 address, [::] being both families as
+// with Mosquitto, and for a host name, which may resolve to either. The
+// broker's HTTP listener binds with it too.
+func Network(address string) string {
 	host, _, err := net.SplitHostPort(address)
 	if err != nil {
 		return "tcp"

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"mqttd"
+	"mqttd/listeners"
 )
 
 // HTTP on the metrics address (metrics.address, --metrics): /metrics,
@@ -251,7 +252,7 @@ func serveHTTP(mc metricsConfig, srv *mqttd.Server, reg *prometheus.Registry, lo
 	if mc.Address == "" {
 		return nil, nil, nil
 	}
-	l, err := net.Listen("tcp", mc.Address)
+	l, err := net.Listen(listeners.Network(mc.Address), mc.Address)
 	if err != nil {
 		return nil, nil, err
 	}

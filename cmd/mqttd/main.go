@@ -166,7 +166,11 @@ func banner(w io.Writer, srv *mqttd.Server, cfg config) {
 	if durability == "" {
 		durability = "sync"
 	}
-	fmt.Fprintf(w, "  state in %s (durability %s)\n", filepath.Join(cfg.DataDir, mqttd.StoreFile), durability)
+	state := filepath.Join(cfg.DataDir, mqttd.StoreFile)
+	if abs, err := filepath.Abs(state); err == nil {
+		state = abs // a relative data_dir is relative to wherever the broker was started
+	}
+	fmt.Fprintf(w, "  state in %s (durability %s)\n", state, durability)
 	if c := cfg.Cluster; c != nil {
 		over := "NATS at " + c.NATS.URL
 		if c.NATS.Embedded != nil {

@@ -115,15 +115,18 @@ func TestVersion(t *testing.T) {
 }
 
 // TestBinaryServesAndStopsOnSIGTERM runs the real binary as a child
-// process: it must print where it listens, serve MQTT, create its data
+// process: it must print where it listens and where its state is (the
+// full path of a relative --data-dir), serve MQTT, create its data
 // directory and exit 0 on SIGTERM.
 func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "mqttd")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	dataDir := filepath.Join(t.TempDir(), "state")
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--log-level", "debug")
+	cwd := t.TempDir()
+	dataDir := filepath.Join(cwd, "state")
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--data-dir", "state", "--log-level", "debug")
+	cmd.Dir = cwd
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -146,9 +149,10 @@ func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
 		exited <- cmd.Wait()
 	}()
 	listening := regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+)`)
-	var addr string
+	stateIn := regexp.MustCompile(`state in (\S+) `)
+	var addr, state string
 	timeout := time.After(20 * time.Second)
-	for addr == "" {
+	for addr == "" || state == "" {
 		select {
 		case line, ok := <-lines:
 			if !ok {
@@ -157,9 +161,15 @@ func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
 			if m := listening.FindStringSubmatch(line); m != nil {
 				addr = m[1]
 			}
+			if m := stateIn.FindStringSubmatch(line); m != nil {
+				state = m[1]
+			}
 		case <-timeout:
-			t.Fatal("mqttd did not say where it listens")
+			t.Fatalf("mqttd did not say where it listens (%q) and keeps its state (%q)", addr, state)
 		}
+	}
+	if want := filepath.Join(dataDir, "mqttd.db"); state != want {
+		t.Errorf("the banner says state in %s, want %s", state, want)
 	}
 	if st, err := os.Stat(dataDir); err != nil || !st.IsDir() {
 		t.Errorf("data directory not created: %v", err)
