@@ -68,14 +68,19 @@ func DeriveFromMemory(m int64) Limits {
 // runs far more often.
 const memoryWatchInterval = time.Second
 
-// liveHeapMetric is the heap that survived the last collection.
-const liveHeapMetric = "/gc/heap/live:bytes"
+// liveHeapMetric is the heap that survived the last collection; until
+// the first collection it reads 0, and heapObjectsMetric, every object
+// allocated and not yet freed, stands in for it.
+const (
+	liveHeapMetric    = "/gc/heap/live:bytes"
+	heapObjectsMetric = "/memory/classes/heap/objects:bytes"
+)
 
 // memoryWatch sets the server's pressure flag from the live heap: on past
 // 7/8 of limits.max_memory, off again below 3/4, so that the broker does
 // not flap at the line.
 type memoryWatch struct {
-	sample  [1]metrics.Sample
+	sample  [2]metrics.Sample
 	started atomic.Bool
 	stop    chan struct{}
 	done    chan struct{}
@@ -83,7 +88,7 @@ type memoryWatch struct {
 
 func newMemoryWatch() *memoryWatch {
 	w := &memoryWatch{stop: make(chan struct{}), done: make(chan struct{})}
-	w.sample[0].Name = liveHeapMetric
+	w.sample[0].Name, w.sample[1].Name = liveHeapMetric, heapObjectsMetric
 	return w
 }
 
@@ -110,10 +115,16 @@ func (w *memoryWatch) start(s *Server) {
 // the log when it changes.
 func (w *memoryWatch) check(s *Server) {
 	metrics.Read(w.sample[:])
-	if w.sample[0].Value.Kind() != metrics.KindUint64 {
+	var v [2]uint64
+	for i, s := range w.sample {
+		if s.Value.Kind() == metrics.KindUint64 {
+			v[i] = s.Value.Uint64()
+		}
+	}
+	live := liveHeap(v[0], v[1])
+	if live == 0 {
 		return
 	}
-	live := int64(w.sample[0].Value.Uint64())
 	st := &s.stats
 	st.heapLive.Store(live)
 	budget := s.opts.Limits.MaxMemory
@@ -128,6 +139,17 @@ func (w *memoryWatch) check(s *Server) {
 		st.memoryPressure.Store(false)
 		s.log.Info().Int64("live_heap", live).Int64("max_memory", budget).Msg("memory pressure over")
 	}
+}
+
+// liveHeap is the live heap from liveHeapMetric's and heapObjectsMetric's
+// values: the first, or, before the first collection has measured it, the
+// heap's objects ($SYS and the metrics read 0 for the first seconds after
+// a start otherwise). 0 when neither is known.
+func liveHeap(live, objects uint64) int64 {
+	if live > 0 {
+		return int64(live)
+	}
+	return int64(objects)
 }
 
 // close stops the watch, if it was started, and waits for it.
