@@ -22,34 +22,68 @@ func BenchmarkPublish(b *testing.B) {
 		b.Cleanup(func() { _ = n.Close() })
 		return n
 	}
+	// At most 1,000 in flight: each delivery frees a place.
+	window := make(chan struct{}, 1000)
+	warm, drained := make(chan struct{}, 1), make(chan struct{}, 1)
+	var warming atomic.Bool
+	warming.Store(true)
 	pub := start("P", urls[0], func(*Message) {})
-	sub := start("S", urls[1], func(*Message) { got.Add(1) })
+	sub := start("S", urls[1], func(m *Message) {
+		if warming.Load() {
+			ch := warm
+			if m.Topic == "bench/marker" {
+				ch = drained
+			}
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+			return
+		}
+		got.Add(1)
+		<-window
+	})
 	sub.Want("bench/+")
 	m := &Message{Topic: "bench/x", Payload: make([]byte, 64), QoS: 1, Origin: "client-1"}
-	deadline := time.Now().Add(10 * time.Second)
-	for got.Load() == 0 {
-		if time.Now().After(deadline) {
+	// Published until one crosses: the route's interest is then in place.
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for crossed := false; !crossed; {
+		_ = pub.Publish(m)
+		select {
+		case <-warm:
+			crossed = true
+		case <-tick.C:
+		case <-deadline:
 			b.Fatal("no message crossed within 10s")
 		}
-		_ = pub.Publish(m)
-		time.Sleep(time.Millisecond) // benchmark warm-up only: waiting for the route's interest
 	}
-	base := got.Load()
+	// The warm-up's last messages are delivered before a marker sent
+	// after them on the same subject tree.
+	if err := pub.Publish(&Message{Topic: "bench/marker"}); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case <-drained:
+	case <-deadline:
+		b.Fatal("the marker did not cross within 10s")
+	}
+	warming.Store(false)
 	b.SetBytes(64)
 	b.ReportAllocs()
 	b.ResetTimer()
-	for i := range b.N {
-		for int64(i)-(got.Load()-base) >= 1000 {
-			time.Sleep(10 * time.Microsecond)
-		}
+	for range b.N {
+		window <- struct{}{}
 		for pub.Publish(m) == ErrQueueFull {
-			time.Sleep(10 * time.Microsecond)
+			<-tick.C
 		}
 	}
-	for got.Load()-base < int64(b.N) {
-		if time.Now().After(deadline.Add(time.Minute)) {
-			b.Fatalf("%d of %d delivered", got.Load()-base, b.N)
+	for range cap(window) {
+		select {
+		case window <- struct{}{}: // every delivery has freed its place
+		case <-time.After(time.Minute):
+			b.Fatalf("%d of %d delivered", got.Load(), b.N)
 		}
-		time.Sleep(10 * time.Microsecond)
 	}
 }
