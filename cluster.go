@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"mqttd/cluster"
 	"mqttd/packets"
@@ -29,11 +30,14 @@ import (
 type clusterLink struct {
 	cfg cluster.Config
 
-	// mu guards wanted and node: a filter's first subscription on this
-	// node, and its last, reach the node in the order they were made.
+	// mu guards wanted, and orders the node's setting with it: a filter's
+	// first subscription on this node, and its last, reach the node in the
+	// order they were made.
 	mu     sync.Mutex
 	wanted map[string]int // filter → this node's subscriptions to it
-	node   *cluster.Node  // nil until Serve joins the cluster, and after Shutdown
+	// node is nil until Serve joins the cluster, and after Shutdown; set
+	// under mu, read without it by every message sent (toCluster).
+	node atomic.Pointer[cluster.Node]
 }
 
 // addSubscription subscribes cl to filter in the trie and, in a cluster,
@@ -72,8 +76,10 @@ func (s *Server) removeSubscription(filter string, cl *client) bool {
 func (l *clusterLink) want(filter string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.wanted[filter]++; l.wanted[filter] == 1 && l.node != nil {
-		l.node.Want(filter)
+	if l.wanted[filter]++; l.wanted[filter] == 1 {
+		if node := l.node.Load(); node != nil {
+			node.Want(filter)
+		}
 	}
 }
 
@@ -89,8 +95,8 @@ func (l *clusterLink) unwant(filter string) {
 		return
 	}
 	delete(l.wanted, filter)
-	if l.node != nil {
-		l.node.Unwant(filter)
+	if node := l.node.Load(); node != nil {
+		node.Unwant(filter)
 	}
 }
 
@@ -103,7 +109,7 @@ func (s *Server) joinCluster() error {
 		return fmt.Errorf("mqttd: joining cluster %s: %w", l.cfg.Name, err)
 	}
 	l.mu.Lock()
-	l.node = node
+	l.node.Store(node)
 	for f := range l.wanted {
 		node.Want(f)
 	}
@@ -120,8 +126,7 @@ func (s *Server) leaveCluster() {
 		return
 	}
 	l.mu.Lock()
-	node := l.node
-	l.node = nil
+	node := l.node.Swap(nil)
 	l.mu.Unlock()
 	if node != nil {
 		if err := node.Close(); err != nil {
@@ -135,9 +140,7 @@ func (s *Server) clusterNode() *cluster.Node {
 	if s.cluster == nil {
 		return nil
 	}
-	s.cluster.mu.Lock()
-	defer s.cluster.mu.Unlock()
-	return s.cluster.node
+	return s.cluster.node.Load()
 }
 
 // toCluster sends a message this node routed to the nodes that want it,
@@ -229,7 +232,7 @@ func (s *Server) Cluster() (ClusterState, bool) {
 	}
 	l.mu.Lock()
 	st := ClusterState{Name: l.cfg.Name, Node: l.cfg.NodeName, Filters: len(l.wanted)}
-	node := l.node
+	node := l.node.Load()
 	l.mu.Unlock()
 	st.MessagesIn, st.Dropped = s.stats.clusterIn.Load(), s.stats.clusterDropped.Load()
 	if node != nil {
