@@ -22,6 +22,11 @@ type Config struct {
 	NodeName string `yaml:"node_name"`
 	// NATS says how the node reaches NATS.
 	NATS NATSConfig `yaml:"nats"`
+	// Replicas is how many NATS servers keep each record of the
+	// replicated store (which node owns each client id), from 1 to 5;
+	// default (0) DefaultReplicas, or 1 when the NATS servers are not a
+	// JetStream cluster. JetStream must be enabled on the servers.
+	Replicas int `yaml:"replicas"`
 }
 
 // NATSConfig is where the node's NATS connection goes: exactly one of URL
@@ -42,11 +47,15 @@ type EmbeddedConfig struct {
 	// DefaultListen; port 0 picks a free one); the node connects to it.
 	Listen string `yaml:"listen"`
 	// Cluster is its route listener host:port, where the other nodes'
-	// routes connect (port 0 picks a free one). Required with Routes.
+	// routes connect. Required with Routes, and Routes with it; without
+	// both the server is on its own (a cluster of one node).
 	Cluster string `yaml:"cluster"`
 	// Routes are the other nodes' route addresses (nats-route://host:port
 	// or host:port); the servers gossip the rest of the mesh.
 	Routes []string `yaml:"routes"`
+	// StoreDir is where the embedded server keeps its JetStream files
+	// (the replicated store); the broker's default is data_dir/nats.
+	StoreDir string `yaml:"store_dir"`
 }
 
 // DefaultListen is the embedded server's client address when
@@ -69,6 +78,9 @@ func (c *Config) Validate() error {
 	if err := validNodeName(c.NodeName); err != nil {
 		return fmt.Errorf("cluster.node_name: %w", err)
 	}
+	if err := validReplicas(c.Replicas); err != nil {
+		return fmt.Errorf("cluster.replicas: %w", err)
+	}
 	switch {
 	case c.NATS.URL != "" && c.NATS.Embedded != nil:
 		return errors.New("cluster.nats: url and embedded are exclusive: set one")
@@ -89,11 +101,15 @@ func (e *EmbeddedConfig) validate() error {
 			return fmt.Errorf("cluster.nats.embedded.listen: %w", err)
 		}
 	}
-	if e.Cluster != "" {
+	switch {
+	case e.Cluster != "":
 		if _, _, err := hostPort(e.Cluster); err != nil {
 			return fmt.Errorf("cluster.nats.embedded.cluster: %w", err)
 		}
-	} else if len(e.Routes) > 0 {
+		if len(e.Routes) == 0 {
+			return errors.New("cluster.nats.embedded.routes: required with cluster (JetStream's servers must know their peers from the start; listing this node's own address too is fine)")
+		}
+	case len(e.Routes) > 0:
 		return errors.New("cluster.nats.embedded.cluster: required with routes (the other nodes' routes connect to it)")
 	}
 	for i, r := range e.Routes {

@@ -34,6 +34,9 @@ func TestValidate(t *testing.T) {
 		{Config{Name: "c1", NATS: emb(EmbeddedConfig{Listen: "127.0.0.1:70000"})}, "cluster.nats.embedded.listen:"},
 		{Config{Name: "c1", NATS: emb(EmbeddedConfig{Cluster: "x"})}, "cluster.nats.embedded.cluster:"},
 		{Config{Name: "c1", NATS: emb(EmbeddedConfig{Routes: []string{"127.0.0.1:1"}})}, "cluster.nats.embedded.cluster: required"},
+		{Config{Name: "c1", NATS: emb(EmbeddedConfig{Cluster: ":6222"})}, "cluster.nats.embedded.routes: required"},
+		{Config{Name: "c1", Replicas: 6, NATS: NATSConfig{URL: "nats://a:1"}}, "cluster.replicas:"},
+		{Config{Name: "c1", Replicas: -1, NATS: NATSConfig{URL: "nats://a:1"}}, "cluster.replicas:"},
 		{Config{Name: "c1", NATS: emb(EmbeddedConfig{Cluster: ":6222", Routes: []string{"127.0.0.1:1", "h"}})}, "cluster.nats.embedded.routes[1]:"},
 		{Config{Name: "c1", NATS: emb(EmbeddedConfig{Cluster: ":6222", Routes: []string{"http://h:1"}})}, "cluster.nats.embedded.routes[0]:"},
 	} {

@@ -5,6 +5,8 @@ package cluster
 import (
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -29,7 +31,7 @@ func (e embeddedServer) shutdown() {
 }
 
 // startEmbedded starts the NATS server of cfg.NATS.Embedded, clustered
-// under cfg.Name with routes to the other nodes, without JetStream, and
+// under cfg.Name with routes to the other nodes, with JetStream (the replicated store), and
 // waits until it accepts clients.
 func startEmbedded(cfg Config, log zerolog.Logger) (embedded, error) {
 	opts, err := serverOptions(cfg)
@@ -60,11 +62,22 @@ func serverOptions(cfg Config) (*server.Options, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster.nats.embedded.listen: %w", err)
 	}
+	storeDir := e.StoreDir
+	if storeDir == "" {
+		storeDir = filepath.Join(os.TempDir(), "mqttd-nats", cfg.Name, cfg.NodeName)
+	}
 	opts := &server.Options{
 		ServerName: cfg.NodeName,
 		Host:       host,
 		Port:       randomIfZero(port),
 		NoSigs:     true,
+		// The replicated store holds small records (owners of client
+		// ids): bounded well below JetStream's defaults, which take a
+		// share of the machine's memory and disk.
+		JetStream:          true,
+		StoreDir:           storeDir,
+		JetStreamMaxMemory: 64 << 20,
+		JetStreamMaxStore:  1 << 30,
 	}
 	if e.Cluster != "" {
 		ch, cp, err := hostPort(e.Cluster)

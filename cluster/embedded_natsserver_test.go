@@ -3,15 +3,17 @@
 package cluster
 
 import (
-	"strings"
+	"fmt"
 	"testing"
 	"time"
+
+	"mqttd/internal/natstest"
 )
 
-func startEmbeddedNode(t *testing.T, name string, r *recorder, routes ...string) *Node {
+func startEmbeddedNode(t *testing.T, name, cluster string, r *recorder, routes ...string) *Node {
 	t.Helper()
-	cfg := Config{Name: "c1", NodeName: name, NATS: NATSConfig{Embedded: &EmbeddedConfig{
-		Listen: "127.0.0.1:0", Cluster: "127.0.0.1:0", Routes: routes}}}
+	cfg := Config{Name: "c1", NodeName: name, Replicas: 1, NATS: NATSConfig{Embedded: &EmbeddedConfig{
+		Listen: "127.0.0.1:0", Cluster: cluster, Routes: routes, StoreDir: t.TempDir()}}}
 	n, err := Start(cfg, testLogger(t), r.deliver)
 	if err != nil {
 		t.Fatal(err)
@@ -26,11 +28,13 @@ func startEmbeddedNode(t *testing.T, name string, r *recorder, routes ...string)
 
 func TestEmbeddedServersRouted(t *testing.T) {
 	r1, r2 := newRecorder(), newRecorder()
-	n1 := startEmbeddedNode(t, "E1", r1)
-	if !strings.HasPrefix(n1.RouteAddr(), "127.0.0.1:") || strings.HasSuffix(n1.RouteAddr(), ":0") {
-		t.Fatalf("RouteAddr %q", n1.RouteAddr())
+	a1 := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	a2 := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	n1 := startEmbeddedNode(t, "E1", a1, r1, a2)
+	if n1.RouteAddr() != a1 {
+		t.Fatalf("RouteAddr %q, want %s", n1.RouteAddr(), a1)
 	}
-	n2 := startEmbeddedNode(t, "E2", r2, "nats-route://"+n1.RouteAddr())
+	n2 := startEmbeddedNode(t, "E2", a2, r2, "nats-route://"+a1)
 	if n1.ClientURL() == n2.ClientURL() {
 		t.Fatalf("both nodes on %s: not two servers", n1.ClientURL())
 	}

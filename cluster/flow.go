@@ -38,10 +38,17 @@ type Stats struct {
 	Filters int
 	// Reconnects counts the NATS connection's reconnections.
 	Reconnects uint64
+	// StoreReady reports the replicated store bound: the node may claim
+	// client ids.
+	StoreReady bool
+	// Takeovers counts client ids this node took over from another node;
+	// HandedOver those it gave up to another node.
+	Takeovers, HandedOver uint64
 }
 
 type counters struct {
 	out, in, droppedOut, tooLong, droppedIn, malformed, reconnects atomic.Uint64
+	takeovers, handedOver                                          atomic.Uint64
 }
 
 // Stats returns the node's counters.
@@ -61,6 +68,9 @@ func (n *Node) Stats() Stats {
 		Subscriptions: int(n.nsubs.Load()),
 		Filters:       filters,
 		Reconnects:    n.stats.reconnects.Load(),
+		StoreReady:    n.StoreReady(),
+		Takeovers:     n.stats.takeovers.Load(),
+		HandedOver:    n.stats.handedOver.Load(),
 	}
 }
 
@@ -266,6 +276,7 @@ func (n *Node) Close() error {
 		n.closeErr = n.drain()
 		close(n.stopIn)
 		<-n.deliverDone
+		<-n.storeDone
 		if n.emb != nil {
 			n.emb.shutdown()
 		}

@@ -95,6 +95,14 @@ type Node struct {
 
 	stats counters
 	warn  throttle
+
+	// store is the replicated store (owner.go), nil until bound;
+	// storeDone is closed when bindStore returns.
+	store     atomic.Pointer[kvStore]
+	storeDone chan struct{}
+	owned     ownership
+	// handovers is the subscription ServeHandover made (mu).
+	handovers *nats.Subscription
 }
 
 // embedded is the NATS server a node runs in its process
@@ -146,6 +154,9 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 		stopIn:   make(chan struct{}),
 		ncClosed: make(chan struct{}),
 
+		storeDone: make(chan struct{}),
+		owned:     ownership{ids: map[string]uint64{}},
+
 		sendDone:    make(chan struct{}),
 		deliverDone: make(chan struct{}),
 	}
@@ -179,6 +190,7 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 	n.log.Info().Str("nats", nc.ConnectedUrlRedacted()).Str("cluster", cfg.Name).Msg("cluster node connected")
 	go n.sendLoop()
 	go n.deliverLoop()
+	go n.bindStore(cfg.Replicas)
 	return n, nil
 }
 

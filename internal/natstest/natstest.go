@@ -1,11 +1,15 @@
 // Package natstest starts nats-servers for tests: a cluster of n servers
-// in the test's process, routed to each other on 127.0.0.1, stopped at the
+// in the test's process, routed to each other on 127.0.0.1, with
+// JetStream (files in the test's temporary directories), stopped at the
 // test's end. Only tests import it (it links the whole nats-server).
 package natstest
 
 import (
 	"fmt"
+	"net"
 	"net/url"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -41,8 +45,16 @@ func Start(t testing.TB, n int) *Servers {
 		t.Fatalf("natstest: a cluster of %d servers", n)
 	}
 	s := &Servers{t: t}
+	// Made before the servers' cleanup is registered, so removed after
+	// the servers stop writing to it.
+	dir := t.TempDir()
 	t.Cleanup(s.shutdownAll)
-	seed := 0
+	// A JetStream cluster needs every server's routes configured from
+	// the start: the route ports are picked before any server starts.
+	routes := make([]*url.URL, n)
+	for i := range routes {
+		routes[i] = &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", FreePort(t))}
+	}
 	for i := range n {
 		opts := &server.Options{
 			ServerName: fmt.Sprintf("natstest-%d", i),
@@ -50,30 +62,66 @@ func Start(t testing.TB, n int) *Servers {
 			Port:       server.RANDOM_PORT,
 			NoLog:      true,
 			NoSigs:     true,
+			JetStream:  true,
+			StoreDir:   filepath.Join(dir, strconv.Itoa(i)),
 		}
-		opts.Cluster.Name = ClusterName
-		opts.Cluster.Host = "127.0.0.1"
-		opts.Cluster.Port = server.RANDOM_PORT
-		if i > 0 {
-			opts.Routes = []*url.URL{{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", seed)}}
+		if n > 1 {
+			opts.Cluster.Name = ClusterName
+			opts.Cluster.Host = "127.0.0.1"
+			opts.Cluster.Port, _ = strconv.Atoi(routes[i].Port())
+			opts.Routes = routes
 		}
 		srv, err := server.NewServer(opts)
 		if err != nil {
 			t.Fatalf("natstest: server %d: %v", i, err)
 		}
 		srv.Start()
+		s.servers = append(s.servers, srv)
+	}
+	for i, srv := range s.servers {
 		if !srv.ReadyForConnections(readyTimeout) {
-			srv.Shutdown()
 			t.Fatalf("natstest: server %d not ready within %v", i, readyTimeout)
 		}
-		if i == 0 {
-			seed = srv.ClusterAddr().Port
-		}
-		s.servers = append(s.servers, srv)
 		s.urls = append(s.urls, srv.ClientURL())
 	}
 	WaitMeshed(t, s.servers...)
+	s.waitJetStream()
 	return s
+}
+
+// waitJetStream waits until JetStream serves: a meta leader elected
+// among the servers of a cluster.
+func (s *Servers) waitJetStream() {
+	s.t.Helper()
+	if len(s.servers) == 1 {
+		return
+	}
+	deadline := time.Now().Add(readyTimeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		for _, srv := range s.servers {
+			if srv.JetStreamIsLeader() {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("natstest: no JetStream meta leader within %v", readyTimeout)
+		}
+		<-tick.C
+	}
+}
+
+// FreePort returns a TCP port of 127.0.0.1 free a moment ago, for a
+// server that must know its peers' ports before they start.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // URLs are the servers' client URLs, in order.
