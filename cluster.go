@@ -3,6 +3,7 @@ package mqttd
 import (
 	"bytes"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -100,6 +101,18 @@ func (l *clusterLink) unwant(filter string) {
 	}
 }
 
+// clusterConfig is o's cluster configuration with the broker's defaults:
+// an embedded server keeps its JetStream files in data_dir/nats.
+func clusterConfig(o *Options) cluster.Config {
+	cfg := *o.Cluster
+	if e := cfg.NATS.Embedded; e != nil && e.StoreDir == "" && o.DataDir != "" {
+		ec := *e
+		ec.StoreDir = filepath.Join(o.DataDir, "nats")
+		cfg.NATS.Embedded = &ec
+	}
+	return cfg
+}
+
 // joinCluster connects this node to its cluster and asks for the filters
 // its clients (restored sessions, bridges) already subscribe to.
 func (s *Server) joinCluster() error {
@@ -108,12 +121,24 @@ func (s *Server) joinCluster() error {
 	if err != nil {
 		return fmt.Errorf("mqttd: joining cluster %s: %w", l.cfg.Name, err)
 	}
+	if err := node.ServeHandover(s.handOver); err != nil {
+		_ = node.Close()
+		return err
+	}
 	l.mu.Lock()
 	l.node.Store(node)
 	for f := range l.wanted {
 		node.Want(f)
 	}
 	l.mu.Unlock()
+	s.writers.Add(1)
+	go func() {
+		defer s.writers.Done()
+		<-node.Bound()
+		if node.StoreReady() {
+			s.adoptKept(node)
+		}
+	}()
 	s.log.Info().Str("cluster", l.cfg.Name).Str("node", node.Name()).Msg("joined the cluster")
 	return nil
 }
@@ -221,6 +246,15 @@ type ClusterState struct {
 	MessagesOut uint64 `json:"messages_out"`
 	Dropped     uint64 `json:"dropped"`
 	Reconnects  uint64 `json:"reconnects"`
+	// StoreReady reports the replicated store reachable: this node can
+	// claim client ids, and so accept clients.
+	StoreReady bool `json:"store_ready"`
+	// TakeoversIn counts client ids this node took over from other
+	// nodes, TakeoversOut those it gave up to them; Refused the clients
+	// refused because their id could not be claimed.
+	TakeoversIn  uint64 `json:"takeovers_in"`
+	TakeoversOut uint64 `json:"takeovers_out"`
+	Refused      uint64 `json:"refused"`
 }
 
 // Cluster returns this node's state in its cluster, and false when the
@@ -235,11 +269,13 @@ func (s *Server) Cluster() (ClusterState, bool) {
 	node := l.node.Load()
 	l.mu.Unlock()
 	st.MessagesIn, st.Dropped = s.stats.clusterIn.Load(), s.stats.clusterDropped.Load()
+	st.Refused = s.stats.clusterRefused.Load()
 	if node != nil {
 		ns := node.Stats()
 		st.Node, st.Connected = node.Name(), ns.Connected
 		st.MessagesOut, st.Reconnects = ns.MessagesOut, ns.Reconnects
 		st.Dropped += ns.DroppedOut
+		st.StoreReady, st.TakeoversIn, st.TakeoversOut = ns.StoreReady, ns.Takeovers, ns.HandedOver
 	}
 	return st, true
 }

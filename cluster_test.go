@@ -19,7 +19,8 @@ import (
 )
 
 // startCluster starts n brokers, each a node of one cluster on its own
-// nats-server of a cluster of n, and waits until every node is connected.
+// nats-server of a cluster of n, and waits until every node is connected
+// and has its replicated store (until then it refuses clients).
 func startCluster(t *testing.T, n int) []*broker {
 	t.Helper()
 	urls := natstest.Cluster(t, n)
@@ -31,7 +32,7 @@ func startCluster(t *testing.T, n int) []*broker {
 	for _, b := range nodes {
 		testutil.WaitFor(t, "the node to join its cluster", func() bool {
 			st, ok := b.srv.Cluster()
-			return ok && st.Connected
+			return ok && st.Connected && st.StoreReady
 		})
 	}
 	return nodes
@@ -177,7 +178,7 @@ func TestClusterStateShown(t *testing.T) {
 	regs := []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
 	var nodes []*broker
 	for i := range 2 {
-		cfg := &cluster.Config{Name: "shown", NodeName: fmt.Sprintf("n%d", i+1), NATS: cluster.NATSConfig{URL: urls[i]}}
+		cfg := &cluster.Config{Name: "shown", NodeName: fmt.Sprintf("n%d", i+1), Replicas: 1, NATS: cluster.NATSConfig{URL: urls[i]}}
 		nodes = append(nodes, startBroker(t, mqttd.Options{Cluster: cfg, Registerer: regs[i]}))
 	}
 	for _, b := range nodes {
@@ -248,12 +249,13 @@ func TestClusterBridges(t *testing.T) {
 	urls := natstest.Cluster(t, 2)
 	var nodes []*broker
 	for i := range 2 {
-		cfg := &cluster.Config{Name: "bridged", NodeName: fmt.Sprintf("n%d", i+1), NATS: cluster.NATSConfig{URL: urls[i]}}
+		cfg := &cluster.Config{Name: "bridged", NodeName: fmt.Sprintf("n%d", i+1), Replicas: 1, NATS: cluster.NATSConfig{URL: urls[i]}}
 		b := bridgeTo(raddr, "5", rule("up/#", bridge.Out, 1, "", ""), rule("down/#", bridge.In, 1, "", ""))
 		b.ClientID = "" // the default: the node's name, then the bridge's
 		nodes = append(nodes, startBroker(t, mqttd.Options{DataDir: t.TempDir(), Cluster: cfg, Bridges: []bridge.Config{b}}))
 	}
 	for i, n := range nodes {
+		testutil.WaitFor(t, "the node's store", func() bool { st, _ := n.srv.Cluster(); return st.StoreReady })
 		waitBridge(t, n.srv, true)
 		waitRemoteSub(t, remote, fmt.Sprintf("n%d.cloud", i+1), "down/#")
 	}

@@ -105,6 +105,11 @@ func (c *conn) acceptConnect(cp *packets.Connect, stamp uint32) error {
 		c.aliases.Store(&topicAliases{out: newOutAliases(n)})
 	}
 	c.expiry = s.sessionExpiry(c.version, cp)
+	if s.cluster != nil && c.info.Listener != bridgeListener {
+		if err := c.claimInCluster(cp.CleanStart); err != nil {
+			return c.refuseUnclaimed(err)
+		}
+	}
 	fresh, ok := s.claimSession(c, cp.CleanStart)
 	if !ok {
 		return c.refuseOtherUser()

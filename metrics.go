@@ -31,9 +31,10 @@ type collector struct {
 	bridgeInflight, bridgeForwarded, bridgeConnects *prometheus.Desc
 	bridgeFailures, bridgeDropped                   *prometheus.Desc
 	// cluster reads this node's state in its cluster (Server.Cluster).
-	cluster                                           func() (ClusterState, bool)
-	clusterConnected, clusterMessages, clusterFilters *prometheus.Desc
-	clusterDropped, clusterReconnects                 *prometheus.Desc
+	cluster                                             func() (ClusterState, bool)
+	clusterConnected, clusterMessages, clusterFilters   *prometheus.Desc
+	clusterDropped, clusterReconnects                   *prometheus.Desc
+	clusterStoreReady, clusterTakeovers, clusterRefused *prometheus.Desc
 }
 
 // statValue is one metric read from stats.
@@ -177,6 +178,9 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 	c.clusterFilters = prometheus.NewDesc("mqttd_cluster_filters", "Filters this node's clients subscribe to, each wanted from the other nodes once.", nil, nil)
 	c.clusterDropped = prometheus.NewDesc("mqttd_cluster_dropped_total", "Messages not sent to the other nodes (the connection's buffer full) or not readable from them.", nil, nil)
 	c.clusterReconnects = prometheus.NewDesc("mqttd_cluster_reconnects_total", "Reconnections to the cluster's NATS.", nil, nil)
+	c.clusterStoreReady = prometheus.NewDesc("mqttd_cluster_store_ready", "1 while this node reaches the cluster's replicated store (JetStream) and so can accept clients.", nil, nil)
+	c.clusterTakeovers = prometheus.NewDesc("mqttd_cluster_takeovers_total", "Client ids taken over from other nodes (in) and given up to them (out).", []string{"direction"}, nil)
+	c.clusterRefused = prometheus.NewDesc("mqttd_cluster_refused_total", "Clients refused because this node could not claim their client id in the cluster.", nil, nil)
 	c.dropped = prometheus.NewDesc("mqttd_messages_dropped_total", "Deliveries dropped, by reason.", []string{"reason"}, nil)
 	c.disconnects = prometheus.NewDesc("mqttd_disconnects_total", "Connections closed, by reason.", []string{"reason"}, nil)
 	c.rejected = prometheus.NewDesc("mqttd_connections_rejected_total",
@@ -197,7 +201,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.buildInfo.Desc()
 	for _, d := range []*prometheus.Desc{c.bridgeConnected, c.bridgeQueued, c.bridgeQueuedB, c.bridgeInflight,
 		c.bridgeForwarded, c.bridgeConnects, c.bridgeFailures, c.bridgeDropped,
-		c.clusterConnected, c.clusterMessages, c.clusterFilters, c.clusterDropped, c.clusterReconnects} {
+		c.clusterConnected, c.clusterMessages, c.clusterFilters, c.clusterDropped, c.clusterReconnects,
+		c.clusterStoreReady, c.clusterTakeovers, c.clusterRefused} {
 		ch <- d
 	}
 }
@@ -244,6 +249,14 @@ func (c *collector) collectCluster(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.clusterFilters, prometheus.GaugeValue, float64(st.Filters))
 	ch <- prometheus.MustNewConstMetric(c.clusterDropped, prometheus.CounterValue, float64(st.Dropped))
 	ch <- prometheus.MustNewConstMetric(c.clusterReconnects, prometheus.CounterValue, float64(st.Reconnects))
+	ready := 0.0
+	if st.StoreReady {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.clusterStoreReady, prometheus.GaugeValue, ready)
+	ch <- prometheus.MustNewConstMetric(c.clusterTakeovers, prometheus.CounterValue, float64(st.TakeoversIn), "in")
+	ch <- prometheus.MustNewConstMetric(c.clusterTakeovers, prometheus.CounterValue, float64(st.TakeoversOut), "out")
+	ch <- prometheus.MustNewConstMetric(c.clusterRefused, prometheus.CounterValue, float64(st.Refused))
 }
 
 // collectBridges exports each bridge's state under its name.

@@ -33,6 +33,10 @@ type client struct {
 	// clean start): a reader still handling a SUBSCRIBE for it must not
 	// put it back into the trie.
 	dropped bool
+	// moved is set with dropped when the session went to another node of
+	// a cluster (cluster_owner.go): its client is back there, and its
+	// last connection here leaves no will.
+	moved bool
 	// stored is set while the session is kept in the store: every change
 	// of it is written (durable.go).
 	stored bool
@@ -193,13 +197,17 @@ func (s *Server) detach(c *conn) {
 	}
 	cl.mu.Unlock()
 	var dropped []string
-	if owner && clean && s.clients[cl.id] == cl {
+	ended := owner && clean && s.clients[cl.id] == cl
+	if ended {
 		delete(s.clients, cl.id)
 		dropped = s.dropSessionLocked(cl)
 	}
 	s.mu.Unlock()
 	s.unsubscribeAll(cl, dropped)
 	s.handOffShared(cl, handed)
+	if ended {
+		s.releaseClientID(cl.id)
+	}
 }
 
 // dropSessionLocked ends a session that left the registry: it is marked

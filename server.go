@@ -110,6 +110,7 @@ type Server struct {
 	queueWarned      throttle // unix nanos of the last queue-full warning
 	subsWarned       throttle // unix nanos of the last subscription-limit warning
 	sessionsWarned   throttle // unix nanos of the last session-limit warning
+	clusterWarned    throttle // of the last CONNECT refused for want of the cluster
 	userPropsWarned  throttle // unix nanos of the last user-properties warning
 	incomingWarned   throttle // unix nanos of the last incoming-bytes warning
 	retainSendWarned throttle // unix nanos of the last retained-sends-truncated warning
@@ -176,7 +177,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.logins = newLoginLimiter(o.Auth, &s.stats)
 	if o.Cluster != nil {
-		s.cluster = &clusterLink{cfg: *o.Cluster, wanted: make(map[string]int)}
+		s.cluster = &clusterLink{cfg: clusterConfig(&o), wanted: make(map[string]int)}
 	}
 	lim := o.Limits
 	s.lim.Store(&lim)

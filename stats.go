@@ -27,6 +27,9 @@ type stats struct {
 	// not read from them.
 	clusterIn      atomic.Uint64
 	clusterDropped atomic.Uint64
+	// clusterRefused counts CONNECTs refused because this node could not
+	// claim their client id in the cluster.
+	clusterRefused atomic.Uint64
 	retained       atomic.Int64
 	retainedBytes  atomic.Int64 // Message.Size of the retained messages
 	queued         atomic.Int64 // messages waiting in session queues

@@ -50,6 +50,11 @@ func (c *conn) settleWill() {
 	s.mu.Lock()
 	cl.mu.Lock()
 	will.passwdStamp = cl.passwdStamp
+	if cl.moved {
+		cl.mu.Unlock()
+		s.mu.Unlock()
+		return
+	}
 	ended := cl.dropped || s.clients[cl.id] != cl
 	resumed := !ended && cl.conn != nil
 	at := cl.sess.ExpireAt()

@@ -277,6 +277,7 @@ func (n *Node) Close() error {
 		close(n.stopIn)
 		<-n.deliverDone
 		<-n.storeDone
+		<-n.releaserDone
 		if n.emb != nil {
 			n.emb.shutdown()
 		}

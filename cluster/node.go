@@ -101,6 +101,9 @@ type Node struct {
 	store     atomic.Pointer[kvStore]
 	storeDone chan struct{}
 	owned     ownership
+	releases  chan release
+	// releaserDone is closed when releaser returns.
+	releaserDone chan struct{}
 	// handovers is the subscription ServeHandover made (mu).
 	handovers *nats.Subscription
 }
@@ -156,6 +159,9 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 
 		storeDone: make(chan struct{}),
 		owned:     ownership{ids: map[string]uint64{}},
+		releases:  make(chan release, releaseQueue),
+
+		releaserDone: make(chan struct{}),
 
 		sendDone:    make(chan struct{}),
 		deliverDone: make(chan struct{}),
@@ -191,6 +197,7 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 	go n.sendLoop()
 	go n.deliverLoop()
 	go n.bindStore(cfg.Replicas)
+	go n.releaser()
 	return n, nil
 }
 

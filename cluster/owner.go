@@ -159,6 +159,10 @@ func (n *Node) bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream
 	return kv, nil
 }
 
+// Bound is closed once the node has bound its replicated store, or
+// closed without.
+func (n *Node) Bound() <-chan struct{} { return n.storeDone }
+
 // StoreReady reports whether the node has its replicated store bound.
 func (n *Node) StoreReady() bool { return n.store.Load() != nil }
 
@@ -214,21 +218,91 @@ func storeErr(err error) error {
 }
 
 // Release gives up client id, whose session ended on this node: its key
-// goes, unless another node claimed it since. It does not wait for the
-// store beyond one bounded round trip, and a failure only leaves a
-// record naming this node, which the next claim of the id replaces.
+// goes, unless another node claimed it since. It does not wait: the
+// node's releaser purges the record, and a release it cannot take (more
+// than releaseQueue waiting, or the store unreachable) leaves a record
+// naming this node, which the next claim of the id replaces.
 func (n *Node) Release(id string) {
 	rev, ok := n.owned.take(id)
+	if !ok {
+		return
+	}
+	select {
+	case n.releases <- release{id, rev}:
+	default:
+	}
+}
+
+// releaseQueue bounds the releases waiting for the releaser.
+const releaseQueue = 4096
+
+type release struct {
+	id  string
+	rev uint64
+}
+
+// releaser purges released ids' records one at a time until Close.
+func (n *Node) releaser() {
+	defer close(n.releaserDone)
+	for {
+		select {
+		case <-n.stopIn:
+			return
+		case r := <-n.releases:
+			n.purge(r)
+		}
+	}
+}
+
+func (n *Node) purge(r release) {
 	st := n.store.Load()
-	if !ok || st == nil {
+	if st == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	err := st.owners.Purge(ctx, ownerKey(id), jetstream.LastRevision(rev), jetstream.PurgeTTL(markerTTL))
+	err := st.owners.Purge(ctx, ownerKey(r.id), jetstream.LastRevision(r.rev), jetstream.PurgeTTL(markerTTL))
 	if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !isWrongLastSeq(err) && n.warn.allow() {
-		n.log.Warn().Err(err).Str("client_id", id).Msg("cluster: releasing a client id")
+		n.log.Warn().Err(err).Str("client_id", r.id).Msg("cluster: releasing a client id")
 	}
+}
+
+// Adopt claims client id for a session this node kept (restored from its
+// store, or kept through a loss of the cluster) if no node owns it, and
+// returns its owner: this node's name, or the node that took it
+// meanwhile, to which the session now belongs.
+func (n *Node) Adopt(id string) (owner string, err error) {
+	st := n.store.Load()
+	if st == nil {
+		return "", ErrNoStore
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	key := ownerKey(id)
+	for range claimAttempts {
+		rev, err := st.owners.Create(ctx, key, []byte(n.name))
+		if err == nil {
+			n.owned.set(id, rev)
+			return n.name, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return "", storeErr(err)
+		}
+		e, err := st.owners.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // released meanwhile
+		}
+		if err != nil {
+			return "", storeErr(err)
+		}
+		if owner := string(e.Value()); owner != n.name {
+			n.owned.take(id)
+			return owner, nil
+		}
+		n.owned.set(id, e.Revision())
+		return n.name, nil
+	}
+	return "", errContended
 }
 
 // isWrongLastSeq reports a compare-and-swap conflict of a purge, which

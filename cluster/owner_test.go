@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"mqttd/internal/natstest"
 )
@@ -26,6 +28,24 @@ func waitStore(t *testing.T, nodes ...*Node) {
 			}
 			<-tick.C
 		}
+	}
+}
+
+// waitReleased waits until id has no owner record.
+func waitReleased(t *testing.T, n *Node, id string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, err := n.store.Load().owners.Get(context.Background(), ownerKey(id))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q still owned 10s after its release (%v)", id, err)
+		}
+		<-tick.C
 	}
 }
 
@@ -53,6 +73,7 @@ func TestClaimMovesOwnership(t *testing.T) {
 		t.Fatalf("after a stale release: prev %q, %v; want n1", prev, err)
 	}
 	n2.Release("dev/1 é")
+	waitReleased(t, n1, "dev/1 é")
 	if prev, err := n1.Claim("dev/1 é"); err != nil || prev != "" {
 		t.Fatalf("after the owner's release: prev %q, %v; want none", prev, err)
 	}
@@ -204,5 +225,26 @@ func TestClaimWithoutJetStream(t *testing.T) {
 	}
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAdopt: a node keeping a session claims its id when nobody has it,
+// and learns the owner when another node took it.
+func TestAdopt(t *testing.T) {
+	urls := natstest.Cluster(t, 3)
+	n1 := startNode(t, "n1", newRecorder(), testLogger(t), urls[0])
+	n2 := startNode(t, "n2", newRecorder(), testLogger(t), urls[1])
+	waitStore(t, n1, n2)
+	if owner, err := n1.Adopt("kept"); err != nil || owner != "n1" || !n1.Owns("kept") {
+		t.Fatalf("adopting a free id: %q, %v", owner, err)
+	}
+	if owner, err := n1.Adopt("kept"); err != nil || owner != "n1" {
+		t.Fatalf("adopting an id it owns: %q, %v", owner, err)
+	}
+	if _, err := n2.Claim("kept"); err != nil {
+		t.Fatal(err)
+	}
+	if owner, err := n1.Adopt("kept"); err != nil || owner != "n2" || n1.Owns("kept") {
+		t.Fatalf("adopting an id another node took: %q, %v, owns %v", owner, err, n1.Owns("kept"))
 	}
 }

@@ -569,3 +569,36 @@ func (s *Session) Pubrel(id uint16) bool {
 
 // AwaitingRel reports how many inbound QoS 2 ids wait for PUBREL.
 func (s *Session) AwaitingRel() int { return len(s.awaitingRel) }
+
+// Entries returns copies of the session's entries as Restore takes them
+// back, in Seq order: the window's first (each sent before, so with DUP
+// set unless its PUBREL is what is outstanding), then the queued ones.
+// The session keeps them: the caller moving the session elsewhere clears
+// it after.
+func (s *Session) Entries() []Outbound {
+	if s.q == nil {
+		return nil
+	}
+	out := make([]Outbound, 0, s.q.inflight.len()+s.q.pending.len())
+	s.q.inflight.each(func(e *Outbound) {
+		o := *e
+		o.Dup = !o.Released
+		o.resend, o.held = false, false
+		out = append(out, o)
+	})
+	s.q.pending.each(func(e *Outbound) {
+		o := *e
+		o.resend, o.held = false, false
+		out = append(out, o)
+	})
+	return out
+}
+
+// AwaitingRelIDs returns the inbound QoS 2 packet ids waiting for PUBREL.
+func (s *Session) AwaitingRelIDs() []uint16 {
+	ids := make([]uint16, 0, len(s.awaitingRel))
+	for id := range s.awaitingRel {
+		ids = append(ids, id)
+	}
+	return ids
+}

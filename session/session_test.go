@@ -859,3 +859,45 @@ func TestReserveID(t *testing.T) {
 		t.Errorf("ids: message %d, reserved %d, message %d", first, id, next)
 	}
 }
+
+// Entries gives a session's entries as Restore takes them back: moved to
+// another session, they are sent in the same order under the same packet
+// ids, those sent before with DUP, a released QoS 2 message as PUBREL.
+func TestEntriesRestoreElsewhere(t *testing.T) {
+	var b QueueBudget
+	b.Max = 1 << 20
+	s := New("c", Config{MaxInflight: 2}.Limits())
+	rel := deliver(t, s, "rel", 2, true, Send)
+	deliver(t, s, "sent", 1, true, Send)
+	deliver(t, s, "queued", 1, true, Queued)
+	s.Pubrec(rel.PacketID, false)
+	if _, err := s.ReceiveQoS2(42); err != nil {
+		t.Fatal(err)
+	}
+	entries := s.Entries()
+	if s.Inflight() != 2 || s.Queued() != 1 {
+		t.Fatal("Entries took entries out of the session")
+	}
+	if ids := s.AwaitingRelIDs(); len(ids) != 1 || ids[0] != 42 {
+		t.Fatalf("awaiting PUBREL %v, want [42]", ids)
+	}
+	moved := New("c", Config{}.Limits())
+	for _, o := range entries {
+		moved.Restore(o, &b)
+	}
+	moved.Resume()
+	want := []struct {
+		topic         string
+		released, dup bool
+	}{{"rel", true, false}, {"sent", false, true}, {"queued", false, false}}
+	for i, w := range want {
+		o, ok, _ := moved.Next(t0, &b)
+		topic := w.topic // a released entry keeps no message
+		if o.Msg != nil {
+			topic = o.Msg.Topic
+		}
+		if !ok || topic != w.topic || o.Released != w.released || o.Dup != w.dup || o.PacketID != PacketIDOf(entries[i].Seq) {
+			t.Fatalf("entry %d: %+v (ok %v), want %s released %v dup %v", i, o, ok, w.topic, w.released, w.dup)
+		}
+	}
+}

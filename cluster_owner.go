@@ -1,0 +1,305 @@
+package mqttd
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"mqttd/auth"
+	"mqttd/cluster"
+	"mqttd/packets"
+	"mqttd/persistence"
+	"mqttd/session"
+)
+
+// One owner per client id in a cluster (the store's side is in
+// cluster/owner.go). Before a CONNECT is attached, its node claims the
+// client id in the replicated store; if another node held it, that node
+// gives it up: it closes its client's connection with Session taken
+// over and drops the session, sending it here unless the new connection
+// starts clean, where it is stored and resumed as if it had always been
+// here. A node that cannot reach the store refuses the CONNECT with
+// Server unavailable: the client tries another node, one that can.
+
+// movedSession is a session on its way from one node to another,
+// encoded as JSON: it travels once per takeover, not per message.
+type movedSession struct {
+	Session       persistence.Session
+	Subscriptions []persistence.Subscription `json:",omitempty"`
+	Outbound      []movedEntry               `json:",omitempty"`
+	AwaitingRel   []uint16                   `json:",omitempty"`
+}
+
+// movedEntry is one of a moved session's entries, with its message (none
+// for a QoS 2 message past PUBREC).
+type movedEntry struct {
+	Seq      uint64
+	QoS      byte
+	Retain   bool                 `json:",omitempty"`
+	SubIDs   []uint32             `json:",omitempty"`
+	Dup      bool                 `json:",omitempty"`
+	Released bool                 `json:",omitempty"`
+	Message  *persistence.Message `json:",omitempty"`
+}
+
+// claimInCluster makes this node the owner of c's client id, moving its
+// session here from the node that held it. It fails only when the
+// replicated store does not answer: the client is then refused.
+func (c *conn) claimInCluster(cleanStart bool) error {
+	s := c.srv
+	node := s.clusterNode()
+	if node == nil {
+		return cluster.ErrNoStore
+	}
+	id := c.info.ClientID
+	var prev string
+	var state []byte
+	var err, moveErr error
+	c.mayBlock(func() {
+		if prev, err = node.Claim(id); err == nil {
+			state, moveErr = node.Handover(prev, id, cleanStart)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if moveErr == nil && state != nil {
+		moveErr = s.adoptMoved(c, state)
+	}
+	if moveErr != nil {
+		c.fields(s.log.Warn()).Err(moveErr).Str("previous_node", prev).Msg("cluster: session not moved from the node that held it; the client starts afresh")
+	}
+	return nil
+}
+
+// refuseUnclaimed refuses a client whose id this node could not claim.
+func (c *conn) refuseUnclaimed(err error) error {
+	s := c.srv
+	s.stats.clusterRefused.Add(1)
+	code := packets.ConnRefusedServerUnavailable
+	if c.version == packets.V5 {
+		code = packets.ServerUnavailable
+	}
+	c.refuse(code)
+	if !s.clusterWarned.limited() {
+		c.fields(s.log.Warn()).Err(err).Msg("client refused: this node cannot claim its client id in the cluster (logged at most every 10 s; mqttd_cluster_refused_total counts them all)")
+	}
+	return closing(CloseConnectRefused, fmt.Errorf("cluster: %w", err))
+}
+
+// handOver gives up client id to the node that claimed it: its
+// connection is closed (Session taken over) and its session leaves this
+// node; unless clean, the session is returned, encoded, for the new
+// owner. It runs on the cluster connection's goroutine.
+func (s *Server) handOver(id string, clean bool) []byte {
+	state, _ := s.relinquish(id, !clean, clean)
+	return state
+}
+
+// relinquish takes client id's session out of this node, closing its
+// connection with Session taken over. export returns it encoded; will
+// publishes the wills it leaves (its connection's, and one waiting for
+// its delay): the session ended rather than moved. It reports whether
+// there was a session.
+func (s *Server) relinquish(id string, export, will bool) ([]byte, bool) {
+	s.mu.Lock()
+	cl := s.clients[id]
+	if cl == nil || cl.bridge.Load() != nil || cl.handler != nil {
+		s.mu.Unlock()
+		return nil, false
+	}
+	delete(s.clients, id)
+	cl.mu.Lock()
+	oldConn := cl.conn
+	cl.conn = nil
+	if oldConn != nil {
+		s.stats.sessionsOnline.Add(-1)
+	}
+	cl.moved = !will
+	var state []byte
+	if export {
+		var err error
+		if state, err = json.Marshal(exportLocked(cl)); err != nil {
+			s.log.Error().Err(err).Str("client_id", id).Msg("cluster: session not encoded for the node taking it over")
+			state = nil
+		}
+	}
+	cl.mu.Unlock()
+	ended := s.takeWillLocked(cl)
+	if !will {
+		ended = leftWill{}
+	}
+	dropped := s.dropSessionLocked(cl)
+	s.mu.Unlock()
+	s.unsubscribeAll(cl, dropped)
+	s.publishWill(ended)
+	if oldConn != nil {
+		s.log.Info().Str("client_id", id).Str("remote", oldConn.info.Remote.String()).Bool("session_moved", export).
+			Msg("session taken over on another node of the cluster")
+		s.writers.Add(1)
+		go func() {
+			defer s.writers.Done()
+			oldConn.sendDisconnectAsync(packets.SessionTakenOver)
+			oldConn.closeWith(errTakenOver)
+		}()
+	}
+	return state, true
+}
+
+// exportLocked is cl's session as it moves to another node. The caller
+// holds cl.mu.
+func exportLocked(cl *client) movedSession {
+	ms := movedSession{Session: persistence.Session{ID: cl.id, Username: cl.owner()}}
+	if who := cl.who.Load(); who != nil {
+		ms.Session.Version, ms.Session.Listener = who.ProtocolVersion, who.Listener
+	}
+	cl.sess.Subscriptions(func(sub session.Subscription) {
+		ms.Subscriptions = append(ms.Subscriptions, persistence.Subscription{Filter: sub.Filter, Options: sub.Options, ID: sub.ID})
+	})
+	for _, o := range cl.sess.Entries() {
+		e := movedEntry{Seq: o.Seq, QoS: o.QoS, Retain: o.Retain, SubIDs: o.SubIDs, Dup: o.Dup, Released: o.Released}
+		if o.Msg != nil {
+			m := o.Msg
+			e.Message = &persistence.Message{Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, Retain: m.Retain,
+				Expiry: m.Expiry, Origin: m.Origin}
+			if m.Properties != nil {
+				e.Message.Properties = *m.Properties
+			}
+		}
+		ms.Outbound = append(ms.Outbound, e)
+	}
+	ms.AwaitingRel = cl.sess.AwaitingRelIDs()
+	return ms
+}
+
+// adoptMoved makes the session another node sent for c's client id this
+// node's: in the registry, offline until attach gives it c, and, for a
+// persistent session of a broker with a store, stored before the
+// CONNACK as a restored one would be.
+func (s *Server) adoptMoved(c *conn, state []byte) error {
+	var ms movedSession
+	if err := json.Unmarshal(state, &ms); err != nil {
+		return fmt.Errorf("moved session: %w", err)
+	}
+	id := c.info.ClientID
+	if ms.Session.ID != id {
+		return fmt.Errorf("moved session is %q's", ms.Session.ID)
+	}
+	// A session this node still had for the id is an older copy.
+	s.relinquish(id, false, false)
+	cl := &client{id: id, sess: session.New(id, s.sessionLimits(id))}
+	cl.who.Store(&auth.ClientInfo{ClientID: id, Username: ms.Session.Username, ProtocolVersion: ms.Session.Version,
+		Listener: ms.Session.Listener})
+	stored := s.dur != nil && c.expiry > 0
+	var b persistence.Batch
+	if stored {
+		b.PutSession(persistence.Session{ID: id, Username: ms.Session.Username, Version: byte(c.version),
+			Expiry: c.expiry, Listener: c.info.Listener})
+	}
+	for _, sub := range ms.Subscriptions {
+		if _, err := s.addSubscription(sub.Filter, cl, subOptsOf(sub)); err != nil {
+			continue
+		}
+		if !cl.sess.Subscribe(session.Subscription{Filter: sub.Filter, Options: sub.Options, ID: sub.ID}) {
+			s.stats.subscriptions.Add(1)
+		}
+		if stored {
+			b.PutSubscription(id, sub)
+		}
+	}
+	for _, e := range ms.Outbound {
+		o := session.Outbound{Seq: e.Seq, QoS: e.QoS, Retain: e.Retain, SubIDs: e.SubIDs, Dup: e.Dup, Released: e.Released}
+		if e.Message != nil {
+			pm := e.Message
+			o.Msg = newMessage(pm.Topic, pm.Payload, pm.QoS, pm.Retain, &pm.Properties, pm.Origin)
+			o.Msg.Expiry = pm.Expiry
+		} else if !e.Released {
+			continue
+		}
+		cl.sess.Restore(o, &s.queueBudget)
+		if stored {
+			var msgID uint64
+			if o.Msg != nil {
+				spm := s.dur.stored(o.Msg)
+				b.PutMessage(spm)
+				msgID = spm.ID
+			}
+			b.PutOutbound(id, outboundOf(o, msgID))
+		}
+	}
+	for _, pid := range ms.AwaitingRel {
+		if _, err := cl.sess.ReceiveQoS2(pid); err == nil && stored {
+			b.PutAwaitingRel(id, pid)
+		}
+	}
+	s.mu.Lock()
+	if old := s.clients[id]; old != nil {
+		filters := s.dropMovedLocked(cl)
+		s.mu.Unlock()
+		s.unsubscribeAll(cl, filters)
+		return errors.New("a session for the id came here meanwhile")
+	}
+	s.clients[id] = cl
+	s.stats.sessions.Add(1)
+	cl.mu.Lock()
+	s.accountQueueLocked(cl)
+	cl.stored = stored
+	var ticket uint64
+	if stored {
+		ticket = s.dur.commit.Add(&b, nil)
+	}
+	cl.mu.Unlock()
+	s.mu.Unlock()
+	if stored {
+		done := make(chan struct{})
+		s.dur.commit.Wait(ticket, func() { close(done) })
+		<-done
+	}
+	return nil
+}
+
+// dropMovedLocked lets go of a moved session that could not be adopted,
+// returning its filters for unsubscribeAll. The caller holds s.mu.
+func (s *Server) dropMovedLocked(cl *client) []string {
+	s.stats.sessions.Add(1) // dropSessionLocked counts it out
+	return s.dropSessionLocked(cl)
+}
+
+// releaseClientID tells the cluster that client id's session ended on
+// this node.
+func (s *Server) releaseClientID(id string) {
+	if node := s.clusterNode(); node != nil {
+		node.Release(id)
+	}
+}
+
+// adoptKept claims, once the replicated store is reachable, the ids of
+// the sessions this node kept (restored from its store, or kept through
+// a loss of the cluster), and lets go of those another node took
+// meanwhile: their clients are there now.
+func (s *Server) adoptKept(node *cluster.Node) {
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.clients))
+	for id, cl := range s.clients {
+		if cl.bridge.Load() == nil && cl.handler == nil {
+			ids = append(ids, id)
+		}
+	}
+	s.mu.Unlock()
+	gone := 0
+	for _, id := range ids {
+		owner, err := node.Adopt(id)
+		if err != nil {
+			s.log.Warn().Err(err).Str("client_id", id).Msg("cluster: kept session not claimed; it stays until the next check")
+			continue
+		}
+		if owner != node.Name() {
+			if _, ok := s.relinquish(id, false, false); ok {
+				gone++
+			}
+		}
+	}
+	if gone > 0 {
+		s.log.Info().Int("sessions", gone).Msg("cluster: kept sessions dropped: their clients are on other nodes now")
+	}
+}
