@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Config is the cluster block of the broker's configuration (YAML keys as
@@ -27,6 +28,11 @@ type Config struct {
 	// default (0) DefaultReplicas, or 1 when the NATS servers are not a
 	// JetStream cluster. JetStream must be enabled on the servers.
 	Replicas int `yaml:"replicas"`
+	// NodeTimeout is how long a node's beats may fail before the other
+	// nodes take it for dead (and publish its clients' wills) and it
+	// takes itself for cut off (and closes its clients' connections);
+	// default DefaultNodeTimeout. From 1 s.
+	NodeTimeout time.Duration `yaml:"node_timeout"`
 }
 
 // NATSConfig is where the node's NATS connection goes: exactly one of URL
@@ -80,6 +86,9 @@ func (c *Config) Validate() error {
 	}
 	if err := validReplicas(c.Replicas); err != nil {
 		return fmt.Errorf("cluster.replicas: %w", err)
+	}
+	if c.NodeTimeout != 0 && c.NodeTimeout < time.Second {
+		return fmt.Errorf("cluster.node_timeout: %v: at least 1s (or 0 for the default, %v)", c.NodeTimeout, DefaultNodeTimeout)
 	}
 	switch {
 	case c.NATS.URL != "" && c.NATS.Embedded != nil:

@@ -44,11 +44,21 @@ type Stats struct {
 	// Takeovers counts client ids this node took over from another node;
 	// HandedOver those it gave up to another node.
 	Takeovers, HandedOver uint64
+	// CutOff reports this node cut off from the store (liveness.go);
+	// CutOffs counts the times it was.
+	CutOff  bool
+	CutOffs uint64
+	// NodesAlive is the nodes whose beats this node sees, itself
+	// included (0 before Watch); DeadNodes counts the nodes it found
+	// dead, WillsSwept the wills of dead nodes' clients it published.
+	NodesAlive            int
+	DeadNodes, WillsSwept uint64
 }
 
 type counters struct {
 	out, in, droppedOut, tooLong, droppedIn, malformed, reconnects atomic.Uint64
 	takeovers, handedOver                                          atomic.Uint64
+	cutOffs, deadNodes, willsSwept                                 atomic.Uint64
 }
 
 // Stats returns the node's counters.
@@ -71,6 +81,11 @@ func (n *Node) Stats() Stats {
 		StoreReady:    n.StoreReady(),
 		Takeovers:     n.stats.takeovers.Load(),
 		HandedOver:    n.stats.handedOver.Load(),
+		CutOff:        n.cut.Load(),
+		CutOffs:       n.stats.cutOffs.Load(),
+		NodesAlive:    int(n.nodesAlive.Load()),
+		DeadNodes:     n.stats.deadNodes.Load(),
+		WillsSwept:    n.stats.willsSwept.Load(),
 	}
 }
 
@@ -265,6 +280,9 @@ func (t *throttle) allow() bool {
 func (n *Node) Close() error {
 	n.once.Do(func() {
 		n.closed.Store(true)
+		close(n.stopLive)
+		n.live.Wait()
+		n.purgeOwnWills()
 		close(n.stopOut)
 		<-n.sendDone
 		n.mu.Lock()

@@ -104,6 +104,17 @@ type Node struct {
 	releases  chan release
 	// releaserDone is closed when releaser returns.
 	releaserDone chan struct{}
+
+	// Liveness (liveness.go): the beat goroutine and the hooks it runs,
+	// one at a time (hookMu), all waited for by Close (live).
+	timeout     time.Duration
+	hooks       Hooks
+	hookMu      sync.Mutex
+	live        sync.WaitGroup
+	cut         atomic.Bool
+	stopLive    chan struct{}
+	nodesAlive  atomic.Int64
+	publishWill func(data []byte)
 	// handovers is the subscription ServeHandover made (mu).
 	handovers *nats.Subscription
 }
@@ -144,6 +155,9 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 		}
 		cfg.NodeName = host
 	}
+	if cfg.NodeTimeout == 0 {
+		cfg.NodeTimeout = DefaultNodeTimeout
+	}
 	n := &Node{
 		name:     cfg.NodeName,
 		cluster:  cfg.Name,
@@ -162,6 +176,8 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 		releases:  make(chan release, releaseQueue),
 
 		releaserDone: make(chan struct{}),
+		timeout:      cfg.NodeTimeout,
+		stopLive:     make(chan struct{}),
 
 		sendDone:    make(chan struct{}),
 		deliverDone: make(chan struct{}),

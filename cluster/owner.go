@@ -63,7 +63,7 @@ const DefaultReplicas = 3
 
 // kvStore is the node's view of the replicated store, once bound.
 type kvStore struct {
-	owners jetstream.KeyValue
+	owners, nodes, wills jetstream.KeyValue
 }
 
 // ownership is the ids this node owns, with the revision of its claim:
@@ -103,6 +103,9 @@ func (n *Node) bindStore(replicas int) {
 			n.log.Info().Msg("cluster: replicated store ready")
 			return
 		}
+		if n.closed.Load() {
+			return
+		}
 		if msg := err.Error(); msg != lastErr || n.warn.allow() {
 			lastErr = msg
 			n.log.Warn().Err(err).Msg("cluster: replicated store not ready; client connections are refused until it is")
@@ -127,7 +130,29 @@ func (n *Node) openStore(js jetstream.JetStream, replicas int) (*kvStore, error)
 	if err != nil {
 		return nil, err
 	}
-	return &kvStore{owners: owners}, nil
+	nodes, err := n.bucket(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      nodesBucket(n.cluster),
+		Description: "mqttd: each node's beats",
+		History:     1,
+	}, replicas)
+	if err != nil {
+		return nil, err
+	}
+	wills, err := n.bucket(ctx, js, jetstream.KeyValueConfig{
+		Bucket:         willsBucket(n.cluster),
+		Description:    "mqttd: the wills of each node's connected clients",
+		History:        1,
+		LimitMarkerTTL: markerTTL,
+	}, replicas)
+	if err != nil {
+		return nil, err
+	}
+	// The node's first beat comes before any of its wills: the others
+	// know of every node whose wills they may have to publish.
+	if _, err := nodes.Put(ctx, nodeKey(n.name), []byte(n.name)); err != nil {
+		return nil, err
+	}
+	return &kvStore{owners: owners, nodes: nodes, wills: wills}, nil
 }
 
 // bucket binds bucket cfg.Bucket, or creates it with replicas (0:
@@ -228,7 +253,7 @@ func (n *Node) Release(id string) {
 		return
 	}
 	select {
-	case n.releases <- release{id, rev}:
+	case n.releases <- release{id: id, rev: rev}:
 	default:
 	}
 }
@@ -237,8 +262,9 @@ func (n *Node) Release(id string) {
 const releaseQueue = 4096
 
 type release struct {
-	id  string
-	rev uint64
+	id   string
+	rev  uint64
+	will bool // a will record (DropWill), not an owner's
 }
 
 // releaser purges released ids' records one at a time until Close.
@@ -261,7 +287,11 @@ func (n *Node) purge(r release) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	err := st.owners.Purge(ctx, ownerKey(r.id), jetstream.LastRevision(r.rev), jetstream.PurgeTTL(markerTTL))
+	kv, key := st.owners, ownerKey(r.id)
+	if r.will {
+		kv, key = st.wills, willKey(n.name, r.id)
+	}
+	err := kv.Purge(ctx, key, jetstream.LastRevision(r.rev), jetstream.PurgeTTL(markerTTL))
 	if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !isWrongLastSeq(err) && n.warn.allow() {
 		n.log.Warn().Err(err).Str("client_id", r.id).Msg("cluster: releasing a client id")
 	}

@@ -90,7 +90,8 @@ func Start(t testing.TB, n int) *Servers {
 }
 
 // waitJetStream waits until JetStream serves: a meta leader elected
-// among the servers of a cluster.
+// among the servers of a cluster that counts every server as a peer
+// ready for streams (until then, a stream with a replica on each fails).
 func (s *Servers) waitJetStream() {
 	s.t.Helper()
 	if len(s.servers) == 1 {
@@ -101,7 +102,7 @@ func (s *Servers) waitJetStream() {
 	defer tick.Stop()
 	for {
 		for _, srv := range s.servers {
-			if srv.JetStreamIsLeader() {
+			if srv.JetStreamIsLeader() && len(srv.JetStreamClusterPeers()) == len(s.servers) {
 				return
 			}
 		}

@@ -1,0 +1,313 @@
+package cluster
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Liveness and wills. Each node beats in the nodes bucket every
+// NodeTimeout/5; a node that sees another's record unchanged for
+// NodeTimeout takes it for dead and sweeps its wills: the wills bucket
+// holds a record per connected client with a will, under its node's
+// name, and whichever node takes a record out first (compare-and-swap on
+// its revision) publishes that will, so it is published once in the
+// whole cluster. A node whose own beats have failed for NodeTimeout is
+// cut off (the minority side of a netsplit, or NATS gone): it closes its
+// clients' connections, leaving their wills to the nodes that can still
+// write the store, and refuses clients until it can beat again.
+//
+// Time is each node's own monotonic clock: a record is dead when it has
+// not changed for NodeTimeout as one node sees it, whatever the clocks of
+// the others say.
+
+// DefaultNodeTimeout is Config.NodeTimeout's default: longer than
+// JetStream takes to elect a new leader for a bucket when a NATS server
+// dies (up to about 10 s), so that the survivors do not take themselves
+// for cut off meanwhile.
+const DefaultNodeTimeout = 15 * time.Second
+
+// Hooks are what the broker does when the cluster's membership changes;
+// each runs on a goroutine of its own, one at a time.
+type Hooks struct {
+	// NodeDead is called once for a node found dead, after its wills were
+	// swept (SweepWills).
+	NodeDead func(node string)
+	// CutOff is called when this node has failed to reach the store for
+	// NodeTimeout; Rejoined when it can again (and once its store is
+	// first bound).
+	CutOff, Rejoined func()
+}
+
+// nodeKey is a node name's key: base64url, as names may hold any
+// printable character.
+func nodeKey(name string) string { return base64.RawURLEncoding.EncodeToString([]byte(name)) }
+
+func nodesBucket(cluster string) string { return "mqttd_" + cluster + "_nodes" }
+func willsBucket(cluster string) string { return "mqttd_" + cluster + "_wills" }
+
+// seen is what a node knows of another's beats.
+type seen struct {
+	rev  uint64
+	at   time.Time
+	dead bool
+}
+
+// Watch starts the node's beats and its watch over the others, calling
+// h's functions as nodes die and this node loses and regains the
+// store; it returns at once. Call it once, before any client connects.
+func (n *Node) Watch(h Hooks) {
+	n.hooks = h
+	n.live.Add(1)
+	go n.beat()
+}
+
+// CutOff reports whether this node has lost the store for NodeTimeout.
+func (n *Node) CutOff() bool { return n.cut.Load() }
+
+// beat is the liveness goroutine: until Close, it writes this node's
+// record every interval and reads the others'.
+func (n *Node) beat() {
+	defer n.live.Done()
+	select {
+	case <-n.storeDone:
+	case <-n.stopLive:
+		return
+	}
+	st := n.store.Load()
+	if st == nil {
+		return
+	}
+	n.run(n.hooks.Rejoined)
+	interval := max(n.timeout/5, 50*time.Millisecond)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	others := map[string]*seen{}
+	lastOK := time.Now()
+	for {
+		select {
+		case <-n.stopLive:
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), max(interval, time.Second))
+		_, err := st.nodes.Put(ctx, nodeKey(n.name), []byte(n.name))
+		if err == nil {
+			lastOK = now
+			if n.cut.CompareAndSwap(true, false) {
+				n.log.Warn().Msg("cluster: the store is reachable again: accepting clients")
+				n.run(n.hooks.Rejoined)
+			}
+			n.watchOthers(ctx, st, others, now)
+		} else if now.Sub(lastOK) > n.timeout && n.cut.CompareAndSwap(false, true) {
+			n.stats.cutOffs.Add(1)
+			n.log.Error().Err(err).Dur("node_timeout", n.timeout).
+				Msg("cluster: cut off from the store: closing client connections (their wills are the other nodes' to publish) and refusing clients until it is back")
+			n.run(n.hooks.CutOff)
+		}
+		cancel()
+	}
+}
+
+// run calls f, if set, on a goroutine Close waits for, one at a time.
+func (n *Node) run(f func()) {
+	if f == nil {
+		return
+	}
+	n.live.Add(1)
+	go func() {
+		defer n.live.Done()
+		n.hookMu.Lock()
+		defer n.hookMu.Unlock()
+		f()
+	}()
+}
+
+// watchOthers reads the other nodes' records and sweeps those unchanged
+// for NodeTimeout.
+func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*seen, now time.Time) {
+	keys, err := st.nodes.Keys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return
+	}
+	alive := 0
+	for _, k := range keys {
+		if k == nodeKey(n.name) {
+			continue
+		}
+		e, err := st.nodes.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		s := others[k]
+		if s == nil || s.rev != e.Revision() {
+			others[k] = &seen{rev: e.Revision(), at: now}
+			alive++
+			continue
+		}
+		if s.dead || now.Sub(s.at) <= n.timeout {
+			if !s.dead {
+				alive++
+			}
+			continue
+		}
+		s.dead = true
+		name, rev := string(e.Value()), e.Revision()
+		n.stats.deadNodes.Add(1)
+		n.log.Warn().Str("dead_node", name).Dur("node_timeout", n.timeout).Msg("cluster: node found dead: publishing its clients' wills")
+		n.run(func() {
+			n.SweepWills(name, nil)
+			if f := n.hooks.NodeDead; f != nil {
+				f(name)
+			}
+			// Forgotten, so that a node coming back under the name
+			// starts anew.
+			ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+			defer cancel()
+			_ = st.nodes.Purge(ctx, nodeKey(name), jetstream.LastRevision(rev))
+		})
+	}
+	n.nodesAlive.Store(int64(alive + 1))
+	for k := range others {
+		if !contains(keys, k) {
+			delete(others, k)
+		}
+	}
+}
+
+func contains(keys []string, k string) bool {
+	for _, x := range keys {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+// willKey is client id's will record under node.
+func willKey(node, id string) string { return nodeKey(node) + "." + ownerKey(id) }
+
+// PutWill records the will of client id's connection on this node (data
+// as the broker encodes it) and returns the record's revision, for
+// TakeWill and DropWill.
+func (n *Node) PutWill(id string, data []byte) (uint64, error) {
+	st := n.store.Load()
+	if st == nil {
+		return 0, ErrNoStore
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	rev, err := st.wills.Put(ctx, willKey(n.name, id), data)
+	return rev, storeErr(err)
+}
+
+// TakeWill takes out the will record rev of client id, which this node
+// is about to publish, and reports whether it did: false when another
+// node took it first (it found this node dead, and published it), or the
+// record changed. It returns an error, and the caller leaves the will to
+// whoever can reach the store, when the store does not answer.
+func (n *Node) TakeWill(id string, rev uint64) (bool, error) {
+	st := n.store.Load()
+	if st == nil {
+		return false, ErrNoStore
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	err := st.wills.Purge(ctx, willKey(n.name, id), jetstream.LastRevision(rev), jetstream.PurgeTTL(markerTTL))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSeq(err):
+		return false, nil
+	}
+	return false, storeErr(err)
+}
+
+// DropWill takes out will record rev of client id without publishing
+// it (the client disconnected normally, or came back in time), without
+// waiting: the releaser does it.
+func (n *Node) DropWill(id string, rev uint64) {
+	select {
+	case n.releases <- release{id: id, rev: rev, will: true}:
+	default:
+	}
+}
+
+// SweepWills takes out node's will records and hands each one this node
+// took to the publisher SetWillPublisher set. want, if not nil, chooses
+// the records to take: this node's own sweep leaves those of its live
+// connections. It returns the number published.
+func (n *Node) SweepWills(node string, want func(data []byte, rev uint64) bool) int {
+	st := n.store.Load()
+	publish := n.publishWill
+	if st == nil || publish == nil {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*storeTimeout)
+	defer cancel()
+	w, err := st.wills.Watch(ctx, nodeKey(node)+".>", jetstream.IgnoreDeletes())
+	if err != nil {
+		n.log.Warn().Err(err).Str("of_node", node).Msg("cluster: wills not swept")
+		return 0
+	}
+	var entries []jetstream.KeyValueEntry
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		entries = append(entries, e)
+	}
+	_ = w.Stop()
+	published := 0
+	for _, e := range entries {
+		if want != nil && !want(e.Value(), e.Revision()) {
+			continue
+		}
+		err := st.wills.Purge(ctx, e.Key(), jetstream.LastRevision(e.Revision()), jetstream.PurgeTTL(markerTTL))
+		if err != nil {
+			continue // another node took it, or the store is gone: not ours
+		}
+		publish(e.Value())
+		published++
+	}
+	n.stats.willsSwept.Add(uint64(published))
+	return published
+}
+
+// SetWillPublisher sets what publishes a will record SweepWills took;
+// call it before Watch.
+func (n *Node) SetWillPublisher(f func(data []byte)) { n.publishWill = f }
+
+// purgeOwnWills takes out this node's remaining will records at Close:
+// the broker, not the clients, ends those connections, which leave no
+// will.
+func (n *Node) purgeOwnWills() {
+	st := n.store.Load()
+	if st == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	_ = st.nodes.Purge(ctx, nodeKey(n.name))
+	keys, err := st.wills.ListKeysFiltered(ctx, nodeKey(n.name)+".>")
+	if err != nil {
+		return
+	}
+	// A few at a time: each is a round trip.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for k := range keys.Keys() {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			_ = st.wills.Purge(ctx, k, jetstream.PurgeTTL(markerTTL))
+		}()
+	}
+	wg.Wait()
+}

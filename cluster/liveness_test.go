@@ -1,0 +1,180 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"mqttd/internal/natstest"
+)
+
+// startWatched starts a node with a short node timeout whose swept wills
+// go to published, and watches.
+func startWatched(t *testing.T, name, url string, published *wills, hooks Hooks) *Node {
+	t.Helper()
+	n, err := Start(Config{Name: "c1", NodeName: name, NodeTimeout: time.Second, NATS: NATSConfig{URL: url}},
+		testLogger(t), newRecorder().deliver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	n.SetWillPublisher(func(data []byte) { published.add(name, string(data)) })
+	n.Watch(hooks)
+	return n
+}
+
+// wills records the wills published, by node.
+type wills struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (w *wills) add(node, will string) {
+	w.mu.Lock()
+	w.got = append(w.got, will+"@"+node)
+	w.mu.Unlock()
+}
+
+func (w *wills) list() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := append([]string(nil), w.got...)
+	sort.Strings(l)
+	return l
+}
+
+// TestDeadNodeWillsPublishedOnce: the wills a node recorded are
+// published once, by one of the survivors, when its beats stop; a will
+// taken out before (its client left normally) is not. The first survivor
+// to find the node dead sweeps it and forgets it; two sweeping at once
+// publish each will once between them.
+func TestDeadNodeWillsPublishedOnce(t *testing.T) {
+	urls := natstest.Cluster(t, 3)
+	var published wills
+	dead := make(chan string, 4)
+	hooks := Hooks{NodeDead: func(n string) { dead <- n }}
+	n1 := startWatched(t, "n1", urls[0], &published, Hooks{})
+	n2 := startWatched(t, "n2", urls[1], &published, hooks)
+	n3 := startWatched(t, "n3", urls[2], &published, hooks)
+	waitStore(t, n1, n2, n3)
+	for _, id := range []string{"a", "b", "left"} {
+		if _, err := n1.PutWill(id, []byte("will-"+id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rev, err := n1.PutWill("left", []byte("will-left"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := n1.TakeWill("left", rev); !ok || err != nil {
+		t.Fatalf("TakeWill of the node's own record: %v, %v", ok, err)
+	}
+	// n1 dies: its connection to NATS goes, nothing is taken out.
+	n1.nc.Close()
+	select {
+	case got := <-dead:
+		if got != "n1" {
+			t.Fatalf("node %s found dead, want n1", got)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("n1 not found dead within 15s")
+	}
+	// Both survivors sweeping at once.
+	const many = 20
+	for i := range many {
+		if _, err := n2.store.Load().wills.Put(context.Background(), willKey("ghost", fmt.Sprint(i)), []byte(fmt.Sprint("ghost-", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, n := range []*Node{n2, n3} {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.SweepWills("ghost", nil) }()
+	}
+	wg.Wait()
+	// Closed, the survivors have finished every sweep they started.
+	for _, n := range []*Node{n2, n3} {
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := published.list()
+	if len(got) != 2+many || !strings.HasPrefix(got[len(got)-2], "will-a@") || !strings.HasPrefix(got[len(got)-1], "will-b@") {
+		t.Fatalf("wills published %v: want will-a, will-b and the %d ghosts once each", got, many)
+	}
+	if st2, st3 := n2.Stats(), n3.Stats(); st2.DeadNodes+st3.DeadNodes < 1 || st2.WillsSwept+st3.WillsSwept != 2+many {
+		t.Fatalf("stats: n2 %+v, n3 %+v", st2, st3)
+	}
+}
+
+// TestTakeWill: a will record is taken once, at the revision it was
+// put; a dropped one is gone.
+func TestTakeWill(t *testing.T) {
+	urls := natstest.Cluster(t, 3)
+	n := startNode(t, "n", newRecorder(), testLogger(t), urls[0])
+	waitStore(t, n)
+	rev1, err := n.PutWill("c", []byte("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev2, err := n.PutWill("c", []byte("2")) // the client connected again
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := n.TakeWill("c", rev1); ok || err != nil {
+		t.Fatalf("taking a replaced record: %v, %v", ok, err)
+	}
+	if ok, err := n.TakeWill("c", rev2); !ok || err != nil {
+		t.Fatalf("taking the record: %v, %v", ok, err)
+	}
+	if ok, err := n.TakeWill("c", rev2); ok || err != nil {
+		t.Fatalf("taking it twice: %v, %v", ok, err)
+	}
+	rev3, err := n.PutWill("d", []byte("3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.DropWill("d", rev3)
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, err := n.store.Load().wills.Get(context.Background(), willKey("n", "d"))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dropped will still there after 10s (%v)", err)
+		}
+		<-tick.C
+	}
+}
+
+// TestCutOff: a node that loses every NATS server (it would go on with
+// any other it learned of) takes itself for cut off within its node
+// timeout.
+func TestCutOff(t *testing.T) {
+	servers := natstest.Start(t, 3)
+	cut := make(chan struct{}, 1)
+	var published wills
+	n := startWatched(t, "alone", servers.URLs()[0], &published, Hooks{CutOff: func() { cut <- struct{}{} }})
+	waitStore(t, n)
+	for i := range 3 {
+		servers.Shutdown(i)
+	}
+	select {
+	case <-cut:
+	case <-time.After(15 * time.Second):
+		t.Fatal("not cut off within 15s of losing NATS")
+	}
+	if st := n.Stats(); !st.CutOff || st.CutOffs != 1 || !n.CutOff() {
+		t.Fatalf("stats %+v", st)
+	}
+}
