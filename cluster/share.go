@@ -27,21 +27,24 @@ import (
 //
 // These subscriptions live on a second NATS connection of the node, the
 // shared connection: the main one does not echo, and a member on the
-// publishing node must be able to win. It is opened at the first
-// WantShared (a node without shared subscribers pays nothing), with the
-// main connection's servers and options, and closed at Close.
+// publishing node must be able to win. It is opened by the first
+// WantShared (a node without shared subscribers pays nothing), on a
+// goroutine of its own, since its caller may hold the broker's locks,
+// with the main connection's servers and options; closed at Close.
 // Its messages join the main connection's in the one delivery queue and
 // goroutine, bounded alike.
 
 // shares are a node's shared subscriptions.
 type shares struct {
 	// mu guards what follows; read-locked by the delivery goroutine for
-	// each message of the shared connection (tag). Held while the shared
-	// connection is opened: a first WantShared waits for it.
+	// each message of the shared connection (tag).
 	mu sync.RWMutex
-	// nc is the shared connection, nil until the first WantShared.
+	// nc is the shared connection, nil until it is opened; opening is
+	// closed once the goroutine opening it is done, nil before the first
+	// WantShared.
 	nc       *nats.Conn
 	ncClosed chan struct{}
+	opening  chan struct{}
 	// closed is set at Close: no connection is opened past it.
 	closed bool
 	byKey  map[shareKey]*share
@@ -70,9 +73,9 @@ type share struct {
 // group on filter (without its $share/group/ prefix); the first
 // subscribes in NATS to the filter's subjects, and to its retained
 // messages' (which every node also gets for its store), in the pair's
-// queue group, on the shared connection (opened by the first WantShared
-// of the node, which may then wait up to a few seconds for NATS). Filters
-// of '$' topics, which never cross, are ignored.
+// queue group, on the shared connection: at once, or as soon as the
+// node's first WantShared has opened it. It never waits for the network.
+// Filters of '$' topics, which never cross, are ignored.
 func (n *Node) WantShared(group, filter string) {
 	topic, ok := wantedTopic(filter)
 	if !ok || group == "" || n.closed.Load() {
@@ -81,32 +84,47 @@ func (n *Node) WantShared(group, filter string) {
 	sh := &n.shared
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if sh.closed {
+		return
+	}
 	k := shareKey{group, topic}
 	if s := sh.byKey[k]; s != nil {
 		s.refs++
 		return
 	}
-	nc, err := n.sharedConn()
-	if err != nil {
-		n.log.Warn().Err(err).Msg("cluster: shared subscriptions' NATS connection failed")
-		return
+	if sh.byKey == nil {
+		sh.byKey = map[shareKey]*share{}
+		sh.bySub = map[*nats.Subscription]*share{}
 	}
 	s := &share{shareKey: k, refs: 1}
-	queue := shareQueue(n.cluster, group, topic)
-	for _, subj := range shareSubjects(n.cluster, topic) {
+	sh.byKey[k] = s
+	switch {
+	case sh.nc != nil:
+		n.subscribeShare(s)
+	case sh.opening == nil:
+		sh.opening = make(chan struct{})
+		go n.openShared()
+	}
+}
+
+// subscribeShare makes s's NATS subscriptions; n.shared.mu is held and
+// the shared connection open.
+func (n *Node) subscribeShare(s *share) {
+	sh := &n.shared
+	queue := shareQueue(n.cluster, s.group, s.filter)
+	for _, subj := range shareSubjects(n.cluster, s.filter) {
 		if len(subj) > MaxSubjectLen {
 			continue // no topic it matches can be sent
 		}
-		sub, err := nc.ChanQueueSubscribe(subj, queue, n.in)
+		sub, err := sh.nc.ChanQueueSubscribe(subj, queue, n.in)
 		if err != nil {
-			n.log.Warn().Err(err).Str("group", group).Str("filter", topic).Msg("cluster: NATS subscribe failed")
+			n.log.Warn().Err(err).Str("group", s.group).Str("filter", s.filter).Msg("cluster: NATS subscribe failed")
 			continue
 		}
 		s.subs = append(s.subs, sub)
 		sh.bySub[sub] = s
 	}
 	sh.nsubs += len(s.subs)
-	sh.byKey[k] = s
 }
 
 // UnwantShared counts one fewer of this node's subscriptions to share
@@ -164,28 +182,31 @@ func shareSubjects(cluster, filter string) []string {
 	return all
 }
 
-// sharedConn returns the shared connection, opening it the first time;
-// n.shared.mu is held. It retries in the background a connection that
-// fails at first, as the main one reconnects: the subscriptions made
-// meanwhile are sent once it is up.
-func (n *Node) sharedConn() (*nats.Conn, error) {
+// openShared opens the shared connection and makes the subscriptions
+// wanted meanwhile; a connection that fails at first is retried in the
+// background, as the main one reconnects, and nats.go sends them once it
+// is up. Close waits for it.
+func (n *Node) openShared() {
 	sh := &n.shared
-	if sh.nc != nil {
-		return sh.nc, nil
-	}
-	if sh.closed {
-		return nil, ErrClosed
-	}
+	defer close(sh.opening)
 	closed := make(chan struct{})
 	nc, err := nats.Connect(strings.Join(n.nc.Opts.Servers, ","), n.sharedOptions(closed)...)
 	if err != nil {
-		return nil, err
+		// Only options nats.go refuses, which the main connection's are not.
+		n.log.Error().Err(err).Msg("cluster: shared subscriptions' NATS connection failed")
+		return
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.closed {
+		nc.Close()
+		return
 	}
 	sh.nc, sh.ncClosed = nc, closed
-	sh.byKey = map[shareKey]*share{}
-	sh.bySub = map[*nats.Subscription]*share{}
-	n.log.Info().Msg("cluster: shared subscriptions' NATS connection opened")
-	return nc, nil
+	for _, s := range sh.byKey {
+		n.subscribeShare(s)
+	}
+	n.log.Info().Int("filters", len(sh.byKey)).Msg("cluster: shared subscriptions' NATS connection opened")
 }
 
 // sharedOptions are the main connection's options, with handlers of its
@@ -245,12 +266,18 @@ func (n *Node) sharedStats(st *Stats) {
 	}
 }
 
-// closeShared drains and closes the shared connection, if opened; no
+// closeShared drains and closes the shared connection, once opened; no
 // WantShared opens one after it.
 func (n *Node) closeShared() error {
 	sh := &n.shared
 	sh.mu.Lock()
 	sh.closed = true
+	opening := sh.opening
+	sh.mu.Unlock()
+	if opening != nil {
+		<-opening
+	}
+	sh.mu.Lock()
 	for sub := range sh.bySub {
 		if d, err := sub.Dropped(); err == nil {
 			sh.dropped += uint64(d)

@@ -173,9 +173,7 @@ func TestUnwantSharedStopsDelivery(t *testing.T) {
 	a.WantShared("g", "u")
 	a.WantShared("g", "u")
 	p.WantShared("g", "u")
-	if n := s.Server(0).NumClients(); n != 2 {
-		t.Fatalf("A has %d connections after WantShared, want 2", n)
-	}
+	testutil.WaitFor(t, "A's shared connection", func() bool { return s.Server(0).NumClients() == 2 })
 	waitSubscribers(t, s.Server(1), "g", "u", 2)
 	a.UnwantShared("g", "u")
 	a.UnwantShared("g", "never")
