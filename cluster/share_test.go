@@ -200,3 +200,24 @@ func TestUnwantSharedStopsDelivery(t *testing.T) {
 		t.Fatalf("A got messages after its last UnwantShared: %+v", a.Stats())
 	}
 }
+
+// TestSharedClose: Close right after a first WantShared closes the
+// shared connection too; WantShared after Close opens none.
+func TestSharedClose(t *testing.T) {
+	s := natstest.Start(t, 1)
+	urls := s.URLs()
+	a := startNode(t, "A", newRecorder(), testLogger(t), urls[0])
+	a.WantShared("g", "c/#")
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := startNode(t, "B", newRecorder(), testLogger(t), urls[0])
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b.WantShared("g", "c/#")
+	testutil.WaitFor(t, "no connection left", func() bool { return s.Server(0).NumClients() == 0 })
+	if st := b.Stats(); st.SharedFilters != 0 || st.SharedSubscriptions != 0 || b.shared.opening != nil {
+		t.Fatalf("WantShared after Close: %+v", st)
+	}
+}
