@@ -79,7 +79,7 @@ func (l *clusterLink) want(filter string) {
 	defer l.mu.Unlock()
 	if l.wanted[filter]++; l.wanted[filter] == 1 {
 		if node := l.node.Load(); node != nil {
-			node.Want(filter)
+			wantOn(node, filter)
 		}
 	}
 }
@@ -97,7 +97,7 @@ func (l *clusterLink) unwant(filter string) {
 	}
 	delete(l.wanted, filter)
 	if node := l.node.Load(); node != nil {
-		node.Unwant(filter)
+		unwantOn(node, filter)
 	}
 }
 
@@ -128,7 +128,7 @@ func (s *Server) joinCluster() error {
 	l.mu.Lock()
 	l.node.Store(node)
 	for f := range l.wanted {
-		node.Want(f)
+		wantOn(node, f)
 	}
 	l.mu.Unlock()
 	s.writers.Add(1)
@@ -198,7 +198,8 @@ func (s *Server) toCluster(m *session.Message, borrowed bool) bool {
 }
 
 // fromCluster routes a message another node published to this node's
-// clients, and keeps it if retained. It runs on the cluster connection's
+// clients but its share groups, and keeps it if retained; one that came
+// for a share group (cluster_share.go) goes to that group only. It runs on the cluster connection's
 // goroutine; nothing it does waits for a client or the disk.
 func (s *Server) fromCluster(cm *cluster.Message) {
 	if s.closing.Load() {
@@ -214,13 +215,17 @@ func (s *Server) fromCluster(cm *cluster.Message) {
 	}
 	m := newMessage(cm.Topic, cm.Payload, cm.QoS, cm.Retain, &p, cm.Origin)
 	s.stats.clusterIn.Add(1)
+	if cm.Group != "" {
+		s.toShareGroup(m, cm.Group, cm.Filter)
+		return
+	}
 	if m.Retain {
 		s.storeRetained(m, nil)
 	}
 	r := routerPool.Get().(*router)
-	r.remote = true
+	r.remote, r.noShares = true, true
 	s.routeWith(r, m, nil)
-	r.remote = false
+	r.remote, r.noShares = false, false
 	routerPool.Put(r)
 }
 

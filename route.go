@@ -61,6 +61,9 @@ type router struct {
 	// routing (publishTransient): it costs an allocation only when
 	// something keeps it (encoded.kept).
 	msg session.Message
+	// noShares leaves the share groups out: they get the message through
+	// the cluster (cluster_share.go). plain says matches were matched so.
+	noShares, plain bool
 }
 
 // clock returns the time the message is being routed at. Reading the
@@ -88,12 +91,12 @@ func (s *Server) publish(m *session.Message, owner *conn) (clients int) {
 	if m.Retain {
 		s.storeRetained(m, owner)
 	}
-	clients = s.route(m, owner)
-	if s.cluster != nil && owner.fromHere() && s.toCluster(m, false) {
-		// Another node's subscribers are not counted: none is told
-		// there were no matching subscribers when some may be there.
-		clients = max(clients, 1)
+	if s.cluster == nil {
+		return s.route(m, owner)
 	}
+	r := routerPool.Get().(*router)
+	clients = s.routeClustered(r, m, owner, false)
+	routerPool.Put(r)
 	return clients
 }
 
@@ -107,9 +110,10 @@ func (s *Server) publishTransient(topic string, payload []byte, origin string, o
 	r := routerPool.Get().(*router)
 	m := &r.msg
 	m.Topic, m.Payload, m.Origin = topic, payload, origin
-	clients = s.routeWith(r, m, owner)
-	if s.cluster != nil && owner.fromHere() && s.toCluster(m, true) {
-		clients = max(clients, 1)
+	if s.cluster != nil {
+		clients = s.routeClustered(r, m, owner, true)
+	} else {
+		clients = s.routeWith(r, m, owner)
 	}
 	m.Topic, m.Payload, m.Origin = "", nil, ""
 	routerPool.Put(r)
@@ -148,17 +152,23 @@ func (s *Server) routeWith(r *router, m *session.Message, owner *conn) (clients 
 // of the last topic matched with r when it is the same, on s, and s's
 // trie has not changed since, else the trie's. A result with a shared
 // subscription is not kept, nor one for a topic longer than maxKeptTopic.
+// With r.noShares the share groups are not matched (nor their choice
+// moved on), and a result matched so serves only such a match.
 // What a kept result holds (clients, s) stays reachable from r until a
 // match that cannot use it, or until the pool drops r.
 func (s *Server) matchInto(r *router, topic string) {
 	gen := s.subs.Generation() // before the match: a change after it is seen next time
-	if r.matched && r.srv == s && r.gen == gen && string(r.topic) == topic {
+	if r.matched && r.srv == s && r.gen == gen && string(r.topic) == topic && (r.noShares || !r.plain) {
 		return
 	}
 	if r.matched {
 		clear(r.matches) // kept since the last match, which may return fewer
 	}
-	r.matches = s.subs.Match(topic, r.matches[:0])
+	if r.plain = r.noShares; r.plain {
+		r.matches = s.subs.MatchPlain(topic, r.matches[:0])
+	} else {
+		r.matches = s.subs.Match(topic, r.matches[:0])
+	}
 	r.matched = len(topic) <= maxKeptTopic && !slices.ContainsFunc(r.matches,
 		func(sub topictrie.Sub[*client, subOpts]) bool { return sub.Group != "" })
 	r.srv, r.topic, r.gen = nil, r.topic[:0], gen

@@ -1,7 +1,8 @@
 // Package cluster makes several mqttd nodes one broker over NATS (issue
 // 38, part 1: live routing). A Node is this broker's membership of the
-// cluster: one nats.go connection, to an external NATS server or cluster
-// (cluster.nats.url) or to a nats-server embedded in this process
+// cluster: one nats.go connection (two with shared subscriptions), to
+// an external NATS server or cluster (cluster.nats.url) or to a
+// nats-server embedded in this process
 // (cluster.nats.embedded, only in builds with -tags natsserver: the server
 // makes the binary about 75% heavier, so the default build, the Pi's, has
 // only the client).
@@ -22,6 +23,13 @@
 //     message crosses the network only to the nodes that want it. All of
 //     a node's subscriptions share one queue group of its own, so a
 //     message matching several of them reaches the node once.
+//   - Shared subscriptions: WantShared and UnwantShared count the node's
+//     subscriptions per (share group, filter) pair and hold, on a second
+//     connection opened at the first one (the main one does not echo),
+//     a NATS queue subscription per subject, live and retained, in a
+//     queue group every node names alike: NATS gives each message to one
+//     node of those with members, whose deliver gets it tagged with the
+//     group and filter (Message.Group), for that group only (share.go).
 //   - The message format: QoS, retain, the publisher's client id (for No
 //     Local) and the 5.0 properties travel in one NATS header, decoded
 //     defensively (a malformed one is counted and dropped).
@@ -40,13 +48,10 @@
 // node made on reconnecting. QoS 1 and 2 across nodes are only as good
 // as that until sessions are replicated (part 2 of issue 38).
 //
-// What it does not do yet (later steps of issue 38): shared subscription
-// groups spanning nodes (a shared filter is wanted as its topic filter,
-// so each node with a member gets every message and its local group picks
-// one member), retained messages for a node that was away when they were
-// set (a replicated store), one owner per
-// client id and session takeover across nodes, wills of a dead node's
-// clients, and the netsplit policy. The node does no matching, ACL checks
+// What it does not do yet (later steps of issue 38): retained messages
+// for a node that was away when they were set (a replicated store), one
+// owner per client id and session takeover across nodes, wills of a dead
+// node's clients, and the netsplit policy. The node does no matching, ACL checks
 // or limits of its own: the broker applies its local ones to what deliver
 // receives, as to any publication.
 package cluster

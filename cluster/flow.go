@@ -15,7 +15,9 @@ type Stats struct {
 	Connected bool
 	// MessagesOut counts messages handed to NATS for the other nodes.
 	MessagesOut uint64
-	// MessagesIn counts messages from other nodes passed to deliver.
+	// MessagesIn counts messages from other nodes passed to deliver, and
+	// those of the shared subscriptions (SharedIn), which may be this
+	// node's own.
 	MessagesIn uint64
 	// DroppedOut counts messages Publish could not send: the outgoing
 	// queue at a bound, or NATS refusing them (payload over the server's
@@ -53,6 +55,14 @@ type Stats struct {
 	// dead, WillsSwept the wills of dead nodes' clients it published.
 	NodesAlive            int
 	DeadNodes, WillsSwept uint64
+	// SharedSubscriptions is the number of NATS subscriptions of the
+	// shared (group, filter) pairs wanted (WantShared), SharedFilters the
+	// number of those pairs.
+	SharedSubscriptions, SharedFilters int
+	// SharedIn counts the messages of the shared subscriptions passed to
+	// deliver; SharedUnwanted those dropped because their pair was
+	// unwanted since NATS chose this node for them.
+	SharedIn, SharedUnwanted uint64
 }
 
 type counters struct {
@@ -67,7 +77,7 @@ func (n *Node) Stats() Stats {
 	filters := len(n.wants)
 	n.mu.Unlock()
 	droppedIn := n.droppedIn()
-	return Stats{
+	st := Stats{
 		Connected:     n.nc.IsConnected(),
 		MessagesOut:   n.stats.out.Load(),
 		MessagesIn:    n.stats.in.Load(),
@@ -87,6 +97,8 @@ func (n *Node) Stats() Stats {
 		DeadNodes:     n.stats.deadNodes.Load(),
 		WillsSwept:    n.stats.willsSwept.Load(),
 	}
+	n.sharedStats(&st)
+	return st
 }
 
 // Publish sends m to the nodes that want its topic, once per node, or to
@@ -217,6 +229,9 @@ func (n *Node) receive(msg *nats.Msg) {
 		}
 		return
 	}
+	if !n.tag(msg, m) {
+		return
+	}
 	n.stats.in.Add(1)
 	n.deliver(m)
 }
@@ -291,7 +306,7 @@ func (n *Node) Close() error {
 		}
 		n.retired = true
 		n.mu.Unlock()
-		n.closeErr = n.drain()
+		n.closeErr = errors.Join(drainConn(n.nc, n.ncClosed), n.closeShared())
 		close(n.stopIn)
 		<-n.deliverDone
 		<-n.storeDone
@@ -302,23 +317,4 @@ func (n *Node) Close() error {
 		n.log.Info().Msg("cluster node closed")
 	})
 	return n.closeErr
-}
-
-// drain unsubscribes, lets the server send what it has for the node, and
-// closes the connection, waiting for nats.go's bounded drain.
-func (n *Node) drain() error {
-	if err := n.nc.Drain(); err != nil {
-		n.nc.Close()
-		if errors.Is(err, nats.ErrConnectionClosed) {
-			return nil
-		}
-		return err
-	}
-	select {
-	case <-n.ncClosed:
-		return nil
-	case <-time.After(drainTimeout + time.Second):
-		n.nc.Close()
-		return errors.New("cluster: NATS drain timed out")
-	}
 }

@@ -33,6 +33,9 @@ type Message struct {
 	// Origin is the publishing client's id, for No Local on the receiving
 	// node.
 	Origin string
+	// Group and Filter are set on a message received through a shared
+	// subscription (WantShared): it is for that share group only.
+	Group, Filter string
 }
 
 // Bounds of the outgoing queue between Publish and the NATS connection.
@@ -80,6 +83,7 @@ type Node struct {
 	// moved to stats.droppedIn (mu).
 	retired bool
 	nsubs   atomic.Int64
+	shared  shares
 
 	out         chan *nats.Msg
 	outBytes    atomic.Int64
@@ -302,10 +306,9 @@ func wantedTopic(filter string) (string, bool) {
 // Want counts one more of this node's subscriptions to filter; the first
 // subscribes in NATS to the filter's subjects (FilterSubjects), which
 // nats.go sends from its buffer without a round trip. A shared filter
-// ($share/group/f) is wanted as f, so every node with a member receives
-// each message and its local group chooses one member: groups spanning
-// nodes (one delivery per group in the whole cluster) are a later step of
-// issue 38. Filters of '$' topics, which never cross, are ignored.
+// ($share/group/f) given to Want is wanted as f, for every message; a
+// share group spanning nodes is WantShared's. Filters of '$' topics,
+// which never cross, are ignored.
 func (n *Node) Want(filter string) {
 	topic, ok := wantedTopic(filter)
 	if !ok || n.closed.Load() {

@@ -12,6 +12,8 @@ type Message struct {
 	// Publisher is an opaque hash of the publishing client, given to
 	// Trie.MatchFrom; zero when the caller did not supply one.
 	Publisher uint64
+	// plain leaves the share groups out of a match (Trie.MatchPlain).
+	plain bool
 }
 
 // Strategy chooses which member of a share group receives a message.

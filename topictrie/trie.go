@@ -204,6 +204,17 @@ func (t *Trie[K, V]) MatchFrom(topic string, publisher uint64, into []Sub[K, V])
 	return t.match(&t.root, topic, strings.HasPrefix(topic, "$"), m, into)
 }
 
+// MatchPlain is Match without the share groups: only the normal
+// subscriptions matching topic, and no group's Strategy is asked, so
+// that a message the groups get another way (a cluster's shared
+// subscriptions) does not move their choice on.
+func (t *Trie[K, V]) MatchPlain(topic string, into []Sub[K, V]) []Sub[K, V] {
+	m := Message{Topic: topic, plain: true}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.match(&t.root, topic, strings.HasPrefix(topic, "$"), m, into)
+}
+
 // match walks literal levels iteratively and recurses only into + children,
 // so its depth is bounded by the depth of the trie (Limits.MaxLevels), not by
 // the number of levels of the topic.
@@ -252,6 +263,9 @@ func (t *Trie[K, V]) collect(n *node[K, V], m Message, into []Sub[K, V]) []Sub[K
 	for i := range n.subs.items {
 		e := &n.subs.items[i]
 		into = append(into, Sub[K, V]{Key: e.key, Value: e.value, Filter: n.filter, KeyID: e.id})
+	}
+	if m.plain {
+		return into
 	}
 	for _, g := range n.groups {
 		e := &g.members.items[t.strategy.Choose(&g.state, len(g.members.items), m)]
