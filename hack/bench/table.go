@@ -146,15 +146,16 @@ func readSamples(in io.Reader) (*samples, error) {
 }
 
 // writeTable writes the median of each metric per broker and the ratio of
-// mqttd's median to each other broker's. Without mqttd (it did not build or
-// start) the second broker seen takes its place, so that a run of two
-// other brokers still compares them.
-func writeTable(in io.Reader, out io.Writer) error {
+// the subject's (mqttd's, in compare's usual table) median to each other
+// broker's. Without the subject (it did not build or start) the second
+// broker seen takes its place, so that a run of two other brokers still
+// compares them.
+func writeTable(in io.Reader, out io.Writer, subject string) error {
 	s, err := readSamples(in)
 	if err != nil {
 		return err
 	}
-	subj := slices.Index(s.brokers, "mqttd")
+	subj := slices.Index(s.brokers, subject)
 	if subj < 0 {
 		subj = 1
 	}
