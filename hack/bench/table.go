@@ -80,6 +80,7 @@ func throughput(unit, each string) []metric {
 		{"cpu_us_per_msg", "broker CPU µs/" + each + " (lower is better)"},
 		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
 		{"loss_pct", "loss %"},
+		{"cluster_dropped", "dropped between nodes (mqttd_cluster_dropped_total)"},
 	}
 }
 
