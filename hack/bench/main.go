@@ -5,7 +5,9 @@
 //	scenario=fanin qos=0 pubs=8 subs=1 msgs=400000 expected=400000 delivered=400000 loss_pct=0.00 secs=1.23 rate=325203 errors=0
 //
 // -transport tls, ws or wss (with -cafile) reaches the broker over TLS or
-// WebSocket instead of TCP.
+// WebSocket instead of TCP. -pubaddr and -subaddr put a flow's publishers
+// and subscribers on other brokers than -addr, in turn over lists: the
+// nodes of a cluster (cluster.go).
 //
 // Scenarios: fanin, fanout, qos1, qos2, durable1, durable2 (qos1 and qos2 with a
 // persistent subscriber), latency, conns, device (many clients each publishing
