@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -78,6 +79,11 @@ func TestFlowsAcrossNodes(t *testing.T) {
 			}
 			m := lines[0]
 			checkDelivery(t, m, number(t, m, "msgs")*number(t, m, "subs"))
+			if slices.Contains(args, "-pid") {
+				if c := number(t, m, "cpu_us_per_msg"); c < 0 {
+					t.Errorf("cpu_us_per_msg=%v", c)
+				}
+			}
 		})
 	}
 }
