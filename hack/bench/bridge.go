@@ -218,7 +218,7 @@ func bridgeLive(cfg config) (*result, error) {
 	a := newArrivals(len(bp.pubs), bp.msgs)
 	expected := int64(len(bp.pubs) * bp.msgs)
 
-	cpu, err := readCPU(cfg.pid)
+	cpu, err := readCPU(cfg.pids)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +228,7 @@ func bridgeLive(cfg config) (*result, error) {
 	subDone.Go(s.run)
 	bp.run(start)
 	timedOut := awaitArrivals(a, expected, bp.done, cfg.idle, 0, deadline)
-	end, err := readCPU(cfg.pid)
+	end, err := readCPU(cfg.pids)
 	if err != nil {
 		return nil, err
 	}
@@ -327,13 +327,13 @@ func bridgeFill(cfg config) (*result, error) {
 		return nil, err
 	}
 	defer bp.close()
-	cpu, err := readCPU(cfg.pid)
+	cpu, err := readCPU(cfg.pids)
 	if err != nil {
 		return nil, err
 	}
 	bp.run(time.Now())
 	<-bp.done
-	end, err := readCPU(cfg.pid)
+	end, err := readCPU(cfg.pids)
 	if err != nil {
 		return nil, err
 	}
@@ -353,7 +353,7 @@ func bridgeDrain(cfg config) (*result, error) {
 	deadline := time.Now().Add(cfg.timeout)
 	a := newArrivals(orDefault(cfg.pubs, 1), orDefault(cfg.msgs, 50000))
 	expected := int64(len(a.seen))
-	cpu, err := readCPU(cfg.pid)
+	cpu, err := readCPU(cfg.pids)
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +377,7 @@ func bridgeDrain(cfg config) (*result, error) {
 	// Nothing at all within bridgeProbeWait (the bridge reconnects within
 	// seconds) is reported as loss: the queue did not survive the outage.
 	timedOut := awaitArrivals(a, expected, closed, cfg.idle, bridgeProbeWait, deadline)
-	end, err := readCPU(cfg.pid)
+	end, err := readCPU(cfg.pids)
 	if err != nil {
 		return nil, err
 	}

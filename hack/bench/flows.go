@@ -15,9 +15,11 @@ import (
 // own default.
 type config struct {
 	addr        string
-	remote      string // bridge scenarios: where the gateway at addr forwards to
-	prefix      string // bridge scenarios: the bridge's remote prefix
-	session     string // bridge, bridge-drain: the remote session bridge-drain resumes
+	pubAddrs    addrList // flows: publisher i dials pubAddrs[i%len] (none: addr)
+	subAddrs    addrList // flows: subscriber i dials subAddrs[i%len] (none: addr)
+	remote      string   // bridge scenarios: where the gateway at addr forwards to
+	prefix      string   // bridge scenarios: the bridge's remote prefix
+	session     string   // bridge, bridge-drain: the remote session bridge-drain resumes
 	transport   transport
 	timeout     time.Duration // whole-scenario bound
 	idle        time.Duration // how long to wait for stragglers once publishers are done
@@ -31,8 +33,9 @@ type config struct {
 	duration    time.Duration
 	devices     int
 	conns       int
-	concurrency int // conns, device: dials in flight
-	pid         int // conns, device: broker process whose CPU time and RSS are measured
+	concurrency int     // conns, device: dials in flight
+	pid         int     // conns, device: broker process whose CPU time and RSS are measured
+	pids        pidList // flows, bridge: processes whose CPU time is summed as the broker's
 	settle      time.Duration
 	hold        time.Duration // conns: how long the connections stay idle before the RSS is read
 	log         io.Writer
@@ -78,7 +81,7 @@ func runFlow(cfg config, fl flow) (*result, error) {
 			s.c.disconnect()
 			if fl.persistent {
 				// Connecting again with a clean session ends the kept one.
-				if c, err := dial(dialOptions{addr: cfg.addr, transport: cfg.transport, clientID: s.id, bufSize: 512, deadline: time.Now().Add(5 * time.Second)}); err == nil {
+				if c, err := dial(dialOptions{addr: s.addr, transport: cfg.transport, clientID: s.id, bufSize: 512, deadline: time.Now().Add(5 * time.Second)}); err == nil {
 					c.disconnect()
 				}
 			}
@@ -90,8 +93,13 @@ func runFlow(cfg config, fl flow) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.spansNodes() {
+		if err := awaitInterest(cfg, fl, subs, deadline); err != nil {
+			return nil, err
+		}
+	}
 
-	cpu, err := readCPU(cfg.pid)
+	cpu, err := readCPU(cfg.pids)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +123,7 @@ func runFlow(cfg config, fl flow) (*result, error) {
 
 	expected := int64(fl.pubs * fl.msgs * fl.subs)
 	timedOut := awaitDeliveries(subs, expected, pubsDone, cfg.idle, deadline)
-	end, err := readCPU(cfg.pid)
+	end, err := readCPU(cfg.pids)
 	if err != nil {
 		return nil, err
 	}
@@ -133,24 +141,26 @@ func runFlow(cfg config, fl flow) (*result, error) {
 	return r, nil
 }
 
-// cpuReading is the CPU time the generator, and the broker when its pid
-// is given, had used at a moment.
+// cpuReading is the CPU time the generator, and the broker when its pids
+// are given (all of a cluster's processes, summed), had used at a moment.
 type cpuReading struct {
 	at          time.Time
-	pid         int
+	pids        []int
 	broker, gen time.Duration
 }
 
-func readCPU(pid int) (cpuReading, error) {
-	c := cpuReading{at: time.Now(), pid: pid}
+func readCPU(pids []int) (cpuReading, error) {
+	c := cpuReading{at: time.Now(), pids: pids}
 	var err error
 	if c.gen, err = processCPU(os.Getpid()); err != nil {
 		return c, err
 	}
-	if pid > 0 {
-		if c.broker, err = processCPU(pid); err != nil {
+	for _, pid := range pids {
+		used, err := processCPU(pid)
+		if err != nil {
 			return c, fmt.Errorf("broker pid %d: %w", pid, err)
 		}
+		c.broker += used
 	}
 	return c, nil
 }
@@ -165,7 +175,7 @@ func (c cpuReading) report(r *result, start cpuReading, delivered float64) {
 		return
 	}
 	r.float("gen_cpu_pct", 100*(c.gen-start.gen).Seconds()/wall)
-	if c.pid > 0 {
+	if len(c.pids) > 0 {
 		used := c.broker - start.broker
 		r.float("broker_cpu_pct", 100*used.Seconds()/wall).
 			float("cpu_us_per_msg", float64(used.Nanoseconds())/1e3/max(delivered, 1))
@@ -180,18 +190,19 @@ func connectFlow(cfg config, fl flow, deadline time.Time) ([]*subscriber, []*pub
 	var pubs []*publisher
 	for i := range fl.subs {
 		sid := fmt.Sprintf("%s-s%d", id, i)
-		c, err := dial(dialOptions{addr: cfg.addr, transport: cfg.transport, clientID: sid, bufSize: bufSize, deadline: deadline,
+		addr := cfg.subAddr(i)
+		c, err := dial(dialOptions{addr: addr, transport: cfg.transport, clientID: sid, bufSize: bufSize, deadline: deadline,
 			persistent: fl.persistent})
 		if err != nil {
 			return subs, pubs, err
 		}
-		subs = append(subs, &subscriber{c: c, id: sid, onMsg: fl.onMsg})
+		subs = append(subs, &subscriber{c: c, id: sid, addr: addr, onMsg: fl.onMsg})
 		if err := c.subscribe(fl.filter, fl.qos); err != nil {
 			return subs, pubs, err
 		}
 	}
 	for i := range fl.pubs {
-		c, err := dial(dialOptions{addr: cfg.addr, transport: cfg.transport, clientID: fmt.Sprintf("%s-p%d", id, i), bufSize: bufSize, deadline: deadline})
+		c, err := dial(dialOptions{addr: cfg.pubAddr(i), transport: cfg.transport, clientID: fmt.Sprintf("%s-p%d", id, i), bufSize: bufSize, deadline: deadline})
 		if err != nil {
 			return subs, pubs, err
 		}

@@ -5,7 +5,9 @@
 //	scenario=fanin qos=0 pubs=8 subs=1 msgs=400000 expected=400000 delivered=400000 loss_pct=0.00 secs=1.23 rate=325203 errors=0
 //
 // -transport tls, ws or wss (with -cafile) reaches the broker over TLS or
-// WebSocket instead of TCP.
+// WebSocket instead of TCP. -pubaddr and -subaddr put a flow's publishers
+// and subscribers on other brokers than -addr, in turn over lists: the
+// nodes of a cluster (cluster.go).
 //
 // Scenarios: fanin, fanout, qos1, qos2, durable1, durable2 (qos1 and qos2 with a
 // persistent subscriber), latency, conns, device (many clients each publishing
@@ -37,6 +39,7 @@ type command struct {
 	cfg      config
 	scenario string
 	table    string
+	subject  string
 	freeport bool
 	relay    bool
 }
@@ -49,8 +52,11 @@ func parseArgs(args []string, stderr io.Writer) (command, error) {
 	fs.StringVar(&c.scenario, "scenario", "", "fanin, fanout, qos1, qos2, durable1, durable2, latency, conns, device, bridge, bridge-fill or bridge-drain")
 	fs.BoolVar(&c.freeport, "freeport", false, "print a free TCP port on 127.0.0.1 and exit")
 	fs.StringVar(&c.table, "table", "", "print the medians table of a file of broker=NAME result lines and exit")
+	fs.StringVar(&c.subject, "subject", "mqttd", "-table: the broker whose ratios to each other broker the table shows")
 	fs.BoolVar(&c.relay, "relay", false, "serve on -addr, until killed, the latency reference's relay: PUBLISHes forwarded as they come, no broker (Linux)")
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:1883", "broker address (host:port); bridge scenarios: the gateway, whose bridge forwards bench/# to -remote")
+	fs.Var(&cfg.pubAddrs, "pubaddr", "flows: the publishers' broker addresses, comma-separated, taken in turn (default -addr): the nodes of a cluster")
+	fs.Var(&cfg.subAddrs, "subaddr", "flows: the subscribers' broker addresses, comma-separated, taken in turn (default -addr); with -pubaddr, a probe waits until each subscriber gets messages from every publisher's address before the run")
 	fs.StringVar(&cfg.remote, "remote", "", "bridge, bridge-drain: the address (host:port) of the broker the gateway's bridge forwards to")
 	fs.StringVar(&cfg.prefix, "prefix", "gw/", "bridge scenarios: the bridge's remote prefix (bench/x here is PREFIXbench/x at the remote)")
 	fs.StringVar(&cfg.session, "session", "", "bridge: after the run, leave a persistent session of this client id on the remote for bridge-fill's messages; bridge-drain: resume it")
@@ -70,13 +76,16 @@ func parseArgs(args []string, stderr io.Writer) (command, error) {
 	fs.IntVar(&cfg.devices, "devices", 10000, "device: clients, each publishing every devices/rate seconds")
 	fs.IntVar(&cfg.conns, "conns", 10000, "conns: clients to open")
 	fs.IntVar(&cfg.concurrency, "concurrency", 64, "conns, device: dials in flight")
-	fs.IntVar(&cfg.pid, "pid", 0, "broker pid, to report its CPU time (per message, per connection) and, in conns and device, its RSS growth per connection")
+	fs.Var(&cfg.pids, "pid", "broker pid, to report its CPU time (per message, per connection) and, in conns and device, its RSS growth per connection; flows and bridge scenarios: a comma-separated list, their CPU summed (a cluster's processes)")
 	fs.DurationVar(&cfg.hold, "hold", 12*time.Second, "conns: how long the connections stay idle before the broker's RSS is read (mqttd gives its spare heap back after 10 s of quiet)")
 	fs.DurationVar(&cfg.settle, "settle", 5*time.Second, "conns, device: longest wait for the broker's RSS to settle")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	cfg.log = stderr
+	if len(cfg.pids) > 0 {
+		cfg.pid = cfg.pids[0]
+	}
 	var err error
 	if cfg.transport, err = newTransport(*kind, *caFile, cfg.addr); err != nil {
 		return c, err
@@ -91,8 +100,28 @@ func parseArgs(args []string, stderr io.Writer) (command, error) {
 		return c, errors.New("-poll is for the flows: thousands of polling clients would measure the generator")
 	case *poll && !canPoll:
 		return c, errors.New("-poll: Linux only")
+	case len(cfg.pids) > 1 && (c.scenario == "conns" || c.scenario == "device"):
+		return c, errors.New("-pid: conns and device read one broker's RSS: give one pid")
+	}
+	if err := checkAddrArgs(c, fs); err != nil {
+		return c, err
 	}
 	return c, checkBridgeArgs(c, *poll)
+}
+
+// checkAddrArgs refuses -pubaddr and -subaddr where no flow runs: conns,
+// device and the bridge scenarios dial -addr (and -remote) only.
+func checkAddrArgs(c command, fs *flag.FlagSet) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name != "pubaddr" && f.Name != "subaddr" {
+			return
+		}
+		if c.scenario == "conns" || c.scenario == "device" || strings.HasPrefix(c.scenario, "bridge") {
+			err = fmt.Errorf("-%s is for the flows, not %s", f.Name, c.scenario)
+		}
+	})
+	return err
 }
 
 // checkBridgeArgs refuses what the bridge scenarios cannot run with.
@@ -128,7 +157,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout, port)
 		}
 	case c.table != "":
-		err = printTable(c.table, stdout)
+		err = printTable(c.table, c.subject, stdout)
 	case c.relay:
 		var r *relay
 		if r, err = newRelay(c.cfg.addr); err == nil {
@@ -203,13 +232,13 @@ func runScenario(name string, cfg config) ([]*result, error) {
 	return nil, fmt.Errorf("unknown scenario %q (want fanin, fanout, qos1, qos2, durable1, durable2, latency, conns, device, bridge, bridge-fill or bridge-drain)", name)
 }
 
-func printTable(path string, out io.Writer) error {
+func printTable(path, subject string, out io.Writer) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	return writeTable(f, out)
+	return writeTable(f, out, subject)
 }
 
 // freePort asks the kernel for an unused loopback port. Another process

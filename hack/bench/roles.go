@@ -12,6 +12,7 @@ import (
 type subscriber struct {
 	c     *client
 	id    string // client id
+	addr  string // the broker's address
 	start time.Time
 	// onMsg, when set, sees every payload with its arrival time since start.
 	onMsg func(arrival time.Duration, payload []byte)
@@ -62,11 +63,14 @@ func (s *subscriber) handle(fr frame) error {
 		if err != nil {
 			return err
 		}
-		s.last = s.at
-		if s.onMsg != nil {
-			s.onMsg(s.last, p.payload)
+		// A payload shorter than any flow's is a late probe (awaitInterest).
+		if len(p.payload) >= minPayload {
+			s.last = s.at
+			if s.onMsg != nil {
+				s.onMsg(s.last, p.payload)
+			}
+			s.count.Add(1)
 		}
-		s.count.Add(1)
 		switch p.qos {
 		case 1:
 			return s.ack(typePuback, p.id)

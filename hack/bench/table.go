@@ -80,6 +80,7 @@ func throughput(unit, each string) []metric {
 		{"cpu_us_per_msg", "broker CPU µs/" + each + " (lower is better)"},
 		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
 		{"loss_pct", "loss %"},
+		{"cluster_dropped", "dropped between nodes (mqttd_cluster_dropped_total)"},
 	}
 }
 
@@ -146,15 +147,16 @@ func readSamples(in io.Reader) (*samples, error) {
 }
 
 // writeTable writes the median of each metric per broker and the ratio of
-// mqttd's median to each other broker's. Without mqttd (it did not build or
-// start) the second broker seen takes its place, so that a run of two
-// other brokers still compares them.
-func writeTable(in io.Reader, out io.Writer) error {
+// the subject's (mqttd's, in compare's usual table) median to each other
+// broker's. Without the subject (it did not build or start) the second
+// broker seen takes its place, so that a run of two other brokers still
+// compares them.
+func writeTable(in io.Reader, out io.Writer, subject string) error {
 	s, err := readSamples(in)
 	if err != nil {
 		return err
 	}
-	subj := slices.Index(s.brokers, "mqttd")
+	subj := slices.Index(s.brokers, subject)
 	if subj < 0 {
 		subj = 1
 	}

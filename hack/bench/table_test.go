@@ -20,7 +20,7 @@ func TestWriteTableMediansAndRatio(t *testing.T) {
 		"mqttd failed to start",
 	}, "\n")
 	var out bytes.Buffer
-	if err := writeTable(strings.NewReader(in), &out); err != nil {
+	if err := writeTable(strings.NewReader(in), &out, "mqttd"); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -63,7 +63,7 @@ func TestWriteTableThreeBrokersDeviceAndTransport(t *testing.T) {
 		"broker=mqttd round=1 scenario=qos1 rate=900 loss_pct=0.00 poll=1",
 	}, "\n")
 	var out bytes.Buffer
-	if err := writeTable(strings.NewReader(in), &out); err != nil {
+	if err := writeTable(strings.NewReader(in), &out, "mqttd"); err != nil {
 		t.Fatal(err)
 	}
 	var rows []string
@@ -95,7 +95,7 @@ func TestWriteTableThreeBrokersDeviceAndTransport(t *testing.T) {
 func TestWriteTableRatiosAreMqttdsWhicheverComesFirst(t *testing.T) {
 	in := "broker=mqttd scenario=qos1 rate=600 cpu_us_per_msg=1.5\nbroker=flashmq scenario=qos1 rate=300\n"
 	var out bytes.Buffer
-	if err := writeTable(strings.NewReader(in), &out); err != nil {
+	if err := writeTable(strings.NewReader(in), &out, "mqttd"); err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Fields(out.String())
@@ -117,7 +117,7 @@ func TestWriteTableBridgeRowsAndFailedRuns(t *testing.T) {
 		"broker=mosquitto round=1 scenario=bridge-drain rate=6000 wait_secs=1.00",
 	}, "\n")
 	var out bytes.Buffer
-	if err := writeTable(strings.NewReader(in), &out); err != nil {
+	if err := writeTable(strings.NewReader(in), &out, "mqttd"); err != nil {
 		t.Fatal(err)
 	}
 	var rows []string
@@ -133,6 +133,30 @@ func TestWriteTableBridgeRowsAndFailedRuns(t *testing.T) {
 	} {
 		if !slices.Contains(rows, want) {
 			t.Errorf("no row %q in:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestWriteTableSubject: -subject picks the broker whose ratios the table
+// shows, as compare's cluster set shows the cluster's to the others.
+func TestWriteTableSubject(t *testing.T) {
+	in := strings.Join([]string{
+		"broker=mqttd round=1 scenario=fanin rate=400 loss_pct=0.00",
+		"broker=cluster round=1 scenario=fanin rate=100 loss_pct=0.00",
+		"broker=nats round=1 scenario=fanin rate=50 loss_pct=0.00",
+	}, "\n")
+	var out bytes.Buffer
+	if err := writeTable(strings.NewReader(in), &out, "cluster"); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	want := [][]string{
+		{"scenario", "metric", "mqttd", "cluster", "nats", "cluster/mqttd", "cluster/nats"},
+		{"fanin", "msg/s", "400", "(n=1)", "100", "(n=1)", "50", "(n=1)", "0.25", "2.00"},
+	}
+	for i, w := range want {
+		if got := strings.Fields(lines[i]); strings.Join(got, " ") != strings.Join(w, " ") {
+			t.Errorf("line %d = %q, want fields %q", i, lines[i], w)
 		}
 	}
 }

@@ -95,7 +95,7 @@ type publishTemplate struct {
 // newPublishTemplate encodes a PUBLISH of payloadLen bytes (at least 8, for
 // the stamp) to topic at qos.
 func newPublishTemplate(topic string, qos byte, payloadLen int) publishTemplate {
-	payloadLen = max(payloadLen, 8)
+	payloadLen = max(payloadLen, minPayload)
 	body := 2 + len(topic) + payloadLen
 	if qos > 0 {
 		body += 2
