@@ -33,6 +33,7 @@ const (
 	CloseStoreError                          // what an acknowledgement covered could not be stored
 	CloseAuthRevoked                         // a reload took the user out of the password file
 	CloseBridgeFull                          // a 3.1.1 publisher to a full block_publishers bridge
+	CloseClusterCutOff                       // the node lost its cluster's store (cluster_will.go)
 	numCloseReasons
 )
 
@@ -57,6 +58,7 @@ var closeReasonNames = [numCloseReasons]string{
 	CloseStoreError:       "store_error",
 	CloseAuthRevoked:      "auth_revoked",
 	CloseBridgeFull:       "bridge_full",
+	CloseClusterCutOff:    "cluster_cut_off",
 }
 
 // String returns the reason as it appears in logs and metric labels.
@@ -94,6 +96,7 @@ var (
 	errDisconnect     = closing(CloseClientDisconnect, errors.New("client sent DISCONNECT"))
 	errTakenOver      = closing(CloseTakenOver, errors.New("session taken over by a new connection"))
 	errShutdown       = closing(CloseShutdown, errors.New("server shutting down"))
+	errCutOff         = closing(CloseClusterCutOff, errors.New("this node lost its cluster's store: the client is to use another node"))
 	errConnectTimeout = closing(CloseConnectTimeout, errors.New("no CONNECT within the connect timeout"))
 	errKeepAlive      = closing(CloseKeepAlive, &packets.Error{Code: packets.KeepAliveTimeout,
 		Msg: "no packet within 1.5 x keepalive", Ref: "MQTT-3.1.2-24"})

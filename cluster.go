@@ -125,20 +125,14 @@ func (s *Server) joinCluster() error {
 		_ = node.Close()
 		return err
 	}
+	node.SetWillPublisher(s.publishRecordedWill)
+	node.Watch(cluster.Hooks{CutOff: s.clusterCutOff, Rejoined: func() { s.clusterRejoined(node) }})
 	l.mu.Lock()
 	l.node.Store(node)
 	for f := range l.wanted {
 		wantOn(node, f)
 	}
 	l.mu.Unlock()
-	s.writers.Add(1)
-	go func() {
-		defer s.writers.Done()
-		<-node.Bound()
-		if node.StoreReady() {
-			s.adoptKept(node)
-		}
-	}()
 	s.log.Info().Str("cluster", l.cfg.Name).Str("node", node.Name()).Msg("joined the cluster")
 	return nil
 }
@@ -260,6 +254,14 @@ type ClusterState struct {
 	TakeoversIn  uint64 `json:"takeovers_in"`
 	TakeoversOut uint64 `json:"takeovers_out"`
 	Refused      uint64 `json:"refused"`
+	// Nodes is the nodes this one sees beating, itself included; CutOff
+	// reports this node cut off from the store (it closed its clients'
+	// connections). DeadNodes counts the nodes it found dead, WillsSwept
+	// the wills of their clients it published.
+	Nodes      int    `json:"nodes"`
+	CutOff     bool   `json:"cut_off"`
+	DeadNodes  uint64 `json:"dead_nodes"`
+	WillsSwept uint64 `json:"wills_swept"`
 }
 
 // Cluster returns this node's state in its cluster, and false when the
@@ -281,6 +283,7 @@ func (s *Server) Cluster() (ClusterState, bool) {
 		st.MessagesOut, st.Reconnects = ns.MessagesOut, ns.Reconnects
 		st.Dropped += ns.DroppedOut
 		st.StoreReady, st.TakeoversIn, st.TakeoversOut = ns.StoreReady, ns.Takeovers, ns.HandedOver
+		st.Nodes, st.CutOff, st.DeadNodes, st.WillsSwept = ns.NodesAlive, ns.CutOff, ns.DeadNodes, ns.WillsSwept
 	}
 	return st, true
 }

@@ -43,14 +43,16 @@ type movedEntry struct {
 }
 
 // claimInCluster makes this node the owner of c's client id, moving its
-// session here from the node that held it. It fails only when the
-// replicated store does not answer: the client is then refused.
-func (c *conn) claimInCluster(cleanStart bool) error {
+// session here from the node that held it, and records cp's will in the
+// cluster. It fails only when the replicated store does not answer: the
+// client is then refused.
+func (c *conn) claimInCluster(cp *packets.Connect) error {
 	s := c.srv
 	node := s.clusterNode()
-	if node == nil {
+	if node == nil || node.CutOff() {
 		return cluster.ErrNoStore
 	}
+	cleanStart := cp.CleanStart
 	id := c.info.ClientID
 	var prev string
 	var state []byte
@@ -68,6 +70,9 @@ func (c *conn) claimInCluster(cleanStart bool) error {
 	}
 	if moveErr != nil {
 		c.fields(s.log.Warn()).Err(moveErr).Str("previous_node", prev).Msg("cluster: session not moved from the node that held it; the client starts afresh")
+	}
+	if cp.WillFlag {
+		c.recordWill(node, cp)
 	}
 	return nil
 }
@@ -127,6 +132,7 @@ func (s *Server) relinquish(id string, export, will bool) ([]byte, bool) {
 	cl.mu.Unlock()
 	ended := s.takeWillLocked(cl)
 	if !will {
+		defer s.dropWillRecord(id, ended.rev)
 		ended = leftWill{}
 	}
 	dropped := s.dropSessionLocked(cl)

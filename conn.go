@@ -64,6 +64,9 @@ type conn struct {
 	expiry uint32
 	// willDelay is the 5.0 will's Will Delay Interval, in seconds.
 	willDelay uint32
+	// willRev is the revision of the will's record in the cluster
+	// (cluster_will.go); 0 without one.
+	willRev uint64
 	// aliases is the connection's topic alias tables (alias.go): set at
 	// CONNECT when the client takes aliases, or by the reader when the
 	// client first sets one; deliveries read it.

@@ -106,7 +106,7 @@ func (c *conn) acceptConnect(cp *packets.Connect, stamp uint32) error {
 	}
 	c.expiry = s.sessionExpiry(c.version, cp)
 	if s.cluster != nil && c.info.Listener != bridgeListener {
-		if err := c.claimInCluster(cp.CleanStart); err != nil {
+		if err := c.claimInCluster(cp); err != nil {
 			return c.refuseUnclaimed(err)
 		}
 	}
@@ -116,11 +116,13 @@ func (c *conn) acceptConnect(cp *packets.Connect, stamp uint32) error {
 	}
 	switch s.attach(c, cp, fresh, stamp) {
 	case attachOtherUser:
+		s.dropWillRecord(c.info.ClientID, c.willRev)
 		// Another user's session came meanwhile: the record stored for
 		// this client is the other's now (attach stored it after), so
 		// nothing is to be taken out.
 		return c.refuseOtherUser()
 	case attachNoRoom:
+		s.dropWillRecord(c.info.ClientID, c.willRev)
 		code := packets.ConnRefusedServerUnavailable
 		if c.version == packets.V5 {
 			code = packets.QuotaExceeded

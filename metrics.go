@@ -35,6 +35,7 @@ type collector struct {
 	clusterConnected, clusterMessages, clusterFilters   *prometheus.Desc
 	clusterDropped, clusterReconnects                   *prometheus.Desc
 	clusterStoreReady, clusterTakeovers, clusterRefused *prometheus.Desc
+	clusterNodes, clusterDeadNodes                      *prometheus.Desc
 }
 
 // statValue is one metric read from stats.
@@ -180,6 +181,8 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 	c.clusterReconnects = prometheus.NewDesc("mqttd_cluster_reconnects_total", "Reconnections to the cluster's NATS.", nil, nil)
 	c.clusterStoreReady = prometheus.NewDesc("mqttd_cluster_store_ready", "1 while this node reaches the cluster's replicated store (JetStream) and so can accept clients.", nil, nil)
 	c.clusterTakeovers = prometheus.NewDesc("mqttd_cluster_takeovers_total", "Client ids taken over from other nodes (in) and given up to them (out).", []string{"direction"}, nil)
+	c.clusterNodes = prometheus.NewDesc("mqttd_cluster_nodes", "Nodes this node sees beating in the cluster, itself included.", nil, nil)
+	c.clusterDeadNodes = prometheus.NewDesc("mqttd_cluster_dead_nodes_total", "Nodes this node found dead (and swept the wills of).", nil, nil)
 	c.clusterRefused = prometheus.NewDesc("mqttd_cluster_refused_total", "Clients refused because this node could not claim their client id in the cluster.", nil, nil)
 	c.dropped = prometheus.NewDesc("mqttd_messages_dropped_total", "Deliveries dropped, by reason.", []string{"reason"}, nil)
 	c.disconnects = prometheus.NewDesc("mqttd_disconnects_total", "Connections closed, by reason.", []string{"reason"}, nil)
@@ -202,7 +205,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.bridgeConnected, c.bridgeQueued, c.bridgeQueuedB, c.bridgeInflight,
 		c.bridgeForwarded, c.bridgeConnects, c.bridgeFailures, c.bridgeDropped,
 		c.clusterConnected, c.clusterMessages, c.clusterFilters, c.clusterDropped, c.clusterReconnects,
-		c.clusterStoreReady, c.clusterTakeovers, c.clusterRefused} {
+		c.clusterStoreReady, c.clusterTakeovers, c.clusterRefused, c.clusterNodes, c.clusterDeadNodes} {
 		ch <- d
 	}
 }
@@ -257,6 +260,8 @@ func (c *collector) collectCluster(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.clusterTakeovers, prometheus.CounterValue, float64(st.TakeoversIn), "in")
 	ch <- prometheus.MustNewConstMetric(c.clusterTakeovers, prometheus.CounterValue, float64(st.TakeoversOut), "out")
 	ch <- prometheus.MustNewConstMetric(c.clusterRefused, prometheus.CounterValue, float64(st.Refused))
+	ch <- prometheus.MustNewConstMetric(c.clusterNodes, prometheus.GaugeValue, float64(st.Nodes))
+	ch <- prometheus.MustNewConstMetric(c.clusterDeadNodes, prometheus.CounterValue, float64(st.DeadNodes))
 }
 
 // collectBridges exports each bridge's state under its name.

@@ -124,7 +124,9 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 		s.stats.sessions.Add(1)
 		present = false
 	} else {
-		resumedWill = s.takeWillLocked(old).msg != nil
+		back := s.takeWillLocked(old)
+		resumedWill = back.msg != nil
+		defer s.dropWillRecord(id, back.rev)
 	}
 	s.stats.sessionsOnline.Add(1)
 	if c.info.Listener != bridgeListener {

@@ -27,6 +27,9 @@ type leftWill struct {
 	// listener's password file with this stamp, which must still be
 	// there unchanged (0: it did not use the password file).
 	passwdStamp uint32
+	// rev is the revision of the will's record in the cluster
+	// (cluster_will.go), 0 when it has none.
+	rev uint64
 }
 
 // delayedWill is a will waiting for its Will Delay Interval. A timer each
@@ -40,27 +43,27 @@ type delayedWill struct {
 // settleWill decides, once the connection's session was released
 // (cleanup, after detach), what becomes of its will.
 func (c *conn) settleWill() {
-	will := leftWill{msg: c.will, who: c.info}
+	will := leftWill{msg: c.will, who: c.info, rev: c.willRev}
 	c.will = nil // the idle wheel may hold the closed connection a while
 	s := c.srv
-	if will.msg == nil || c.graceful || s.closing.Load() {
+	if will.msg == nil || s.closing.Load() {
+		return
+	}
+	if c.graceful {
+		s.dropWillRecord(c.info.ClientID, will.rev)
 		return
 	}
 	cl := c.cl
 	s.mu.Lock()
 	cl.mu.Lock()
 	will.passwdStamp = cl.passwdStamp
-	if cl.moved {
-		cl.mu.Unlock()
-		s.mu.Unlock()
-		return
-	}
 	ended := cl.dropped || s.clients[cl.id] != cl
-	resumed := !ended && cl.conn != nil
+	resumed := cl.moved || !ended && cl.conn != nil
 	at := cl.sess.ExpireAt()
 	cl.mu.Unlock()
 	if resumed {
 		s.mu.Unlock()
+		s.dropWillRecord(cl.id, will.rev)
 		return
 	}
 	if ended || c.willDelay == 0 {
@@ -140,12 +143,22 @@ func (s *Server) dropWillsLocked() {
 }
 
 // publishWill publishes a will, if the client that left it may still
-// publish it; its Message Expiry Interval starts now.
+// publish it; its Message Expiry Interval starts now. A will recorded in
+// the cluster is published once its record is taken out.
 func (s *Server) publishWill(w leftWill) {
-	will := w.msg
-	if will == nil {
+	if w.msg == nil {
 		return
 	}
+	if w.rev != 0 {
+		s.takeRecordedWill(w)
+		return
+	}
+	s.publishWillNow(w)
+}
+
+// publishWillNow is publishWill once the will is this node's to publish.
+func (s *Server) publishWillNow(w leftWill) {
+	will := w.msg
 	if why := s.willRefused(w); why != "" {
 		s.stats.willsRefused.Add(1)
 		if !s.willWarned.limited() {

@@ -184,10 +184,6 @@ func (n *Node) bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream
 	return kv, nil
 }
 
-// Bound is closed once the node has bound its replicated store, or
-// closed without.
-func (n *Node) Bound() <-chan struct{} { return n.storeDone }
-
 // StoreReady reports whether the node has its replicated store bound.
 func (n *Node) StoreReady() bool { return n.store.Load() != nil }
 

@@ -12,13 +12,18 @@ import (
 	"mqttd/packets"
 )
 
+// nodeTimeout is the cluster's node_timeout here: the time a killed
+// node's wills wait for the others to find it dead.
+const nodeTimeout = 2 * time.Second
+
 // startNode runs the mqttd binary as node name of cluster "crash",
 // connected to the NATS server at url.
 func startNode(t *testing.T, name, url string) *broker {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "mqttd.yaml")
-	yaml := fmt.Sprintf("cluster:\n  name: crash\n  node_name: %s\n  nats:\n    url: %s\n", name, url)
+	yaml := fmt.Sprintf("cluster:\n  name: crash\n  node_name: %s\n  node_timeout: %v\n  nats:\n    url: %s\n",
+		name, nodeTimeout, url)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -52,32 +57,53 @@ func awaitRoute(t *testing.T, pub, sub *conn, topic string) {
 	}
 }
 
+// dialUntilServed connects id to addr, again while the node refuses it
+// as it cannot claim the id in the cluster yet (CONNACK 0x03), for up to
+// 10 s.
+func dialUntilServed(t *testing.T, addr string, cp *packets.Connect) *conn {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		c, _, err := dial(addr, packets.V311, cp)
+		if err == nil {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not served within 10 s: %v", cp.ClientID, err)
+		}
+		<-tick.C
+	}
+}
+
 // TestClusterNodeKilled: three mqttd processes form a cluster over a NATS
 // cluster. A subscriber on node 1 gets every QoS 1 message published on
 // node 2, once, while node 3 is killed with SIGKILL in the middle: the
-// clients of the other two nodes do not notice.
+// clients of the other two nodes do not notice. The killed node's
+// client is served by another node at once, and its will is published
+// once, by a survivor, when they find node 3 dead.
 func TestClusterNodeKilled(t *testing.T) {
 	urls := natstest.Cluster(t, 3)
 	nodes := []*broker{startNode(t, "n1", urls[0]), startNode(t, "n2", urls[1]), startNode(t, "n3", urls[2])}
 
-	sub, _, err := dial(nodes[0].addr, packets.V311, connectPacket(packets.V311, "sub", true))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := dialUntilServed(t, nodes[0].addr, connectPacket(packets.V311, "sub", true))
 	defer sub.close(true)
 	if err := sub.subscribe(1, "k/#", 1); err != nil {
 		t.Fatal(err)
 	}
-	pub, _, err := dial(nodes[1].addr, packets.V311, connectPacket(packets.V311, "pub", true))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pub := dialUntilServed(t, nodes[1].addr, connectPacket(packets.V311, "pub", true))
 	defer pub.close(true)
-	bystander, _, err := dial(nodes[2].addr, packets.V311, connectPacket(packets.V311, "bystander", true))
-	if err != nil {
+	wills := dialUntilServed(t, nodes[1].addr, connectPacket(packets.V311, "wills", true))
+	defer wills.close(true)
+	if err := wills.subscribe(1, "will/#", 0); err != nil {
 		t.Fatal(err)
 	}
+	bp := connectPacket(packets.V311, "bystander", false)
+	bp.WillFlag, bp.WillTopic, bp.WillPayload = true, "will/bystander", []byte("gone")
+	bystander := dialUntilServed(t, nodes[2].addr, bp)
 	awaitRoute(t, pub, sub, "k/probe")
+	awaitRoute(t, sub, wills, "will/probe")
 
 	const n = 400
 	got := make(map[string]int)
@@ -125,5 +151,27 @@ func TestClusterNodeKilled(t *testing.T) {
 	}
 	if len(got) != n {
 		t.Errorf("%d distinct messages arrived, want %d", len(got), n)
+	}
+
+	// The bystander, back on node 1 without waiting for anything.
+	back := dialUntilServed(t, nodes[0].addr, connectPacket(packets.V311, "bystander", false))
+	defer back.close(true)
+	p, err := wills.next(4 * nodeTimeout)
+	if err != nil {
+		t.Fatalf("the killed node's client's will: %v", err)
+	}
+	if pp, ok := p.(*packets.Publish); !ok || pp.Topic != "will/bystander" {
+		t.Fatalf("got %+v, want the will of the killed node's client", p)
+	}
+	// Once: nothing else comes before a fence through the same node.
+	if err := pub.send(&packets.Publish{Topic: "will/fence", Payload: []byte("fence")}); err != nil {
+		t.Fatal(err)
+	}
+	p, err = wills.next(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pp, ok := p.(*packets.Publish); !ok || string(pp.Payload) != "fence" {
+		t.Fatalf("after the will, got %+v; want only the fence", p)
 	}
 }

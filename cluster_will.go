@@ -1,0 +1,147 @@
+package mqttd
+
+import (
+	"encoding/json"
+
+	"mqttd/auth"
+	"mqttd/cluster"
+	"mqttd/packets"
+	"mqttd/persistence"
+)
+
+// Wills in a cluster (cluster/liveness.go has the store's side). A
+// connection's will is recorded in the replicated store before its
+// CONNACK, under its node; the node publishes it as on its own only
+// after taking the record out (compare-and-swap on its revision), and
+// takes it out without publishing when the will is discarded. If the
+// node dies, or is cut off from the store, a node that can reach the
+// store takes the records out and publishes them: each will once.
+
+// willRecord is a will as recorded in the cluster: enough for any node to
+// publish it with the rules of its publisher.
+type willRecord struct {
+	ClientID, Username, Listener string
+	Version                      byte
+	Message                      persistence.Message
+}
+
+// recordWill records c's will (of CONNECT cp) in the cluster; the
+// revision goes into c.willRev. A will the store does not take is left
+// to this node alone.
+func (c *conn) recordWill(node *cluster.Node, cp *packets.Connect) {
+	w := willMessage(cp, c.info.ClientID)
+	rec := willRecord{ClientID: c.info.ClientID, Username: c.info.Username, Listener: c.info.Listener,
+		Version: byte(cp.ProtocolVersion), Message: persistence.Message{Topic: w.Topic, Payload: w.Payload,
+			QoS: w.QoS, Retain: w.Retain, Origin: w.Origin}}
+	if w.Properties != nil {
+		rec.Message.Properties = *w.Properties
+	}
+	data, err := json.Marshal(&rec)
+	if err != nil {
+		return
+	}
+	var rev uint64
+	c.mayBlock(func() { rev, err = node.PutWill(c.info.ClientID, data) })
+	if err != nil {
+		c.fields(c.srv.log.Warn()).Err(err).Msg("cluster: will not recorded in the cluster: only this node can publish it")
+		return
+	}
+	c.willRev = rev
+}
+
+// publishRecordedWill publishes a will another node (or this one in a
+// former life) recorded, which this node took out of the store.
+func (s *Server) publishRecordedWill(data []byte) {
+	var rec willRecord
+	if err := json.Unmarshal(data, &rec); err != nil {
+		s.log.Warn().Err(err).Msg("cluster: unreadable will record dropped")
+		return
+	}
+	pm := &rec.Message
+	w := leftWill{msg: newMessage(pm.Topic, pm.Payload, pm.QoS, pm.Retain, &pm.Properties, pm.Origin),
+		who: &auth.ClientInfo{ClientID: rec.ClientID, Username: rec.Username, ProtocolVersion: rec.Version, Listener: rec.Listener}}
+	if rec.Username != "" && s.opts.Authenticator == nil && len(s.methods) == 0 {
+		w.passwdStamp = stampUnknown
+	}
+	s.publishWillNow(w)
+}
+
+// takeRecordedWill decides whether this node may publish a will recorded
+// in the cluster (w.rev): only once it has taken the record out. It runs
+// the decision on a goroutine of its own, so that no reader or timer
+// waits for the store, and publishes from there.
+func (s *Server) takeRecordedWill(w leftWill) {
+	node := s.clusterNode()
+	if node == nil || node.CutOff() {
+		return // the nodes that can reach the store publish it
+	}
+	s.writers.Add(1)
+	go func() {
+		defer s.writers.Done()
+		taken, err := node.TakeWill(w.who.ClientID, w.rev)
+		if err != nil || !taken {
+			return
+		}
+		s.publishWillNow(w)
+	}()
+}
+
+// dropWillRecord takes a discarded will's record out of the cluster.
+func (s *Server) dropWillRecord(id string, rev uint64) {
+	if rev == 0 {
+		return
+	}
+	if node := s.clusterNode(); node != nil {
+		node.DropWill(id, rev)
+	}
+}
+
+// keepOwnWill chooses the records this node's own sweep takes (after its
+// store was first bound, or bound again after a cut-off): those of
+// connections it no longer has. A will waiting here for its delay
+// adopts its record instead, to take it when it fires.
+func (s *Server) keepOwnWill(data []byte, rev uint64) bool {
+	var rec willRecord
+	if json.Unmarshal(data, &rec) != nil {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cl := s.clients[rec.ClientID]
+	if cl == nil {
+		return true
+	}
+	if dw := s.wills[cl]; dw != nil {
+		dw.rev = rev
+		return false
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.conn == nil || cl.conn.willRev != rev
+}
+
+// clusterCutOff closes every client's connection when this node lost
+// the store: their clients reconnect to a node that has it, and their
+// wills are the records' (the others publish them).
+func (s *Server) clusterCutOff() {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		if c.link() == nil {
+			conns = append(conns, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.sendDisconnectAsync(packets.UseAnotherServer)
+		c.closeWith(errCutOff)
+	}
+}
+
+// clusterRejoined runs when this node has the store, first or again:
+// it claims the sessions it kept and publishes the wills of its
+// connections that ended meanwhile.
+func (s *Server) clusterRejoined(node *cluster.Node) {
+	s.adoptKept(node)
+	node.SweepWills(node.Name(), s.keepOwnWill)
+}
