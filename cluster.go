@@ -102,9 +102,12 @@ func (l *clusterLink) unwant(filter string) {
 }
 
 // clusterConfig is o's cluster configuration with the broker's defaults:
-// an embedded server keeps its JetStream files in data_dir/nats.
+// an embedded server keeps its JetStream files in data_dir/nats, and the
+// replicated retained messages are bounded as the broker's are, twice
+// over: the stream also keeps deletions, and counts subjects and headers.
 func clusterConfig(o *Options) cluster.Config {
 	cfg := *o.Cluster
+	cfg.Retained = cluster.RetainedLimits{Messages: 2 * int64(o.Limits.MaxRetained), Bytes: 2 * o.Limits.MaxRetainedBytes}
 	if e := cfg.NATS.Embedded; e != nil && e.StoreDir == "" && o.DataDir != "" {
 		ec := *e
 		ec.StoreDir = filepath.Join(o.DataDir, "nats")
@@ -126,6 +129,7 @@ func (s *Server) joinCluster() error {
 		return err
 	}
 	node.SetWillPublisher(s.publishRecordedWill)
+	node.SetRetainedKeeper(s.keepRetained)
 	node.Watch(cluster.Hooks{CutOff: s.clusterCutOff, Rejoined: func() { s.clusterRejoined(node) }})
 	l.mu.Lock()
 	l.node.Store(node)
@@ -192,9 +196,11 @@ func (s *Server) toCluster(m *session.Message, borrowed bool) bool {
 }
 
 // fromCluster routes a message another node published to this node's
-// clients but its share groups, and keeps it if retained; one that came
-// for a share group (cluster_share.go) goes to that group only. It runs on the cluster connection's
-// goroutine; nothing it does waits for a client or the disk.
+// clients but its share groups; one that came for a share group
+// (cluster_share.go) goes to that group only. A retained message is kept
+// when it comes from the replicated stream (keepRetained), not here. It
+// runs on the cluster connection's goroutine; nothing it does waits for
+// a client or the disk.
 func (s *Server) fromCluster(cm *cluster.Message) {
 	if s.closing.Load() {
 		return
@@ -213,14 +219,26 @@ func (s *Server) fromCluster(cm *cluster.Message) {
 		s.toShareGroup(m, cm.Group, cm.Filter)
 		return
 	}
-	if m.Retain {
-		s.storeRetained(m, nil)
-	}
 	r := routerPool.Get().(*router)
 	r.remote, r.noShares = true, true
 	s.routeWith(r, m, nil)
 	r.remote, r.noShares = false, false
 	routerPool.Put(r)
+}
+
+// keepRetained keeps a retained message read from the cluster's
+// replicated stream (its own node's included), in the stream's order,
+// which every node applies alike: it is stored, or deleted by an empty
+// payload, never routed (its live copy was, by fromCluster).
+func (s *Server) keepRetained(cm *cluster.Message) {
+	if s.closing.Load() || s.topics.ValidTopicName(cm.Topic) != nil || cm.QoS > maxQoS {
+		return
+	}
+	var p packets.Properties
+	if cm.Properties != nil {
+		p = *cm.Properties
+	}
+	s.storeRetained(newMessage(cm.Topic, cm.Payload, cm.QoS, true, &p, cm.Origin), nil)
 }
 
 // fromHere reports whether what c's reader publishes goes to the other

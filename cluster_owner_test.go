@@ -167,3 +167,45 @@ func TestClusterKeptSessionLetGo(t *testing.T) {
 	}
 	rc.send(&packets.Disconnect{})
 }
+
+// TestClusterRetainedForLateNode: a node that joins after retained
+// messages were set, changed and deleted on another finds the latest of
+// each, and not the deleted one, from the cluster's replicated stream.
+func TestClusterRetainedForLateNode(t *testing.T) {
+	t.Parallel()
+	urls := natstest.Cluster(t, 3)
+	node := func(i int) *broker {
+		t.Helper()
+		cfg := &cluster.Config{Name: "late", NodeName: fmt.Sprintf("n%d", i+1), NATS: cluster.NATSConfig{URL: urls[i]}}
+		b := startBroker(t, mqttd.Options{Cluster: cfg})
+		testutil.WaitFor(t, "the node's store", func() bool { st, _ := b.srv.Cluster(); return st.StoreReady })
+		return b
+	}
+	n1 := node(0)
+	pub := connectRaw(t, n1.addr, &packets.Connect{ClientID: "pub", CleanStart: true})
+	for _, p := range []packets.Publish{
+		{Topic: "late/a", Payload: []byte("a1"), Retain: true},
+		{Topic: "late/a", Payload: []byte("a2"), Retain: true},
+		{Topic: "late/gone", Payload: []byte("x"), Retain: true},
+		{Topic: "late/gone", Retain: true},
+		{Topic: "late/b", Payload: []byte("b"), Retain: true, QoS: 1, PacketID: 1},
+	} {
+		pub.send(&p)
+		if p.QoS == 1 {
+			expectAck(pub, packets.TypePuback, 1, 0)
+		}
+	}
+	n3 := node(2)
+	testutil.WaitFor(t, "the late node to keep the retained messages", func() bool {
+		page, _ := n3.srv.RetainedTopics("", 10, 10)
+		return len(page) == 2
+	})
+	page, _ := n3.srv.RetainedTopics("", 10, 10)
+	got := map[string]string{}
+	for _, r := range page {
+		got[r.Topic] = string(r.Payload)
+	}
+	if fmt.Sprint(got) != "map[late/a:a2 late/b:b]" {
+		t.Fatalf("retained on the late node: %v", got)
+	}
+}

@@ -33,6 +33,9 @@ type Config struct {
 	// takes itself for cut off (and closes its clients' connections);
 	// default DefaultNodeTimeout. From 1 s.
 	NodeTimeout time.Duration `yaml:"node_timeout"`
+	// Retained bounds the replicated retained messages; the broker sets
+	// it from its own retained limits.
+	Retained RetainedLimits `yaml:"-"`
 }
 
 // NATSConfig is where the node's NATS connection goes: exactly one of URL

@@ -55,6 +55,9 @@ type Stats struct {
 	// dead, WillsSwept the wills of dead nodes' clients it published.
 	NodesAlive            int
 	DeadNodes, WillsSwept uint64
+	// RetainedKept counts the retained messages read from the replicated
+	// stream and handed to the keeper.
+	RetainedKept uint64
 	// SharedSubscriptions is the number of NATS subscriptions of the
 	// shared (group, filter) pairs wanted (WantShared), SharedFilters the
 	// number of those pairs.
@@ -68,7 +71,7 @@ type Stats struct {
 type counters struct {
 	out, in, droppedOut, tooLong, droppedIn, malformed, reconnects atomic.Uint64
 	takeovers, handedOver                                          atomic.Uint64
-	cutOffs, deadNodes, willsSwept                                 atomic.Uint64
+	cutOffs, deadNodes, willsSwept, retainedKept                   atomic.Uint64
 }
 
 // Stats returns the node's counters.
@@ -96,6 +99,7 @@ func (n *Node) Stats() Stats {
 		NodesAlive:    int(n.nodesAlive.Load()),
 		DeadNodes:     n.stats.deadNodes.Load(),
 		WillsSwept:    n.stats.willsSwept.Load(),
+		RetainedKept:  n.stats.retainedKept.Load(),
 	}
 	n.sharedStats(&st)
 	return st
@@ -297,6 +301,11 @@ func (n *Node) Close() error {
 		n.closed.Store(true)
 		close(n.stopLive)
 		n.live.Wait()
+		n.mu.Lock()
+		if n.retainedRead != nil {
+			n.retainedRead.Stop()
+		}
+		n.mu.Unlock()
 		n.purgeOwnWills()
 		close(n.stopOut)
 		<-n.sendDone

@@ -82,6 +82,7 @@ func (n *Node) beat() {
 	if st == nil {
 		return
 	}
+	n.readRetained(st)
 	n.run(n.hooks.Rejoined)
 	interval := max(n.timeout/5, 50*time.Millisecond)
 	tick := time.NewTicker(interval)

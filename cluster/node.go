@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"mqttd/packets"
@@ -119,6 +120,12 @@ type Node struct {
 	stopLive    chan struct{}
 	nodesAlive  atomic.Int64
 	publishWill func(data []byte)
+
+	// Retained messages replicated (retained.go): keep is the broker's
+	// keeper, retainedRead the stream's reader (mu).
+	keep           func(*Message)
+	retainedLimits RetainedLimits
+	retainedRead   jetstream.ConsumeContext
 	// handovers is the subscription ServeHandover made (mu).
 	handovers *nats.Subscription
 }
@@ -179,9 +186,10 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 		owned:     ownership{ids: map[string]uint64{}},
 		releases:  make(chan release, releaseQueue),
 
-		releaserDone: make(chan struct{}),
-		timeout:      cfg.NodeTimeout,
-		stopLive:     make(chan struct{}),
+		releaserDone:   make(chan struct{}),
+		timeout:        cfg.NodeTimeout,
+		retainedLimits: cfg.Retained,
+		stopLive:       make(chan struct{}),
 
 		sendDone:    make(chan struct{}),
 		deliverDone: make(chan struct{}),

@@ -63,6 +63,7 @@ const DefaultReplicas = 3
 
 // kvStore is the node's view of the replicated store, once bound.
 type kvStore struct {
+	js                   jetstream.JetStream
 	owners, nodes, wills jetstream.KeyValue
 }
 
@@ -147,12 +148,15 @@ func (n *Node) openStore(js jetstream.JetStream, replicas int) (*kvStore, error)
 	if err != nil {
 		return nil, err
 	}
+	if err := n.openRetained(ctx, js, replicas); err != nil {
+		return nil, err
+	}
 	// The node's first beat comes before any of its wills: the others
 	// know of every node whose wills they may have to publish.
 	if _, err := nodes.Put(ctx, nodeKey(n.name), []byte(n.name)); err != nil {
 		return nil, err
 	}
-	return &kvStore{owners: owners, nodes: nodes, wills: wills}, nil
+	return &kvStore{js: js, owners: owners, nodes: nodes, wills: wills}, nil
 }
 
 // bucket binds bucket cfg.Bucket, or creates it with replicas (0:
@@ -162,26 +166,15 @@ func (n *Node) bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream
 	if err == nil || !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return kv, err
 	}
-	cfg.Replicas = replicas
-	if replicas == 0 {
-		cfg.Replicas = DefaultReplicas
-	}
-	kv, err = js.CreateKeyValue(ctx, cfg)
-	if err != nil && replicas == 0 && apiCode(err) == errReplicasNotClustered {
-		cfg.Replicas = 1
+	err = withReplicas("bucket "+cfg.Bucket, replicas, func(r int) error {
+		cfg.Replicas = r
 		kv, err = js.CreateKeyValue(ctx, cfg)
-	}
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		return js.KeyValue(ctx, cfg.Bucket)
-	}
-	switch c := apiCode(err); {
-	case c == errNoPeers || c == errInsufficientResources:
-		return nil, fmt.Errorf("bucket %s needs %d JetStream servers (cluster.replicas; waiting for them to join): %w",
-			cfg.Bucket, cfg.Replicas, err)
-	case err != nil:
-		return nil, fmt.Errorf("bucket %s (replicas %d): %w", cfg.Bucket, cfg.Replicas, err)
-	}
-	return kv, nil
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+		return err
+	})
+	return kv, err
 }
 
 // StoreReady reports whether the node has its replicated store bound.
