@@ -1,5 +1,5 @@
 // Package cluster makes several mqttd nodes one broker over NATS (issue
-// 38, part 1: live routing). A Node is this broker's membership of the
+// 38, part 1). A Node is this broker's membership of the
 // cluster: one nats.go connection (two with shared subscriptions), to
 // an external NATS server or cluster (cluster.nats.url) or to a
 // nats-server embedded in this process
@@ -16,8 +16,19 @@
 //     "a.>" and "a").
 //   - Retained messages: a retained message goes on a subject under
 //     "mqttd.<cluster>.r." that every node subscribes to from its Start,
-//     so each node can keep them all and answer a subscription from its
-//     own store.
+//     for live delivery; the retained stream (JetStream) keeps the latest
+//     of each topic, and every node reads it in order and hands each to
+//     its keeper (retained.go), so each keeps them all, those set while
+//     it was away included, and answers a subscription from its own
+//     store.
+//   - The replicated store (JetStream key-value buckets, bound in the
+//     background from Start, StoreReady): one owner per client id,
+//     claimed with compare-and-swap (Claim, Release, Adopt), and the
+//     previous owner asked to hand the id over (Handover, ServeHandover;
+//     owner.go); each node's beats, the dead nodes' wills published once
+//     by whichever node takes each record first, and a node cut off from
+//     the store told so (Watch, PutWill, TakeWill, SweepWills;
+//     liveness.go).
 //   - Interest: Want and Unwant count the node's subscriptions per filter
 //     and hold one NATS subscription per subject while any is wanted, so a
 //     message crosses the network only to the nodes that want it. All of
@@ -46,12 +57,8 @@
 // servers have dropped their routes to it, they may choose the dead
 // server's stale copy of a node's queue subscription over the one the
 // node made on reconnecting. QoS 1 and 2 across nodes are only as good
-// as that until sessions are replicated (part 2 of issue 38).
+// as that until sessions are replicated (issue 39).
 //
-// What it does not do yet (later steps of issue 38): retained messages
-// for a node that was away when they were set (a replicated store), one
-// owner per client id and session takeover across nodes, wills of a dead
-// node's clients, and the netsplit policy. The node does no matching, ACL checks
-// or limits of its own: the broker applies its local ones to what deliver
-// receives, as to any publication.
+// The node does no matching, ACL checks or limits of its own: the broker
+// applies its local ones to what deliver receives, as to any publication.
 package cluster
