@@ -178,7 +178,7 @@ func TestClusterStateShown(t *testing.T) {
 	regs := []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
 	var nodes []*broker
 	for i := range 2 {
-		cfg := &cluster.Config{Name: "shown", NodeName: fmt.Sprintf("n%d", i+1), Replicas: 1, NATS: cluster.NATSConfig{URL: urls[i]}}
+		cfg := &cluster.Config{Name: "shown", NodeName: fmt.Sprintf("n%d", i+1), Replicas: 1, NodeTimeout: 2 * time.Second, NATS: cluster.NATSConfig{URL: urls[i]}}
 		nodes = append(nodes, startBroker(t, mqttd.Options{Cluster: cfg, Registerer: regs[i]}))
 	}
 	for _, b := range nodes {
@@ -210,15 +210,22 @@ func TestClusterStateShown(t *testing.T) {
 	sys := connectSubscribed(t, &packets.Connect{ClientID: "sys", CleanStart: true}, nodes[0].addr,
 		packets.Subscription{Filter: "$SYS/broker/cluster/#"})
 	values := map[string]string{}
-	for len(values) < 6 {
+	for len(values) < 9 {
 		p, ok := sys.read().(*packets.Publish)
 		if !ok {
 			t.Fatalf("got %T, want a $SYS value", p)
 		}
 		values[strings.TrimPrefix(p.Topic, "$SYS/broker/cluster/")] = string(p.Payload)
 	}
-	if values["node"] != "n1" || values["connected"] != "1" || values["filters"] != "1" || values["messages/received"] == "0" {
+	if values["node"] != "n1" || values["connected"] != "1" || values["filters"] != "1" || values["messages/received"] == "0" ||
+		values["takeovers/in"] != "0" || values["nodes"] == "" {
 		t.Errorf("$SYS/broker/cluster/: %v", values)
+	}
+	testutil.WaitFor(t, "both nodes to see each other beat", func() bool {
+		return metricValue(t, regs[0], "mqttd_cluster_nodes") == 2 && metricValue(t, regs[1], "mqttd_cluster_nodes") == 2
+	})
+	if v := metricValue(t, regs[0], "mqttd_cluster_store_ready"); v != 1 {
+		t.Errorf("mqttd_cluster_store_ready %v, want 1", v)
 	}
 
 	// A node fails over to the other servers it learned of: only with

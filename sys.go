@@ -255,6 +255,9 @@ func (t *sysTree) appendValues(into []sysValue, s *Server, c *sysSample, now tim
 		unsigned(sysPrefix+"cluster/messages/received", st.MessagesIn)
 		unsigned(sysPrefix+"cluster/messages/sent", st.MessagesOut)
 		unsigned(sysPrefix+"cluster/messages/dropped", st.Dropped)
+		num(sysPrefix+"cluster/nodes", int64(st.Nodes))
+		unsigned(sysPrefix+"cluster/takeovers/in", st.TakeoversIn)
+		unsigned(sysPrefix+"cluster/takeovers/out", st.TakeoversOut)
 	}
 	for i := range numLoads {
 		for w := range loadWindows {

@@ -289,8 +289,8 @@ func (n *Node) SetWillPublisher(f func(data []byte)) { n.publishWill = f }
 // will.
 func (n *Node) purgeOwnWills() {
 	st := n.store.Load()
-	if st == nil {
-		return
+	if st == nil || !n.nc.IsConnected() {
+		return // left to the others, who find this node dead
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
