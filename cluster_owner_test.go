@@ -209,3 +209,36 @@ func TestClusterRetainedForLateNode(t *testing.T) {
 		t.Fatalf("retained on the late node: %v", got)
 	}
 }
+
+// TestClusterCutOffClosesClients: a node that loses the cluster's store
+// for its node_timeout closes its clients' connections (5.0: Use another
+// server), leaving their wills to the nodes that still have it, and
+// refuses clients.
+func TestClusterCutOffClosesClients(t *testing.T) {
+	t.Parallel()
+	servers := natstest.Start(t, 3)
+	cfg := &cluster.Config{Name: "cut", NodeName: "n1", NodeTimeout: time.Second, NATS: cluster.NATSConfig{URL: servers.URLs()[0]}}
+	n := startBroker(t, mqttd.Options{Cluster: cfg})
+	testutil.WaitFor(t, "the node's store", func() bool { st, _ := n.srv.Cluster(); return st.StoreReady })
+	cp := &packets.Connect{ClientID: "c", CleanStart: true, ProtocolName: "MQTT", ProtocolVersion: packets.V5}
+	setWill(cp, "will/c")
+	c := connectRaw(t, n.addr, cp)
+	for i := range 3 {
+		servers.Shutdown(i)
+	}
+	d, ok := c.read().(*packets.Disconnect)
+	if !ok || d.ReasonCode != packets.UseAnotherServer {
+		t.Fatalf("got %+v, want DISCONNECT Use another server", d)
+	}
+	c.expectClosed()
+	if _, ack := connectReply(t, n.addr, packets.V5, &packets.Connect{ClientID: "d", CleanStart: true}); ack.ReasonCode != packets.ServerUnavailable {
+		t.Fatalf("CONNACK %#x while cut off, want Server unavailable", byte(ack.ReasonCode))
+	}
+	st, _ := n.srv.Cluster()
+	if !st.CutOff || n.srv.Stats().Disconnects["cluster_cut_off"] != 1 || n.srv.Stats().WillsPublished != 0 {
+		t.Fatalf("cluster %+v, disconnects %v, wills published %d", st, n.srv.Stats().Disconnects, n.srv.Stats().WillsPublished)
+	}
+	if err := n.srv.Ready(); err == nil {
+		t.Fatal("ready while cut off")
+	}
+}

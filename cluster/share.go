@@ -296,6 +296,12 @@ func (n *Node) closeShared() error {
 // connection, and closes it, waiting for nats.go's bounded drain; closed
 // is closed by the connection's ClosedHandler.
 func drainConn(nc *nats.Conn, closed <-chan struct{}) error {
+	if !nc.IsConnected() {
+		// Nothing can drain: what waits in the reconnect buffer is lost
+		// either way.
+		nc.Close()
+		return nil
+	}
 	if err := nc.Drain(); err != nil {
 		nc.Close()
 		if errors.Is(err, nats.ErrConnectionClosed) {
