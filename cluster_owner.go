@@ -282,8 +282,9 @@ func (s *Server) releaseClientID(id string) {
 // adoptKept claims, once the replicated store is reachable, the ids of
 // the sessions this node kept (restored from its store, or kept through
 // a loss of the cluster), and lets go of those another node took
-// meanwhile: their clients are there now.
-func (s *Server) adoptKept(node *cluster.Node) {
+// meanwhile: their clients are there now. It reports whether the store
+// answered for every one.
+func (s *Server) adoptKept(node *cluster.Node) bool {
 	s.mu.Lock()
 	ids := make([]string, 0, len(s.clients))
 	for id, cl := range s.clients {
@@ -292,11 +293,11 @@ func (s *Server) adoptKept(node *cluster.Node) {
 		}
 	}
 	s.mu.Unlock()
-	gone := 0
+	gone, failed := 0, 0
 	for _, id := range ids {
 		owner, err := node.Adopt(id)
 		if err != nil {
-			s.log.Warn().Err(err).Str("client_id", id).Msg("cluster: kept session not claimed; it stays until the next check")
+			failed++
 			continue
 		}
 		if owner != node.Name() {
@@ -308,4 +309,8 @@ func (s *Server) adoptKept(node *cluster.Node) {
 	if gone > 0 {
 		s.log.Info().Int("sessions", gone).Msg("cluster: kept sessions dropped: their clients are on other nodes now")
 	}
+	if failed > 0 {
+		s.log.Warn().Int("sessions", failed).Msg("cluster: kept sessions not claimed yet: the store did not answer; trying again")
+	}
+	return failed == 0
 }

@@ -2,6 +2,7 @@ package mqttd
 
 import (
 	"encoding/json"
+	"time"
 
 	"mqttd/auth"
 	"mqttd/cluster"
@@ -78,11 +79,28 @@ func (s *Server) takeRecordedWill(w leftWill) {
 	s.writers.Add(1)
 	go func() {
 		defer s.writers.Done()
-		taken, err := node.TakeWill(w.who.ClientID, w.rev)
-		if err != nil || !taken {
-			return
+		// Again each second while the store does not answer: a netsplit
+		// shorter than node_timeout must not lose the will. Cut off, the
+		// node leaves it to the others (or to its own sweep on rejoining).
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			taken, err := node.TakeWill(w.who.ClientID, w.rev)
+			if err == nil {
+				if taken {
+					s.publishWillNow(w)
+				}
+				return
+			}
+			if node.CutOff() {
+				return
+			}
+			select {
+			case <-node.Closing():
+				return
+			case <-tick.C:
+			}
 		}
-		s.publishWillNow(w)
 	}()
 }
 
@@ -140,8 +158,29 @@ func (s *Server) clusterCutOff() {
 
 // clusterRejoined runs when this node has the store, first or again:
 // it claims the sessions it kept and publishes the wills of its
-// connections that ended meanwhile.
+// connections that ended meanwhile, again each second while the store
+// does not answer all of it (just after a netsplit heals, its buckets
+// may still be electing leaders), until it has, or the node is cut off
+// again or closes.
 func (s *Server) clusterRejoined(node *cluster.Node) {
-	s.adoptKept(node)
-	node.SweepWills(node.Name(), s.keepOwnWill)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	adopted, swept := false, false
+	for {
+		if !adopted {
+			adopted = s.adoptKept(node)
+		}
+		if !swept {
+			_, err := node.SweepWills(node.Name(), s.keepOwnWill)
+			swept = err == nil
+		}
+		if adopted && swept || node.CutOff() {
+			return
+		}
+		select {
+		case <-node.Closing():
+			return
+		case <-tick.C:
+		}
+	}
 }

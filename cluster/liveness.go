@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -69,6 +70,9 @@ func (n *Node) Watch(h Hooks) {
 // CutOff reports whether this node has lost the store for NodeTimeout.
 func (n *Node) CutOff() bool { return n.cut.Load() }
 
+// Closing is closed when Close starts: hooks that retry stop then.
+func (n *Node) Closing() <-chan struct{} { return n.stopLive }
+
 // beat is the liveness goroutine: until Close, it writes this node's
 // record every interval and reads the others'.
 func (n *Node) beat() {
@@ -104,7 +108,9 @@ func (n *Node) beat() {
 				n.log.Warn().Msg("cluster: the store is reachable again: accepting clients")
 				n.run(n.hooks.Rejoined)
 			}
-			n.watchOthers(ctx, st, others, now)
+			wctx, wcancel := context.WithTimeout(context.Background(), storeTimeout)
+			n.watchOthers(wctx, st, others, now)
+			wcancel()
 		} else if now.Sub(lastOK) > n.timeout && n.cut.CompareAndSwap(false, true) {
 			n.stats.cutOffs.Add(1)
 			n.log.Error().Err(err).Dur("node_timeout", n.timeout).
@@ -162,7 +168,7 @@ func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*
 		n.stats.deadNodes.Add(1)
 		n.log.Warn().Str("dead_node", name).Dur("node_timeout", n.timeout).Msg("cluster: node found dead: publishing its clients' wills")
 		n.run(func() {
-			n.SweepWills(name, nil)
+			n.sweepDead(name)
 			if f := n.hooks.NodeDead; f != nil {
 				f(name)
 			}
@@ -177,6 +183,25 @@ func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*
 	for k := range others {
 		if !contains(keys, k) {
 			delete(others, k)
+		}
+	}
+}
+
+// sweepDead sweeps a dead node's wills, again each second while the
+// store does not answer, until it does or this node closes or is cut
+// off (then the records wait for a node that can reach them).
+func (n *Node) sweepDead(name string) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		_, err := n.SweepWills(name, nil)
+		if err == nil || n.cut.Load() {
+			return
+		}
+		select {
+		case <-n.stopLive:
+			return
+		case <-tick.C:
 		}
 	}
 }
@@ -242,28 +267,33 @@ func (n *Node) DropWill(id string, rev uint64) {
 // SweepWills takes out node's will records and hands each one this node
 // took to the publisher SetWillPublisher set. want, if not nil, chooses
 // the records to take: this node's own sweep leaves those of its live
-// connections. It returns the number published.
-func (n *Node) SweepWills(node string, want func(data []byte, rev uint64) bool) int {
+// connections. It returns the number published, and an error when the
+// records could not be read: the caller sweeps again later.
+func (n *Node) SweepWills(node string, want func(data []byte, rev uint64) bool) (int, error) {
 	st := n.store.Load()
 	publish := n.publishWill
 	if st == nil || publish == nil {
-		return 0
+		return 0, ErrNoStore
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*storeTimeout)
 	defer cancel()
 	w, err := st.wills.Watch(ctx, nodeKey(node)+".>", jetstream.IgnoreDeletes())
 	if err != nil {
-		n.log.Warn().Err(err).Str("of_node", node).Msg("cluster: wills not swept")
-		return 0
+		return 0, storeErr(err)
 	}
 	var entries []jetstream.KeyValueEntry
+	complete := false
 	for e := range w.Updates() {
 		if e == nil {
+			complete = true
 			break
 		}
 		entries = append(entries, e)
 	}
 	_ = w.Stop()
+	if !complete {
+		return 0, fmt.Errorf("%w: the wills of %s not read within %v", ErrNoStore, node, 4*storeTimeout)
+	}
 	published := 0
 	for _, e := range entries {
 		if want != nil && !want(e.Value(), e.Revision()) {
@@ -277,7 +307,7 @@ func (n *Node) SweepWills(node string, want func(data []byte, rev uint64) bool) 
 		published++
 	}
 	n.stats.willsSwept.Add(uint64(published))
-	return published
+	return published, nil
 }
 
 // SetWillPublisher sets what publishes a will record SweepWills took;

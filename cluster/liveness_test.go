@@ -96,7 +96,12 @@ func TestDeadNodeWillsPublishedOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, n := range []*Node{n2, n3} {
 		wg.Add(1)
-		go func() { defer wg.Done(); n.SweepWills("ghost", nil) }()
+		go func() {
+			defer wg.Done()
+			if _, err := n.SweepWills("ghost", nil); err != nil {
+				t.Errorf("sweep by %s: %v", n.Name(), err)
+			}
+		}()
 	}
 	wg.Wait()
 	// Closed, the survivors have finished every sweep they started.

@@ -160,21 +160,50 @@ func (n *Node) openStore(js jetstream.JetStream, replicas int) (*kvStore, error)
 }
 
 // bucket binds bucket cfg.Bucket, or creates it with replicas (0:
-// DefaultReplicas, or 1 where JetStream is not clustered).
+// DefaultReplicas, or 1 where JetStream is not clustered), with reads
+// answered by its leader only (leaderReads).
 func (n *Node) bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if err == nil || !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return kv, err
+	_, err := js.KeyValue(ctx, cfg.Bucket)
+	if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, err
 	}
-	err = withReplicas("bucket "+cfg.Bucket, replicas, func(r int) error {
-		cfg.Replicas = r
-		kv, err = js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket)
+	if err != nil {
+		err = withReplicas("bucket "+cfg.Bucket, replicas, func(r int) error {
+			cfg.Replicas = r
+			_, err := js.CreateKeyValue(ctx, cfg)
+			if errors.Is(err, jetstream.ErrBucketExists) {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
 		}
+	}
+	if err := leaderReads(ctx, js, cfg.Bucket); err != nil {
+		return nil, err
+	}
+	return js.KeyValue(ctx, cfg.Bucket)
+}
+
+// leaderReads turns off direct gets on bucket's stream, which the
+// jetstream client turns on: a direct get may be answered by any
+// replica, a lagging one too (this node's own server, just back from a
+// netsplit), and an owner or will read from it would decide on a stale
+// record. Reads then go to the stream's leader, which also decides the
+// compare-and-swap writes.
+func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string) error {
+	stream, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
 		return err
-	})
-	return kv, err
+	}
+	cfg := stream.CachedInfo().Config
+	if !cfg.AllowDirect {
+		return nil
+	}
+	cfg.AllowDirect = false
+	_, err = js.UpdateStream(ctx, cfg)
+	return err
 }
 
 // StoreReady reports whether the node has its replicated store bound.
