@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"mqttd/cluster"
 	"mqttd/packets"
@@ -39,6 +40,10 @@ type clusterLink struct {
 	// node is nil until Serve joins the cluster, and after Shutdown; set
 	// under mu, read without it by every message sent (toCluster).
 	node atomic.Pointer[cluster.Node]
+	// accepting is set once the node has claimed its kept sessions and
+	// swept its own wills after binding the store (clusterRejoined), and
+	// cleared while it is cut off: CONNECTs are refused meanwhile.
+	accepting atomic.Bool
 }
 
 // addSubscription subscribes cl to filter in the trie and, in a cluster,
@@ -238,6 +243,15 @@ func (s *Server) keepRetained(cm *cluster.Message) {
 	if cm.Properties != nil {
 		p = *cm.Properties
 	}
+	if p.Has(packets.PropMessageExpiry) {
+		// What was left of the interval when sent, less the time since.
+		age := uint32(min(cm.Age/time.Second, 1<<32-1))
+		if age >= p.MessageExpiry {
+			s.storeRetained(newMessage(cm.Topic, nil, 0, true, &packets.Properties{}, cm.Origin), nil)
+			return
+		}
+		p.MessageExpiry -= age
+	}
 	s.storeRetained(newMessage(cm.Topic, cm.Payload, cm.QoS, true, &p, cm.Origin), nil)
 }
 
@@ -263,8 +277,9 @@ type ClusterState struct {
 	MessagesOut uint64 `json:"messages_out"`
 	Dropped     uint64 `json:"dropped"`
 	Reconnects  uint64 `json:"reconnects"`
-	// StoreReady reports the replicated store reachable: this node can
-	// claim client ids, and so accept clients.
+	// StoreReady reports the replicated store reachable and this node's
+	// own records settled (its kept sessions claimed, its wills swept):
+	// it can claim client ids, and so accept clients.
 	StoreReady bool `json:"store_ready"`
 	// TakeoversIn counts client ids this node took over from other
 	// nodes, TakeoversOut those it gave up to them; Refused the clients
@@ -300,7 +315,7 @@ func (s *Server) Cluster() (ClusterState, bool) {
 		st.Node, st.Connected = node.Name(), ns.Connected
 		st.MessagesOut, st.Reconnects = ns.MessagesOut, ns.Reconnects
 		st.Dropped += ns.DroppedOut
-		st.StoreReady, st.TakeoversIn, st.TakeoversOut = ns.StoreReady, ns.Takeovers, ns.HandedOver
+		st.StoreReady, st.TakeoversIn, st.TakeoversOut = ns.StoreReady && l.accepting.Load(), ns.Takeovers, ns.HandedOver
 		st.Nodes, st.CutOff, st.DeadNodes, st.WillsSwept = ns.NodesAlive, ns.CutOff, ns.DeadNodes, ns.WillsSwept
 	}
 	return st, true

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"mqttd/auth"
 	"mqttd/cluster"
@@ -43,38 +44,54 @@ type movedEntry struct {
 }
 
 // claimInCluster makes this node the owner of c's client id, moving its
-// session here from the node that held it, and records cp's will in the
-// cluster. It fails only when the replicated store does not answer: the
-// client is then refused.
+// session here from the node that held it. It returns
+// cluster.ErrOtherUser for an id another user's session holds (under
+// auth.other_user_session: refuse), and another error when the
+// replicated store does not answer: the client is then refused.
 func (c *conn) claimInCluster(cp *packets.Connect) error {
 	s := c.srv
 	node := s.clusterNode()
-	if node == nil || node.CutOff() {
+	if node == nil || !s.cluster.accepting.Load() {
 		return cluster.ErrNoStore
 	}
-	cleanStart := cp.CleanStart
 	id := c.info.ClientID
-	var prev string
+	refuse := s.opts.Auth.OtherUserSession != OtherUserReplace
+	var claim cluster.Claim
 	var state []byte
 	var err, moveErr error
 	c.mayBlock(func() {
-		if prev, err = node.Claim(id); err == nil {
-			state, moveErr = node.Handover(prev, id, cleanStart)
+		if claim, err = node.Claim(id, c.info.Username, refuse); err == nil {
+			state, moveErr = node.Handover(claim, id, cp.CleanStart)
 		}
 	})
 	if err != nil {
 		return err
 	}
+	c.claimRev = claim.Rev
 	if moveErr == nil && state != nil {
 		moveErr = s.adoptMoved(c, state)
 	}
 	if moveErr != nil {
-		c.fields(s.log.Warn()).Err(moveErr).Str("previous_node", prev).Msg("cluster: session not moved from the node that held it; the client starts afresh")
-	}
-	if cp.WillFlag {
-		c.recordWill(node, cp)
+		c.fields(s.log.Warn()).Err(moveErr).Str("previous_node", claim.Prev).Msg("cluster: session not moved from the node that held it; the client starts afresh")
 	}
 	return nil
+}
+
+// stillClaimed reports, once c is attached, whether no other node's
+// claim of its client id came after this node's: then the later claim
+// wins, and c is closed.
+func (c *conn) stillClaimed() bool {
+	node := c.srv.clusterNode()
+	return c.claimRev == 0 || node == nil || node.Holds(c.info.ClientID, c.claimRev)
+}
+
+// unclaim gives up the claim and the will record of a CONNECT refused
+// after its claim.
+func (s *Server) unclaim(c *conn) {
+	s.dropWillRecord(c.willRef)
+	if node := s.clusterNode(); node != nil && c.claimRev != 0 {
+		node.Release(c.info.ClientID, c.claimRev)
+	}
 }
 
 // refuseUnclaimed refuses a client whose id this node could not claim.
@@ -121,24 +138,30 @@ func (s *Server) relinquish(id string, export, will bool) ([]byte, bool) {
 		s.stats.sessionsOnline.Add(-1)
 	}
 	cl.moved = !will
-	var state []byte
+	var ms movedSession
 	if export {
-		var err error
-		if state, err = json.Marshal(exportLocked(cl)); err != nil {
-			s.log.Error().Err(err).Str("client_id", id).Msg("cluster: session not encoded for the node taking it over")
-			state = nil
-		}
+		ms = exportLocked(cl)
 	}
 	cl.mu.Unlock()
 	ended := s.takeWillLocked(cl)
 	if !will {
-		defer s.dropWillRecord(id, ended.rev)
+		defer s.dropWillRecord(ended.ref)
 		ended = leftWill{}
 	}
 	dropped := s.dropSessionLocked(cl)
 	s.mu.Unlock()
 	s.unsubscribeAll(cl, dropped)
 	s.publishWill(ended)
+	var state []byte
+	if export {
+		// Encoded once the locks are released: every CONNECT waits for
+		// the registry lock.
+		var err error
+		if state, err = json.Marshal(&ms); err != nil {
+			s.log.Error().Err(err).Str("client_id", id).Msg("cluster: session not encoded for the node taking it over")
+			state = nil
+		}
+	}
 	if oldConn != nil {
 		s.log.Info().Str("client_id", id).Str("remote", oldConn.info.Remote.String()).Bool("session_moved", export).
 			Msg("session taken over on another node of the cluster")
@@ -250,6 +273,11 @@ func (s *Server) adoptMoved(c *conn, state []byte) error {
 	cl.mu.Lock()
 	s.accountQueueLocked(cl)
 	cl.stored = stored
+	// Offline until attach gives it c, which may still be refused: it
+	// expires as any offline session does.
+	at := time.Now().Add(time.Duration(c.expiry) * time.Second).UnixNano()
+	cl.sess.SetExpireAt(at)
+	s.expiry.schedule(cl, at)
 	var ticket uint64
 	if stored {
 		ticket = s.dur.commit.Add(&b, nil)
@@ -272,10 +300,16 @@ func (s *Server) dropMovedLocked(cl *client) []string {
 }
 
 // releaseClientID tells the cluster that client id's session ended on
-// this node.
-func (s *Server) releaseClientID(id string) {
-	if node := s.clusterNode(); node != nil {
-		node.Release(id)
+// this node, under connection c's claim (nil: the node's latest claim,
+// for a session that ends offline).
+func (s *Server) releaseClientID(id string, c *conn) {
+	node := s.clusterNode()
+	switch {
+	case node == nil:
+	case c == nil:
+		node.ReleaseOwned(id)
+	case c.claimRev != 0:
+		node.Release(id, c.claimRev)
 	}
 }
 
@@ -287,15 +321,17 @@ func (s *Server) releaseClientID(id string) {
 func (s *Server) adoptKept(node *cluster.Node) bool {
 	s.mu.Lock()
 	ids := make([]string, 0, len(s.clients))
+	users := make([]string, 0, len(s.clients))
 	for id, cl := range s.clients {
 		if cl.bridge.Load() == nil && cl.handler == nil {
 			ids = append(ids, id)
+			users = append(users, cl.owner())
 		}
 	}
 	s.mu.Unlock()
 	gone, failed := 0, 0
-	for _, id := range ids {
-		owner, err := node.Adopt(id)
+	for i, id := range ids {
+		owner, err := node.Adopt(id, users[i])
 		if err != nil {
 			failed++
 			continue

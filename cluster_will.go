@@ -26,10 +26,14 @@ type willRecord struct {
 	Message                      persistence.Message
 }
 
-// recordWill records c's will (of CONNECT cp) in the cluster; the
-// revision goes into c.willRev. A will the store does not take is left
+// recordWill records c's will (of CONNECT cp) in the cluster, in a
+// record of c's own (c.willRef). A will the store does not take is left
 // to this node alone.
-func (c *conn) recordWill(node *cluster.Node, cp *packets.Connect) {
+func (c *conn) recordWill(cp *packets.Connect) {
+	node := c.srv.clusterNode()
+	if node == nil || c.claimRev == 0 {
+		return
+	}
 	w := willMessage(cp, c.info.ClientID)
 	rec := willRecord{ClientID: c.info.ClientID, Username: c.info.Username, Listener: c.info.Listener,
 		Version: byte(cp.ProtocolVersion), Message: persistence.Message{Topic: w.Topic, Payload: w.Payload,
@@ -41,13 +45,13 @@ func (c *conn) recordWill(node *cluster.Node, cp *packets.Connect) {
 	if err != nil {
 		return
 	}
-	var rev uint64
-	c.mayBlock(func() { rev, err = node.PutWill(c.info.ClientID, data) })
+	var ref cluster.WillRef
+	c.mayBlock(func() { ref, err = node.PutWill(c.info.ClientID, data) })
 	if err != nil {
 		c.fields(c.srv.log.Warn()).Err(err).Msg("cluster: will not recorded in the cluster: only this node can publish it")
 		return
 	}
-	c.willRev = rev
+	c.willRef = ref
 }
 
 // publishRecordedWill publishes a will another node (or this one in a
@@ -68,7 +72,7 @@ func (s *Server) publishRecordedWill(data []byte) {
 }
 
 // takeRecordedWill decides whether this node may publish a will recorded
-// in the cluster (w.rev): only once it has taken the record out. It runs
+// in the cluster (w.ref): only once it has taken the record out. It runs
 // the decision on a goroutine of its own, so that no reader or timer
 // waits for the store, and publishes from there.
 func (s *Server) takeRecordedWill(w leftWill) {
@@ -85,7 +89,7 @@ func (s *Server) takeRecordedWill(w leftWill) {
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
-			taken, err := node.TakeWill(w.who.ClientID, w.rev)
+			taken, err := node.TakeWill(w.ref)
 			if err == nil {
 				if taken {
 					s.publishWillNow(w)
@@ -105,20 +109,21 @@ func (s *Server) takeRecordedWill(w leftWill) {
 }
 
 // dropWillRecord takes a discarded will's record out of the cluster.
-func (s *Server) dropWillRecord(id string, rev uint64) {
-	if rev == 0 {
+func (s *Server) dropWillRecord(ref cluster.WillRef) {
+	if ref.Key == "" {
 		return
 	}
 	if node := s.clusterNode(); node != nil {
-		node.DropWill(id, rev)
+		node.DropWill(ref)
 	}
 }
 
 // keepOwnWill chooses the records this node's own sweep takes (after its
 // store was first bound, or bound again after a cut-off): those of
 // connections it no longer has. A will waiting here for its delay
-// adopts its record instead, to take it when it fires.
-func (s *Server) keepOwnWill(data []byte, rev uint64) bool {
+// (restored from the store after a crash, without its record) adopts
+// its record instead, to take it when it fires.
+func (s *Server) keepOwnWill(ref cluster.WillRef, data []byte) bool {
 	var rec willRecord
 	if json.Unmarshal(data, &rec) != nil {
 		return true
@@ -129,19 +134,20 @@ func (s *Server) keepOwnWill(data []byte, rev uint64) bool {
 	if cl == nil {
 		return true
 	}
-	if dw := s.wills[cl]; dw != nil {
-		dw.rev = rev
+	if dw := s.wills[cl]; dw != nil && (dw.ref.Key == ref.Key || dw.ref.Key == "" && dw.clusterOnly) {
+		dw.ref = ref
 		return false
 	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	return cl.conn == nil || cl.conn.willRev != rev
+	return cl.conn == nil || cl.conn.willRef.Key != ref.Key
 }
 
 // clusterCutOff closes every client's connection when this node lost
 // the store: their clients reconnect to a node that has it, and their
 // wills are the records' (the others publish them).
 func (s *Server) clusterCutOff() {
+	s.cluster.accepting.Store(false)
 	s.mu.Lock()
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
@@ -174,7 +180,13 @@ func (s *Server) clusterRejoined(node *cluster.Node) {
 			_, err := node.SweepWills(node.Name(), s.keepOwnWill)
 			swept = err == nil
 		}
-		if adopted && swept || node.CutOff() {
+		if adopted && swept {
+			// Only now: a client accepted before the sweep could have
+			// its new record taken for one of a connection gone.
+			s.cluster.accepting.Store(true)
+			return
+		}
+		if node.CutOff() {
 			return
 		}
 		select {

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"mqttd/auth"
+	"mqttd/cluster"
 	"mqttd/packets"
 	"mqttd/session"
 )
@@ -64,9 +65,11 @@ type conn struct {
 	expiry uint32
 	// willDelay is the 5.0 will's Will Delay Interval, in seconds.
 	willDelay uint32
-	// willRev is the revision of the will's record in the cluster
-	// (cluster_will.go); 0 without one.
-	willRev uint64
+	// willRef is the will's record in the cluster (cluster_will.go),
+	// zero without one; claimRev the revision of this connection's claim
+	// of its client id (cluster_owner.go).
+	willRef  cluster.WillRef
+	claimRev uint64
 	// aliases is the connection's topic alias tables (alias.go): set at
 	// CONNECT when the client takes aliases, or by the reader when the
 	// client first sets one; deliveries read it.

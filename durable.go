@@ -320,7 +320,7 @@ func (s *Server) Ready() error {
 	if s.cluster != nil && serving {
 		if node := s.clusterNode(); node == nil || !node.Stats().Connected {
 			errs = append(errs, fmt.Errorf("cluster %s: not connected to NATS", s.cluster.cfg.Name))
-		} else if !node.StoreReady() || node.CutOff() {
+		} else if !node.StoreReady() || node.CutOff() || !s.cluster.accepting.Load() {
 			errs = append(errs, fmt.Errorf("cluster %s: replicated store (JetStream) not reachable: clients are refused", s.cluster.cfg.Name))
 		}
 	}

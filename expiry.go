@@ -190,6 +190,6 @@ func (s *Server) expireSession(cl *client) {
 	s.stats.sessionsExpired.Add(1) // before the will, which a watcher may take as the sign
 	s.unsubscribeAll(cl, dropped)
 	s.publishWill(will)
-	s.releaseClientID(cl.id)
+	s.releaseClientID(cl.id, nil)
 	s.log.Debug().Str("client_id", cl.id).Msg("session expired")
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"mqttd/auth"
+	"mqttd/cluster"
 	"mqttd/listeners"
 	"mqttd/packets"
 )
@@ -106,23 +107,29 @@ func (c *conn) acceptConnect(cp *packets.Connect, stamp uint32) error {
 	}
 	c.expiry = s.sessionExpiry(c.version, cp)
 	if s.cluster != nil && c.info.Listener != bridgeListener {
-		if err := c.claimInCluster(cp); err != nil {
+		if err := c.claimInCluster(cp); errors.Is(err, cluster.ErrOtherUser) {
+			return c.refuseOtherUser()
+		} else if err != nil {
 			return c.refuseUnclaimed(err)
 		}
 	}
 	fresh, ok := s.claimSession(c, cp.CleanStart)
 	if !ok {
+		s.unclaim(c)
 		return c.refuseOtherUser()
+	}
+	if cp.WillFlag {
+		c.recordWill(cp)
 	}
 	switch s.attach(c, cp, fresh, stamp) {
 	case attachOtherUser:
-		s.dropWillRecord(c.info.ClientID, c.willRev)
+		s.unclaim(c)
 		// Another user's session came meanwhile: the record stored for
 		// this client is the other's now (attach stored it after), so
 		// nothing is to be taken out.
 		return c.refuseOtherUser()
 	case attachNoRoom:
-		s.dropWillRecord(c.info.ClientID, c.willRev)
+		s.unclaim(c)
 		code := packets.ConnRefusedServerUnavailable
 		if c.version == packets.V5 {
 			code = packets.QuotaExceeded
@@ -135,6 +142,13 @@ func (c *conn) acceptConnect(cp *packets.Connect, stamp uint32) error {
 				Msg("new session refused: the broker holds its maximum (logged at most every 10 s; mqttd_sessions_refused_total counts them all)")
 		}
 		return closing(CloseConnectRefused, errors.New("no room for a new session: limits.max_sessions"))
+	}
+	if !c.stillClaimed() {
+		// Another node claimed the id while this one did: the later
+		// claim wins, as a later connection does on one node.
+		s.dropWillRecord(c.willRef)
+		c.sendDisconnect(packets.SessionTakenOver)
+		return errTakenOver
 	}
 	// Only now: a client refused above leaves no will.
 	c.will = willMessage(cp, c.info.ClientID)

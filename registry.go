@@ -126,7 +126,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 	} else {
 		back := s.takeWillLocked(old)
 		resumedWill = back.msg != nil
-		defer s.dropWillRecord(id, back.rev)
+		defer s.dropWillRecord(back.ref)
 	}
 	s.stats.sessionsOnline.Add(1)
 	if c.info.Listener != bridgeListener {
@@ -208,7 +208,7 @@ func (s *Server) detach(c *conn) {
 	s.unsubscribeAll(cl, dropped)
 	s.handOffShared(cl, handed)
 	if ended {
-		s.releaseClientID(cl.id)
+		s.releaseClientID(cl.id, c)
 	}
 }
 

@@ -147,7 +147,9 @@ func restoredWho(ss *persistence.SessionState) *auth.ClientInfo {
 // will is published only if the file still has the user, whatever its
 // entry now.
 func (s *Server) restoredWill(ss *persistence.SessionState) leftWill {
-	w := leftWill{msg: restoredMessage(&ss.Will.Message), who: restoredWho(ss)}
+	// In a cluster, whether it is published is its record's to say: the
+	// other nodes may have published it while this one was down.
+	w := leftWill{msg: restoredMessage(&ss.Will.Message), who: restoredWho(ss), clusterOnly: s.cluster != nil}
 	if ss.Session.Username != "" && s.opts.Authenticator == nil && len(s.methods) == 0 {
 		w.passwdStamp = stampUnknown
 	}

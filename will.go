@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"mqttd/auth"
+	"mqttd/cluster"
 	"mqttd/packets"
 	"mqttd/persistence"
 	"mqttd/session"
@@ -27,9 +28,13 @@ type leftWill struct {
 	// listener's password file with this stamp, which must still be
 	// there unchanged (0: it did not use the password file).
 	passwdStamp uint32
-	// rev is the revision of the will's record in the cluster
-	// (cluster_will.go), 0 when it has none.
-	rev uint64
+	// ref is the will's record in the cluster (cluster_will.go), zero
+	// when it has none; clusterOnly marks a will restored from the store
+	// in a cluster, published only with its record (keepOwnWill adopts
+	// it): without one, the other nodes published it while this one was
+	// down.
+	ref         cluster.WillRef
+	clusterOnly bool
 }
 
 // delayedWill is a will waiting for its Will Delay Interval. A timer each
@@ -43,14 +48,14 @@ type delayedWill struct {
 // settleWill decides, once the connection's session was released
 // (cleanup, after detach), what becomes of its will.
 func (c *conn) settleWill() {
-	will := leftWill{msg: c.will, who: c.info, rev: c.willRev}
+	will := leftWill{msg: c.will, who: c.info, ref: c.willRef}
 	c.will = nil // the idle wheel may hold the closed connection a while
 	s := c.srv
 	if will.msg == nil || s.closing.Load() {
 		return
 	}
 	if c.graceful {
-		s.dropWillRecord(c.info.ClientID, will.rev)
+		s.dropWillRecord(will.ref)
 		return
 	}
 	cl := c.cl
@@ -63,7 +68,7 @@ func (c *conn) settleWill() {
 	cl.mu.Unlock()
 	if resumed {
 		s.mu.Unlock()
-		s.dropWillRecord(cl.id, will.rev)
+		s.dropWillRecord(will.ref)
 		return
 	}
 	if ended || c.willDelay == 0 {
@@ -149,8 +154,11 @@ func (s *Server) publishWill(w leftWill) {
 	if w.msg == nil {
 		return
 	}
-	if w.rev != 0 {
+	if w.ref.Key != "" {
 		s.takeRecordedWill(w)
+		return
+	}
+	if w.clusterOnly {
 		return
 	}
 	s.publishWillNow(w)

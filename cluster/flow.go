@@ -58,6 +58,10 @@ type Stats struct {
 	// RetainedKept counts the retained messages read from the replicated
 	// stream and handed to the keeper.
 	RetainedKept uint64
+	// ReleasesDropped counts records (owners, wills) this node meant to
+	// take out and could not: its queue full, or the store not answering
+	// for 30 s.
+	ReleasesDropped uint64
 	// SharedSubscriptions is the number of NATS subscriptions of the
 	// shared (group, filter) pairs wanted (WantShared), SharedFilters the
 	// number of those pairs.
@@ -72,6 +76,7 @@ type counters struct {
 	out, in, droppedOut, tooLong, droppedIn, malformed, reconnects atomic.Uint64
 	takeovers, handedOver                                          atomic.Uint64
 	cutOffs, deadNodes, willsSwept, retainedKept                   atomic.Uint64
+	releasesDropped                                                atomic.Uint64
 }
 
 // Stats returns the node's counters.
@@ -81,25 +86,26 @@ func (n *Node) Stats() Stats {
 	n.mu.Unlock()
 	droppedIn := n.droppedIn()
 	st := Stats{
-		Connected:     n.nc.IsConnected(),
-		MessagesOut:   n.stats.out.Load(),
-		MessagesIn:    n.stats.in.Load(),
-		DroppedOut:    n.stats.droppedOut.Load(),
-		TooLong:       n.stats.tooLong.Load(),
-		DroppedIn:     droppedIn,
-		Malformed:     n.stats.malformed.Load(),
-		Subscriptions: int(n.nsubs.Load()),
-		Filters:       filters,
-		Reconnects:    n.stats.reconnects.Load(),
-		StoreReady:    n.StoreReady(),
-		Takeovers:     n.stats.takeovers.Load(),
-		HandedOver:    n.stats.handedOver.Load(),
-		CutOff:        n.cut.Load(),
-		CutOffs:       n.stats.cutOffs.Load(),
-		NodesAlive:    int(n.nodesAlive.Load()),
-		DeadNodes:     n.stats.deadNodes.Load(),
-		WillsSwept:    n.stats.willsSwept.Load(),
-		RetainedKept:  n.stats.retainedKept.Load(),
+		Connected:       n.nc.IsConnected(),
+		MessagesOut:     n.stats.out.Load(),
+		MessagesIn:      n.stats.in.Load(),
+		DroppedOut:      n.stats.droppedOut.Load(),
+		TooLong:         n.stats.tooLong.Load(),
+		DroppedIn:       droppedIn,
+		Malformed:       n.stats.malformed.Load(),
+		Subscriptions:   int(n.nsubs.Load()),
+		Filters:         filters,
+		Reconnects:      n.stats.reconnects.Load(),
+		StoreReady:      n.StoreReady(),
+		Takeovers:       n.stats.takeovers.Load(),
+		HandedOver:      n.stats.handedOver.Load(),
+		CutOff:          n.cut.Load(),
+		CutOffs:         n.stats.cutOffs.Load(),
+		NodesAlive:      int(n.nodesAlive.Load()),
+		DeadNodes:       n.stats.deadNodes.Load(),
+		WillsSwept:      n.stats.willsSwept.Load(),
+		RetainedKept:    n.stats.retainedKept.Load(),
+		ReleasesDropped: n.stats.releasesDropped.Load(),
 	}
 	n.sharedStats(&st)
 	return st

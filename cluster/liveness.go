@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -168,12 +169,14 @@ func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*
 		n.stats.deadNodes.Add(1)
 		n.log.Warn().Str("dead_node", name).Dur("node_timeout", n.timeout).Msg("cluster: node found dead: publishing its clients' wills")
 		n.run(func() {
-			n.sweepDead(name)
+			if !n.sweepDead(name) {
+				return // another node, or this one once back, sweeps it
+			}
 			if f := n.hooks.NodeDead; f != nil {
 				f(name)
 			}
-			// Forgotten, so that a node coming back under the name
-			// starts anew.
+			// Forgotten once swept, so that a node coming back under
+			// the name starts anew.
 			ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 			defer cancel()
 			_ = st.nodes.Purge(ctx, nodeKey(name), jetstream.LastRevision(rev))
@@ -188,19 +191,23 @@ func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*
 }
 
 // sweepDead sweeps a dead node's wills, again each second while the
-// store does not answer, until it does or this node closes or is cut
-// off (then the records wait for a node that can reach them).
-func (n *Node) sweepDead(name string) {
+// store does not answer all of it, and reports whether it did; it gives
+// up when this node closes or is cut off (then the records wait for a
+// node that can reach them).
+func (n *Node) sweepDead(name string) bool {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		_, err := n.SweepWills(name, nil)
-		if err == nil || n.cut.Load() {
-			return
+		if err == nil {
+			return true
+		}
+		if n.cut.Load() {
+			return false
 		}
 		select {
 		case <-n.stopLive:
-			return
+			return false
 		case <-tick.C:
 		}
 	}
@@ -215,36 +222,47 @@ func contains(keys []string, k string) bool {
 	return false
 }
 
-// willKey is client id's will record under node.
-func willKey(node, id string) string { return nodeKey(node) + "." + ownerKey(id) }
+// WillRef names one connection's will record in the cluster.
+type WillRef struct {
+	Key string
+	Rev uint64
+}
 
-// PutWill records the will of client id's connection on this node (data
-// as the broker encodes it) and returns the record's revision, for
-// TakeWill and DropWill.
-func (n *Node) PutWill(id string, data []byte) (uint64, error) {
+// willKey is the key of the will of connection seq (unique on this node
+// for its life) of client id under node: each connection has its own
+// record, so one client's connections, old and new, never share one.
+func willKey(node, id, seq string) string { return nodeKey(node) + "." + ownerKey(id) + "." + seq }
+
+// PutWill records the will of a connection of client id on this node
+// (data as the broker encodes it), for TakeWill and DropWill.
+func (n *Node) PutWill(id string, data []byte) (WillRef, error) {
 	st := n.store.Load()
 	if st == nil {
-		return 0, ErrNoStore
+		return WillRef{}, ErrNoStore
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	rev, err := st.wills.Put(ctx, willKey(n.name, id), data)
-	return rev, storeErr(err)
+	key := willKey(n.name, id, n.incarnation+strconv.FormatUint(n.willSeq.Add(1), 36))
+	rev, err := st.wills.Put(ctx, key, data)
+	if err != nil {
+		return WillRef{}, storeErr(err)
+	}
+	return WillRef{Key: key, Rev: rev}, nil
 }
 
-// TakeWill takes out the will record rev of client id, which this node
-// is about to publish, and reports whether it did: false when another
-// node took it first (it found this node dead, and published it), or the
-// record changed. It returns an error, and the caller leaves the will to
-// whoever can reach the store, when the store does not answer.
-func (n *Node) TakeWill(id string, rev uint64) (bool, error) {
+// TakeWill takes out will record ref, which this node is about to
+// publish, and reports whether it did: false when another node took it
+// first (it found this node dead, and published it). It returns an
+// error, and the caller tries again or leaves the will to whoever can
+// reach the store, when the store does not answer.
+func (n *Node) TakeWill(ref WillRef) (bool, error) {
 	st := n.store.Load()
 	if st == nil {
 		return false, ErrNoStore
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	err := st.wills.Purge(ctx, willKey(n.name, id), jetstream.LastRevision(rev), jetstream.PurgeTTL(markerTTL))
+	err := st.wills.Purge(ctx, ref.Key, jetstream.LastRevision(ref.Rev), jetstream.PurgeTTL(markerTTL))
 	switch {
 	case err == nil:
 		return true, nil
@@ -254,14 +272,11 @@ func (n *Node) TakeWill(id string, rev uint64) (bool, error) {
 	return false, storeErr(err)
 }
 
-// DropWill takes out will record rev of client id without publishing
-// it (the client disconnected normally, or came back in time), without
-// waiting: the releaser does it.
-func (n *Node) DropWill(id string, rev uint64) {
-	select {
-	case n.releases <- release{id: id, rev: rev, will: true}:
-	default:
-	}
+// DropWill takes out will record ref without publishing it (the client
+// disconnected normally, or came back in time), without waiting: the
+// releaser does it.
+func (n *Node) DropWill(ref WillRef) {
+	n.queueRelease(release{id: ref.Key, rev: ref.Rev, will: true})
 }
 
 // SweepWills takes out node's will records and hands each one this node
@@ -269,7 +284,7 @@ func (n *Node) DropWill(id string, rev uint64) {
 // the records to take: this node's own sweep leaves those of its live
 // connections. It returns the number published, and an error when the
 // records could not be read: the caller sweeps again later.
-func (n *Node) SweepWills(node string, want func(data []byte, rev uint64) bool) (int, error) {
+func (n *Node) SweepWills(node string, want func(ref WillRef, data []byte) bool) (int, error) {
 	st := n.store.Load()
 	publish := n.publishWill
 	if st == nil || publish == nil {
@@ -295,19 +310,23 @@ func (n *Node) SweepWills(node string, want func(data []byte, rev uint64) bool) 
 		return 0, fmt.Errorf("%w: the wills of %s not read within %v", ErrNoStore, node, 4*storeTimeout)
 	}
 	published := 0
+	var failed error
 	for _, e := range entries {
-		if want != nil && !want(e.Value(), e.Revision()) {
+		if want != nil && !want(WillRef{Key: e.Key(), Rev: e.Revision()}, e.Value()) {
 			continue
 		}
-		err := st.wills.Purge(ctx, e.Key(), jetstream.LastRevision(e.Revision()), jetstream.PurgeTTL(markerTTL))
+		taken, err := n.TakeWill(WillRef{Key: e.Key(), Rev: e.Revision()})
 		if err != nil {
-			continue // another node took it, or the store is gone: not ours
+			failed = err // left for the next sweep
+			continue
 		}
-		publish(e.Value())
-		published++
+		if taken {
+			publish(e.Value())
+			published++
+		}
 	}
 	n.stats.willsSwept.Add(uint64(published))
-	return published, nil
+	return published, failed
 }
 
 // SetWillPublisher sets what publishes a will record SweepWills took;
@@ -322,14 +341,14 @@ func (n *Node) purgeOwnWills() {
 	if st == nil || !n.nc.IsConnected() {
 		return // left to the others, who find this node dead
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*storeTimeout)
 	defer cancel()
-	_ = st.nodes.Purge(ctx, nodeKey(n.name))
 	keys, err := st.wills.ListKeysFiltered(ctx, nodeKey(n.name)+".>")
 	if err != nil {
 		return
 	}
-	// A few at a time: each is a round trip.
+	// A few at a time, each with a timeout of its own: each is a round
+	// trip, and a node with thousands of clients has thousands.
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 32)
 	for k := range keys.Keys() {
@@ -337,8 +356,12 @@ func (n *Node) purgeOwnWills() {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			_ = st.wills.Purge(ctx, k, jetstream.PurgeTTL(markerTTL))
+			pctx, pcancel := context.WithTimeout(context.Background(), storeTimeout)
+			defer pcancel()
+			_ = st.wills.Purge(pctx, k, jetstream.PurgeTTL(markerTTL))
 		}()
 	}
 	wg.Wait()
+	// Its beat record last: a node seeing it gone has nothing to sweep.
+	_ = st.nodes.Purge(ctx, nodeKey(n.name))
 }

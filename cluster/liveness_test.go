@@ -64,16 +64,16 @@ func TestDeadNodeWillsPublishedOnce(t *testing.T) {
 	n2 := startWatched(t, "n2", urls[1], &published, hooks)
 	n3 := startWatched(t, "n3", urls[2], &published, hooks)
 	waitStore(t, n1, n2, n3)
-	for _, id := range []string{"a", "b", "left"} {
+	for _, id := range []string{"a", "b"} {
 		if _, err := n1.PutWill(id, []byte("will-"+id)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	rev, err := n1.PutWill("left", []byte("will-left"))
+	ref, err := n1.PutWill("left", []byte("will-left"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := n1.TakeWill("left", rev); !ok || err != nil {
+	if ok, err := n1.TakeWill(ref); !ok || err != nil {
 		t.Fatalf("TakeWill of the node's own record: %v, %v", ok, err)
 	}
 	// n1 dies: its connection to NATS goes, nothing is taken out.
@@ -89,7 +89,7 @@ func TestDeadNodeWillsPublishedOnce(t *testing.T) {
 	// Both survivors sweeping at once.
 	const many = 20
 	for i := range many {
-		if _, err := n2.store.Load().wills.Put(context.Background(), willKey("ghost", fmt.Sprint(i)), []byte(fmt.Sprint("ghost-", i))); err != nil {
+		if _, err := n2.store.Load().wills.Put(context.Background(), willKey("ghost", fmt.Sprint(i), "1"), []byte(fmt.Sprint("ghost-", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -125,33 +125,38 @@ func TestTakeWill(t *testing.T) {
 	urls := natstest.Cluster(t, 3)
 	n := startNode(t, "n", newRecorder(), testLogger(t), urls[0])
 	waitStore(t, n)
-	rev1, err := n.PutWill("c", []byte("1"))
+	ref1, err := n.PutWill("c", []byte("1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rev2, err := n.PutWill("c", []byte("2")) // the client connected again
+	ref2, err := n.PutWill("c", []byte("2")) // the client connected again
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := n.TakeWill("c", rev1); ok || err != nil {
-		t.Fatalf("taking a replaced record: %v, %v", ok, err)
+	if ref1.Key == ref2.Key {
+		t.Fatalf("two connections of one client share the record %s", ref1.Key)
 	}
-	if ok, err := n.TakeWill("c", rev2); !ok || err != nil {
-		t.Fatalf("taking the record: %v, %v", ok, err)
+	if ok, err := n.TakeWill(WillRef{Key: ref1.Key, Rev: ref1.Rev + 1000}); ok || err != nil {
+		t.Fatalf("taking a record at another revision: %v, %v", ok, err)
 	}
-	if ok, err := n.TakeWill("c", rev2); ok || err != nil {
-		t.Fatalf("taking it twice: %v, %v", ok, err)
+	for _, ref := range []WillRef{ref1, ref2} {
+		if ok, err := n.TakeWill(ref); !ok || err != nil {
+			t.Fatalf("taking %s: %v, %v", ref.Key, ok, err)
+		}
+		if ok, err := n.TakeWill(ref); ok || err != nil {
+			t.Fatalf("taking %s twice: %v, %v", ref.Key, ok, err)
+		}
 	}
-	rev3, err := n.PutWill("d", []byte("3"))
+	ref3, err := n.PutWill("d", []byte("3"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.DropWill("d", rev3)
+	n.DropWill(ref3)
 	deadline := time.Now().Add(10 * time.Second)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		_, err := n.store.Load().wills.Get(context.Background(), willKey("n", "d"))
+		_, err := n.store.Load().wills.Get(context.Background(), ref3.Key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			break
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,10 @@ type Message struct {
 	// Origin is the publishing client's id, for No Local on the receiving
 	// node.
 	Origin string
+	// Age is, for a retained message read from the replicated stream,
+	// how long ago the stream took it: its Message Expiry Interval has
+	// run that much.
+	Age time.Duration
 	// Group and Filter are set on a message received through a shared
 	// subscription (WantShared): it is for that share group only.
 	Group, Filter string
@@ -120,6 +125,9 @@ type Node struct {
 	stopLive    chan struct{}
 	nodesAlive  atomic.Int64
 	publishWill func(data []byte)
+	// incarnation and willSeq make each will record's key unique.
+	incarnation string
+	willSeq     atomic.Uint64
 
 	// Retained messages replicated (retained.go): keep is the broker's
 	// keeper, retainedRead the stream's reader (mu).
@@ -190,6 +198,7 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 		timeout:        cfg.NodeTimeout,
 		retainedLimits: cfg.Retained,
 		stopLive:       make(chan struct{}),
+		incarnation:    strconv.FormatInt(time.Now().UnixNano(), 36) + "-",
 
 		sendDone:    make(chan struct{}),
 		deliverDone: make(chan struct{}),

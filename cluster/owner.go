@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -120,107 +122,131 @@ func (n *Node) bindStore(replicas int) {
 }
 
 func (n *Node) openStore(js jetstream.JetStream, replicas int) (*kvStore, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	defer cancel()
-	owners, err := n.bucket(ctx, js, jetstream.KeyValueConfig{
-		Bucket:         ownersBucket(n.cluster),
-		Description:    "mqttd: the node owning each client id",
-		History:        1,
-		LimitMarkerTTL: markerTTL,
-	}, replicas)
-	if err != nil {
-		return nil, err
+	// Each step with a timeout of its own: a step JetStream does not
+	// answer (its meta group busy with another node's creating the same
+	// bucket) fails soon, and bindStore tries again.
+	step := func(f func(ctx context.Context) error) error {
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		defer cancel()
+		return f(ctx)
 	}
-	nodes, err := n.bucket(ctx, js, jetstream.KeyValueConfig{
-		Bucket:      nodesBucket(n.cluster),
-		Description: "mqttd: each node's beats",
-		History:     1,
-	}, replicas)
-	if err != nil {
-		return nil, err
+	st := &kvStore{js: js}
+	buckets := []struct {
+		kv         *jetstream.KeyValue
+		name, desc string
+		markers    time.Duration
+	}{
+		{&st.owners, ownersBucket(n.cluster), "mqttd: the node owning each client id", markerTTL},
+		{&st.nodes, nodesBucket(n.cluster), "mqttd: each node's beats", 0},
+		{&st.wills, willsBucket(n.cluster), "mqttd: the wills of each node's connected clients", markerTTL},
 	}
-	wills, err := n.bucket(ctx, js, jetstream.KeyValueConfig{
-		Bucket:         willsBucket(n.cluster),
-		Description:    "mqttd: the wills of each node's connected clients",
-		History:        1,
-		LimitMarkerTTL: markerTTL,
-	}, replicas)
-	if err != nil {
-		return nil, err
-	}
-	if err := n.openRetained(ctx, js, replicas); err != nil {
-		return nil, err
-	}
-	// The node's first beat comes before any of its wills: the others
-	// know of every node whose wills they may have to publish.
-	if _, err := nodes.Put(ctx, nodeKey(n.name), []byte(n.name)); err != nil {
-		return nil, err
-	}
-	return &kvStore{js: js, owners: owners, nodes: nodes, wills: wills}, nil
-}
-
-// bucket binds bucket cfg.Bucket, or creates it with replicas (0:
-// DefaultReplicas, or 1 where JetStream is not clustered), with reads
-// answered by its leader only (leaderReads).
-func (n *Node) bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, replicas int) (jetstream.KeyValue, error) {
-	_, err := js.KeyValue(ctx, cfg.Bucket)
-	if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, err
-	}
-	if err != nil {
-		err = withReplicas("bucket "+cfg.Bucket, replicas, func(r int) error {
-			cfg.Replicas = r
-			_, err := js.CreateKeyValue(ctx, cfg)
-			if errors.Is(err, jetstream.ErrBucketExists) {
-				return nil
-			}
+	for _, b := range buckets {
+		err := step(func(ctx context.Context) (err error) {
+			*b.kv, err = n.bucket(ctx, js, b.name, b.desc, b.markers, replicas)
 			return err
 		})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("bucket %s: %w", b.name, err)
 		}
 	}
-	if err := leaderReads(ctx, js, cfg.Bucket); err != nil {
-		return nil, err
+	if err := step(func(ctx context.Context) error { return n.openRetained(ctx, js, replicas) }); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", retainedStream(n.cluster), err)
 	}
-	return js.KeyValue(ctx, cfg.Bucket)
+	// The node's first beat comes before any of its wills: the others
+	// know of every node whose wills they may have to publish.
+	err := step(func(ctx context.Context) error {
+		_, err := st.nodes.Put(ctx, nodeKey(n.name), []byte(n.name))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("first beat: %w", err)
+	}
+	return st, nil
 }
 
-// leaderReads turns off direct gets on bucket's stream, which the
-// jetstream client turns on: a direct get may be answered by any
-// replica, a lagging one too (this node's own server, just back from a
-// netsplit), and an owner or will read from it would decide on a stale
-// record. Reads then go to the stream's leader, which also decides the
-// compare-and-swap writes.
-func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string) error {
-	stream, err := js.Stream(ctx, "KV_"+bucket)
-	if err != nil {
+// bucket binds key-value bucket name, or creates it with replicas (0:
+// DefaultReplicas, or 1 where JetStream is not clustered). It makes the
+// bucket's stream itself, as the jetstream client would but with direct
+// gets off: a direct get may be answered by any replica, a lagging one
+// too (this node's own server, just back from a netsplit), and an owner
+// or will read from it would decide on a stale record. Reads then go to
+// the stream's leader, which also decides the compare-and-swap writes.
+// markerTTL, when not 0, keeps purge markers that long.
+func (n *Node) bucket(ctx context.Context, js jetstream.JetStream, name, desc string, markerTTL time.Duration, replicas int) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, name)
+	if err == nil || !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return kv, err
+	}
+	cfg := jetstream.StreamConfig{
+		Name:                   "KV_" + name,
+		Description:            desc,
+		Subjects:               []string{"$KV." + name + ".>"},
+		MaxMsgsPerSubject:      1,
+		MaxMsgs:                -1,
+		MaxBytes:               -1,
+		MaxMsgSize:             -1,
+		MaxConsumers:           -1,
+		Storage:                jetstream.FileStorage,
+		AllowRollup:            true,
+		DenyDelete:             true,
+		Duplicates:             2 * time.Minute,
+		Discard:                jetstream.DiscardNew,
+		AllowMsgTTL:            markerTTL > 0,
+		SubjectDeleteMarkerTTL: markerTTL,
+	}
+	err = withReplicas("replicas of "+name, replicas, func(r int) error {
+		cfg.Replicas = r
+		_, err := js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return nil
+		}
 		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	cfg := stream.CachedInfo().Config
-	if !cfg.AllowDirect {
-		return nil
-	}
-	cfg.AllowDirect = false
-	_, err = js.UpdateStream(ctx, cfg)
-	return err
+	return js.KeyValue(ctx, name)
 }
 
 // StoreReady reports whether the node has its replicated store bound.
 func (n *Node) StoreReady() bool { return n.store.Load() != nil }
 
-// Claim makes this node the owner of client id and returns the node that
-// owned it before ("" for none, or this node's own name). It returns
-// ErrNoStore while the replicated store is not reachable: the broker then
-// refuses the client, which tries another node.
-func (n *Node) Claim(id string) (prev string, err error) {
+// Claim is what a claim of a client id found and made.
+type Claim struct {
+	// Prev is the node that owned the id before ("" for none, or this
+	// node's own name), to be asked for a Handover.
+	Prev string
+	// Rev is the revision of this node's claim: Release and Holds take
+	// it, and Handover carries it, so that a request older than the
+	// previous owner's own later claim is not obeyed.
+	Rev uint64
+}
+
+// ErrOtherUser is returned by Claim for a client id another user's
+// session holds, when the broker refuses to replace it.
+var ErrOtherUser = errors.New("cluster: the client id belongs to another user's session")
+
+// ownerValue is an owner record: the node, then the session's user.
+func ownerValue(node, user string) []byte { return []byte(node + "\x00" + user) }
+
+func parseOwner(v []byte) (node, user string) {
+	node, user, _ = strings.Cut(string(v), "\x00")
+	return node, user
+}
+
+// Claim makes this node the owner of client id for user's session. It
+// returns ErrOtherUser, claiming nothing, when the id is another user's
+// and refuseOther is set (auth.other_user_session: refuse), and
+// ErrNoStore while the replicated store is not reachable: the broker
+// then refuses the client, which tries another node.
+func (n *Node) Claim(id, user string, refuseOther bool) (Claim, error) {
 	st := n.store.Load()
 	if st == nil {
-		return "", ErrNoStore
+		return Claim{}, ErrNoStore
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	key, me := ownerKey(id), []byte(n.name)
+	key, me := ownerKey(id), ownerValue(n.name, user)
 	for range claimAttempts {
 		e, err := st.owners.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -229,25 +255,39 @@ func (n *Node) Claim(id string) (prev string, err error) {
 				continue
 			}
 			if err != nil {
-				return "", storeErr(err)
+				return Claim{}, storeErr(err)
 			}
 			n.owned.set(id, rev)
-			return "", nil
+			return Claim{Rev: rev}, nil
 		}
 		if err != nil {
-			return "", storeErr(err)
+			return Claim{}, storeErr(err)
+		}
+		prev, owner := parseOwner(e.Value())
+		if refuseOther && owner != user {
+			return Claim{}, ErrOtherUser
 		}
 		rev, err := st.owners.Update(ctx, key, me, e.Revision())
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue
 		}
 		if err != nil {
-			return "", storeErr(err)
+			return Claim{}, storeErr(err)
 		}
 		n.owned.set(id, rev)
-		return string(e.Value()), nil
+		return Claim{Prev: prev, Rev: rev}, nil
 	}
-	return "", errContended
+	return Claim{}, errContended
+}
+
+// Holds reports whether this node's claim rev of client id is still its
+// latest: no other node's Handover request newer than it came since.
+// A node checks it once the client is attached, and closes the client
+// if not: a claim that lost to a newer one while it was being made.
+func (n *Node) Holds(id string, rev uint64) bool {
+	n.owned.mu.Lock()
+	defer n.owned.mu.Unlock()
+	return n.owned.ids[id] == rev
 }
 
 // storeErr is err with ErrNoStore when JetStream did not answer.
@@ -260,19 +300,35 @@ func storeErr(err error) error {
 	return err
 }
 
-// Release gives up client id, whose session ended on this node: its key
-// goes, unless another node claimed it since. It does not wait: the
-// node's releaser purges the record, and a release it cannot take (more
-// than releaseQueue waiting, or the store unreachable) leaves a record
-// naming this node, which the next claim of the id replaces.
-func (n *Node) Release(id string) {
-	rev, ok := n.owned.take(id)
-	if !ok {
-		return
+// Release gives up client id, whose session (claimed at rev) ended on
+// this node: its key goes, unless another claim came since (this node's
+// or another's: the purge is at rev). It does not wait: the node's
+// releaser purges the record, and a release it cannot take (more than
+// releaseQueue waiting) leaves a record naming this node, which the next
+// claim of the id replaces.
+func (n *Node) Release(id string, rev uint64) {
+	n.owned.takeAt(id, rev)
+	n.queueRelease(release{id: id, rev: rev})
+}
+
+// ReleaseOwned is Release at this node's latest claim of client id: for
+// a session that ends while offline (its expiry).
+func (n *Node) ReleaseOwned(id string) {
+	n.owned.mu.Lock()
+	rev, ok := n.owned.ids[id]
+	n.owned.mu.Unlock()
+	if ok {
+		n.Release(id, rev)
 	}
+}
+
+// queueRelease hands r to the releaser, counting it when the queue is
+// full.
+func (n *Node) queueRelease(r release) {
 	select {
-	case n.releases <- release{id: id, rev: rev}:
+	case n.releases <- r:
 	default:
+		n.stats.releasesDropped.Add(1)
 	}
 }
 
@@ -280,10 +336,15 @@ func (n *Node) Release(id string) {
 const releaseQueue = 4096
 
 type release struct {
-	id   string
-	rev  uint64
-	will bool // a will record (DropWill), not an owner's
+	id    string // the client id, or the will record's key
+	rev   uint64
+	will  bool // a will record (DropWill), not an owner's
+	tries int
 }
+
+// releaseTries bounds the attempts of one release while the store does
+// not answer, a second apart.
+const releaseTries = 30
 
 // releaser purges released ids' records one at a time until Close.
 func (n *Node) releaser() {
@@ -307,11 +368,21 @@ func (n *Node) purge(r release) {
 	defer cancel()
 	kv, key := st.owners, ownerKey(r.id)
 	if r.will {
-		kv, key = st.wills, willKey(n.name, r.id)
+		kv, key = st.wills, r.id
 	}
 	err := kv.Purge(ctx, key, jetstream.LastRevision(r.rev), jetstream.PurgeTTL(markerTTL))
-	if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !isWrongLastSeq(err) && n.warn.allow() {
-		n.log.Warn().Err(err).Str("client_id", r.id).Msg("cluster: releasing a client id")
+	if err == nil || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSeq(err) {
+		return
+	}
+	// Again later: a will record left behind would be published for a
+	// client that left normally, if this node died.
+	if r.tries++; r.tries < releaseTries {
+		time.AfterFunc(time.Second, func() { n.queueRelease(r) })
+		return
+	}
+	n.stats.releasesDropped.Add(1)
+	if n.warn.allow() {
+		n.log.Warn().Err(err).Str("key", key).Msg("cluster: a record not taken out of the store after 30 tries")
 	}
 }
 
@@ -319,7 +390,7 @@ func (n *Node) purge(r release) {
 // store, or kept through a loss of the cluster) if no node owns it, and
 // returns its owner: this node's name, or the node that took it
 // meanwhile, to which the session now belongs.
-func (n *Node) Adopt(id string) (owner string, err error) {
+func (n *Node) Adopt(id, user string) (owner string, err error) {
 	st := n.store.Load()
 	if st == nil {
 		return "", ErrNoStore
@@ -328,7 +399,7 @@ func (n *Node) Adopt(id string) (owner string, err error) {
 	defer cancel()
 	key := ownerKey(id)
 	for range claimAttempts {
-		rev, err := st.owners.Create(ctx, key, []byte(n.name))
+		rev, err := st.owners.Create(ctx, key, ownerValue(n.name, user))
 		if err == nil {
 			n.owned.set(id, rev)
 			return n.name, nil
@@ -343,7 +414,7 @@ func (n *Node) Adopt(id string) (owner string, err error) {
 		if err != nil {
 			return "", storeErr(err)
 		}
-		if owner := string(e.Value()); owner != n.name {
+		if owner, _ := parseOwner(e.Value()); owner != n.name {
 			n.owned.take(id)
 			return owner, nil
 		}
@@ -401,6 +472,28 @@ func (o *ownership) take(id string) (uint64, bool) {
 	return rev, ok
 }
 
+// takeAt forgets client id if this node's latest claim of it is rev.
+func (o *ownership) takeAt(id string, rev uint64) {
+	o.mu.Lock()
+	if o.ids[id] == rev {
+		delete(o.ids, id)
+	}
+	o.mu.Unlock()
+}
+
+// takeBefore forgets client id unless this node claimed it again at rev
+// or later, and reports whether it did: a handover request carries the
+// requester's claim.
+func (o *ownership) takeBefore(id string, rev uint64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if mine, ok := o.ids[id]; ok && mine > rev {
+		return false
+	}
+	delete(o.ids, id)
+	return true
+}
+
 // handoverSubject is where node asks for the ids it owned.
 func handoverSubject(cluster, node string) string {
 	b := []byte("mqttd." + cluster + ".h.")
@@ -412,6 +505,7 @@ const (
 	hdrClient = "Mqttd-Client"
 	hdrClean  = "Mqttd-Clean"
 	hdrMore   = "Mqttd-More"
+	hdrRev    = "Mqttd-Rev"
 )
 
 // HandoverFunc gives up client id on the previous owner's node: its
@@ -425,9 +519,14 @@ type HandoverFunc func(id string, clean bool) []byte
 func (n *Node) ServeHandover(fn HandoverFunc) error {
 	sub, err := n.nc.Subscribe(handoverSubject(n.cluster, n.name), func(msg *nats.Msg) {
 		id := msg.Header.Get(hdrClient)
-		n.owned.take(id)
-		state := fn(id, msg.Header.Get(hdrClean) == "1")
-		n.stats.handedOver.Add(1)
+		rev, _ := strconv.ParseUint(msg.Header.Get(hdrRev), 10, 64)
+		var state []byte
+		// A request older than this node's own later claim is stale:
+		// this node asked the requester to give the id up since.
+		if n.owned.takeBefore(id, rev) {
+			state = fn(id, msg.Header.Get(hdrClean) == "1")
+			n.stats.handedOver.Add(1)
+		}
 		n.replyChunks(msg.Reply, state)
 	})
 	if err != nil {
@@ -464,7 +563,8 @@ func (n *Node) replyChunks(reply string, state []byte) {
 // none, or when the new connection is clean). A node that does not
 // answer is taken to be gone: Handover then returns nil and no error,
 // and prev, if it comes back, finds it no longer owns the id.
-func (n *Node) Handover(prev, id string, clean bool) ([]byte, error) {
+func (n *Node) Handover(c Claim, id string, clean bool) ([]byte, error) {
+	prev := c.Prev
 	if prev == "" || prev == n.name {
 		return nil, nil
 	}
@@ -477,6 +577,7 @@ func (n *Node) Handover(prev, id string, clean bool) ([]byte, error) {
 	defer func() { _ = sub.Unsubscribe() }()
 	req := &nats.Msg{Subject: handoverSubject(n.cluster, prev), Reply: inbox, Header: nats.Header{}}
 	req.Header.Set(hdrClient, id)
+	req.Header.Set(hdrRev, strconv.FormatUint(c.Rev, 10))
 	if clean {
 		req.Header.Set(hdrClean, "1")
 	}

@@ -49,6 +49,16 @@ func waitReleased(t *testing.T, n *Node, id string) {
 	}
 }
 
+// claimAs claims id for user "u" and returns the previous owner.
+func claimAs(t *testing.T, n *Node, id string) Claim {
+	t.Helper()
+	c, err := n.Claim(id, "u", true)
+	if err != nil {
+		t.Fatalf("%s claiming %q: %v", n.Name(), id, err)
+	}
+	return c
+}
+
 func TestClaimMovesOwnership(t *testing.T) {
 	urls := natstest.Cluster(t, 3)
 	n1 := startNode(t, "n1", newRecorder(), testLogger(t), urls[0])
@@ -58,31 +68,50 @@ func TestClaimMovesOwnership(t *testing.T) {
 		node *Node
 		prev string
 	}{{n1, ""}, {n1, "n1"}, {n2, "n1"}, {n1, "n2"}}
+	var last Claim
 	for i, st := range steps {
-		prev, err := st.node.Claim("dev/1 é")
-		if err != nil || prev != st.prev {
-			t.Fatalf("step %d: %s claimed: prev %q, %v; want %q", i, st.node.Name(), prev, err, st.prev)
+		last = claimAs(t, st.node, "dev/1 é")
+		if last.Prev != st.prev {
+			t.Fatalf("step %d: %s claimed: prev %q; want %q", i, st.node.Name(), last.Prev, st.prev)
 		}
 	}
-	if !n1.Owns("dev/1 é") {
-		t.Fatal("n1 does not own the id it claimed last")
+	if !n1.Owns("dev/1 é") || !n1.Holds("dev/1 é", last.Rev) {
+		t.Fatal("n1 does not hold the id it claimed last")
 	}
-	// n2's claim was replaced: its release must not take n1's key out.
-	n2.Release("dev/1 é")
-	if prev, err := n2.Claim("dev/1 é"); err != nil || prev != "n1" {
-		t.Fatalf("after a stale release: prev %q, %v; want n1", prev, err)
+	// Another user's session: refused, nothing claimed; or replaced.
+	if _, err := n2.Claim("dev/1 é", "other", true); !errors.Is(err, ErrOtherUser) {
+		t.Fatalf("another user's claim: %v, want ErrOtherUser", err)
 	}
-	n2.Release("dev/1 é")
+	if c := claimAs(t, n2, "dev/1 é"); c.Prev != "n1" {
+		t.Fatalf("after a refused claim: prev %q, want n1", c.Prev)
+	}
+	if c, err := n1.Claim("dev/1 é", "other", false); err != nil || c.Prev != "n2" {
+		t.Fatalf("replacing another user's session: %+v, %v", c, err)
+	}
+	if c, err := n2.Claim("dev/1 é", "u", false); err != nil || c.Prev != "n1" {
+		t.Fatalf("replacing it back: %+v, %v", c, err)
+	}
+	// A release at an older claim than the id's latest takes nothing out.
+	old := claimAs(t, n2, "dev/1 é")
+	newer := claimAs(t, n2, "dev/1 é")
+	n2.Release("dev/1 é", old.Rev)
+	if !n2.Holds("dev/1 é", newer.Rev) {
+		t.Fatal("a release at an older claim forgot the newer one")
+	}
+	if c := claimAs(t, n1, "dev/1 é"); c.Prev != "n2" {
+		t.Fatalf("after a stale release: prev %q; want n2", c.Prev)
+	}
+	n1.Release("dev/1 é", n1.owned.ids["dev/1 é"])
 	waitReleased(t, n1, "dev/1 é")
-	if prev, err := n1.Claim("dev/1 é"); err != nil || prev != "" {
-		t.Fatalf("after the owner's release: prev %q, %v; want none", prev, err)
+	if c := claimAs(t, n2, "dev/1 é"); c.Prev != "" {
+		t.Fatalf("after the owner's release: prev %q; want none", c.Prev)
 	}
 	long := strings.Repeat("x", 5000)
-	if prev, err := n1.Claim(long); err != nil || prev != "" {
-		t.Fatalf("long id: prev %q, %v", prev, err)
+	if c := claimAs(t, n1, long); c.Prev != "" {
+		t.Fatalf("long id: prev %q", c.Prev)
 	}
-	if prev, err := n2.Claim(long); err != nil || prev != "n1" {
-		t.Fatalf("long id: prev %q, %v; want n1", prev, err)
+	if c := claimAs(t, n2, long); c.Prev != "n1" {
+		t.Fatalf("long id: prev %q; want n1", c.Prev)
 	}
 }
 
@@ -108,11 +137,11 @@ func TestClaimConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range rounds {
-				prev, err := n.Claim("contended")
+				c, err := n.Claim("contended", "u", true)
 				mu.Lock()
 				switch {
 				case err == nil:
-					prevs[prev]++
+					prevs[c.Prev]++
 					claims[n.Name()]++
 				case !errors.Is(err, errContended):
 					errs = append(errs, err)
@@ -125,10 +154,11 @@ func TestClaimConcurrent(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatalf("claims failed: %v", errs)
 	}
-	last, err := nodes[0].Claim("contended")
+	lastClaim, err := nodes[0].Claim("contended", "u", true)
 	if err != nil {
 		t.Fatal(err)
 	}
+	last := lastClaim.Prev
 	claims[last]--
 	if prevs[""] != 1 {
 		t.Fatalf("%d claims of a free id, want 1 (previous owners %v)", prevs[""], prevs)
@@ -160,14 +190,12 @@ func TestHandover(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n1.Claim("d"); err != nil {
-		t.Fatal(err)
+	claimAs(t, n1, "d")
+	c := claimAs(t, n2, "d")
+	if c.Prev != "n1" {
+		t.Fatalf("claim: %+v", c)
 	}
-	prev, err := n2.Claim("d")
-	if err != nil || prev != "n1" {
-		t.Fatalf("claim: %q, %v", prev, err)
-	}
-	got, err := n2.Handover(prev, "d", false)
+	got, err := n2.Handover(c, "d", false)
 	if err != nil || !bytes.Equal(got, state) {
 		t.Fatalf("handover: %d bytes, %v; want %d", len(got), err, len(state))
 	}
@@ -177,22 +205,36 @@ func TestHandover(t *testing.T) {
 	if n1.Owns("d") {
 		t.Fatal("n1 still owns the id it handed over")
 	}
-	got, err = n2.Handover("n1", "d", true)
+	n1.owned.set("d", 1) // as if n1 claimed it again, before n2's claim
+	got, err = n2.Handover(Claim{Prev: "n1", Rev: c.Rev}, "d", true)
 	if err != nil || got != nil {
 		t.Fatalf("clean handover: %d bytes, %v", len(got), err)
 	}
 	if c := <-calls; c != (call{"d", true}) {
 		t.Fatalf("n1 asked %+v", c)
 	}
+	// A request older than n1's own later claim is not obeyed.
+	n1.owned.set("d", c.Rev+1000)
+	if got, err := n2.Handover(c, "d", false); err != nil || got != nil {
+		t.Fatalf("stale handover: %d bytes, %v", len(got), err)
+	}
+	select {
+	case c := <-calls:
+		t.Fatalf("n1 obeyed a stale request: %+v", c)
+	default:
+	}
+	if !n1.Holds("d", c.Rev+1000) {
+		t.Fatal("n1 gave up its later claim for a stale request")
+	}
 	// A node nobody serves answers at once: no responders.
 	start := time.Now()
-	if got, err := n2.Handover("gone", "d", false); err != nil || got != nil {
+	if got, err := n2.Handover(Claim{Prev: "gone", Rev: c.Rev}, "d", false); err != nil || got != nil {
 		t.Fatalf("handover from a node that is gone: %v, %v", got, err)
 	}
 	if d := time.Since(start); d >= handoverTimeout {
 		t.Fatalf("handover from a node that is gone took %v: waited for the timeout", d)
 	}
-	if st := n2.Stats(); st.Takeovers != 3 || !st.StoreReady {
+	if st := n2.Stats(); st.Takeovers != 4 || !st.StoreReady {
 		t.Fatalf("n2 stats %+v", st)
 	}
 	if st := n1.Stats(); st.HandedOver != 2 {
@@ -217,7 +259,7 @@ func TestClaimWithoutJetStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Claim("x"); !errors.Is(err, ErrNoStore) {
+	if _, err := n.Claim("x", "", true); !errors.Is(err, ErrNoStore) {
 		t.Fatalf("claim without JetStream: %v", err)
 	}
 	if n.Stats().StoreReady {
@@ -235,16 +277,21 @@ func TestAdopt(t *testing.T) {
 	n1 := startNode(t, "n1", newRecorder(), testLogger(t), urls[0])
 	n2 := startNode(t, "n2", newRecorder(), testLogger(t), urls[1])
 	waitStore(t, n1, n2)
-	if owner, err := n1.Adopt("kept"); err != nil || owner != "n1" || !n1.Owns("kept") {
+	// Reads go to each bucket's leader: no stale replica decides.
+	for _, b := range []string{ownersBucket("c1"), willsBucket("c1"), nodesBucket("c1")} {
+		stream, err := n1.store.Load().js.Stream(context.Background(), "KV_"+b)
+		if err != nil || stream.CachedInfo().Config.AllowDirect {
+			t.Fatalf("bucket %s: direct gets on (%v)", b, err)
+		}
+	}
+	if owner, err := n1.Adopt("kept", "u"); err != nil || owner != "n1" || !n1.Owns("kept") {
 		t.Fatalf("adopting a free id: %q, %v", owner, err)
 	}
-	if owner, err := n1.Adopt("kept"); err != nil || owner != "n1" {
+	if owner, err := n1.Adopt("kept", "u"); err != nil || owner != "n1" {
 		t.Fatalf("adopting an id it owns: %q, %v", owner, err)
 	}
-	if _, err := n2.Claim("kept"); err != nil {
-		t.Fatal(err)
-	}
-	if owner, err := n1.Adopt("kept"); err != nil || owner != "n2" || n1.Owns("kept") {
+	claimAs(t, n2, "kept")
+	if owner, err := n1.Adopt("kept", "u"); err != nil || owner != "n2" || n1.Owns("kept") {
 		t.Fatalf("adopting an id another node took: %q, %v, owns %v", owner, err, n1.Owns("kept"))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -97,6 +98,28 @@ func (n *Node) readRetained(st *kvStore) {
 	if n.keep == nil {
 		return
 	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		cc, err := n.consumeRetained(st)
+		if err == nil {
+			n.mu.Lock()
+			n.retainedRead = cc
+			n.mu.Unlock()
+			return
+		}
+		if n.warn.allow() {
+			n.log.Warn().Err(err).Msg("cluster: the retained messages of the other nodes not read yet; trying again")
+		}
+		select {
+		case <-n.stopLive:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (n *Node) consumeRetained(st *kvStore) (jetstream.ConsumeContext, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	cons, err := st.js.OrderedConsumer(ctx, retainedStream(n.cluster), jetstream.OrderedConsumerConfig{
@@ -104,23 +127,18 @@ func (n *Node) readRetained(st *kvStore) {
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
-		n.log.Error().Err(err).Msg("cluster: retained messages of the other nodes not read")
-		return
+		return nil, err
 	}
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
+	return cons.Consume(func(msg jetstream.Msg) {
 		m, err := decodeMsg(n.cluster, msg.Subject(), msg.Headers(), msg.Data())
 		if err != nil {
 			n.stats.malformed.Add(1)
 			return
 		}
+		if meta, err := msg.Metadata(); err == nil {
+			m.Age = time.Since(meta.Timestamp)
+		}
 		n.stats.retainedKept.Add(1)
 		n.keep(m)
 	})
-	if err != nil {
-		n.log.Error().Err(err).Msg("cluster: retained messages of the other nodes not read")
-		return
-	}
-	n.mu.Lock()
-	n.retainedRead = cc
-	n.mu.Unlock()
 }
