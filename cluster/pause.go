@@ -78,6 +78,8 @@ type flow struct {
 	// holding is when the current hold began (Unix nanoseconds, 0:
 	// none), heldNanos the time of those ended.
 	holding atomic.Int64
+	// warn throttles the log line of a hold.
+	warn throttle
 
 	pausesSent, resumesSent, pausesIn, malformed atomic.Uint64
 	heldNanos, waits, waitNanos                  atomic.Uint64
@@ -273,7 +275,10 @@ func (n *Node) hold() {
 			f.until.CompareAndSwap(until, 0)
 			return
 		}
-		f.holding.CompareAndSwap(0, time.Now().UnixNano())
+		if f.holding.CompareAndSwap(0, time.Now().UnixNano()) && f.warn.allow() {
+			n.log.Warn().Int("pausing", f.pausing()).Dur("held_total", f.held()).
+				Msg("cluster: another node's delivery is behind, holding what goes to the cluster")
+		}
 		t := time.NewTimer(left)
 		select {
 		case <-resumed:
