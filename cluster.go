@@ -40,6 +40,9 @@ type clusterLink struct {
 	// node is nil until Serve joins the cluster, and after Shutdown; set
 	// under mu, read without it by every message sent (toCluster).
 	node atomic.Pointer[cluster.Node]
+	// backlog is the online clients whose queues hold the cluster back
+	// (cluster_backlog.go).
+	backlog backlog
 }
 
 // addSubscription subscribes cl to filter in the trie and, in a cluster,
@@ -122,6 +125,7 @@ func (s *Server) joinCluster() error {
 	if err != nil {
 		return fmt.Errorf("mqttd: joining cluster %s: %w", l.cfg.Name, err)
 	}
+	node.SetBehind(s.backlogged)
 	if err := node.ServeHandover(s.handOver); err != nil {
 		_ = node.Close()
 		return err

@@ -167,3 +167,108 @@ func TestClusterDroppedInCounted(t *testing.T) {
 	}
 	expectNothing(sub)
 }
+
+// TestClusterSlowSubscriberPausesSenders: a QoS 1 subscriber on node 2
+// reading slower than a publisher on node 1 publishes holds node 1's
+// sending once its session queue is deep, though node 2's own queue of
+// messages from the cluster never is: node 2 pauses node 1, which keeps
+// the messages, and the subscriber gets all of them, in order, none
+// dropped from its queue.
+func TestClusterSlowSubscriberPausesSenders(t *testing.T) {
+	t.Parallel()
+	nodes, pub, sub := startSlowPair(t)
+
+	// The subscriber reads and acknowledges one message for each step,
+	// on a goroutine of its own: a fifth of the publisher's pace.
+	const total = 1000
+	steps, got := make(chan int, total), make(chan string, total)
+	defer close(steps)
+	go func() {
+		defer close(got)
+		for n := range steps {
+			for range n {
+				p, err := sub.tryRead()
+				pub, ok := p.(*packets.Publish)
+				if err != nil || !ok {
+					got <- fmt.Sprintf("read: %T %v", p, err)
+					return
+				}
+				got <- string(pub.Payload)
+				if b, err := (&packets.Puback{PacketID: pub.PacketID}).Append(nil, sub.v); err != nil || writeAll(sub.nc, b) != nil {
+					return
+				}
+			}
+		}
+	}()
+	for i := range total {
+		pub.send(&packets.Publish{Topic: "slow/x", QoS: 1, PacketID: uint16(i + 1), Payload: []byte(strconv.Itoa(i))})
+		expectAck(pub, packets.TypePuback, uint16(i+1), 0)
+		if i%5 == 4 {
+			steps <- 1
+		}
+	}
+	testutil.WaitFor(t, "node 2 pausing node 1 for its subscriber", func() bool {
+		st, _ := nodes[0].srv.Cluster()
+		return st.PausesReceived > 0 && st.Held > 0
+	})
+	steps <- total - total/5
+	for i := range total {
+		if p := <-got; p != strconv.Itoa(i) {
+			t.Fatalf("message %d: got %q", i, p)
+		}
+	}
+	for i, n := range nodes {
+		if st, _ := n.srv.Cluster(); st.Dropped != 0 {
+			t.Errorf("node %d: %+v", i+1, st)
+		}
+		if d := n.srv.Stats().Dropped["queue_full"]; d != 0 {
+			t.Errorf("node %d dropped %d from the subscriber's queue", i+1, d)
+		}
+	}
+}
+
+func writeAll(nc net.Conn, b []byte) error {
+	_, err := nc.Write(b)
+	return err
+}
+
+// startSlowPair starts two brokers of cluster "slow" (a window of 10, a
+// queue of 800 per client), a QoS 1 subscriber to slow/# on the second
+// and a publisher on the first.
+func startSlowPair(t *testing.T) (nodes []*broker, pub, sub *rawConn) {
+	t.Helper()
+	urls := natstest.Start(t, 2).URLs()
+	for i := range 2 {
+		cfg := &cluster.Config{Name: "slow", NodeName: fmt.Sprintf("n%d", i+1), Replicas: 1, NATS: cluster.NATSConfig{URL: urls[i]}}
+		nodes = append(nodes, startBroker(t, mqttd.Options{Cluster: cfg, Limits: mqttd.Limits{MaxInflight: 10, MaxQueued: 800}}))
+	}
+	for _, b := range nodes {
+		testutil.WaitFor(t, "the node to be ready", func() bool { return b.srv.Ready() == nil })
+	}
+	sub = connectSubscribed(t, &packets.Connect{ClientID: "sub", CleanStart: true}, nodes[1].addr,
+		packets.Subscription{Filter: "slow/#", Options: qos(1)})
+	awaitInterest(t, nodes[1].addr, nodes[0].addr)
+	pub = connectRaw(t, nodes[0].addr, &packets.Connect{ClientID: "pub", CleanStart: true})
+	return nodes, pub, sub
+}
+
+// TestClusterStuckSubscriberLeftOut: a subscriber that reads nothing
+// holds the other nodes' sending for a second at most: then its node
+// stops pausing them for it, and what does not fit its queue is dropped
+// and counted there, as on one node.
+func TestClusterStuckSubscriberLeftOut(t *testing.T) {
+	t.Parallel()
+	nodes, pub, _ := startSlowPair(t)
+	const total = 1200 // more than the window and the queue
+	for i := range total {
+		pub.send(&packets.Publish{Topic: "slow/x", QoS: 1, PacketID: uint16(i + 1), Payload: []byte(strconv.Itoa(i))})
+		expectAck(pub, packets.TypePuback, uint16(i+1), 0)
+	}
+	testutil.WaitFor(t, "node 2 pausing node 1 for its subscriber", func() bool {
+		st, _ := nodes[0].srv.Cluster()
+		return st.PausesReceived > 0 && st.Held > 0
+	})
+	testutil.WaitFor(t, "the stuck subscriber's queue overflowing", func() bool {
+		return nodes[1].srv.Stats().Dropped["queue_full"] > 0
+	})
+}

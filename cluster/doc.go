@@ -43,7 +43,9 @@
 //     they stay above PauseLow, then a resume; every node's sending
 //     goroutine holds its messages while any pause is in force, so its
 //     outgoing queue fills and its publishers wait, instead of the
-//     receiver dropping. A pause not renewed ends after PauseExpiry.
+//     receiver dropping. A pause not renewed ends after PauseExpiry. The
+//     broker's own backlog (its clients' queues) pauses the others too,
+//     through the function given to SetBehind.
 //   - The connection's life: reconnecting forever with a bounded backoff
 //     (nats.go re-subscribes), each loss and recovery logged once.
 //

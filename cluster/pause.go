@@ -63,6 +63,8 @@ type flow struct {
 	watching   atomic.Bool
 	delivering atomic.Bool
 	done       chan struct{}
+	// behind is the broker's word on its own backlog (SetBehind).
+	behind atomic.Pointer[func() bool]
 
 	// The sending side: pauses in force, by node (mu), and until when
 	// the latest holds (Unix nanoseconds, 0: none), read by the sending
@@ -144,6 +146,24 @@ func (n *Node) taking() {
 	}
 }
 
+// SetBehind gives the node a function it calls, on its own goroutine and
+// with no lock held, each time it looks at its queue while messages come:
+// true pauses the other nodes as a queue past PauseHigh does, so that the
+// broker's own backlog (its clients' queues) holds them too. nil: none.
+func (n *Node) SetBehind(f func() bool) {
+	if f == nil {
+		n.flow.behind.Store(nil)
+		return
+	}
+	n.flow.behind.Store(&f)
+}
+
+// behind reports what the broker's function says, false without one.
+func (n *Node) behind() bool {
+	f := n.flow.behind.Load()
+	return f != nil && (*f)()
+}
+
 // watch is the receiving side: while messages wait for deliver it looks
 // at their number every watchTick and pauses or resumes the other nodes.
 func (n *Node) watch() {
@@ -169,8 +189,10 @@ func (n *Node) watchQueue() bool {
 	var paused time.Time // when the last pause went, zero once resumed
 	for {
 		q := len(n.in)
+		behind := n.behind()
 		switch {
-		case paused.IsZero() && q >= PauseHigh, !paused.IsZero() && q > PauseLow && time.Since(paused) >= pauseRenew:
+		case paused.IsZero() && (q >= PauseHigh || behind),
+			!paused.IsZero() && (q > PauseLow || behind) && time.Since(paused) >= pauseRenew:
 			if n.sendFlow(flowPause) {
 				if paused.IsZero() && n.warn.allow() {
 					n.log.Warn().Int("queued", q).Uint64("pauses_sent", n.flow.pausesSent.Load()).
@@ -178,7 +200,7 @@ func (n *Node) watchQueue() bool {
 				}
 				paused = time.Now()
 			}
-		case !paused.IsZero() && q <= PauseLow:
+		case !paused.IsZero() && q <= PauseLow && !behind:
 			n.sendFlow(flowResume)
 			paused = time.Time{}
 		}

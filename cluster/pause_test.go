@@ -110,9 +110,9 @@ func floodHeld(t *testing.T, p, r *Node) (done <-chan error) {
 		}
 		errs <- nil
 	}()
-	testutil.WaitFor(t, "the sender held by the receiver's pause, its publisher waiting for room", func() bool {
-		st := p.Stats()
-		return waiting.Load() && st.Pausing == 1 && st.Held > 0
+	// Held now, its queue full: nothing leaves it until the pause ends.
+	testutil.WaitFor(t, "the sender held by the receiver's pause, its queue full, its publisher waiting", func() bool {
+		return waiting.Load() && p.Stats().Pausing == 1 && p.flow.holding.Load() != 0 && len(p.out) == OutQueueMessages
 	})
 	if st := r.Stats(); st.DroppedIn != 0 || st.PausesSent == 0 {
 		t.Fatalf("receiver while held: %+v", st)
