@@ -85,6 +85,10 @@ func (s *Server) backlogged() bool {
 		cl.mu.Unlock()
 		bl.mu.Lock()
 		lg := bl.clients[cl]
+		if lg == nil {
+			bl.mu.Unlock()
+			continue
+		}
 		switch {
 		case !online || q <= lim.MaxQueued/16 && int64(b) <= lim.MaxQueuedBytes/16:
 			delete(bl.clients, cl)
@@ -93,10 +97,8 @@ func (s *Server) backlogged() bool {
 		case now.Sub(lg.progress) >= backlogStuck:
 			lg.stuck = true
 		}
-		if lg != nil {
-			lg.queued, lg.bytes = q, b
-			behind = behind || !lg.stuck && bl.clients[cl] != nil
-		}
+		lg.queued, lg.bytes = q, b
+		behind = behind || !lg.stuck && bl.clients[cl] != nil
 		bl.listed.Store(int32(len(bl.clients)))
 		bl.mu.Unlock()
 	}
