@@ -44,6 +44,9 @@ type clusterLink struct {
 	// swept its own wills after binding the store (clusterRejoined), and
 	// cleared while it is cut off: CONNECTs are refused meanwhile.
 	accepting atomic.Bool
+	// backlog is the online clients whose queues hold the cluster back
+	// (cluster_backlog.go).
+	backlog backlog
 }
 
 // addSubscription subscribes cl to filter in the trie and, in a cluster,
@@ -129,6 +132,7 @@ func (s *Server) joinCluster() error {
 	if err != nil {
 		return fmt.Errorf("mqttd: joining cluster %s: %w", l.cfg.Name, err)
 	}
+	node.SetBehind(s.backlogged)
 	if err := node.ServeHandover(s.handOver); err != nil {
 		_ = node.Close()
 		return err
@@ -175,7 +179,18 @@ func (s *Server) clusterNode() *cluster.Node {
 // and reports whether it went: the broker's own topics ($SYS) stay on
 // their node. The node sends the payload later, from its own goroutine:
 // borrowed says it is in a read buffer, and is copied.
-func (s *Server) toCluster(m *session.Message, borrowed bool) bool {
+//
+// When the node's outgoing queue is full (another node's delivery is
+// behind and paused this one's sending, cluster/pause.go), a client's
+// reader waits for room, outside the bound on readers (mayBlock), as it
+// would for a subscriber's full outbox here: up to maxStall for QoS 0,
+// clusterWait for QoS 1 and 2, then the message is dropped and counted.
+// Nothing else waits: the broker's own messages (wills, a bridge's state,
+// Server.Publish) may come from goroutines others wait for, and a QoS 2
+// message from a stored session is routed with a persistence group open
+// (conn.committing). owner is the publishing connection, nil for the
+// broker's own messages.
+func (s *Server) toCluster(m *session.Message, borrowed bool, owner *conn) bool {
 	if strings.HasPrefix(m.Topic, "$") {
 		return false
 	}
@@ -193,12 +208,21 @@ func (s *Server) toCluster(m *session.Message, borrowed bool) bool {
 		p := forwardProperties(m, nil)
 		cm.Properties = &p
 	}
-	if err := node.Publish(&cm); err != nil {
-		s.stats.clusterDropped.Add(1)
-		return false
+	var err error
+	switch {
+	case owner == nil || owner.committing:
+		err = node.Publish(&cm)
+	case m.QoS == 0:
+		err = node.PublishWaiting(&cm, maxStall, owner.mayBlock)
+	default:
+		err = node.PublishWaiting(&cm, clusterWait, owner.mayBlock)
 	}
-	return true
+	return err == nil
 }
+
+// clusterWait bounds how long a client's QoS 1 or 2 message waits for
+// room in the cluster's outgoing queue before it is dropped.
+const clusterWait = 5 * time.Second
 
 // fromCluster routes a message another node published to this node's
 // clients but its share groups; one that came for a share group
@@ -271,12 +295,27 @@ type ClusterState struct {
 	// wanted from the other nodes once.
 	Filters int `json:"filters"`
 	// MessagesIn and MessagesOut count the messages received from and
-	// sent to the other nodes; Dropped those not sent (the connection's
-	// buffer full) or not readable.
+	// sent to the other nodes. DroppedOut counts those not sent to them
+	// (the outgoing queue full past a publisher's wait, NATS refusing
+	// them, a topic too long for a subject); DroppedIn those from them not
+	// delivered here (the receiving queue full, unreadable); Dropped is
+	// both.
 	MessagesIn  uint64 `json:"messages_in"`
 	MessagesOut uint64 `json:"messages_out"`
 	Dropped     uint64 `json:"dropped"`
-	Reconnects  uint64 `json:"reconnects"`
+	DroppedIn   uint64 `json:"dropped_in"`
+	DroppedOut  uint64 `json:"dropped_out"`
+	// PausesSent counts the pauses this node asked of the others, its
+	// delivery behind, PausesReceived those it got from them; Held is the
+	// time its sending was held by them, in seconds. PublishWaits counts
+	// the messages of its clients that waited for room in the outgoing
+	// queue, PublishWaited their time, in seconds.
+	PausesSent     uint64  `json:"pauses_sent"`
+	PausesReceived uint64  `json:"pauses_received"`
+	Held           float64 `json:"held_seconds"`
+	PublishWaits   uint64  `json:"publish_waits"`
+	PublishWaited  float64 `json:"publish_waited_seconds"`
+	Reconnects     uint64  `json:"reconnects"`
 	// StoreReady reports the replicated store reachable and this node's
 	// own records settled (its kept sessions claimed, its wills swept):
 	// it can claim client ids, and so accept clients.
@@ -308,15 +347,19 @@ func (s *Server) Cluster() (ClusterState, bool) {
 	st := ClusterState{Name: l.cfg.Name, Node: l.cfg.NodeName, Filters: len(l.wanted)}
 	node := l.node.Load()
 	l.mu.Unlock()
-	st.MessagesIn, st.Dropped = s.stats.clusterIn.Load(), s.stats.clusterDropped.Load()
+	st.MessagesIn, st.DroppedIn = s.stats.clusterIn.Load(), s.stats.clusterDropped.Load()
 	st.Refused = s.stats.clusterRefused.Load()
 	if node != nil {
 		ns := node.Stats()
 		st.Node, st.Connected = node.Name(), ns.Connected
 		st.MessagesOut, st.Reconnects = ns.MessagesOut, ns.Reconnects
-		st.Dropped += ns.DroppedOut
+		st.DroppedIn += ns.DroppedIn + ns.Malformed + ns.SharedUnwanted
+		st.DroppedOut = ns.DroppedOut + ns.TooLong
+		st.PausesSent, st.PausesReceived, st.Held = ns.PausesSent, ns.PausesIn, ns.Held.Seconds()
+		st.PublishWaits, st.PublishWaited = ns.PublishWaits, ns.PublishWaited.Seconds()
 		st.StoreReady, st.TakeoversIn, st.TakeoversOut = ns.StoreReady && l.accepting.Load(), ns.Takeovers, ns.HandedOver
 		st.Nodes, st.CutOff, st.DeadNodes, st.WillsSwept = ns.NodesAlive, ns.CutOff, ns.DeadNodes, ns.WillsSwept
 	}
+	st.Dropped = st.DroppedIn + st.DroppedOut
 	return st, true
 }

@@ -56,7 +56,7 @@ func splitShare(filter string) (group, topic string, ok bool) {
 // published, here and to the other nodes; its share groups here get it
 // through NATS when it went there. borrowed says m is in a read buffer.
 func (s *Server) routeClustered(r *router, m *session.Message, owner *conn, borrowed bool) (clients int) {
-	sent := owner.fromHere() && s.toCluster(m, borrowed)
+	sent := owner.fromHere() && s.toCluster(m, borrowed, owner)
 	r.noShares = sent
 	clients = s.routeWith(r, m, owner)
 	r.noShares = false

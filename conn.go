@@ -48,6 +48,10 @@ type conn struct {
 	// session's window: the reader pumps once per read (pumpIfDue), not
 	// once per acknowledgement. The reader's own.
 	pumpDue bool
+	// committing is set while the reader routes a QoS 2 message with a
+	// persistence group open, which stops every commit: it must not wait
+	// for the cluster's outgoing queue (toCluster). The reader's own.
+	committing bool
 	// maxOut is the 5.0 client's Maximum Packet Size: a PUBLISH larger
 	// than it is not sent [MQTT-3.1.2-24]. 0 means no limit.
 	maxOut uint32

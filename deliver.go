@@ -92,6 +92,9 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 		if b := cl.bridge.Load(); b != nil {
 			b.queuedLocked(cl)
 		}
+		if s.cluster != nil && online {
+			s.noteQueuedLocked(cl)
+		}
 	case session.DropFull:
 		s.stats.dropped[dropQueueFull].Add(1)
 		if !s.queueWarned.limited() {

@@ -196,7 +196,10 @@ func (c *conn) publishQoS2(p *packets.Publish, v verdict, borrowed bool) error {
 			Msg: fmt.Sprintf("more than %d QoS 2 messages awaiting PUBREL", c.srv.opts.Limits.MaxAwaitingRel)})
 	}
 	if isNew {
-		if v = c.routeAcked(p, borrowed); v.code >= 0x80 {
+		c.committing = group != 0
+		v = c.routeAcked(p, borrowed)
+		c.committing = false
+		if v.code >= 0x80 {
 			cl.mu.Lock()
 			c.pubrelLocked(p.PacketID)
 			cl.mu.Unlock()

@@ -34,6 +34,8 @@ type collector struct {
 	cluster                                             func() (ClusterState, bool)
 	clusterConnected, clusterMessages, clusterFilters   *prometheus.Desc
 	clusterDropped, clusterReconnects                   *prometheus.Desc
+	clusterPauses, clusterHeld                          *prometheus.Desc
+	clusterWaits, clusterWaited                         *prometheus.Desc
 	clusterStoreReady, clusterTakeovers, clusterRefused *prometheus.Desc
 	clusterNodes, clusterDeadNodes                      *prometheus.Desc
 }
@@ -177,7 +179,11 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 	c.clusterConnected = prometheus.NewDesc("mqttd_cluster_connected", "1 while this node is connected to its cluster's NATS.", nil, nil)
 	c.clusterMessages = prometheus.NewDesc("mqttd_cluster_messages_total", "Messages sent to the other nodes (out) and received from them (in).", []string{"direction"}, nil)
 	c.clusterFilters = prometheus.NewDesc("mqttd_cluster_filters", "Filters this node's clients subscribe to, each wanted from the other nodes once.", nil, nil)
-	c.clusterDropped = prometheus.NewDesc("mqttd_cluster_dropped_total", "Messages not sent to the other nodes (the connection's buffer full) or not readable from them.", nil, nil)
+	c.clusterDropped = prometheus.NewDesc("mqttd_cluster_dropped_total", "Messages not sent to the other nodes (out: the outgoing queue full, NATS refusing them) or received from them and not delivered here (in: the receiving queue full, unreadable).", []string{"direction"}, nil)
+	c.clusterPauses = prometheus.NewDesc("mqttd_cluster_pauses_total", "Pauses this node asked of the other nodes, its delivery behind (sent), and got from them (received).", []string{"direction"}, nil)
+	c.clusterHeld = prometheus.NewDesc("mqttd_cluster_held_seconds_total", "Time this node's sending to the other nodes was held by their pauses.", nil, nil)
+	c.clusterWaits = prometheus.NewDesc("mqttd_cluster_publish_waits_total", "Client messages that waited for room in the queue to the other nodes.", nil, nil)
+	c.clusterWaited = prometheus.NewDesc("mqttd_cluster_publish_wait_seconds_total", "Time client messages waited for room in the queue to the other nodes.", nil, nil)
 	c.clusterReconnects = prometheus.NewDesc("mqttd_cluster_reconnects_total", "Reconnections to the cluster's NATS.", nil, nil)
 	c.clusterStoreReady = prometheus.NewDesc("mqttd_cluster_store_ready", "1 while this node reaches the cluster's replicated store (JetStream) and so can accept clients.", nil, nil)
 	c.clusterTakeovers = prometheus.NewDesc("mqttd_cluster_takeovers_total", "Client ids taken over from other nodes (in) and given up to them (out).", []string{"direction"}, nil)
@@ -205,7 +211,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.bridgeConnected, c.bridgeQueued, c.bridgeQueuedB, c.bridgeInflight,
 		c.bridgeForwarded, c.bridgeConnects, c.bridgeFailures, c.bridgeDropped,
 		c.clusterConnected, c.clusterMessages, c.clusterFilters, c.clusterDropped, c.clusterReconnects,
-		c.clusterStoreReady, c.clusterTakeovers, c.clusterRefused, c.clusterNodes, c.clusterDeadNodes} {
+		c.clusterStoreReady, c.clusterTakeovers, c.clusterRefused, c.clusterNodes, c.clusterDeadNodes,
+		c.clusterPauses, c.clusterHeld, c.clusterWaits, c.clusterWaited} {
 		ch <- d
 	}
 }
@@ -250,7 +257,13 @@ func (c *collector) collectCluster(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.clusterMessages, prometheus.CounterValue, float64(st.MessagesOut), "out")
 	ch <- prometheus.MustNewConstMetric(c.clusterMessages, prometheus.CounterValue, float64(st.MessagesIn), "in")
 	ch <- prometheus.MustNewConstMetric(c.clusterFilters, prometheus.GaugeValue, float64(st.Filters))
-	ch <- prometheus.MustNewConstMetric(c.clusterDropped, prometheus.CounterValue, float64(st.Dropped))
+	ch <- prometheus.MustNewConstMetric(c.clusterDropped, prometheus.CounterValue, float64(st.DroppedIn), "in")
+	ch <- prometheus.MustNewConstMetric(c.clusterDropped, prometheus.CounterValue, float64(st.DroppedOut), "out")
+	ch <- prometheus.MustNewConstMetric(c.clusterPauses, prometheus.CounterValue, float64(st.PausesSent), "sent")
+	ch <- prometheus.MustNewConstMetric(c.clusterPauses, prometheus.CounterValue, float64(st.PausesReceived), "received")
+	ch <- prometheus.MustNewConstMetric(c.clusterHeld, prometheus.CounterValue, st.Held)
+	ch <- prometheus.MustNewConstMetric(c.clusterWaits, prometheus.CounterValue, float64(st.PublishWaits))
+	ch <- prometheus.MustNewConstMetric(c.clusterWaited, prometheus.CounterValue, st.PublishWaited)
 	ch <- prometheus.MustNewConstMetric(c.clusterReconnects, prometheus.CounterValue, float64(st.Reconnects))
 	ready := 0.0
 	if st.StoreReady {

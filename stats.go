@@ -23,8 +23,8 @@ type stats struct {
 	sessionsOnline atomic.Int64 // sessions with a connection
 	subscriptions  atomic.Int64
 	// clusterIn counts the messages other nodes sent this one, and
-	// clusterDropped those this node could not send to them, or could
-	// not read from them.
+	// clusterDropped those it could not route (a topic or QoS this node
+	// refuses); the node counts the rest of the drops (Server.Cluster).
 	clusterIn      atomic.Uint64
 	clusterDropped atomic.Uint64
 	// clusterRefused counts CONNECTs refused because this node could not

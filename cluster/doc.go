@@ -45,15 +45,29 @@
 //     Local) and the 5.0 properties travel in one NATS header, decoded
 //     defensively (a malformed one is counted and dropped).
 //   - Bounds: Publish queues at most OutQueueMessages or OutQueueBytes
-//     for its sending goroutine and drops past them; received messages
-//     wait for deliver up to InQueueMessages; subjects longer than
-//     MaxSubjectLen are never sent. Everything dropped is counted in Stats.
+//     for its sending goroutine and drops past them (PublishWaiting waits
+//     for room, bounded, first); received messages wait for deliver up to
+//     InQueueMessages; subjects longer than MaxSubjectLen are never sent.
+//     Everything dropped is counted in Stats.
+//   - Flow control (pause.go): a node whose received messages pass
+//     PauseHigh publishes a pause on "mqttd.<cluster>.flow", renewed while
+//     they stay above PauseLow, then a resume; every node's sending
+//     goroutine holds its messages while any pause is in force, so its
+//     outgoing queue fills and its publishers wait, instead of the
+//     receiver dropping. A pause not renewed ends after PauseExpiry. The
+//     broker's own backlog (its clients' queues) pauses the others too,
+//     through the function given to SetBehind.
 //   - The connection's life: reconnecting forever with a bounded backoff
 //     (nats.go re-subscribes), each loss and recovery logged once.
 //
-// Delivery is core NATS's: at most once. A message published while the
-// NATS connection is down waits in nats.go's reconnect buffer; one
-// published while a NATS server dies can be lost: until the other
+// Delivery is core NATS's, with the flow control above: a receiver that
+// falls behind slows the senders down rather than dropping, but nothing
+// is acknowledged between nodes, so it stays at most once. What was on
+// its way when a pause went out beyond InQueueMessages - PauseHigh, and
+// whatever a sender drops past its wait, is lost (and counted); a node
+// that dies loses what it had queued either way. A message published
+// while the NATS connection is down waits in nats.go's reconnect buffer;
+// one published while a NATS server dies can be lost: until the other
 // servers have dropped their routes to it, they may choose the dead
 // server's stale copy of a node's queue subscription over the one the
 // node made on reconnecting. QoS 1 and 2 across nodes are only as good

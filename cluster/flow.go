@@ -70,6 +70,19 @@ type Stats struct {
 	// deliver; SharedUnwanted those dropped because their pair was
 	// unwanted since NATS chose this node for them.
 	SharedIn, SharedUnwanted uint64
+	// PausesSent and ResumesSent count the pauses (renewals included)
+	// and resumes this node asked of the others, its delivery behind
+	// (pause.go); PausesIn the pauses it received from them.
+	PausesSent, ResumesSent, PausesIn uint64
+	// Pausing is the number of nodes whose pause holds this node's
+	// sending now; Held is the time its sending was held in all.
+	Pausing int
+	Held    time.Duration
+	// PublishWaits counts the PublishWaiting calls that waited for room
+	// in the outgoing queue (from the start of their wait), PublishWaited
+	// the time of those done.
+	PublishWaits  uint64
+	PublishWaited time.Duration
 }
 
 type counters struct {
@@ -92,7 +105,7 @@ func (n *Node) Stats() Stats {
 		DroppedOut:      n.stats.droppedOut.Load(),
 		TooLong:         n.stats.tooLong.Load(),
 		DroppedIn:       droppedIn,
-		Malformed:       n.stats.malformed.Load(),
+		Malformed:       n.stats.malformed.Load() + n.flow.malformed.Load(),
 		Subscriptions:   int(n.nsubs.Load()),
 		Filters:         filters,
 		Reconnects:      n.stats.reconnects.Load(),
@@ -106,6 +119,13 @@ func (n *Node) Stats() Stats {
 		WillsSwept:      n.stats.willsSwept.Load(),
 		RetainedKept:    n.stats.retainedKept.Load(),
 		ReleasesDropped: n.stats.releasesDropped.Load(),
+		PausesSent:      n.flow.pausesSent.Load(),
+		ResumesSent:     n.flow.resumesSent.Load(),
+		PausesIn:        n.flow.pausesIn.Load(),
+		Pausing:         n.flow.pausing(),
+		Held:            n.flow.held(),
+		PublishWaits:    n.flow.waits.Load(),
+		PublishWaited:   time.Duration(n.flow.waitNanos.Load()),
 	}
 	n.sharedStats(&st)
 	return st
@@ -121,11 +141,54 @@ func (n *Node) Stats() Stats {
 // Topics beginning with '$' are not sent (each node has its own $SYS);
 // Publish returns nil for them.
 func (n *Node) Publish(m *Message) error {
-	if strings.HasPrefix(m.Topic, "$") {
+	msg, size, err := n.encode(m)
+	if msg == nil {
+		return err
+	}
+	if !n.enqueue(msg, size) {
+		return n.queueFull(m.Topic)
+	}
+	return nil
+}
+
+// PublishWaiting is Publish for a caller that may wait: when the
+// outgoing queue is full (another node's pause holds it, or NATS is
+// slow) it waits for room, up to wait, then drops m as Publish does. It
+// waits inside block (block(f) runs f: the broker lets another reader
+// run meanwhile), which it calls only when it must wait; block nil runs
+// f itself. The caller must hold no lock another goroutine may need.
+// Waits are counted in Stats.PublishWaits.
+func (n *Node) PublishWaiting(m *Message, wait time.Duration, block func(func())) error {
+	msg, size, err := n.encode(m)
+	if msg == nil {
+		return err
+	}
+	if n.enqueue(msg, size) {
 		return nil
 	}
+	n.flow.waits.Add(1)
+	start := time.Now()
+	waited := func() { err = n.waitRoom(msg, size, start.Add(wait)) }
+	if block == nil {
+		waited()
+	} else {
+		block(waited)
+	}
+	n.flow.waitNanos.Add(uint64(time.Since(start)))
+	if errors.Is(err, ErrQueueFull) {
+		return n.queueFull(m.Topic)
+	}
+	return err
+}
+
+// encode makes m's NATS message and its size in the outgoing queue, nil
+// (and the error to return) for a message not to send.
+func (n *Node) encode(m *Message) (*nats.Msg, int64, error) {
+	if strings.HasPrefix(m.Topic, "$") {
+		return nil, 0, nil
+	}
 	if n.closed.Load() {
-		return ErrClosed
+		return nil, 0, ErrClosed
 	}
 	subj := Subject(n.cluster, m.Topic)
 	if m.Retain {
@@ -134,26 +197,70 @@ func (n *Node) Publish(m *Message) error {
 	if len(subj) > MaxSubjectLen {
 		n.stats.tooLong.Add(1)
 		n.warnf("cluster: topic too long for a NATS subject, not sent to other nodes", m.Topic)
-		return ErrTooLong
+		return nil, 0, ErrTooLong
 	}
 	meta, err := encodeMeta(m)
 	if err != nil {
 		n.stats.droppedOut.Add(1)
 		n.warnf("cluster: message not encodable, not sent to other nodes", m.Topic)
-		return err
+		return nil, 0, err
 	}
 	msg := &nats.Msg{Subject: subj, Data: m.Payload, Header: nats.Header{metaHeader: {meta}}}
-	size := int64(len(subj) + len(meta) + len(m.Payload))
+	return msg, int64(len(subj) + len(meta) + len(m.Payload)), nil
+}
+
+// enqueue queues msg for the sending goroutine, and reports false when
+// the queue is at a bound.
+func (n *Node) enqueue(msg *nats.Msg, size int64) bool {
 	if n.outBytes.Add(size) > OutQueueBytes {
 		n.outBytes.Add(-size)
-		return n.queueFull(m.Topic)
+		return false
 	}
 	select {
 	case n.out <- msg:
-		return nil
+		return true
 	default:
 		n.outBytes.Add(-size)
-		return n.queueFull(m.Topic)
+		return false
+	}
+}
+
+// waitRoom queues msg once there is room, or returns ErrQueueFull at
+// deadline and ErrClosed at Close.
+func (n *Node) waitRoom(msg *nats.Msg, size int64, deadline time.Time) error {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	r := &n.flow.room
+	for {
+		// Registered before the bytes are counted: a message sent after
+		// the count signals this wait.
+		r.waiters.Add(1)
+		room := r.wait()
+		if n.outBytes.Add(size) > OutQueueBytes {
+			n.outBytes.Add(-size)
+			select {
+			case <-room:
+				r.waiters.Add(-1)
+				continue
+			case <-t.C:
+				r.waiters.Add(-1)
+				return ErrQueueFull
+			case <-n.stopOut:
+				r.waiters.Add(-1)
+				return ErrClosed
+			}
+		}
+		r.waiters.Add(-1)
+		select {
+		case n.out <- msg:
+			return nil
+		case <-t.C:
+			n.outBytes.Add(-size)
+			return ErrQueueFull
+		case <-n.stopOut:
+			n.outBytes.Add(-size)
+			return ErrClosed
+		}
 	}
 }
 
@@ -172,12 +279,15 @@ func (n *Node) warnf(msg, topic string) {
 }
 
 // sendLoop hands queued messages to nats.go, the only goroutine that may
-// block on the connection's buffer; at Close it sends what is queued.
+// block on the connection's buffer, holding them while another node's
+// pause is in force (pause.go); at Close it sends what is queued, paused
+// or not.
 func (n *Node) sendLoop() {
 	defer close(n.sendDone)
 	for {
 		select {
 		case msg := <-n.out:
+			n.hold()
 			n.send(msg)
 		case <-n.stopOut:
 			for {
@@ -194,6 +304,7 @@ func (n *Node) sendLoop() {
 
 func (n *Node) send(msg *nats.Msg) {
 	n.outBytes.Add(-int64(len(msg.Subject) + len(msg.Header[metaHeader][0]) + len(msg.Data)))
+	n.flow.room.signal()
 	if err := n.nc.PublishMsg(msg); err != nil {
 		n.stats.droppedOut.Add(1)
 		if n.warn.allow() {
@@ -213,7 +324,9 @@ func (n *Node) deliverLoop() {
 	for {
 		select {
 		case msg := <-n.in:
+			n.taking()
 			n.receive(msg)
+			n.flow.delivering.Store(false)
 		case <-n.stopIn:
 			for {
 				select {
@@ -324,6 +437,7 @@ func (n *Node) Close() error {
 		n.closeErr = errors.Join(drainConn(n.nc, n.ncClosed), n.closeShared())
 		close(n.stopIn)
 		<-n.deliverDone
+		<-n.flow.done
 		<-n.storeDone
 		<-n.releaserDone
 		if n.emb != nil {

@@ -44,9 +44,12 @@ type Message struct {
 	Group, Filter string
 }
 
-// Bounds of the outgoing queue between Publish and the NATS connection.
-// Publish never waits: past either bound it drops the message
-// (Stats.DroppedOut).
+// Bounds of the outgoing queue between Publish and the NATS connection,
+// past which Publish drops the message (Stats.DroppedOut) and
+// PublishWaiting waits, and of the queue of received messages waiting
+// for deliver, past which nats.go drops them (Stats.DroppedIn). A node
+// whose queue passes PauseHigh pauses the others' sending (pause.go)
+// long before.
 const (
 	// OutQueueMessages is the most messages queued for NATS.
 	OutQueueMessages = 8192
@@ -54,8 +57,11 @@ const (
 	// queued for NATS.
 	OutQueueBytes = 16 << 20
 	// InQueueMessages is the most messages received from NATS waiting for
-	// deliver; nats.go drops past it (Stats.DroppedIn).
-	InQueueMessages = 4096
+	// deliver: PauseHigh, and room for what was on its way when the node
+	// paused the others and for nats.go's reader outrunning the delivery
+	// goroutine while the scheduler runs it alone (the queue is a channel:
+	// its 512 KiB are allocated at Start).
+	InQueueMessages = 65536
 )
 
 // Errors of Publish. Each is counted in Stats and logged (rate-limited)
@@ -105,6 +111,8 @@ type Node struct {
 
 	stats counters
 	warn  throttle
+	// flow is the flow control between nodes (pause.go).
+	flow flow
 
 	// store is the replicated store (owner.go), nil until bound;
 	// storeDone is closed when bindStore returns.
@@ -158,7 +166,8 @@ type want struct {
 // seconds per URL). deliver is called for each message another node
 // published on a subject this node wants, on the node's one delivery
 // goroutine, in the order the connection received them; it must not
-// block for long (past InQueueMessages waiting, messages are dropped). It
+// block for long: past PauseHigh waiting, the node pauses the others'
+// sending (pause.go), and past InQueueMessages messages are dropped. It
 // is never called for this node's own messages (nats.NoEcho).
 func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
@@ -230,6 +239,13 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 	}
 	n.retained = &want{refs: 1, subs: []*nats.Subscription{sub}}
 	n.nsubs.Add(1)
+	if err := n.startFlow(); err != nil {
+		nc.Close()
+		if n.emb != nil {
+			n.emb.shutdown()
+		}
+		return nil, fmt.Errorf("cluster: subscribing to the flow control: %w", err)
+	}
 	n.log.Info().Str("nats", nc.ConnectedUrlRedacted()).Str("cluster", cfg.Name).Msg("cluster node connected")
 	go n.sendLoop()
 	go n.deliverLoop()

@@ -384,6 +384,8 @@ func TestLongestSubjectCrosses(t *testing.T) {
 	}
 }
 
+// TestSlowDeliverDropsCounted: what a sender that ignores pauses sends
+// past InQueueMessages is dropped, and counted, by the receiver.
 func TestSlowDeliverDropsCounted(t *testing.T) {
 	s := natstest.Start(t, 1)
 	urls := s.URLs()
@@ -405,12 +407,20 @@ func TestSlowDeliverDropsCounted(t *testing.T) {
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
 	defer unblock()
-	p := startNode(t, "P", newRecorder(), testLogger(t), urls[0])
+	raw, err := nats.Connect(urls[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	meta, err := encodeMeta(&Message{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	n.Want("slow/#")
 	waitInterest(t, s.Server(0), "slow", true)
 	const total = InQueueMessages + 500
 	for range total {
-		if err := p.Publish(&Message{Topic: "slow"}); err != nil {
+		if err := raw.PublishMsg(&nats.Msg{Subject: Subject("c1", "slow"), Header: nats.Header{metaHeader: {meta}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -419,7 +429,7 @@ func TestSlowDeliverDropsCounted(t *testing.T) {
 	unblock()
 	testutil.WaitFor(t, "the queue delivered", func() bool { return n.Stats().MessagesIn == InQueueMessages+1 })
 	n.Unwant("slow/#")
-	if st := n.Stats(); st.DroppedIn != total-InQueueMessages-1 || in.Load() != InQueueMessages+1 {
+	if st := n.Stats(); st.DroppedIn != total-InQueueMessages-1 || in.Load() != InQueueMessages+1 || st.PausesSent == 0 {
 		t.Fatalf("after Unwant: %+v, %d delivered", st, in.Load())
 	}
 }
