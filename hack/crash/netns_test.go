@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,11 +63,12 @@ func newLab(t *testing.T) *lab {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("netsplit: needs ip (iproute2) for network namespaces")
 	}
+	sweepStaleLabs(t)
 	var b [4]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatal(err)
 	}
-	l := &lab{t: t, id: fmt.Sprintf("mqsplit-%d-%s", os.Getpid(), hex.EncodeToString(b[:]))}
+	l := &lab{t: t, id: fmt.Sprintf("%s%d-%s", labPrefix, os.Getpid(), hex.EncodeToString(b[:]))}
 	l.hub = l.id + "-hub"
 	if out, err := exec.Command("ip", "netns", "add", l.hub).CombinedOutput(); err != nil {
 		t.Skipf("netsplit: ip netns add: %v: %s", err, out)
@@ -76,6 +78,38 @@ func newLab(t *testing.T) *lab {
 	l.ip("-n", l.hub, "link", "add", "br0", "type", "bridge")
 	l.ip("-n", l.hub, "link", "set", "br0", "up")
 	return l
+}
+
+// labPrefix starts the names of the lab's namespaces, followed by the
+// test process's id.
+const labPrefix = "mqsplit-"
+
+// sweepStaleLabs deletes the namespaces, and ends the processes in them,
+// of labs whose test process is gone without its cleanup (killed): a
+// lab of a test still running is left alone.
+func sweepStaleLabs(t *testing.T) {
+	t.Helper()
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), labPrefix)
+		if !ok {
+			continue
+		}
+		pidStr, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
+			continue
+		}
+		out, _ := exec.Command("ip", "netns", "pids", e.Name()).Output()
+		for _, f := range strings.Fields(string(out)) {
+			if p, err := strconv.Atoi(f); err == nil {
+				_ = unix.Kill(p, unix.SIGKILL)
+			}
+		}
+		if out, err := exec.Command("ip", "netns", "del", e.Name()).CombinedOutput(); err != nil {
+			t.Logf("stale namespace %s not deleted: %v: %s", e.Name(), err, out)
+		}
+	}
 }
 
 // cleanupNetns deletes namespace ns at the test's cleanup.
@@ -107,8 +141,25 @@ func (l *lab) node(i int, suffix string) *labNode {
 	l.ip("-n", l.hub, "link", "set", n.veth, "master", "br0", "up")
 	l.ip("-n", n.ns, "addr", "add", n.ip+"/24", "dev", "eth0")
 	l.ip("-n", n.ns, "link", "set", "eth0", "up")
+	var err error
+	if nsErr := inNetns(n.ns, func() { err = os.WriteFile(tcpRetries2, []byte(labTCPRetries), 0o644) }); nsErr != nil || err != nil {
+		l.t.Fatalf("%s in %s: %v %v", tcpRetries2, n.ns, nsErr, err)
+	}
 	return n
 }
+
+// A TCP connection with unacknowledged data ends after tcp_retries2
+// retransmissions, 15 by default: about 15 minutes, while NATS takes a
+// route for dead after two unanswered pings, 4 minutes. labTCPRetries (4)
+// ends one in about 6 s: the NATS routes across a cut break within the
+// split, as across a long netsplit, rather than hold what crosses them
+// until it heals; and after it heals the servers route anew at once
+// instead of waiting for TCP's retransmission timer, doubled at each try.
+// The setting is the namespace's own.
+const (
+	tcpRetries2   = "/proc/sys/net/ipv4/tcp_retries2"
+	labTCPRetries = "4"
+)
 
 // cut takes n's veth down on the hub's side: n reaches no other node, and
 // no packet tells either side so.
