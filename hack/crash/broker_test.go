@@ -67,7 +67,14 @@ var listening = regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+)`)
 func startBroker(t *testing.T, dataDir string, args ...string) *broker {
 	t.Helper()
 	args = append([]string{"--listen", "127.0.0.1:0", "--data-dir", dataDir, "--log-level", "warn"}, args...)
-	b := &broker{cmd: exec.Command(mqttdBin, args...), exited: make(chan struct{})}
+	return runBroker(t, exec.Command(mqttdBin, args...))
+}
+
+// runBroker starts cmd, a run of mqttd, and returns once it has said
+// where it listens; the process is killed at the test's cleanup.
+func runBroker(t *testing.T, cmd *exec.Cmd) *broker {
+	t.Helper()
+	b := &broker{cmd: cmd, exited: make(chan struct{})}
 	stderr, err := b.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

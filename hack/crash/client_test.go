@@ -32,6 +32,16 @@ func dial(addr string, v packets.Version, c *packets.Connect) (*conn, bool, erro
 	if err != nil {
 		return nil, false, err
 	}
+	return connectOver(nc, v, c)
+}
+
+// refusedError is a CONNACK that refused the connection.
+type refusedError struct{ code byte }
+
+func (e *refusedError) Error() string { return fmt.Sprintf("CONNACK refused: code 0x%02x", e.code) }
+
+// connectOver is dial on an open connection nc, which it closes on error.
+func connectOver(nc net.Conn, v packets.Version, c *packets.Connect) (*conn, bool, error) {
 	cn := &conn{nc: nc, v: v, in: make(chan packets.Packet, 256)}
 	if err := cn.send(c); err != nil {
 		nc.Close()
@@ -51,7 +61,7 @@ func dial(addr string, v packets.Version, c *packets.Connect) (*conn, bool, erro
 	}
 	if ack.ReasonCode != 0 {
 		nc.Close()
-		return nil, false, fmt.Errorf("CONNACK refused: code 0x%02x", byte(ack.ReasonCode))
+		return nil, false, &refusedError{byte(ack.ReasonCode)}
 	}
 	// The clients idle with keepalive 0, so reads wait as long as needed;
 	// the tests' own deadlines bound them.

@@ -15,9 +15,15 @@
 // down and again while its queue drains, every acknowledged message must
 // reach the remote, QoS 2 exactly once, in order per topic.
 //
+// TestNetsplit (issue 38) runs three cluster nodes, built with the
+// embedded NATS server, in network namespaces of their own, cuts one
+// node's link and heals it, and checks the cluster's netsplit rules. It
+// needs root and ip(8), and skips without them.
+//
 // By default the tests run a few kill cycles (well under a minute in all).
 // CRASH_CYCLES=200 runs a long campaign and CRASH_SEED=n repeats a run whose
 // seed a failing test logged. CRASH_MQTTD_BIN=path tests that binary
 // instead of building ./cmd/mqttd (a build of another branch, say), and
+// CRASH_MQTTD_NATS_BIN the -tags natsserver one TestNetsplit runs;
 // CRASH_MQTTD_CONFIG adds lines to the broker's YAML config file.
 package crash
