@@ -106,8 +106,14 @@ func (n *Node) beat() {
 		if err == nil {
 			lastOK = now
 			if n.cut.CompareAndSwap(true, false) {
-				n.log.Warn().Msg("cluster: the store is reachable again: accepting clients")
-				n.run(n.hooks.Rejoined)
+				n.log.Warn().Msg("cluster: the store is reachable again: accepting clients once settled")
+				n.run(func() {
+					// What was set while this node was away, first.
+					n.readRetained(st)
+					if f := n.hooks.Rejoined; f != nil {
+						f()
+					}
+				})
 			}
 			wctx, wcancel := context.WithTimeout(context.Background(), storeTimeout)
 			n.watchOthers(wctx, st, others, now)

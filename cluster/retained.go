@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -91,21 +92,36 @@ func withReplicas(name string, replicas int, create func(r int) error) error {
 	return nil
 }
 
-// readRetained reads the retained stream until Close: the last message
-// of every topic, then each new one, handing each to the keeper. The
-// ordered consumer starts again where it was after a loss of NATS.
+// readRetained reads the retained stream until Close, or until the next
+// call (a node back from a cut-off reads it all again): the last message
+// of every topic, then each new one, handing each to the keeper. It
+// returns once the reader has caught up with the stream (or after
+// 4*storeTimeout), so that a node accepts clients with the retained
+// messages set while it was away.
 func (n *Node) readRetained(st *kvStore) {
 	if n.keep == nil {
 		return
 	}
+	n.mu.Lock()
+	if n.retainedRead != nil {
+		n.retainedRead.Stop()
+		n.retainedRead = nil
+	}
+	n.mu.Unlock()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		cc, err := n.consumeRetained(st)
+		cc, caught, err := n.consumeRetained(st)
 		if err == nil {
 			n.mu.Lock()
 			n.retainedRead = cc
 			n.mu.Unlock()
+			select {
+			case <-caught:
+			case <-n.stopLive:
+			case <-time.After(4 * storeTimeout):
+				n.log.Warn().Msg("cluster: the retained messages of the other nodes not all read yet; accepting clients")
+			}
 			return
 		}
 		if n.warn.allow() {
@@ -119,7 +135,9 @@ func (n *Node) readRetained(st *kvStore) {
 	}
 }
 
-func (n *Node) consumeRetained(st *kvStore) (jetstream.ConsumeContext, error) {
+// consumeRetained starts reading the retained stream; caught is closed
+// once the reader has had every message there was when it started.
+func (n *Node) consumeRetained(st *kvStore) (cc jetstream.ConsumeContext, caught <-chan struct{}, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	cons, err := st.js.OrderedConsumer(ctx, retainedStream(n.cluster), jetstream.OrderedConsumerConfig{
@@ -127,18 +145,34 @@ func (n *Node) consumeRetained(st *kvStore) (jetstream.ConsumeContext, error) {
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return cons.Consume(func(msg jetstream.Msg) {
+	done := make(chan struct{})
+	var once sync.Once
+	stream, err := st.js.Stream(ctx, retainedStream(n.cluster))
+	if err != nil {
+		return nil, nil, err
+	}
+	if stream.CachedInfo().State.Msgs == 0 {
+		once.Do(func() { close(done) })
+	}
+	cc, err = cons.Consume(func(msg jetstream.Msg) {
+		meta, merr := msg.Metadata()
+		defer func() {
+			if merr == nil && meta.NumPending == 0 {
+				once.Do(func() { close(done) })
+			}
+		}()
 		m, err := decodeMsg(n.cluster, msg.Subject(), msg.Headers(), msg.Data())
 		if err != nil {
 			n.stats.malformed.Add(1)
 			return
 		}
-		if meta, err := msg.Metadata(); err == nil {
+		if merr == nil {
 			m.Age = time.Since(meta.Timestamp)
 		}
 		n.stats.retainedKept.Add(1)
 		n.keep(m)
 	})
+	return cc, done, err
 }
