@@ -113,6 +113,7 @@ type Server struct {
 	clusterWarned    throttle // of the last CONNECT refused for want of the cluster
 	userPropsWarned  throttle // unix nanos of the last user-properties warning
 	incomingWarned   throttle // unix nanos of the last incoming-bytes warning
+	tooLargeWarned   throttle // of the last packet refused for limits.max_packet_size
 	retainSendWarned throttle // unix nanos of the last retained-sends-truncated warning
 	// retainedSends are the clients' allowances of retained messages
 	// (retain.go), and retainLimitWarned the last time one ran out.
