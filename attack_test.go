@@ -263,17 +263,22 @@ func attackRetainedStore(t *testing.T, opts mqttd.Options, what string) {
 }
 
 // TestAttackSlowloris: 100 connections without keepalive, each sending a
-// PUBLISH of the maximum packet size but its last 10 bytes, which never
-// come.
+// PUBLISH of the default maximum packet size but its last 10 bytes, which
+// never come.
 func TestAttackSlowloris(t *testing.T) {
 	const conns, missing = 100, 10
 	start := time.Now()
 	srv, addr := startServer(t, mqttd.Options{})
 
 	topic := "slow"
-	frameSize := mqttd.DefaultMaxPacketSize
-	// 1 byte of type, 3 of remaining length, 2 of topic length.
-	frame, err := (&packets.Publish{Topic: topic, Payload: payloadOf(frameSize - 6 - len(topic))}).Append(nil, packets.V311)
+	frameSize := mqttd.Options{}.WithDefaults().Limits.MaxPacketSize
+	// 1 byte of type, 4 of remaining length (3 up to 2 MiB), 2 of topic
+	// length.
+	head := 7
+	if frameSize <= 2<<20 {
+		head = 6
+	}
+	frame, err := (&packets.Publish{Topic: topic, Payload: payloadOf(frameSize - head - len(topic))}).Append(nil, packets.V311)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +328,7 @@ func TestAttackSlowloris(t *testing.T) {
 	st := srv.Stats()
 	t.Logf("at the peak: %.1f MB received, %d connections, closed %v", mb(int64(st.BytesReceived-base.BytesReceived)),
 		st.Connections, closedSince(base, st))
-	heap.check("100 incomplete PUBLISHes of 1 MiB", attackHeapBound)
+	heap.check(fmt.Sprintf("100 incomplete PUBLISHes of %d MiB", frameSize>>20), attackHeapBound)
 
 	ordinaryExchange(t, addr, "during")
 	if st := srv.Stats(); st.Connections < base.Connections+conns {

@@ -112,10 +112,12 @@ func (l *listenerAuthorizer) Authorize(c auth.ClientInfo, r auth.Request) bool {
 	return l.def.Authorize(c, r)
 }
 
-// openGate sets up how listener name, listening at addr, lets clients in;
-// lc is its configuration, nil for one added with AddListener. It logs
-// who may connect. The caller holds s.mu.
-func (s *Server) openGateLocked(name string, addr net.Addr, lc *ListenerConfig) {
+// openGateLocked sets up how listener name, listening at addr, lets
+// clients in; lc is its configuration, nil for one added with
+// AddListener. It logs who may connect, and refuses a listener that lets
+// nobody in unless auth.allow_closed says it is meant to. The caller
+// holds s.mu.
+func (s *Server) openGateLocked(name string, addr net.Addr, lc *ListenerConfig) error {
 	o := s.opts
 	c := o.Auth.AuthConfig
 	g := &gate{local: localOnly(addr)}
@@ -138,8 +140,12 @@ func (s *Server) openGateLocked(name string, addr net.Addr, lc *ListenerConfig) 
 	if c.AllowAnonymous != nil {
 		g.anonymous = *c.AllowAnonymous
 	}
+	if o.closed(c, g.local, g.identity) {
+		return fmt.Errorf("listener %s %w", name, errClosed)
+	}
 	s.gates[name] = g
 	s.logGate(name, g, c)
+	return nil
 }
 
 // setListenerACL records the ACL of a listener whose ACL differs from the
@@ -209,9 +215,7 @@ func (s *Server) logGate(name string, g *gate, c AuthConfig) {
 	msg := "listener open to " + who + ", for " + acls
 	switch {
 	case who == "nobody":
-		e = s.log.Warn()
-		msg += ": anonymous clients are refused on a listener other machines reach, and there is no password file; " +
-			"set auth.password_file, or auth.allow_anonymous: true"
+		msg += " (auth.allow_closed: true)"
 	case g.anonymous && !g.local && s.opts.Authenticator == nil:
 		e = s.log.Warn()
 		msg += ": any machine that reaches it may connect without a password (auth.allow_anonymous: true)"

@@ -1,8 +1,12 @@
 package mqttd
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"time"
+
+	"mqttd/listeners"
 )
 
 // AuthConfig says who may connect and what they may do, with Mosquitto's
@@ -24,6 +28,13 @@ type AuthConfig struct {
 	// does: a broker opened to the network or given passwords refuses
 	// them until this says true.
 	AllowAnonymous *bool `yaml:"allow_anonymous"`
+	// AllowClosed accepts a listener that lets nobody in: no password
+	// file, anonymous clients refused (allow_anonymous: false, or unset
+	// on a listener other machines reach), no certificate identity and no
+	// Authenticator or enhanced method to decide instead. Without it such
+	// a listener is an error at start, since it is nearly always a
+	// forgotten password file.
+	AllowClosed bool `yaml:"allow_closed"`
 }
 
 // Auth is the broker's authentication and authorization settings: the
@@ -82,7 +93,64 @@ func (c AuthConfig) merge(o *AuthConfig) AuthConfig {
 	if o.AllowAnonymous != nil {
 		c.AllowAnonymous = o.AllowAnonymous
 	}
+	c.AllowClosed = c.AllowClosed || o.AllowClosed
 	return c
+}
+
+// errClosed explains a listener that lets nobody in.
+var errClosed = errors.New("lets nobody in: there is no password file to check usernames with, and clients " +
+	"without one are refused; set auth.password_file (mqttd passwd -c FILE USER makes one), or " +
+	"auth.allow_anonymous: true, or auth.allow_closed: true if it is meant to refuse everyone")
+
+// closed reports whether a listener with auth c, which only this machine
+// reaches when local, lets nobody in without saying so (AllowClosed):
+// the broker's rule in openGateLocked.
+func (o Options) closed(c AuthConfig, local, identity bool) bool {
+	if c.AllowClosed || c.PasswordFile != "" || identity || o.Authenticator != nil || len(o.AuthMethods) > 0 {
+		return false
+	}
+	if c.AllowAnonymous != nil {
+		return !*c.AllowAnonymous
+	}
+	return !local
+}
+
+// ClosedListeners returns the indexes of the Listeners that would let
+// nobody in and do not say so with auth.allow_closed, as far as their
+// configuration tells: a listener on a host name is judged when it listens,
+// by the address it gets.
+func (o Options) ClosedListeners() []int {
+	var closed []int
+	for i, lc := range o.Listeners {
+		if local, known := lc.localByConfig(); known && o.closed(o.Auth.merge(lc.Auth), local, lc.UseIdentityAsUsername) {
+			closed = append(closed, i)
+		}
+	}
+	return closed
+}
+
+// localByConfig reports whether only this machine can reach lc, and
+// whether that can be told before it listens: an IP address or a unix
+// socket can, a host name only once resolved.
+func (lc ListenerConfig) localByConfig() (local, known bool) {
+	if lc.ProxyProtocol || len(lc.ProxyTrusted) > 0 {
+		return false, true
+	}
+	if lc.Type == listeners.Unix {
+		return true, true
+	}
+	host, _, err := net.SplitHostPort(lc.Address)
+	if err != nil {
+		return false, false
+	}
+	if host == "" {
+		return false, true // every address
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return false, false
+	}
+	return ip.IsLoopback(), true
 }
 
 // validateAuth adds the problems with the auth settings to errs.
@@ -112,6 +180,9 @@ func (o Options) validateAuth(bad func(key, format string, args ...any)) {
 			bad(fmt.Sprintf("listeners[%d].use_identity_as_username", i),
 				"needs require_client_cert: the username is the client certificate's common name")
 		}
+	}
+	for _, i := range o.ClosedListeners() {
+		bad(fmt.Sprintf("listeners[%d]", i), "%v", errClosed)
 	}
 	if files && o.Authenticator != nil {
 		bad("auth.password_file", "set together with Options.Authenticator, which decides instead; keep one")

@@ -1,6 +1,7 @@
 package mqttd
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"testing"
@@ -49,11 +50,20 @@ func TestProxiedListenerIsNotLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	loop := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1883}
+	// Without a password file the proxied ones let nobody in, which
+	// allow_closed accepts.
+	closed := &AuthConfig{AllowClosed: true}
 	s.mu.Lock()
-	s.openGateLocked("plain", loop, &ListenerConfig{Address: "127.0.0.1:1883"})
-	s.openGateLocked("proxied", loop, &ListenerConfig{Address: "127.0.0.1:1884", ProxyProtocol: true, ProxyTrusted: []string{"127.0.0.1/32"}})
-	s.openGateLocked("forwarded", loop, &ListenerConfig{Type: "ws", Address: "127.0.0.1:8083", ProxyTrusted: []string{"127.0.0.1/32"}})
+	err = errors.Join(
+		s.openGateLocked("plain", loop, &ListenerConfig{Address: "127.0.0.1:1883"}),
+		s.openGateLocked("proxied", loop, &ListenerConfig{Address: "127.0.0.1:1884", ProxyProtocol: true,
+			ProxyTrusted: []string{"127.0.0.1/32"}, Auth: closed}),
+		s.openGateLocked("forwarded", loop, &ListenerConfig{Type: "ws", Address: "127.0.0.1:8083",
+			ProxyTrusted: []string{"127.0.0.1/32"}, Auth: closed}))
 	s.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if g := s.gateOf("plain"); !g.anonymous {
 		t.Error("a loopback listener refuses anonymous clients by default")
 	}

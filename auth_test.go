@@ -40,14 +40,15 @@ func TestPasswordFile(t *testing.T) {
 // are let in on a loopback listener only; one other machines reach
 // refuses them (and, with no password file to check it, any username),
 // unless allow_anonymous says true; allow_anonymous false refuses them on
-// loopback too.
+// loopback too. A listener left so that it lets nobody in is an error
+// unless allow_closed says it is meant (TestClosedListenerRefused).
 func TestAnonymousDefaults(t *testing.T) {
 	t.Parallel()
 	yes, no := true, false
 	_, local := startServer(t, mqttd.Options{})
 	connectAs(t, local, packets.V311, as("anon", "", "")).ping()
 
-	_, wide := startWide(t, mqttd.Options{})
+	_, wide := startWide(t, mqttd.Options{Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{AllowClosed: true}}})
 	for _, v := range versions {
 		expectRefused(t, wide, v, as("anon", "", ""), refusedCode(v, false))
 		expectRefused(t, wide, v, as("named", "alice", "anything"), refusedCode(v, false))
@@ -56,7 +57,7 @@ func TestAnonymousDefaults(t *testing.T) {
 	_, open := startWide(t, mqttd.Options{Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{AllowAnonymous: &yes}}})
 	connectAs(t, open, packets.V5, as("anon", "", "")).ping()
 
-	_, closed := startServer(t, mqttd.Options{Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{AllowAnonymous: &no}}})
+	_, closed := startServer(t, mqttd.Options{Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{AllowAnonymous: &no, AllowClosed: true}}})
 	expectRefused(t, closed, packets.V311, as("anon", "", ""), packets.ConnRefusedNotAuthorized)
 
 	// A password file on the wide listener lets its users in, and

@@ -113,17 +113,18 @@ func (c *conn) refuseUnclaimed(err error) error {
 // connection is closed (Session taken over) and its session leaves this
 // node; unless clean, the session is returned, encoded, for the new
 // owner. It runs on the cluster connection's goroutine.
-func (s *Server) handOver(id string, clean bool) []byte {
-	state, _ := s.relinquish(id, !clean, clean)
+func (s *Server) handOver(id string, clean, sameUser bool) []byte {
+	state, _ := s.relinquish(id, !clean, clean, sameUser)
 	return state
 }
 
 // relinquish takes client id's session out of this node, closing its
 // connection with Session taken over. export returns it encoded; will
 // publishes the wills it leaves (its connection's, and one waiting for
-// its delay): the session ended rather than moved. It reports whether
-// there was a session.
-func (s *Server) relinquish(id string, export, will bool) ([]byte, bool) {
+// its delay): the session ended rather than moved; but sameUser (its
+// user is back) drops a will that waits for a delay [MQTT-3.1.2-8]. It
+// reports whether there was a session.
+func (s *Server) relinquish(id string, export, will, sameUser bool) ([]byte, bool) {
 	s.mu.Lock()
 	cl := s.clients[id]
 	if cl == nil || cl.bridge.Load() != nil || cl.handler != nil {
@@ -136,6 +137,7 @@ func (s *Server) relinquish(id string, export, will bool) ([]byte, bool) {
 	cl.conn = nil
 	if oldConn != nil {
 		s.stats.sessionsOnline.Add(-1)
+		oldConn.succeeded = sameUser
 	}
 	cl.moved = !will
 	var ms movedSession
@@ -144,7 +146,7 @@ func (s *Server) relinquish(id string, export, will bool) ([]byte, bool) {
 	}
 	cl.mu.Unlock()
 	ended := s.takeWillLocked(cl)
-	if !will {
+	if !will || sameUser {
 		defer s.dropWillRecord(ended.ref)
 		ended = leftWill{}
 	}
@@ -215,7 +217,7 @@ func (s *Server) adoptMoved(c *conn, state []byte) error {
 		return fmt.Errorf("moved session is %q's", ms.Session.ID)
 	}
 	// A session this node still had for the id is an older copy.
-	s.relinquish(id, false, false)
+	s.relinquish(id, false, false, true)
 	cl := &client{id: id, sess: session.New(id, s.sessionLimits(id))}
 	cl.who.Store(&auth.ClientInfo{ClientID: id, Username: ms.Session.Username, ProtocolVersion: ms.Session.Version,
 		Listener: ms.Session.Listener})
@@ -337,7 +339,7 @@ func (s *Server) adoptKept(node *cluster.Node) bool {
 			continue
 		}
 		if owner != node.Name() {
-			if _, ok := s.relinquish(id, false, false); ok {
+			if _, ok := s.relinquish(id, false, false, true); ok {
 				gone++
 			}
 		}

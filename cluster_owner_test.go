@@ -242,3 +242,25 @@ func TestClusterCutOffClosesClients(t *testing.T) {
 		t.Fatal("ready while cut off")
 	}
 }
+
+// TestClusterCleanTakeoverDropsDelayedWill: a client whose will waits
+// for a delay, back on another node with a clean start, is back in time
+// [MQTT-3.1.2-8]: its old connection, taken over, leaves no will, as on
+// one node.
+func TestClusterCleanTakeoverDropsDelayedWill(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, 3)
+	watch := connectSubscribed(t, &packets.Connect{ClientID: "watch", CleanStart: true}, nodes[2].addr,
+		packets.Subscription{Filter: "will"})
+	awaitInterest(t, nodes[2].addr, nodes[0].addr)
+	awaitInterest(t, nodes[2].addr, nodes[1].addr)
+	old := willClient(t, nodes[0].addr, "dw", 30, 300, false)
+	again := willClient(t, nodes[1].addr, "dw", 30, 300, true)
+	expectTakenOver(old)
+	again.send(&packets.Disconnect{})
+	pub := connectRaw(t, nodes[0].addr, &packets.Connect{ClientID: "fence", CleanStart: true})
+	pub.send(&packets.Publish{Topic: "will", Payload: []byte("fence")})
+	if got := readUntil(watch, "fence"); len(got) != 0 {
+		t.Fatalf("wills published: %v, want none", got)
+	}
+}

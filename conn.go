@@ -74,6 +74,10 @@ type conn struct {
 	// of its client id (cluster_owner.go).
 	willRef  cluster.WillRef
 	claimRev uint64
+	// succeeded: its user connected again with its client id while it
+	// was open (a takeover), so a will with a delay is not published
+	// [MQTT-3.1.2-8]. Under the server's mu.
+	succeeded bool
 	// aliases is the connection's topic alias tables (alias.go): set at
 	// CONNECT when the client takes aliases, or by the reader when the
 	// client first sets one; deliveries read it.

@@ -81,9 +81,25 @@ func (c *conn) readError(err error) error {
 	}
 	var pe *packets.Error
 	if errors.As(err, &pe) {
+		if pe.Code == packets.PacketTooLarge {
+			c.packetRefused(pe.Size)
+		}
 		c.sendDisconnectWhy(pe.Code, pe.Msg)
 	}
 	return err
+}
+
+// packetRefused logs a packet of size bytes refused for limits.max_packet_size
+// (at most every warnInterval; mqttd_disconnects_total counts them all):
+// a 3.1.1 client cannot be told and sees only its connection lost.
+func (c *conn) packetRefused(size int) {
+	s := c.srv
+	if s.tooLargeWarned.limited() {
+		return
+	}
+	c.fields(s.log.Warn()).Int("size", size).Int("max_packet_size", s.opts.Limits.MaxPacketSize).
+		Msg("packet refused: larger than limits.max_packet_size, connection closed " +
+			"(logged at most every 10 s; mqttd_disconnects_total{reason=packet_too_large} counts them)")
 }
 
 // blockingReadBufSize is small on purpose: a connection served by its own

@@ -142,7 +142,7 @@ func payloadOf(n int) []byte {
 	return b
 }
 
-// bigPayload is just under the default maximum packet size.
+// bigPayload is just under the least default maximum packet size (1 MiB).
 const bigPayload = 1<<20 - 1024
 
 // encodeBuf returns an encoding buffer big enough for a bigPayload PUBLISH.

@@ -327,7 +327,8 @@ func TestHandshakeBoundsCounted(t *testing.T) {
 	t.Parallel()
 	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{
 		{Type: "ws", Address: "127.0.0.1:0", MaxHandshakes: 2},
-		{Type: "ws", Address: "127.0.0.1:0", ProxyProtocol: true, ProxyTrusted: []string{"127.0.0.1"}, MaxHandshakesPerAddress: 2},
+		{Type: "ws", Address: "127.0.0.1:0", ProxyProtocol: true, ProxyTrusted: []string{"127.0.0.1"}, MaxHandshakesPerAddress: 2,
+			Auth: &mqttd.AuthConfig{AllowClosed: true}}, // nobody logs in here: behind a proxy, anonymous clients are refused
 	}})
 	addrs := srv.Addrs()
 	for range 3 {

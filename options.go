@@ -135,7 +135,9 @@ type Limits struct {
 	// cgroup's limit), at least 64 MiB and at most 512 MiB.
 	MaxMemory int64 `yaml:"max_memory"`
 	// MaxPacketSize is the largest packet accepted, in bytes, checked from
-	// the fixed header before the body is read.
+	// the fixed header before the body is read; a larger one closes the
+	// connection (5.0: DISCONNECT 0x95), logged. The default is
+	// MaxIncomingBytesTotal, between 1 and 16 MiB (defaultMaxPacketSize).
 	MaxPacketSize int `yaml:"max_packet_size"`
 	// MaxClientIDLength caps client identifiers, in bytes.
 	MaxClientIDLength int `yaml:"max_client_id_length"`
@@ -270,7 +272,6 @@ type Limits struct {
 // Default values of Options.
 const (
 	DefaultAddress           = "127.0.0.1:1883"
-	DefaultMaxPacketSize     = 1 << 20
 	DefaultMaxClientIDLength = 256
 	DefaultMaxUsernameLength = 1024
 	DefaultConnectTimeout    = 10 * time.Second
@@ -308,6 +309,40 @@ const (
 	maxOutboxBytes                       = 1 << 30
 )
 
+// The bounds of limits.max_packet_size's default.
+const (
+	minDefaultMaxPacketSize = 1 << 20
+	maxDefaultMaxPacketSize = 16 << 20
+)
+
+// defaultMaxPacketSize is limits.max_packet_size's default for a broker
+// whose packets arriving may hold incoming bytes in all
+// (limits.max_incoming_bytes_total): all of them, between 1 and 16 MiB.
+// Firmware sent over MQTT (ESP32 images are 1-4 MB) needs packets of
+// megabytes; 1 MiB refused them.
+//
+// What a larger packet lets clients make the broker hold: a packet's
+// bytes are held while it arrives (at most limits.frame_timeout), and
+// those of every packet over 64 KiB arriving count in
+// max_incoming_bytes_total, past which the connection is closed. So one
+// hostile client holds at most one packet of this size, and a hundred
+// together no more than max_incoming_bytes_total, the others closed:
+// the bound of the whole does not grow with this one. Once arrived, the
+// message (its payload copied out of the frame) is held by the session
+// queues and outboxes within max_queued_bytes_total and
+// max_outbox_bytes_total, or by the retained store within
+// max_retained_bytes; one that does not fit waits (QoS 1/2) or is
+// dropped (QoS 0). A default above max_incoming_bytes_total would be
+// promised to 5.0 clients in CONNACK and then refused as incoming_limit,
+// so it is that share: 4 MiB at the 64 MiB budget of a machine of
+// 256 MiB, room for a 4 MB image; 8 MiB at 128 MiB (a Pi Zero); 16 MiB
+// from 256 MiB, where the cap leaves room for two at once in the
+// 32 MiB share of the 512 MiB budget, since each one also costs its
+// payload's copy and an outbox frame per subscriber.
+func defaultMaxPacketSize(incoming int64) int {
+	return int(min(max(incoming, minDefaultMaxPacketSize), maxDefaultMaxPacketSize))
+}
+
 // DefaultRetainedSendRefill is the default Limits.RetainedSendRefill: a
 // client looping SUBSCRIBE "#" is sent about 1,700 retained messages and
 // 280 KiB a second at the other defaults.
@@ -336,7 +371,6 @@ func (o Options) WithDefaults() Options {
 		l.MaxMemory = DefaultMaxMemory()
 	}
 	d := DeriveFromMemory(l.MaxMemory)
-	setDefault(&l.MaxPacketSize, DefaultMaxPacketSize)
 	setDefault(&l.MaxClientIDLength, DefaultMaxClientIDLength)
 	setDefault(&l.MaxUsernameLength, DefaultMaxUsernameLength)
 	setDefault(&l.ConnectTimeout, DefaultConnectTimeout)
@@ -344,6 +378,7 @@ func (o Options) WithDefaults() Options {
 	setDefault(&l.MaxOutboxBytes, DefaultMaxOutboxBytes)
 	setDefault(&l.MaxOutboxBytesTotal, d.MaxOutboxBytesTotal)
 	setDefault(&l.MaxIncomingBytesTotal, d.MaxIncomingBytesTotal)
+	setDefault(&l.MaxPacketSize, defaultMaxPacketSize(l.MaxIncomingBytesTotal))
 	setDefault(&l.FrameTimeout, DefaultFrameTimeout)
 	setDefault(&l.MaxInflight, DefaultMaxInflight)
 	setDefault(&l.MaxQueued, DefaultMaxQueued)

@@ -87,7 +87,8 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 	persistent := c.expiry > 0
 	s.mu.Lock()
 	old := s.clients[id]
-	if old != nil && old.owner() != c.info.Username {
+	otherUser := old != nil && old.owner() != c.info.Username
+	if otherUser {
 		if s.opts.Auth.OtherUserSession != OtherUserReplace {
 			s.mu.Unlock()
 			return attachOtherUser
@@ -106,17 +107,24 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 		old.mu.Unlock()
 		if oldConn != nil {
 			s.stats.sessionsOnline.Add(-1)
+			oldConn.succeeded = !otherUser
 		}
 	}
 	cl, present := old, old != nil
 	var dropped []string
-	// A will waiting for its delay: the session ends here (published) or
-	// the client is back in time (dropped) [MQTT-3.1.3-9].
+	// A will waiting for its delay is dropped: the client is back in time
+	// [MQTT-3.1.2-8], whatever its Clean Start (will.go). Only another
+	// user replacing the session ends it with its will published.
 	var endedWill leftWill
-	resumedWill := false // a will waiting for its delay is dropped: the client is back
+	resumedWill := false
 	if clean || old == nil || old.clean {
 		if old != nil {
-			endedWill = s.takeWillLocked(old)
+			w := s.takeWillLocked(old)
+			if otherUser {
+				endedWill = w
+			} else {
+				defer s.dropWillRecord(w.ref)
+			}
 			dropped = s.dropSessionLocked(old)
 		}
 		cl = &client{id: id, sess: session.New(id, s.sessionLimits(id))}

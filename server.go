@@ -113,6 +113,7 @@ type Server struct {
 	clusterWarned    throttle // of the last CONNECT refused for want of the cluster
 	userPropsWarned  throttle // unix nanos of the last user-properties warning
 	incomingWarned   throttle // unix nanos of the last incoming-bytes warning
+	tooLargeWarned   throttle // of the last packet refused for limits.max_packet_size
 	retainSendWarned throttle // unix nanos of the last retained-sends-truncated warning
 	// retainedSends are the clients' allowances of retained messages
 	// (retain.go), and retainLimitWarned the last time one ran out.
@@ -248,7 +249,8 @@ func (s *Server) closeStore() {
 // the Server closes l on Shutdown. Options.Auth applies to it; unless
 // auth.allow_anonymous says otherwise, clients without a username are let
 // in only when l is on a loopback address, a unix socket or in-process,
-// and no password file is set.
+// and no password file is set. A listener that would let nobody in is an
+// error unless auth.allow_closed is set.
 func (s *Server) AddListener(name string, l net.Listener) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -264,9 +266,11 @@ func (s *Server) addListenerLocked(name string, l net.Listener, lc *ListenerConf
 	if strings.HasPrefix(name, "$") {
 		return fmt.Errorf("mqttd: listener name %q: names starting with $ are the broker's own", name)
 	}
+	if err := s.openGateLocked(name, l.Addr(), lc); err != nil {
+		return err
+	}
 	ln := &listener{name: name, l: l}
 	s.listeners = append(s.listeners, ln)
-	s.openGateLocked(name, l.Addr(), lc)
 	if s.serving {
 		s.startAcceptLocked(ln)
 	}

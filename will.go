@@ -13,10 +13,11 @@ import (
 // Wills: a connection that ends without DISCONNECT 0x00 leaves its will
 // to be published, at once or, for a 5.0 will with a Will Delay Interval,
 // when the interval has passed or the session ends, whichever comes
-// first; a connection that takes the session over in the meantime
-// cancels it [MQTT-3.1.3-9]. A session that another connection took over
-// and goes on with never publishes the old connection's will: the client
-// is back.
+// first. A new connection of the same user with the client id before
+// then cancels it, whatever its Clean Start [MQTT-3.1.2-8], though with
+// Clean Start 1 it ends the session (README, What works). A session that
+// another connection took over and goes on with never publishes the old
+// connection's will: the client is back.
 
 // leftWill is a will with the client that left it, asked about again when
 // it is published: a reload may have taken the user out of the password
@@ -63,7 +64,10 @@ func (c *conn) settleWill() {
 	cl.mu.Lock()
 	will.passwdStamp = cl.passwdStamp
 	ended := cl.dropped || s.clients[cl.id] != cl
-	resumed := cl.moved || !ended && cl.conn != nil
+	// Taken over by its user: back before any delay could pass, even in
+	// a new session [MQTT-3.1.2-8]; a will without delay is published as
+	// the connection closed abnormally.
+	resumed := cl.moved || !ended && cl.conn != nil || c.succeeded && c.willDelay > 0
 	at := cl.sess.ExpireAt()
 	cl.mu.Unlock()
 	if resumed {

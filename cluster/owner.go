@@ -220,6 +220,8 @@ type Claim struct {
 	// it, and Handover carries it, so that a request older than the
 	// previous owner's own later claim is not obeyed.
 	Rev uint64
+	// SameUser says the id's session was the claiming user's.
+	SameUser bool
 }
 
 // ErrOtherUser is returned by Claim for a client id another user's
@@ -275,7 +277,7 @@ func (n *Node) Claim(id, user string, refuseOther bool) (Claim, error) {
 			return Claim{}, storeErr(err)
 		}
 		n.owned.set(id, rev)
-		return Claim{Prev: prev, Rev: rev}, nil
+		return Claim{Prev: prev, Rev: rev, SameUser: owner == user}, nil
 	}
 	return Claim{}, errContended
 }
@@ -506,13 +508,18 @@ const (
 	hdrClean  = "Mqttd-Clean"
 	hdrMore   = "Mqttd-More"
 	hdrRev    = "Mqttd-Rev"
+	hdrSame   = "Mqttd-Same-User"
 )
 
 // HandoverFunc gives up client id on the previous owner's node: its
 // connection, if any, is closed (Session taken over); unless clean (the
 // new connection starts a fresh session), the session is returned,
 // encoded by the broker, and nil when there is none.
-type HandoverFunc func(id string, clean bool) []byte
+//
+// sameUser says the new connection is the session's user's: a will
+// waiting for its delay is then dropped, the client being back
+// [MQTT-3.1.2-8], as on one node.
+type HandoverFunc func(id string, clean, sameUser bool) []byte
 
 // ServeHandover answers other nodes' handover requests with fn, on a
 // goroutine of the NATS connection: one request at a time.
@@ -524,7 +531,7 @@ func (n *Node) ServeHandover(fn HandoverFunc) error {
 		// A request older than this node's own later claim is stale:
 		// this node asked the requester to give the id up since.
 		if n.owned.takeBefore(id, rev) {
-			state = fn(id, msg.Header.Get(hdrClean) == "1")
+			state = fn(id, msg.Header.Get(hdrClean) == "1", msg.Header.Get(hdrSame) == "1")
 			n.stats.handedOver.Add(1)
 		}
 		n.replyChunks(msg.Reply, state)
@@ -578,6 +585,9 @@ func (n *Node) Handover(c Claim, id string, clean bool) ([]byte, error) {
 	req := &nats.Msg{Subject: handoverSubject(n.cluster, prev), Reply: inbox, Header: nats.Header{}}
 	req.Header.Set(hdrClient, id)
 	req.Header.Set(hdrRev, strconv.FormatUint(c.Rev, 10))
+	if c.SameUser {
+		req.Header.Set(hdrSame, "1")
+	}
 	if clean {
 		req.Header.Set(hdrClean, "1")
 	}

@@ -181,7 +181,7 @@ func TestHandover(t *testing.T) {
 		clean bool
 	}
 	calls := make(chan call, 4)
-	if err := n1.ServeHandover(func(id string, clean bool) []byte {
+	if err := n1.ServeHandover(func(id string, clean, _ bool) []byte {
 		calls <- call{id, clean}
 		if clean {
 			return nil

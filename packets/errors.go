@@ -10,6 +10,8 @@ type Error struct {
 	Code ReasonCode
 	Ref  string
 	Msg  string
+	// Size is the frame's size in bytes of a PacketTooLarge error.
+	Size int
 }
 
 func (e *Error) Error() string {

@@ -41,7 +41,7 @@ func checkFirst(t Type, v Version) error {
 // checkSize applies the maximum packet size to the whole frame.
 func checkSize(t Type, remaining, maxSize int) error {
 	if maxSize > 0 && frameSize(remaining) > maxSize {
-		return &Error{Code: PacketTooLarge, Ref: "§3.1.2.11.4",
+		return &Error{Code: PacketTooLarge, Ref: "§3.1.2.11.4", Size: frameSize(remaining),
 			Msg: fmt.Sprintf("%s of %d bytes exceeds the maximum packet size %d", t, frameSize(remaining), maxSize)}
 	}
 	return nil

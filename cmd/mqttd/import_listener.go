@@ -223,7 +223,10 @@ func (imp *importer) listenerConfig(ml *mosqListener) (mqttd.ListenerConfig, boo
 		a := ml.auth.config(imp.networked)
 		lc.Auth = &a
 	}
-	if err := (mqttd.Options{Listeners: []mqttd.ListenerConfig{lc}}).Validate(); err != nil {
+	// Whether anyone may log in depends on the whole translation's auth
+	// (finishClosed).
+	probe := mqttd.Options{Listeners: []mqttd.ListenerConfig{lc}, Auth: mqttd.Auth{AuthConfig: mqttd.AuthConfig{AllowClosed: true}}}
+	if err := probe.Validate(); err != nil {
 		imp.named(ml.at, "left out: "+err.Error())
 		return lc, false
 	}

@@ -402,7 +402,8 @@ func (imp *importer) finishSizes(main string) {
 		imp.named(l, differently+"limits.max_packet_size bounds the whole packet (set to this plus 128 KiB for the topic and properties), "+
 			"and a client sending a larger one is disconnected, where Mosquitto drops the message")
 	case !imp.packetSize:
-		imp.note(line{file: main, key: "max_packet_size"}, "Mosquitto accepts packets of any size by default; mqttd up to 1 MiB (limits.max_packet_size)")
+		imp.note(line{file: main, key: "max_packet_size"}, "Mosquitto accepts packets of any size by default; mqttd up to limits.max_packet_size, "+
+			"by default limits.max_incoming_bytes_total (4 to 16 MiB at the default memory budgets)")
 	}
 	if imp.cfg.Limits.PersistentSessionExpiry == 0 {
 		imp.note(line{file: main, key: "persistent_client_expiration"},

@@ -37,6 +37,7 @@ func (imp *importer) finish(main string) config {
 	if !imp.perListener {
 		cfg.Auth.AuthConfig = imp.global.config(imp.networked)
 	}
+	imp.finishClosed(&cfg, main)
 	dropDefaultLimits(&cfg.Limits)
 	for _, mb := range imp.bridges {
 		if c, ok := imp.bridgeConfig(mb); ok {
@@ -45,6 +46,25 @@ func (imp *importer) finish(main string) config {
 	}
 	imp.sortFindings()
 	return cfg
+}
+
+// finishClosed keeps listeners that let nobody in as Mosquitto has them
+// (no password file, anonymous clients refused: Mosquitto 2 refuses every
+// client there), with allow_closed, which mqttd requires for them, and
+// says so.
+func (imp *importer) finishClosed(cfg *config, main string) {
+	closed := cfg.Options.ClosedListeners()
+	if len(closed) == 0 {
+		return
+	}
+	cfg.Auth.AllowClosed = true
+	var which []string
+	for _, i := range closed {
+		which = append(which, listenArg(cfg.Listeners[i]))
+	}
+	imp.note(line{file: main, key: "password_file"}, "no client can log in to "+strings.Join(which, ", ")+
+		" (no password_file, anonymous clients refused), as in Mosquitto: kept with auth.allow_closed: true; "+
+		"to let users in, set auth.password_file (mqttd passwd -c FILE USER makes one)")
 }
 
 // sortFindings puts the findings in the order of the files and lines they

@@ -21,7 +21,7 @@ import (
 )
 
 func TestListenForms(t *testing.T) {
-	f, err := parseFlags([]string{"--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-client-ca", "ca.pem",
+	f, err := parseFlags([]string{"--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-client-ca", "ca.pem", "--password-file", "p",
 		"--listen", "127.0.0.1:1", "--listen", "tcp://127.0.0.1:2", "--listen", "tls://0.0.0.0:8883",
 		"--listen", "ws://127.0.0.1:8083", "--listen", "wss://127.0.0.1:8084/broker", "--listen", "unix:///run/mqttd.sock"},
 		noEnv, io.Discard)
@@ -54,8 +54,13 @@ func TestListenForms(t *testing.T) {
 // TestListenersNamedAsConfigured checks that a listener on 0.0.0.0 is
 // shown and logged as 0.0.0.0 (IPv4 only, as bound), not as [::].
 func TestListenersNamedAsConfigured(t *testing.T) {
-	c := startCommand(t, "--listen", "0.0.0.0:0", "--listen", "ws://[::]:0", "--allow-anonymous", "false",
-		"--data-dir", t.TempDir())
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "passwords")
+	if err := passwd.Set(pw, "alice", []byte("a-secret"), true); err != nil {
+		t.Fatal(err)
+	}
+	c := startCommand(t, "--listen", "0.0.0.0:0", "--listen", "ws://[::]:0", "--password-file", pw,
+		"--data-dir", filepath.Join(dir, "data"))
 	c.wait("(ws://[::]:")
 	out := c.out.String()
 	for _, re := range []string{`MQTT listening on 0\.0\.0\.0:\d+ \(tcp\)`, `"listener":"tcp:0\.0\.0\.0:\d+"`,

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -98,7 +99,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 	if metricsAddr != nil {
 		shown.Metrics.Address = metricsAddr.String() // the port :0 became
 	}
-	banner(stderr, srv, shown)
+	banner(stderr, srv, shown, f.config)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve() }()
 	serveErr := wait(&reloader{srv: srv, flags: f, running: cfg, log: log}, stop, served)
@@ -141,8 +142,9 @@ func wait(r *reloader, stop <-chan os.Signal, served <-chan error) error {
 }
 
 // banner says what listens where and how to reach the broker from other
-// machines, since the default only accepts this one.
-func banner(w io.Writer, srv *mqttd.Server, cfg config) {
+// machines, since the default only accepts this one; configFile is the
+// config file given, if any.
+func banner(w io.Writer, srv *mqttd.Server, cfg config, configFile string) {
 	fmt.Fprintf(w, "mqttd %s\n", version())
 	local := true
 	for i, a := range srv.Addrs() {
@@ -179,8 +181,13 @@ func banner(w io.Writer, srv *mqttd.Server, cfg config) {
 		fmt.Fprintf(w, "  a node of cluster %s, over %s\n", c.Name, over)
 	}
 	if local {
-		fmt.Fprintln(w, "  Only this machine can connect. To accept others with passwords:")
-		fmt.Fprintln(w, "    mqttd passwd -c passwords USER && mqttd --listen 0.0.0.0:1883 --password-file passwords")
-		fmt.Fprintln(w, "  (or, on a network you trust, --allow-anonymous true; every setting also goes in a --config file).")
+		// The addresses as bound: a port 0 became one.
+		cfg.Listeners = slices.Clone(cfg.Listeners)
+		for i, a := range srv.Addrs() {
+			if i < len(cfg.Listeners) && cfg.Listeners[i].Type != "unix" {
+				cfg.Listeners[i].Address = a.String()
+			}
+		}
+		hintOthers(w, cfg, configFile)
 	}
 }
