@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path/filepath"
 	"os"
 	"slices"
 	"strings"
@@ -24,12 +25,12 @@ import (
 // startNodes starts an mqttd node of one cluster on each of the NATS
 // servers at urls and returns their MQTT addresses once every node has
 // joined.
-func startNodes(t *testing.T, urls []string) []string {
+func startNodes(t *testing.T, urls []string, replicas int) []string {
 	t.Helper()
 	addrs := make([]string, len(urls))
 	for i := range urls {
 		srv, err := mqttd.New(mqttd.Options{Cluster: &cluster.Config{
-			Name: "bench", NodeName: fmt.Sprintf("node%d", i+1), NATS: cluster.NATSConfig{URL: urls[i]},
+			Name: "bench", NodeName: fmt.Sprintf("node%d", i+1), Replicas: replicas, NATS: cluster.NATSConfig{URL: urls[i]},
 		}})
 		if err != nil {
 			t.Fatal(err)
@@ -51,9 +52,10 @@ func startNodes(t *testing.T, urls []string) []string {
 			}
 			<-served
 		})
+		// Until its replicated store is ready a node refuses clients.
 		testutil.WaitFor(t, "the node to join its cluster", func() bool {
 			st, ok := srv.Cluster()
-			return ok && st.Connected
+			return ok && st.Connected && st.StoreReady
 		})
 		addrs[i] = l.Addr().String()
 	}
@@ -65,7 +67,7 @@ func startNodes(t *testing.T, urls []string) []string {
 // SUBACK: every message arrives, because the run waits for the probes,
 // and the probes themselves are not counted.
 func TestFlowsAcrossNodes(t *testing.T) {
-	nodes := startNodes(t, natstest.Cluster(t, 3))
+	nodes := startNodes(t, natstest.Cluster(t, 3), 0)
 	pid := fmt.Sprint(os.Getpid())
 	for _, args := range [][]string{
 		{"-scenario", "fanin", "-pubs", "2", "-msgs", "100", "-pubaddr", nodes[0] + "," + nodes[1], "-subaddr", nodes[2]},
@@ -92,17 +94,18 @@ func TestFlowsAcrossNodes(t *testing.T) {
 // subscription reaches the publishers' node 100 ms after its SUBACK, so a
 // flow that did not wait for its probes would lose every message.
 func TestFlowWaitsForInterest(t *testing.T) {
-	nodes := startNodes(t, slowCluster(t, 100*time.Millisecond))
+	nodes := startNodes(t, slowCluster(t, 100*time.Millisecond), 1)
 	lines := runBench(t, "-scenario", "fanin", "-pubs", "2", "-msgs", "100", "-pubaddr", nodes[0], "-subaddr", nodes[1],
 		"-timeout", "20s", "-idle", "1s")
 	checkDelivery(t, lines[0], 200)
 }
 
-// slowCluster starts two nats-servers whose only route passes through a
-// proxy that holds everything it forwards for delay, and returns their
-// client URLs.
+// slowCluster starts two nats-servers, with JetStream, whose routes pass
+// through proxies that hold everything they forward for delay, and
+// returns their client URLs.
 func slowCluster(t *testing.T, delay time.Duration) []string {
 	t.Helper()
+	dir := t.TempDir()
 	var servers []*server.Server
 	t.Cleanup(func() {
 		for _, srv := range servers {
@@ -110,22 +113,27 @@ func slowCluster(t *testing.T, delay time.Duration) []string {
 			srv.WaitForShutdown()
 		}
 	})
+	// JetStream's servers must know their routes from the start: the
+	// ports are picked first, and each server's route goes through a
+	// proxy to the other.
+	ports := []int{natstest.FreePort(t), natstest.FreePort(t)}
 	var urls []string
 	for i := range 2 {
-		opts := &server.Options{ServerName: fmt.Sprintf("slow-%d", i), Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true}
+		opts := &server.Options{ServerName: fmt.Sprintf("slow-%d", i), Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+			JetStream: true, StoreDir: filepath.Join(dir, fmt.Sprint(i))}
 		opts.Cluster.Name = "slow"
 		opts.Cluster.Host = "127.0.0.1"
-		opts.Cluster.Port = server.RANDOM_PORT
+		opts.Cluster.Port = ports[i]
 		opts.Cluster.NoAdvertise = true
-		if i == 1 {
-			opts.Routes = []*url.URL{{Scheme: "nats-route", Host: delayProxy(t, servers[0].ClusterAddr().String(), delay)}}
-		}
+		opts.Routes = []*url.URL{{Scheme: "nats-route", Host: delayProxy(t, fmt.Sprintf("127.0.0.1:%d", ports[1-i]), delay)}}
 		srv, err := server.NewServer(opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		srv.Start()
 		servers = append(servers, srv)
+	}
+	for i, srv := range servers {
 		if !srv.ReadyForConnections(10 * time.Second) {
 			t.Fatalf("nats-server %d not ready", i)
 		}
