@@ -62,6 +62,10 @@ type Stats struct {
 	// take out and could not: its queue full, or the store not answering
 	// for 30 s.
 	ReleasesDropped uint64
+	// KeptDropped counts retained messages not written to the replicated
+	// stream (its queue full), KeptRetries the writes repeated while the
+	// stream did not acknowledge them.
+	KeptDropped, KeptRetries uint64
 	// SharedSubscriptions is the number of NATS subscriptions of the
 	// shared (group, filter) pairs wanted (WantShared), SharedFilters the
 	// number of those pairs.
@@ -89,6 +93,7 @@ type counters struct {
 	out, in, droppedOut, tooLong, droppedIn, malformed, reconnects atomic.Uint64
 	takeovers, handedOver                                          atomic.Uint64
 	cutOffs, deadNodes, willsSwept, retainedKept                   atomic.Uint64
+	keptDropped, keptRetries                                       atomic.Uint64
 	releasesDropped                                                atomic.Uint64
 }
 
@@ -119,6 +124,8 @@ func (n *Node) Stats() Stats {
 		WillsSwept:      n.stats.willsSwept.Load(),
 		RetainedKept:    n.stats.retainedKept.Load(),
 		ReleasesDropped: n.stats.releasesDropped.Load(),
+		KeptDropped:     n.stats.keptDropped.Load(),
+		KeptRetries:     n.stats.keptRetries.Load(),
 		PausesSent:      n.flow.pausesSent.Load(),
 		ResumesSent:     n.flow.resumesSent.Load(),
 		PausesIn:        n.flow.pausesIn.Load(),
@@ -314,6 +321,9 @@ func (n *Node) send(msg *nats.Msg) {
 		return
 	}
 	n.stats.out.Add(1)
+	if strings.HasPrefix(msg.Subject, retainedPrefix(n.cluster)) {
+		n.keepRetainedMsg(msg)
+	}
 }
 
 // deliverLoop decodes what other nodes sent and calls deliver, one
@@ -428,6 +438,10 @@ func (n *Node) Close() error {
 		n.purgeOwnWills()
 		close(n.stopOut)
 		<-n.sendDone
+		// What the keeper has not written to the stream yet is only
+		// delivered live.
+		close(n.stopKeep)
+		<-n.keeperDone
 		n.mu.Lock()
 		for _, w := range n.allWants() {
 			n.retireDrops(w)

@@ -139,7 +139,12 @@ type Node struct {
 
 	// Retained messages replicated (retained.go): keep is the broker's
 	// keeper, retainedRead the stream's reader (mu).
-	keep           func(*Message)
+	keep func(*Message)
+	// The keeper (kept.go) writes retained messages to the stream.
+	kept           chan keptMsg
+	keptSeq        uint64 // of the send goroutine
+	stopKeep       chan struct{}
+	keeperDone     chan struct{}
 	retainedLimits RetainedLimits
 	retainedRead   jetstream.ConsumeContext
 	// handovers is the subscription ServeHandover made (mu).
@@ -207,6 +212,9 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 		timeout:        cfg.NodeTimeout,
 		retainedLimits: cfg.Retained,
 		stopLive:       make(chan struct{}),
+		kept:           make(chan keptMsg, keptQueue),
+		stopKeep:       make(chan struct{}),
+		keeperDone:     make(chan struct{}),
 		incarnation:    strconv.FormatInt(time.Now().UnixNano(), 36) + "-",
 
 		sendDone:    make(chan struct{}),
@@ -250,6 +258,7 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 	go n.sendLoop()
 	go n.deliverLoop()
 	go n.bindStore(cfg.Replicas)
+	go n.keeper()
 	go n.releaser()
 	return n, nil
 }

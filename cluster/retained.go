@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,7 +45,7 @@ func (n *Node) openRetained(ctx context.Context, js jetstream.JetStream, replica
 	cfg := jetstream.StreamConfig{
 		Name:              retainedStream(n.cluster),
 		Description:       "mqttd: the latest retained message of each topic",
-		Subjects:          []string{retainedPrefix(n.cluster) + ">"},
+		Subjects:          []string{keptPrefix(n.cluster) + ">"},
 		MaxMsgsPerSubject: 1,
 		MaxMsgs:           n.retainedLimits.Messages,
 		MaxBytes:          n.retainedLimits.Bytes,
@@ -141,7 +142,7 @@ func (n *Node) consumeRetained(st *kvStore) (cc jetstream.ConsumeContext, caught
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	cons, err := st.js.OrderedConsumer(ctx, retainedStream(n.cluster), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{retainedPrefix(n.cluster) + ">"},
+		FilterSubjects: []string{keptPrefix(n.cluster) + ">"},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
@@ -163,7 +164,8 @@ func (n *Node) consumeRetained(st *kvStore) (cc jetstream.ConsumeContext, caught
 				once.Do(func() { close(done) })
 			}
 		}()
-		m, err := decodeMsg(n.cluster, msg.Subject(), msg.Headers(), msg.Data())
+		subj := retainedPrefix(n.cluster) + strings.TrimPrefix(msg.Subject(), keptPrefix(n.cluster))
+		m, err := decodeMsg(n.cluster, subj, msg.Headers(), msg.Data())
 		if err != nil {
 			n.stats.malformed.Add(1)
 			return
