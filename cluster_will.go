@@ -51,7 +51,7 @@ func (c *conn) recordWill(cp *packets.Connect) {
 		c.fields(c.srv.log.Warn()).Err(err).Msg("cluster: will not recorded in the cluster: only this node can publish it")
 		return
 	}
-	c.willRef = ref
+	c.willRef = &ref
 }
 
 // publishRecordedWill publishes a will another node (or this one in a
@@ -89,7 +89,7 @@ func (s *Server) takeRecordedWill(w leftWill) {
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
-			taken, err := node.TakeWill(w.ref)
+			taken, err := node.TakeWill(*w.ref)
 			if err == nil {
 				if taken {
 					s.publishWillNow(w)
@@ -109,12 +109,17 @@ func (s *Server) takeRecordedWill(w leftWill) {
 }
 
 // dropWillRecord takes a discarded will's record out of the cluster.
-func (s *Server) dropWillRecord(ref cluster.WillRef) {
-	if ref.Key == "" {
+// Not inlined: the CONNECT path (attach) runs on a reader's stack, which
+// must stay within 4 KiB (TestReaderStacksStay4KiB), and a single node
+// never needs it.
+//
+//go:noinline
+func (s *Server) dropWillRecord(ref *cluster.WillRef) {
+	if ref == nil {
 		return
 	}
 	if node := s.clusterNode(); node != nil {
-		node.DropWill(ref)
+		node.DropWill(*ref)
 	}
 }
 
@@ -134,13 +139,13 @@ func (s *Server) keepOwnWill(ref cluster.WillRef, data []byte) bool {
 	if cl == nil {
 		return true
 	}
-	if dw := s.wills[cl]; dw != nil && (dw.ref.Key == ref.Key || dw.ref.Key == "" && dw.clusterOnly) {
-		dw.ref = ref
+	if dw := s.wills[cl]; dw != nil && (dw.ref != nil && dw.ref.Key == ref.Key || dw.ref == nil && dw.clusterOnly) {
+		dw.ref = &ref
 		return false
 	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	return cl.conn == nil || cl.conn.willRef.Key != ref.Key
+	return cl.conn == nil || cl.conn.willRef == nil || cl.conn.willRef.Key != ref.Key
 }
 
 // clusterCutOff closes every client's connection when this node lost

@@ -72,7 +72,7 @@ type conn struct {
 	// willRef is the will's record in the cluster (cluster_will.go),
 	// zero without one; claimRev the revision of this connection's claim
 	// of its client id (cluster_owner.go).
-	willRef  cluster.WillRef
+	willRef  *cluster.WillRef
 	claimRev uint64
 	// succeeded: its user connected again with its client id while it
 	// was open (a takeover), so a will with a delay is not published

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"mqttd/auth"
+	"mqttd/cluster"
 	"mqttd/packets"
 	"mqttd/persistence"
 	"mqttd/session"
@@ -116,6 +117,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 	// [MQTT-3.1.2-8], whatever its Clean Start (will.go). Only another
 	// user replacing the session ends it with its will published.
 	var endedWill leftWill
+	var dropRef *cluster.WillRef // a will's record dropped with it
 	resumedWill := false
 	if clean || old == nil || old.clean {
 		if old != nil {
@@ -123,7 +125,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 			if otherUser {
 				endedWill = w
 			} else {
-				defer s.dropWillRecord(w.ref)
+				dropRef = w.ref
 			}
 			dropped = s.dropSessionLocked(old)
 		}
@@ -134,7 +136,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 	} else {
 		back := s.takeWillLocked(old)
 		resumedWill = back.msg != nil
-		defer s.dropWillRecord(back.ref)
+		dropRef = back.ref
 	}
 	s.stats.sessionsOnline.Add(1)
 	if c.info.Listener != bridgeListener {
@@ -158,6 +160,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 	s.mu.Unlock()
 	s.unsubscribeAll(old, dropped)
 	s.publishWill(endedWill)
+	s.dropWillRecord(dropRef)
 	if oldConn != nil {
 		s.log.Info().Str("client_id", id).Str("remote", c.info.Remote.String()).Str("old_remote", oldConn.info.Remote.String()).
 			Bool("session_kept", present).Msg("session taken over by a new connection")

@@ -34,7 +34,7 @@ type leftWill struct {
 	// in a cluster, published only with its record (keepOwnWill adopts
 	// it): without one, the other nodes published it while this one was
 	// down.
-	ref         cluster.WillRef
+	ref         *cluster.WillRef
 	clusterOnly bool
 }
 
@@ -158,7 +158,7 @@ func (s *Server) publishWill(w leftWill) {
 	if w.msg == nil {
 		return
 	}
-	if w.ref.Key != "" {
+	if w.ref != nil {
 		s.takeRecordedWill(w)
 		return
 	}
