@@ -208,7 +208,7 @@ func delayCopy(dst, src net.Conn, delay time.Duration) {
 	}()
 	for c := range ch {
 		// The route's latency, not a wait for an event.
-		time.Sleep(time.Until(c.due))
+		<-time.After(time.Until(c.due))
 		if _, err := dst.Write(c.b); err != nil {
 			break
 		}
