@@ -5,6 +5,7 @@ package mqttd_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"mqttd"
 	"mqttd/cluster"
@@ -30,11 +31,23 @@ func TestClusterEmbedded(t *testing.T) {
 		nodes[i] = startBroker(t, mqttd.Options{DataDir: t.TempDir(), Cluster: cfg})
 	}
 	for _, b := range nodes {
-		testutil.WaitFor(t, "the node's store", func() bool { st, _ := b.srv.Cluster(); return st.Connected && st.StoreReady })
+		// Three embedded servers elect their JetStream leaders first:
+		// seconds, more under load.
+		testutil.WaitWithin(t, time.Minute, "the node's store", func() bool { st, _ := b.srv.Cluster(); return st.Connected && st.StoreReady })
 	}
 	pub := connectRaw(t, nodes[0].addr, &packets.Connect{ClientID: "pub", CleanStart: true})
 	pub.send(&packets.Publish{Topic: "e/kept", Payload: []byte("k"), Retain: true, QoS: 1, PacketID: 1})
 	expectAck(pub, packets.TypePuback, 1, 0)
+
+	// Node 1's PUBACK says the message is retained there; node 2 learns
+	// of it a moment later.
+	testutil.WaitFor(t, "the retained message on node 2", func() bool {
+		rc := connectSubscribed(t, &packets.Connect{ClientID: "late", CleanStart: true}, nodes[1].addr,
+			packets.Subscription{Filter: "e/kept"})
+		defer rc.send(&packets.Disconnect{})
+		got := rc.ping()
+		return len(got) == 1 && got[0].(*packets.Publish).Retain
+	})
 
 	cp := expiringConnect("mover", 600)
 	cp.ProtocolName, cp.ProtocolVersion = "MQTT", packets.V5

@@ -25,7 +25,15 @@ import (
 // 10 s with what it waited for. Call it from the test's goroutine.
 func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
+	WaitWithin(t, 10*time.Second, what, cond)
+}
+
+// WaitWithin is WaitFor failing after within, for what takes longer
+// than 10 s on a loaded machine (a JetStream cluster electing its
+// leaders).
+func WaitWithin(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(within)
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
