@@ -2,7 +2,6 @@ package mqttd
 
 import (
 	"encoding/json"
-	"time"
 
 	"mqttd/auth"
 	"mqttd/cluster"
@@ -83,28 +82,16 @@ func (s *Server) takeRecordedWill(w leftWill) {
 	s.writers.Add(1)
 	go func() {
 		defer s.writers.Done()
-		// Again each second while the store does not answer: a netsplit
-		// shorter than node_timeout must not lose the will. Cut off, the
-		// node leaves it to the others (or to its own sweep on rejoining).
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
+		// Again while the store does not answer: a netsplit shorter
+		// than node_timeout must not lose the will. Cut off, the node
+		// leaves it to the others (or to its own sweep on rejoining).
+		node.Retry(func() bool {
 			taken, err := node.TakeWill(*w.ref)
-			if err == nil {
-				if taken {
-					s.publishWillNow(w)
-				}
-				return
+			if err == nil && taken {
+				s.publishWillNow(w)
 			}
-			if node.CutOff() {
-				return
-			}
-			select {
-			case <-node.Closing():
-				return
-			case <-tick.C:
-			}
-		}
+			return err == nil || node.CutOff()
+		})
 	}()
 }
 
@@ -174,10 +161,8 @@ func (s *Server) clusterCutOff() {
 // may still be electing leaders), until it has, or the node is cut off
 // again or closes.
 func (s *Server) clusterRejoined(node *cluster.Node) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
 	adopted, swept := false, false
-	for {
+	node.Retry(func() bool {
 		if !adopted {
 			adopted = s.adoptKept(node)
 		}
@@ -185,19 +170,11 @@ func (s *Server) clusterRejoined(node *cluster.Node) {
 			_, err := node.SweepWills(node.Name(), s.keepOwnWill)
 			swept = err == nil
 		}
-		if adopted && swept {
-			// Only now: a client accepted before the sweep could have
-			// its new record taken for one of a connection gone.
-			s.cluster.accepting.Store(true)
-			return
-		}
-		if node.CutOff() {
-			return
-		}
-		select {
-		case <-node.Closing():
-			return
-		case <-tick.C:
-		}
+		return adopted && swept || node.CutOff()
+	})
+	if adopted && swept {
+		// Only now: a client accepted before the sweep could have its
+		// new record taken for one of a connection gone.
+		s.cluster.accepting.Store(true)
 	}
 }

@@ -74,6 +74,23 @@ func (n *Node) CutOff() bool { return n.cut.Load() }
 // Closing is closed when Close starts: hooks that retry stop then.
 func (n *Node) Closing() <-chan struct{} { return n.stopLive }
 
+// Retry calls try, and again each second while it reports false (the
+// store not answering), until it reports true; Retry then reports true,
+// or false when the node closes first. A try that gives up (the node cut
+// off) reports true.
+func (n *Node) Retry(try func() bool) bool {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for !try() {
+		select {
+		case <-n.stopLive:
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
+}
+
 // beat is the liveness goroutine: until Close, it writes this node's
 // record every interval and reads the others'.
 func (n *Node) beat() {
@@ -201,22 +218,13 @@ func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*
 // up when this node closes or is cut off (then the records wait for a
 // node that can reach them).
 func (n *Node) sweepDead(name string) bool {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
+	swept := false
+	n.Retry(func() bool {
 		_, err := n.SweepWills(name, nil)
-		if err == nil {
-			return true
-		}
-		if n.cut.Load() {
-			return false
-		}
-		select {
-		case <-n.stopLive:
-			return false
-		case <-tick.C:
-		}
-	}
+		swept = err == nil
+		return swept || n.cut.Load()
+	})
+	return swept
 }
 
 func contains(keys []string, k string) bool {

@@ -109,31 +109,25 @@ func (n *Node) readRetained(st *kvStore) {
 		n.retainedRead = nil
 	}
 	n.mu.Unlock()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
+	n.Retry(func() bool {
 		cc, caught, err := n.consumeRetained(st)
-		if err == nil {
-			n.mu.Lock()
-			n.retainedRead = cc
-			n.mu.Unlock()
-			select {
-			case <-caught:
-			case <-n.stopLive:
-			case <-time.After(4 * storeTimeout):
-				n.log.Warn().Msg("cluster: the retained messages of the other nodes not all read yet; accepting clients")
+		if err != nil {
+			if n.warn.allow() {
+				n.log.Warn().Err(err).Msg("cluster: the retained messages of the other nodes not read yet; trying again")
 			}
-			return
+			return false
 		}
-		if n.warn.allow() {
-			n.log.Warn().Err(err).Msg("cluster: the retained messages of the other nodes not read yet; trying again")
-		}
+		n.mu.Lock()
+		n.retainedRead = cc
+		n.mu.Unlock()
 		select {
+		case <-caught:
 		case <-n.stopLive:
-			return
-		case <-tick.C:
+		case <-time.After(4 * storeTimeout):
+			n.log.Warn().Msg("cluster: the retained messages of the other nodes not all read yet; accepting clients")
 		}
-	}
+		return true
+	})
 }
 
 // consumeRetained starts reading the retained stream; caught is closed
