@@ -53,7 +53,9 @@ func startNodes(t *testing.T, urls []string, replicas int) []string {
 			<-served
 		})
 		// Until its replicated store is ready a node refuses clients.
-		testutil.WaitFor(t, "the node to join its cluster", func() bool {
+		// JetStream elects its leaders first: over slowCluster's delayed
+		// routes on a loaded machine, past WaitFor's 10 s.
+		testutil.WaitWithin(t, time.Minute, "the node to join its cluster", func() bool {
 			st, ok := srv.Cluster()
 			return ok && st.Connected && st.StoreReady
 		})
