@@ -5,7 +5,6 @@ package mqttd_test
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	"mqttd"
 	"mqttd/cluster"
@@ -31,9 +30,7 @@ func TestClusterEmbedded(t *testing.T) {
 		nodes[i] = startBroker(t, mqttd.Options{DataDir: t.TempDir(), Cluster: cfg})
 	}
 	for _, b := range nodes {
-		// Three embedded servers elect their JetStream leaders first:
-		// seconds, more under load.
-		testutil.WaitWithin(t, time.Minute, "the node's store", func() bool { st, _ := b.srv.Cluster(); return st.Connected && st.StoreReady })
+		waitStore(t, b)
 	}
 	pub := connectRaw(t, nodes[0].addr, &packets.Connect{ClientID: "pub", CleanStart: true})
 	pub.send(&packets.Publish{Topic: "e/kept", Payload: []byte("k"), Retain: true, QoS: 1, PacketID: 1})

@@ -138,7 +138,7 @@ func TestClusterKeptSessionLetGo(t *testing.T) {
 		t.Helper()
 		cfg := &cluster.Config{Name: "kept", NodeName: fmt.Sprintf("n%d", i+1), NATS: cluster.NATSConfig{URL: urls[i]}}
 		b := startBroker(t, mqttd.Options{DataDir: dataDir, Cluster: cfg})
-		testutil.WaitFor(t, "the node's store", func() bool { st, _ := b.srv.Cluster(); return st.StoreReady })
+		waitStore(t, b)
 		return b
 	}
 	n1 := node(0, dir)
@@ -178,7 +178,7 @@ func TestClusterRetainedForLateNode(t *testing.T) {
 		t.Helper()
 		cfg := &cluster.Config{Name: "late", NodeName: fmt.Sprintf("n%d", i+1), NATS: cluster.NATSConfig{URL: urls[i]}}
 		b := startBroker(t, mqttd.Options{Cluster: cfg})
-		testutil.WaitFor(t, "the node's store", func() bool { st, _ := b.srv.Cluster(); return st.StoreReady })
+		waitStore(t, b)
 		return b
 	}
 	n1 := node(0)
@@ -219,7 +219,7 @@ func TestClusterCutOffClosesClients(t *testing.T) {
 	servers := natstest.Start(t, 3)
 	cfg := &cluster.Config{Name: "cut", NodeName: "n1", NodeTimeout: time.Second, NATS: cluster.NATSConfig{URL: servers.URLs()[0]}}
 	n := startBroker(t, mqttd.Options{Cluster: cfg})
-	testutil.WaitFor(t, "the node's store", func() bool { st, _ := n.srv.Cluster(); return st.StoreReady })
+	waitStore(t, n)
 	cp := &packets.Connect{ClientID: "c", CleanStart: true, ProtocolName: "MQTT", ProtocolVersion: packets.V5}
 	setWill(cp, "will/c")
 	c := connectRaw(t, n.addr, cp)

@@ -30,12 +30,20 @@ func startCluster(t *testing.T, n int) []*broker {
 		nodes[i] = startBroker(t, mqttd.Options{Cluster: cfg})
 	}
 	for _, b := range nodes {
-		testutil.WaitFor(t, "the node to join its cluster", func() bool {
-			st, ok := b.srv.Cluster()
-			return ok && st.Connected && st.StoreReady
-		})
+		waitStore(t, b)
 	}
 	return nodes
+}
+
+// waitStore waits until b is connected to NATS with its replicated store
+// bound: JetStream elects its leaders first, which on a loaded machine
+// can take longer than WaitFor's 10 s.
+func waitStore(t *testing.T, b *broker) {
+	t.Helper()
+	testutil.WaitWithin(t, time.Minute, "the node to join its cluster", func() bool {
+		st, ok := b.srv.Cluster()
+		return ok && st.Connected && st.StoreReady
+	})
 }
 
 // awaitInterest waits until the node at to knows of the subscriptions
@@ -262,7 +270,7 @@ func TestClusterBridges(t *testing.T) {
 		nodes = append(nodes, startBroker(t, mqttd.Options{DataDir: t.TempDir(), Cluster: cfg, Bridges: []bridge.Config{b}}))
 	}
 	for i, n := range nodes {
-		testutil.WaitFor(t, "the node's store", func() bool { st, _ := n.srv.Cluster(); return st.StoreReady })
+		waitStore(t, n)
 		waitBridge(t, n.srv, true)
 		waitRemoteSub(t, remote, fmt.Sprintf("n%d.cloud", i+1), "down/#")
 	}
