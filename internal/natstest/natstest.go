@@ -19,9 +19,10 @@ import (
 // ClusterName is the NATS cluster name of the servers Start starts.
 const ClusterName = "natstest"
 
-// readyTimeout bounds the wait for a server to accept clients and for the
-// routes to mesh.
-const readyTimeout = 10 * time.Second
+// readyTimeout bounds the wait for a server to accept clients, for the
+// routes to mesh and for JetStream's meta leader: seconds, but more on a
+// machine loaded with other tests' builds.
+const readyTimeout = time.Minute
 
 // Servers are the nats-servers of one test cluster.
 type Servers struct {
