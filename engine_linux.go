@@ -158,3 +158,7 @@ func (c *conn) closeSocket() {
 	c.ev.close()
 	c.wakeReader()
 }
+
+// peerClosed reports whether the client closed its end of c's socket:
+// what it sent before is all it will send. Only the poller's sockets tell.
+func (c *conn) peerClosed() bool { return c.ev != nil && c.ev.PeerClosed() }

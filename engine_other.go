@@ -43,3 +43,5 @@ func (c *conn) write(b []byte, timeout time.Duration) (int, error) { return c.wr
 func (c *conn) probeDeadPeer() { c.probeNetConn() }
 
 func (c *conn) watchIdle(time.Duration) {}
+
+func (c *conn) peerClosed() bool { return false }

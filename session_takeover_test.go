@@ -7,6 +7,7 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"mqttd"
 	"mqttd/auth"
@@ -195,4 +196,55 @@ func TestTakeoverStorm(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 	pub.Disconnect(100)
+}
+
+// TestDisconnectBeforeReconnectEndsSession checks that a client that ends
+// its session (DISCONNECT with Session Expiry 0), closes its socket and
+// connects again at once finds no session, as Mosquitto's
+// 05-session-expiry-v5 expects: the old connection's DISCONNECT arrived
+// first, so it is handled before the new CONNECT takes the client id
+// over, however the readers are scheduled.
+func TestDisconnectBeforeReconnectEndsSession(t *testing.T) {
+	t.Parallel()
+	_, addr := startServer(t, mqttd.Options{})
+	end := &packets.Disconnect{Properties: sessionExpiryProps(0)}
+	rc, _ := reconnect5(t, addr, "again", 1)
+	for i := range 50 {
+		rc.send(end)
+		rc.nc.Close()
+		var present bool
+		if rc, present = reconnect5(t, addr, "again", 1); present {
+			t.Fatalf("round %d: the session ended by DISCONNECT was present", i)
+		}
+	}
+}
+
+// TestClosedPredecessorWaitBounded checks that a CONNECT waits only so
+// long for a closed connection whose reader is held (here by the
+// Authorizer) and then takes the session over, counted; and that a
+// predecessor still open is taken over without a wait.
+func TestClosedPredecessorWaitBounded(t *testing.T) {
+	t.Parallel()
+	az := newBlockingAuthz("hold")
+	reg := prometheus.NewRegistry()
+	_, addr := startServer(t, mqttd.Options{Authorizer: az, Registerer: reg})
+	waits := func() float64 { return metricValue(t, reg, "mqttd_takeover_waits_total") }
+	open, _ := reconnect5(t, addr, "same", 100)
+	if _, present := reconnect5(t, addr, "same", 100); !present || waits() != 0 {
+		t.Fatalf("an open predecessor: session present %v, %v waits; want true, 0", present, waits())
+	}
+	open.expectClosed()
+
+	old, _ := reconnect5(t, addr, "same", 100)
+	old.send(&packets.Publish{Topic: "hold", Payload: []byte("x")})
+	<-az.entered
+	old.send(&packets.Disconnect{Properties: sessionExpiryProps(0)})
+	old.nc.Close()
+	if _, present := reconnect5(t, addr, "same", 100); !present {
+		t.Error("the session was not taken over from the held reader")
+	}
+	close(az.release)
+	if waits() != 1 {
+		t.Errorf("%v waits counted, want 1", waits())
+	}
 }

@@ -154,3 +154,16 @@ func (f *FD) SetKeepAlive(kc net.KeepAliveConfig) {
 	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, int(kc.Interval/time.Second))
 	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPCNT, kc.Count)
 }
+
+// PeerClosed reports whether the peer has closed its side of the stream
+// (or the socket failed), whatever input is still unread before the end;
+// false when f is closed. It does not block.
+func (f *FD) PeerClosed() bool {
+	if !f.Acquire() {
+		return false
+	}
+	defer f.Release()
+	fds := []unix.PollFd{{Fd: f.fd, Events: unix.POLLRDHUP}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+}

@@ -258,3 +258,29 @@ func TestPollerRemove(t *testing.T) {
 	default:
 	}
 }
+
+// TestPeerClosed: an open peer is not closed, one that wrote and closed
+// is, though its bytes are still unread; a closed FD reports false.
+func TestPeerClosed(t *testing.T) {
+	srvEnd, cli := testutil.TCPPair(t)
+	f := fdOf(t, srvEnd)
+	if f.PeerClosed() {
+		t.Fatal("PeerClosed with the peer open")
+	}
+	if _, err := cli.Write([]byte("last words")); err != nil {
+		t.Fatal(err)
+	}
+	if f.PeerClosed() {
+		t.Fatal("PeerClosed with the peer open and bytes unread")
+	}
+	cli.Close()
+	testutil.WaitFor(t, "the peer's close to arrive", f.PeerClosed)
+	b := make([]byte, 64)
+	if n, err := f.Read(b); err != nil || string(b[:n]) != "last words" {
+		t.Fatalf("read %q, %v after the peer closed", b[:n], err)
+	}
+	f.Close()
+	if f.PeerClosed() {
+		t.Error("PeerClosed on a closed FD")
+	}
+}
