@@ -286,7 +286,7 @@ func appendDoubling(dst, src []byte) []byte { return append(growDoubling(dst, le
 // where the cleanup may use the reader's state.
 func (c *conn) finishEvent(reason error) {
 	c.flushAnswers()
-	c.closeWith(reason)
+	c.closeReader(reason)
 	if c.rstate.Swap(readerDone) == readerDone {
 		return
 	}
@@ -294,5 +294,6 @@ func (c *conn) finishEvent(reason error) {
 	c.ev.keepFrame(nil)
 	c.srv.idle.forget(c)
 	defer c.srv.untrack(c) // even if the cleanup panics, or Shutdown would wait
+	defer c.endLinger()
 	c.cleanup()
 }

@@ -3,6 +3,7 @@
 package mqttd
 
 import (
+	"syscall"
 	"time"
 
 	"mqttd/internal/netpoll"
@@ -162,3 +163,37 @@ func (c *conn) closeSocket() {
 // peerClosed reports whether the client closed its end of c's socket:
 // what it sent before is all it will send. Only the poller's sockets tell.
 func (c *conn) peerClosed() bool { return c.ev != nil && c.ev.PeerClosed() }
+
+// lingerInput reads and drops what the client still sends after the
+// server's DISCONNECT until the client closes its end (linger.go), on the
+// reader, outside the bound on readers.
+func (c *conn) lingerInput() {
+	deadline := time.Now().Add(lingerTime)
+	if c.ev == nil {
+		c.lingerNetConn(deadline)
+		return
+	}
+	c.ev.ShutdownWrite()
+	c.mayBlock(func() {
+		var buf [4096]byte
+		for read := 0; read < lingerBytes; {
+			n, err := c.ev.Read(buf[:])
+			read += n
+			switch {
+			case n > 0:
+			case err == nil: // the client closed its end
+				return
+			case err != syscall.EAGAIN && err != syscall.EINTR:
+				return
+			default:
+				wait := time.Until(deadline)
+				if wait <= 0 {
+					return
+				}
+				// In slices, so that a close from elsewhere (Shutdown)
+				// is seen within one.
+				c.ev.WaitReadable(min(wait, 100*time.Millisecond))
+			}
+		}
+	})
+}

@@ -45,3 +45,5 @@ func (c *conn) probeDeadPeer() { c.probeNetConn() }
 func (c *conn) watchIdle(time.Duration) {}
 
 func (c *conn) peerClosed() bool { return false }
+
+func (c *conn) lingerInput() { c.lingerNetConn(time.Now().Add(lingerTime)) }

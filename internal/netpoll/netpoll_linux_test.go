@@ -284,3 +284,28 @@ func TestPeerClosed(t *testing.T) {
 		t.Error("PeerClosed on a closed FD")
 	}
 }
+
+// TestShutdownWriteAndWaitReadable: after ShutdownWrite the peer reads the
+// end while f still reads what it sends; WaitReadable waits for input.
+func TestShutdownWriteAndWaitReadable(t *testing.T) {
+	srvEnd, cli := testutil.TCPPair(t)
+	f := fdOf(t, srvEnd)
+	if f.WaitReadable(10 * time.Millisecond) {
+		t.Fatal("WaitReadable with nothing sent")
+	}
+	f.ShutdownWrite()
+	cli.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := cli.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("the peer read %d, %v; want the end", n, err)
+	}
+	if _, err := cli.Write([]byte("more")); err != nil {
+		t.Fatal(err)
+	}
+	if !f.WaitReadable(10 * time.Second) {
+		t.Fatal("WaitReadable missed the peer's bytes")
+	}
+	b := make([]byte, 8)
+	if n, err := f.Read(b); err != nil || string(b[:n]) != "more" {
+		t.Fatalf("read %q, %v", b[:n], err)
+	}
+}
