@@ -161,8 +161,13 @@ func (c *conn) closeSocket() {
 }
 
 // peerClosed reports whether the client closed its end of c's socket:
-// what it sent before is all it will send. Only the poller's sockets tell.
-func (c *conn) peerClosed() bool { return c.ev != nil && c.ev.PeerClosed() }
+// what it sent before is all it will send.
+func (c *conn) peerClosed() bool {
+	if c.ev != nil {
+		return c.ev.PeerClosed()
+	}
+	return listeners.PeerClosed(c.nc)
+}
 
 // lingerInput reads and drops what the client still sends after the
 // server's DISCONNECT until the client closes its end (linger.go), on the

@@ -1,12 +1,16 @@
 package mqttd_test
 
 import (
+	"bufio"
+	"crypto/tls"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"mqttd"
@@ -206,16 +210,58 @@ func TestTakeoverStorm(t *testing.T) {
 // over, however the readers are scheduled.
 func TestDisconnectBeforeReconnectEndsSession(t *testing.T) {
 	t.Parallel()
-	_, addr := startServer(t, mqttd.Options{})
-	end := &packets.Disconnect{Properties: sessionExpiryProps(0)}
-	rc, _ := reconnect5(t, addr, "again", 1)
-	for i := range 50 {
-		rc.send(end)
-		rc.nc.Close()
-		var present bool
-		if rc, present = reconnect5(t, addr, "again", 1); present {
-			t.Fatalf("round %d: the session ended by DISCONNECT was present", i)
-		}
+	cert, key := writeServerCert(t)
+	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{
+		{Address: "127.0.0.1:0"},
+		{Type: "tls", Address: "127.0.0.1:0", CertFile: cert, KeyFile: key},
+		{Type: "ws", Address: "127.0.0.1:0"},
+	}})
+	tc := &tls.Config{RootCAs: certPool(t, cert)}
+	for i, typ := range []string{"tcp", "tls", "ws"} {
+		addr := srv.Addrs()[i].String()
+		t.Run(typ, func(t *testing.T) {
+			dial := func() *rawConn {
+				t.Helper()
+				var nc net.Conn
+				var err error
+				switch typ {
+				case "tcp":
+					nc, err = net.Dial("tcp", addr)
+				case "tls":
+					nc, err = tls.Dial("tcp", addr, tc)
+				case "ws":
+					var ws *websocket.Conn
+					ws, _, err = (&websocket.Dialer{Subprotocols: []string{"mqtt"}}).Dial("ws://"+addr+"/mqtt", nil)
+					if err == nil {
+						nc = &wsClient{ws: ws}
+					}
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { nc.Close() })
+				rc := &rawConn{t: t, nc: nc, br: bufio.NewReader(nc), v: packets.V5}
+				rc.send(expiringConnect("again-"+typ, 1))
+				return rc
+			}
+			present := func(rc *rawConn) bool {
+				t.Helper()
+				ack, ok := rc.read().(*packets.Connack)
+				if !ok || ack.ReasonCode != packets.Success {
+					t.Fatalf("CONNACK %+v", ack)
+				}
+				return ack.SessionPresent
+			}
+			rc := dial()
+			present(rc)
+			for i := range 50 {
+				rc.send(&packets.Disconnect{Properties: sessionExpiryProps(0)})
+				rc.nc.Close()
+				if rc = dial(); present(rc) {
+					t.Fatalf("round %d: the session ended by DISCONNECT was present", i)
+				}
+			}
+		})
 	}
 }
 
