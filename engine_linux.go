@@ -180,7 +180,7 @@ func (c *conn) lingerInput() {
 	}
 	c.ev.ShutdownWrite()
 	c.mayBlock(func() {
-		var buf [4096]byte
+		var buf [1024]byte // small: the reader goroutine keeps its stack when parked
 		for read := 0; read < lingerBytes; {
 			n, err := c.ev.Read(buf[:])
 			read += n
