@@ -52,6 +52,10 @@ type conn struct {
 	// persistence group open, which stops every commit: it must not wait
 	// for the cluster's outgoing queue (toCluster). The reader's own.
 	committing bool
+	// lingerDue: the reader told the client why it ends the connection
+	// with a DISCONNECT, and reads what is still in flight before the
+	// close (linger.go). The reader's own.
+	lingerDue bool
 	// maxOut is the 5.0 client's Maximum Packet Size: a PUBLISH larger
 	// than it is not sent [MQTT-3.1.2-24]. 0 means no limit.
 	maxOut uint32
@@ -156,9 +160,10 @@ func (c *conn) sendDisconnect(code packets.ReasonCode) { c.sendDisconnectWhy(cod
 // a DISCONNECT may carry whether or not the client asked for problem
 // information.
 func (c *conn) sendDisconnectWhy(code packets.ReasonCode, why string) {
+	told := false
 	if c.version == packets.V5 && c.cl != nil {
 		d := &packets.Disconnect{ReasonCode: code, Properties: c.reasonString(why, 4)}
-		c.enqueue(last, func(b []byte) []byte {
+		told = c.enqueue(last, func(b []byte) []byte {
 			b, _ = d.Append(b, c.version)
 			return b
 		})
@@ -167,11 +172,34 @@ func (c *conn) sendDisconnectWhy(code packets.ReasonCode, why string) {
 	// A writer goroutine may own the outbox (a delivery being written):
 	// closing now would discard what it has not written yet.
 	c.drain(time.Now().Add(inlineWriteTimeout))
+	// Written: the client may still be sending (linger.go). A client
+	// that went silent has nothing in flight.
+	c.lingerDue = told && code != packets.KeepAliveTimeout && c.out.pending() == 0
 }
 
 // closeWith closes the connection, keeping the first reason given; the
 // reason is logged and counted.
-func (c *conn) closeWith(err error) {
+func (c *conn) closeWith(err error) { c.closeLingering(err, false) }
+
+// closeReader is closeWith on the connection's reader. When the reader
+// told the client why with a DISCONNECT, the socket stays open for
+// endLinger, which the reader calls after the cleanup.
+func (c *conn) closeReader(err error) {
+	due := c.lingerDue
+	c.lingerDue = false // set again only if this call closes
+	c.closeLingering(err, due)
+}
+
+// endLinger reads what the client still sends after the server's
+// DISCONNECT, then closes the socket closeReader left open (linger.go).
+func (c *conn) endLinger() {
+	if c.lingerDue {
+		c.lingerInput()
+		c.closeSocket()
+	}
+}
+
+func (c *conn) closeLingering(err error, linger bool) {
 	c.closeOnce.Do(func() {
 		reason := reasonOf(err)
 		c.srv.stats.disconnects[reason].Add(1)
@@ -200,7 +228,11 @@ func (c *conn) closeWith(err error) {
 			b.closedFor(err)
 		}
 		c.out.close(&c.srv.stats.outboxBytes)
-		c.closeSocket()
+		if linger {
+			c.lingerDue = true // endLinger closes it
+		} else {
+			c.closeSocket()
+		}
 		if c.srv.outboxWait.n.Load() > 0 {
 			go c.srv.outboxWait.wake() // the caller may hold locks a pump takes
 		}
@@ -264,6 +296,7 @@ func (c *conn) cleanup() {
 	c.srv.forgetAuth(c)
 	if c.cl != nil {
 		c.srv.detach(c)
+		c.srv.ends.ended()
 		c.settleWill()
 	}
 	if c.srv.dur != nil {

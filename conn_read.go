@@ -189,6 +189,7 @@ func (r countingReader) Read(b []byte) (int, error) {
 // the poller.
 func (c *conn) serve() {
 	defer c.srv.untrack(c)
+	defer c.endLinger()
 	defer c.cleanup()
 	defer func() {
 		if r := recover(); r != nil {
@@ -203,7 +204,7 @@ func (c *conn) serve() {
 	for {
 		if err := c.readOne(); err != nil {
 			c.flushAnswers()
-			c.closeWith(err)
+			c.closeReader(err)
 			return
 		}
 	}

@@ -286,13 +286,15 @@ func appendDoubling(dst, src []byte) []byte { return append(growDoubling(dst, le
 // where the cleanup may use the reader's state.
 func (c *conn) finishEvent(reason error) {
 	c.flushAnswers()
-	c.closeWith(reason)
 	if c.rstate.Swap(readerDone) == readerDone {
+		c.closeWith(reason)
 		return
 	}
+	c.closeReader(reason) // only the reader that finishes it may linger
 	c.srv.stats.incomingBytes.Add(-int64(cap(c.ev.frame())))
 	c.ev.keepFrame(nil)
 	c.srv.idle.forget(c)
 	defer c.srv.untrack(c) // even if the cleanup panics, or Shutdown would wait
+	defer c.endLinger()
 	c.cleanup()
 }

@@ -3,6 +3,7 @@
 package mqttd
 
 import (
+	"syscall"
 	"time"
 
 	"mqttd/internal/netpoll"
@@ -157,4 +158,47 @@ func (c *conn) closeSocket() {
 	c.srv.poller.Remove(c.ev.Num(), c)
 	c.ev.close()
 	c.wakeReader()
+}
+
+// peerClosed reports whether the client closed its end of c's socket:
+// what it sent before is all it will send.
+func (c *conn) peerClosed() bool {
+	if c.ev != nil {
+		return c.ev.PeerClosed()
+	}
+	return listeners.PeerClosed(c.nc)
+}
+
+// lingerInput reads and drops what the client still sends after the
+// server's DISCONNECT until the client closes its end (linger.go), on the
+// reader, outside the bound on readers.
+func (c *conn) lingerInput() {
+	deadline := time.Now().Add(lingerTime)
+	if c.ev == nil {
+		c.lingerNetConn(deadline)
+		return
+	}
+	c.ev.ShutdownWrite()
+	c.mayBlock(func() {
+		var buf [1024]byte // small: the reader goroutine keeps its stack when parked
+		for read := 0; read < lingerBytes; {
+			n, err := c.ev.Read(buf[:])
+			read += n
+			switch {
+			case n > 0:
+			case err == nil: // the client closed its end
+				return
+			case err != syscall.EAGAIN && err != syscall.EINTR:
+				return
+			default:
+				wait := time.Until(deadline)
+				if wait <= 0 {
+					return
+				}
+				// In slices, so that a close from elsewhere (Shutdown)
+				// is seen within one.
+				c.ev.WaitReadable(min(wait, 100*time.Millisecond))
+			}
+		}
+	})
 }

@@ -2,7 +2,11 @@
 
 package mqttd
 
-import "time"
+import (
+	"time"
+
+	"mqttd/listeners"
+)
 
 // Without epoll every connection has a reader goroutine of its own.
 
@@ -43,3 +47,7 @@ func (c *conn) write(b []byte, timeout time.Duration) (int, error) { return c.wr
 func (c *conn) probeDeadPeer() { c.probeNetConn() }
 
 func (c *conn) watchIdle(time.Duration) {}
+
+func (c *conn) peerClosed() bool { return listeners.PeerClosed(c.nc) }
+
+func (c *conn) lingerInput() { c.lingerNetConn(time.Now().Add(lingerTime)) }

@@ -106,6 +106,7 @@ func (c *conn) acceptConnect(cp *packets.Connect, stamp uint32) error {
 		c.aliases.Store(&topicAliases{out: newOutAliases(n)})
 	}
 	c.expiry = s.sessionExpiry(c.version, cp)
+	c.awaitPredecessor()
 	if s.cluster != nil && c.info.Listener != bridgeListener {
 		if err := c.claimInCluster(cp); errors.Is(err, cluster.ErrOtherUser) {
 			return c.refuseOtherUser()

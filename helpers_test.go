@@ -43,7 +43,18 @@ func (l hidingListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return struct{ net.Conn }{c}, nil
+	return hiddenConn{c}, nil
+}
+
+// hiddenConn is a TCP connection that hides its descriptor but, as TLS
+// and WebSocket connections do, can still end its sending side.
+type hiddenConn struct{ net.Conn }
+
+func (c hiddenConn) CloseWrite() error {
+	if tc, ok := c.Conn.(*net.TCPConn); ok {
+		return tc.CloseWrite()
+	}
+	return nil
 }
 
 // serverOption changes how startBroker serves its broker.

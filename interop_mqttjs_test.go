@@ -25,8 +25,16 @@ func runMQTTJS(t *testing.T, scenario, addr string) {
 func runMQTTJSAt(t *testing.T, scenario, target string, env []string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
+	if err == nil {
+		_, err = os.Stat("e2e/node_modules/mqtt")
+	}
 	if err != nil {
-		t.Fatal("node not found: the MQTT.js tests need Node.js (hack/test installs MQTT.js with npm ci in e2e)")
+		// CI installs both (.ci/run, hack/test); elsewhere hack/test names
+		// what is missing.
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("MQTT.js in Node: %v (hack/test installs MQTT.js with npm ci in e2e)", err)
+		}
+		t.Skipf("MQTT.js in Node: %v (apt-get install nodejs npm; hack/test runs npm ci in e2e)", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -67,6 +67,25 @@ func TestPaho5SessionExpiry(t *testing.T) {
 	}
 }
 
+// TestPaho5SessionEndedThenBack is the end of Mosquitto's
+// 05-session-expiry-v5 with paho.golang: a client that ends its session
+// with DISCONNECT (Session Expiry Interval 0) and connects again at once
+// finds no session, however the broker's readers of the two connections
+// are scheduled.
+func TestPaho5SessionEndedThenBack(t *testing.T) {
+	_, addr := startServer(t, mqttd.Options{})
+	cp := &paho.Connect{ClientID: "05-session-expiry",
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: ptr[uint32](1)}}
+	end := &paho.Disconnect{Properties: &paho.DisconnectProperties{SessionExpiryInterval: ptr[uint32](0)}}
+	for i := range 20 {
+		c := connect5(t, addr, cp, nil)
+		if c.ack.SessionPresent {
+			t.Fatalf("round %d: the session ended by DISCONNECT was present", i)
+		}
+		c.c.Disconnect(end)
+	}
+}
+
 // TestPaho5TopicAliases: a publisher using the library's topic alias
 // extension is understood, and a subscriber taking the broker's aliases
 // gets packets the library accepts and that resolve to every topic right

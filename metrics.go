@@ -152,6 +152,8 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 		func(s *stats) uint64 { return s.storeBackpressure.Load() })
 	counter("reader_waits_total", "Connections with bytes to read that waited for a reader: every one of the bounded reader goroutines was busy.",
 		func(s *stats) uint64 { return s.readerWaits.Load() })
+	counter("takeover_waits_total", "CONNECTs that waited, up to a second, for the connection they take over to end: its client had closed it, "+
+		"and what it sent before (a DISCONNECT) is handled first.", func(s *stats) uint64 { return s.takeoverWaits.Load() })
 	counter("store_errors_total", "Store transactions that failed.", func(s *stats) uint64 { return s.storeErrors.Load() })
 	counter("store_refused_total", "Acknowledgements refused (5.0) or connections closed (3.1.1) because what they covered could not be stored.",
 		func(s *stats) uint64 { return s.storeRefused.Load() })

@@ -119,6 +119,11 @@ type Server struct {
 	// (retain.go), and retainLimitWarned the last time one ran out.
 	retainedSends     retainedSends
 	retainLimitWarned throttle
+	// ends wakes the CONNECTs waiting for the connection they take over
+	// to end (takeover.go), and takeoverWarned is the last time a wait ran
+	// out.
+	ends           endWatch
+	takeoverWarned throttle
 	// bridges are the configured bridges by session id (bridge.go),
 	// replaced whole when they change.
 	bridges        atomic.Pointer[map[string]*bridgeRun]

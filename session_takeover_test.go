@@ -1,12 +1,17 @@
 package mqttd_test
 
 import (
+	"bufio"
+	"crypto/tls"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"mqttd"
 	"mqttd/auth"
@@ -195,4 +200,97 @@ func TestTakeoverStorm(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 	pub.Disconnect(100)
+}
+
+// TestDisconnectBeforeReconnectEndsSession checks that a client that ends
+// its session (DISCONNECT with Session Expiry 0), closes its socket and
+// connects again at once finds no session, as Mosquitto's
+// 05-session-expiry-v5 expects: the old connection's DISCONNECT arrived
+// first, so it is handled before the new CONNECT takes the client id
+// over, however the readers are scheduled.
+func TestDisconnectBeforeReconnectEndsSession(t *testing.T) {
+	t.Parallel()
+	cert, key := writeServerCert(t)
+	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{
+		{Address: "127.0.0.1:0"},
+		{Type: "tls", Address: "127.0.0.1:0", CertFile: cert, KeyFile: key},
+		{Type: "ws", Address: "127.0.0.1:0"},
+	}})
+	tc := &tls.Config{RootCAs: certPool(t, cert)}
+	for i, typ := range []string{"tcp", "tls", "ws"} {
+		addr := srv.Addrs()[i].String()
+		t.Run(typ, func(t *testing.T) {
+			dial := func() *rawConn {
+				t.Helper()
+				var nc net.Conn
+				var err error
+				switch typ {
+				case "tcp":
+					nc, err = net.Dial("tcp", addr)
+				case "tls":
+					nc, err = tls.Dial("tcp", addr, tc)
+				case "ws":
+					var ws *websocket.Conn
+					ws, _, err = (&websocket.Dialer{Subprotocols: []string{"mqtt"}}).Dial("ws://"+addr+"/mqtt", nil)
+					if err == nil {
+						nc = &wsClient{ws: ws}
+					}
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { nc.Close() })
+				rc := &rawConn{t: t, nc: nc, br: bufio.NewReader(nc), v: packets.V5}
+				rc.send(expiringConnect("again-"+typ, 1))
+				return rc
+			}
+			present := func(rc *rawConn) bool {
+				t.Helper()
+				ack, ok := rc.read().(*packets.Connack)
+				if !ok || ack.ReasonCode != packets.Success {
+					t.Fatalf("CONNACK %+v", ack)
+				}
+				return ack.SessionPresent
+			}
+			rc := dial()
+			present(rc)
+			for i := range 50 {
+				rc.send(&packets.Disconnect{Properties: sessionExpiryProps(0)})
+				rc.nc.Close()
+				if rc = dial(); present(rc) {
+					t.Fatalf("round %d: the session ended by DISCONNECT was present", i)
+				}
+			}
+		})
+	}
+}
+
+// TestClosedPredecessorWaitBounded checks that a CONNECT waits only so
+// long for a closed connection whose reader is held (here by the
+// Authorizer) and then takes the session over, counted; and that a
+// predecessor still open is taken over without a wait.
+func TestClosedPredecessorWaitBounded(t *testing.T) {
+	t.Parallel()
+	az := newBlockingAuthz("hold")
+	reg := prometheus.NewRegistry()
+	_, addr := startServer(t, mqttd.Options{Authorizer: az, Registerer: reg})
+	waits := func() float64 { return metricValue(t, reg, "mqttd_takeover_waits_total") }
+	open, _ := reconnect5(t, addr, "same", 100)
+	if _, present := reconnect5(t, addr, "same", 100); !present || waits() != 0 {
+		t.Fatalf("an open predecessor: session present %v, %v waits; want true, 0", present, waits())
+	}
+	open.expectClosed()
+
+	old, _ := reconnect5(t, addr, "same", 100)
+	old.send(&packets.Publish{Topic: "hold", Payload: []byte("x")})
+	<-az.entered
+	old.send(&packets.Disconnect{Properties: sessionExpiryProps(0)})
+	old.nc.Close()
+	if _, present := reconnect5(t, addr, "same", 100); !present {
+		t.Error("the session was not taken over from the held reader")
+	}
+	close(az.release)
+	if waits() != 1 {
+		t.Errorf("%v waits counted, want 1", waits())
+	}
 }

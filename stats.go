@@ -80,6 +80,7 @@ type stats struct {
 	storeRefused         atomic.Uint64 // acknowledgements refused, or connections closed, for a failed commit
 	storeBackpressure    atomic.Uint64 // reads that waited for a commit: too much waited for one
 	readerWaits          atomic.Uint64 // wakeups that found every reader busy
+	takeoverWaits        atomic.Uint64 // CONNECTs that waited for a closed predecessor (takeover.go)
 	// storeCommitSeconds and storeCommitOps are the commits by duration
 	// and by operations: their sums are storeCommitNanos and storeOps.
 	storeCommitSeconds, storeCommitOps histogram

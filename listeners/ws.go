@@ -208,6 +208,14 @@ func (c *wsConn) Write(b []byte) (int, error) {
 // from goroutines (idle wheel, shutdown) that must not wait on a peer.
 func (c *wsConn) Close() error { return c.ws.Close() }
 
+// CloseWrite tells the peer nothing more will be sent, with a close frame
+// (1000), while what it still sends can be read: the WebSocket form of a
+// TCP half-close.
+func (c *wsConn) CloseWrite() error {
+	return c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""),
+		time.Now().Add(time.Second))
+}
+
 // LocalAddr returns the socket's local address: the listener's, for an
 // accepted connection.
 func (c *wsConn) LocalAddr() net.Addr { return c.ws.LocalAddr() }

@@ -7,5 +7,5 @@
 // It is a module of its own so that nfpm, pinned here as a tool (go tool
 // nfpm), and its dependencies stay out of the broker's go.mod, and so that
 // `go test ./...` at the root does not build a release twice (hack/test
-// runs this module's tests once, in a step of their own).
+// -full runs this module's tests once, in a step of their own).
 package packaging

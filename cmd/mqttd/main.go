@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/signal"
@@ -68,6 +69,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 	if !tuned && cfg.GC.HeadroomPercent != 100 {
 		log.Info().Msg("GOGC or GOMEMLIMIT is set in the environment: the gc block of the configuration is not applied")
 	}
+	_, err = os.Stat(filepath.Join(cfg.DataDir, mqttd.StoreFile))
+	newStore := errors.Is(err, fs.ErrNotExist)
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		log.Error().Err(err).Str("data_dir", cfg.DataDir).Msg("cannot create the data directory")
 		return 1
@@ -99,7 +102,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 	if metricsAddr != nil {
 		shown.Metrics.Address = metricsAddr.String() // the port :0 became
 	}
-	banner(stderr, srv, shown, f.config)
+	banner(stderr, srv, shown, f.config, newStore)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve() }()
 	serveErr := wait(&reloader{srv: srv, flags: f, running: cfg, log: log}, stop, served)
@@ -141,10 +144,11 @@ func wait(r *reloader, stop <-chan os.Signal, served <-chan error) error {
 	}
 }
 
-// banner says what listens where and how to reach the broker from other
-// machines, since the default only accepts this one; configFile is the
-// config file given, if any.
-func banner(w io.Writer, srv *mqttd.Server, cfg config, configFile string) {
+// banner says what listens where, where the state is and how to reach the
+// broker from other machines, since the default only accepts this one;
+// configFile is the config file given, if any, and newStore whether the
+// data directory had no store before this start.
+func banner(w io.Writer, srv *mqttd.Server, cfg config, configFile string, newStore bool) {
 	fmt.Fprintf(w, "mqttd %s\n", version())
 	local := true
 	for i, a := range srv.Addrs() {
@@ -168,11 +172,7 @@ func banner(w io.Writer, srv *mqttd.Server, cfg config, configFile string) {
 	if durability == "" {
 		durability = "sync"
 	}
-	state := filepath.Join(cfg.DataDir, mqttd.StoreFile)
-	if abs, err := filepath.Abs(state); err == nil {
-		state = abs // a relative data_dir is relative to wherever the broker was started
-	}
-	fmt.Fprintf(w, "  state in %s (durability %s)\n", state, durability)
+	fmt.Fprint(w, stateLines(cfg.DataDir, durability, newStore))
 	if c := cfg.Cluster; c != nil {
 		over := "NATS at " + c.NATS.URL
 		if c.NATS.Embedded != nil {
@@ -190,4 +190,26 @@ func banner(w io.Writer, srv *mqttd.Server, cfg config, configFile string) {
 		}
 		hintOthers(w, cfg, configFile)
 	}
+}
+
+// stateLines are the banner's lines on the state: the store's full path,
+// since a relative data_dir is relative to wherever the broker was
+// started, and, for a store made by this start, that nothing was kept
+// there before: a broker started from another directory than last time
+// has none of the sessions and retained messages it kept there.
+func stateLines(dataDir, durability string, newStore bool) string {
+	state := filepath.Join(dataDir, mqttd.StoreFile)
+	if abs, err := filepath.Abs(state); err == nil {
+		state = abs
+	}
+	lines := fmt.Sprintf("  state in %s (durability %s)\n", state, durability)
+	switch {
+	case !newStore:
+	case filepath.IsAbs(dataDir):
+		lines += "  a new store: nothing was kept there before\n"
+	default:
+		lines += fmt.Sprintf("  a new store: nothing was kept there before; data_dir %q is relative to the directory mqttd "+
+			"starts in (--data-dir, MQTTD_DATA_DIR or data_dir with a full path keeps one place)\n", dataDir)
+	}
+	return lines
 }

@@ -151,8 +151,9 @@ func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
 	listening := regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+)`)
 	stateIn := regexp.MustCompile(`state in (\S+) `)
 	var addr, state string
+	fresh := false // the banner says the store is new: nothing was in state/ before
 	timeout := time.After(20 * time.Second)
-	for addr == "" || state == "" {
+	for addr == "" || state == "" || !fresh {
 		select {
 		case line, ok := <-lines:
 			if !ok {
@@ -164,8 +165,9 @@ func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
 			if m := stateIn.FindStringSubmatch(line); m != nil {
 				state = m[1]
 			}
+			fresh = fresh || strings.Contains(line, "a new store")
 		case <-timeout:
-			t.Fatalf("mqttd did not say where it listens (%q) and keeps its state (%q)", addr, state)
+			t.Fatalf("mqttd did not say where it listens (%q), keeps its state (%q) and that the store is new (%v)", addr, state, fresh)
 		}
 	}
 	if want := filepath.Join(dataDir, "mqttd.db"); state != want {
@@ -229,5 +231,29 @@ func TestExampleConfig(t *testing.T) {
 	got, want := cfg.Options.WithDefaults(), def.Options.WithDefaults()
 	if !reflect.DeepEqual(got.Limits, want.Limits) || cfg.DataDir != def.DataDir || cfg.Log != def.Log {
 		t.Errorf("the example's values differ from the defaults:\n%+v\n%+v", got.Limits, want.Limits)
+	}
+}
+
+// TestStateLines checks the banner's word on the state: the store's full
+// path, and for a store this start made, that nothing was kept there
+// before, naming a relative data_dir and how to keep one place.
+func TestStateLines(t *testing.T) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := stateLines("data", "sync", true)
+	if want := "state in " + filepath.Join(cwd, "data", "mqttd.db") + " (durability sync)\n"; !strings.Contains(rel, want) {
+		t.Errorf("relative: %q, want %q in it", rel, want)
+	}
+	if !strings.Contains(rel, "a new store") || !strings.Contains(rel, `data_dir "data" is relative`) || !strings.Contains(rel, "--data-dir") {
+		t.Errorf("relative, new: %q", rel)
+	}
+	abs := filepath.Join(t.TempDir(), "state")
+	if got := stateLines(abs, "interval", true); !strings.Contains(got, "a new store") || strings.Contains(got, "relative") {
+		t.Errorf("absolute, new: %q", got)
+	}
+	if got := stateLines("data", "sync", false); strings.Contains(got, "new store") {
+		t.Errorf("a store kept before: %q", got)
 	}
 }

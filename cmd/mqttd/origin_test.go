@@ -2,7 +2,10 @@ package main
 
 import (
 	"io"
+	"net"
+	"os"
 	"reflect"
+	"regexp"
 	"testing"
 )
 
@@ -49,13 +52,52 @@ func TestWSAllowedOrigin(t *testing.T) {
 	}
 }
 
-// TestDockerConfig keeps the Docker image's config loadable.
+// TestDockerConfig keeps the Docker image's config loadable and working
+// as README and the Dockerfile say: clients without credentials let in on
+// its listeners (which are not loopback, so only allow_anonymous lets them
+// in), the ports the Dockerfile exposes, the state in its volume, browser
+// pages from the container's own host let in by the listener's default
+// policy, and a dashboard from elsewhere added by MQTTD_WS_ALLOWED_ORIGIN.
 func TestDockerConfig(t *testing.T) {
-	f, err := parseFlags([]string{"--config", "../../packaging/docker/mqttd.yaml"}, noEnv, io.Discard)
+	env := func(k string) string {
+		if k == "MQTTD_WS_ALLOWED_ORIGIN" {
+			return "http://dash.lan:1880"
+		}
+		return ""
+	}
+	f, err := parseFlags([]string{"--config", "../../packaging/docker/mqttd.yaml"}, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loadConfig(f); err != nil {
+	cfg, err := loadConfig(f)
+	if err != nil {
 		t.Fatalf("packaging/docker/mqttd.yaml: %v", err)
+	}
+	if a := cfg.Auth.AllowAnonymous; a == nil || !*a {
+		t.Error("auth.allow_anonymous is not true: the image's listeners would refuse every client without a password file")
+	}
+	dockerfile, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"tcp": "0.0.0.0:1883", "ws": "0.0.0.0:8083"}
+	for _, lc := range cfg.Listeners {
+		if want[lc.Type] != lc.Address {
+			t.Errorf("%s listener on %s, want %s", lc.Type, lc.Address, want[lc.Type])
+		}
+		_, port, _ := net.SplitHostPort(lc.Address)
+		if !regexp.MustCompile(`(?m)^EXPOSE .*\b` + port + `\b`).Match(dockerfile) {
+			t.Errorf("the Dockerfile does not expose %s, the %s listener's port", port, lc.Type)
+		}
+		if lc.Type == "ws" && !reflect.DeepEqual(lc.AllowedOrigins, []string{"http://dash.lan:1880"}) {
+			t.Errorf("ws allowed_origins %q: want only MQTTD_WS_ALLOWED_ORIGIN's, the same host let in by default", lc.AllowedOrigins)
+		}
+		delete(want, lc.Type)
+	}
+	if len(want) > 0 {
+		t.Errorf("listeners missing: %v", want)
+	}
+	if !regexp.MustCompile(`(?m)^VOLUME ` + regexp.QuoteMeta(cfg.DataDir) + `$`).Match(dockerfile) {
+		t.Errorf("data_dir %s is not the Dockerfile's VOLUME", cfg.DataDir)
 	}
 }

@@ -6,9 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -38,10 +36,7 @@ fetch('%[1]s/go', { mode: 'no-cors' }).then(() => {
 // site and a page that rebinds its name to 127.0.0.1 do not.
 func TestBrowserOrigins(t *testing.T) {
 	bin := chromium(t)
-	bundle, err := os.ReadFile(filepath.Join("..", "..", "e2e", "node_modules", "mqtt", "dist", "mqtt.min.js"))
-	if err != nil {
-		t.Fatalf("MQTT.js browser bundle: %v (hack/test installs it with npm ci in e2e)", err)
-	}
+	bundle := mqttjsBundle(t)
 	for _, tc := range []struct {
 		name, pageHost, wsHost string
 		// rebind serves the page on the port the broker then takes, as

@@ -154,3 +154,39 @@ func (f *FD) SetKeepAlive(kc net.KeepAliveConfig) {
 	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, int(kc.Interval/time.Second))
 	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPCNT, kc.Count)
 }
+
+// PeerClosed reports whether the peer has closed its side of the stream
+// (or the socket failed), whatever input is still unread before the end;
+// false when f is closed. It does not block.
+func (f *FD) PeerClosed() bool {
+	if !f.Acquire() {
+		return false
+	}
+	defer f.Release()
+	fds := []unix.PollFd{{Fd: f.fd, Events: unix.POLLRDHUP}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+}
+
+// ShutdownWrite ends the sending side of the stream: the peer reads what
+// was written, then the end, while f can still read.
+func (f *FD) ShutdownWrite() {
+	if !f.Acquire() {
+		return
+	}
+	unix.Shutdown(int(f.fd), unix.SHUT_WR)
+	f.Release()
+}
+
+// WaitReadable waits, blocking the calling goroutine's thread, for at
+// most d for input or the end of the stream; it reports false when d
+// passed or f is closed. A Close meanwhile waits for it to return.
+func (f *FD) WaitReadable(d time.Duration) bool {
+	if !f.Acquire() {
+		return false
+	}
+	defer f.Release()
+	fds := []unix.PollFd{{Fd: f.fd, Events: unix.POLLIN | unix.POLLRDHUP}}
+	n, err := unix.Poll(fds, int(d/time.Millisecond))
+	return err == nil && n > 0
+}

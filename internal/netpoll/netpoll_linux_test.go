@@ -258,3 +258,54 @@ func TestPollerRemove(t *testing.T) {
 	default:
 	}
 }
+
+// TestPeerClosed: an open peer is not closed, one that wrote and closed
+// is, though its bytes are still unread; a closed FD reports false.
+func TestPeerClosed(t *testing.T) {
+	srvEnd, cli := testutil.TCPPair(t)
+	f := fdOf(t, srvEnd)
+	if f.PeerClosed() {
+		t.Fatal("PeerClosed with the peer open")
+	}
+	if _, err := cli.Write([]byte("last words")); err != nil {
+		t.Fatal(err)
+	}
+	if f.PeerClosed() {
+		t.Fatal("PeerClosed with the peer open and bytes unread")
+	}
+	cli.Close()
+	testutil.WaitFor(t, "the peer's close to arrive", f.PeerClosed)
+	b := make([]byte, 64)
+	if n, err := f.Read(b); err != nil || string(b[:n]) != "last words" {
+		t.Fatalf("read %q, %v after the peer closed", b[:n], err)
+	}
+	f.Close()
+	if f.PeerClosed() {
+		t.Error("PeerClosed on a closed FD")
+	}
+}
+
+// TestShutdownWriteAndWaitReadable: after ShutdownWrite the peer reads the
+// end while f still reads what it sends; WaitReadable waits for input.
+func TestShutdownWriteAndWaitReadable(t *testing.T) {
+	srvEnd, cli := testutil.TCPPair(t)
+	f := fdOf(t, srvEnd)
+	if f.WaitReadable(10 * time.Millisecond) {
+		t.Fatal("WaitReadable with nothing sent")
+	}
+	f.ShutdownWrite()
+	cli.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := cli.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("the peer read %d, %v; want the end", n, err)
+	}
+	if _, err := cli.Write([]byte("more")); err != nil {
+		t.Fatal(err)
+	}
+	if !f.WaitReadable(10 * time.Second) {
+		t.Fatal("WaitReadable missed the peer's bytes")
+	}
+	b := make([]byte, 8)
+	if n, err := f.Read(b); err != nil || string(b[:n]) != "more" {
+		t.Fatalf("read %q, %v", b[:n], err)
+	}
+}

@@ -822,7 +822,7 @@ func TestNoFreelist(t *testing.T) {
 func TestFileDoesNotGrow(t *testing.T) {
 	total := 1_000_000
 	if testing.Short() || raceEnabled {
-		total = 100_000 // the million runs in hack/test's 32-bit pass
+		total = 100_000 // the million runs in hack/test -full's 32-bit pass
 	}
 	const perBatch = 1000
 	s, path := openTemp(t, Options{})
