@@ -193,10 +193,21 @@ func (c *conn) closeReader(err error) {
 // endLinger reads what the client still sends after the server's
 // DISCONNECT, then closes the socket closeReader left open (linger.go).
 func (c *conn) endLinger() {
-	if c.lingerDue {
-		c.lingerInput()
-		c.closeSocket()
+	if !c.lingerDue {
+		return
 	}
+	s := c.srv
+	if s.lingering.Add(1) <= maxLingering {
+		c.lingerInput()
+	} else {
+		s.stats.lingerSkipped.Add(1)
+		if !s.lingerWarned.limited() {
+			c.fields(s.log.Warn()).Int("lingering", maxLingering).Msg("connection closed at once after the server's DISCONNECT: " +
+				"too many lingering (logged at most every 10 s; mqttd_linger_skipped_total counts them all)")
+		}
+	}
+	s.lingering.Add(-1)
+	c.closeSocket()
 }
 
 func (c *conn) closeLingering(err error, linger bool) {

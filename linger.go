@@ -21,6 +21,12 @@ const (
 	lingerTime = time.Second
 	// lingerBytes bounds what is read and dropped meanwhile.
 	lingerBytes = 64 << 10
+	// maxLingering bounds the connections lingering at once: each holds
+	// a goroutine and, on the Linux engine, a thread blocked in poll(2),
+	// and clients that break the protocol on purpose must not make the
+	// broker hold a thread each (the runtime aborts past 10,000). Past it
+	// a connection is closed at once, and its client may see a reset.
+	maxLingering = 64
 )
 
 // lingerNetConn is lingerInput for a connection read by its own

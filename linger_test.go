@@ -2,11 +2,14 @@ package mqttd_test
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"testing"
 
 	"mqttd"
 	"mqttd/packets"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // oneByte reads its connection a byte at a time, as Paho's Python test
@@ -82,5 +85,37 @@ func TestLingerBounded(t *testing.T) {
 			}()
 		}
 		waitFor(t, "the broker to close the connection", func() bool { return srv.Stats().Connections == 0 })
+	}
+}
+
+// TestLingeringBounded checks that at most 64 connections linger at once:
+// each holds a goroutine and a thread, so clients that all break the
+// protocol and keep their sockets open make the broker close the ones
+// past the bound at once, counted, their DISCONNECT written all the same.
+func TestLingeringBounded(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxAwaitingRel: 1}, Registerer: reg})
+	const n = 100
+	frames := encode(t, &packets.Publish{QoS: 2, PacketID: 1, Topic: "t"}, packets.V5)
+	frames = append(frames, encode(t, &packets.Publish{QoS: 2, PacketID: 2, Topic: "t"}, packets.V5)...)
+	conns := make([]*rawConn, n)
+	for i := range conns {
+		conns[i] = connectAs(t, addr, packets.V5, &packets.Connect{ClientID: fmt.Sprint("flow", i), CleanStart: true})
+	}
+	// Written together, so that all of them linger within one second:
+	// none of the clients closes.
+	for _, rc := range conns {
+		rc.write(frames)
+	}
+	for _, rc := range conns {
+		rc.read() // the PUBREC
+		if d, ok := rc.read().(*packets.Disconnect); !ok || d.ReasonCode != packets.ReceiveMaximumExceeded {
+			t.Fatalf("got %+v, want DISCONNECT 0x93", d)
+		}
+	}
+	waitFor(t, "the broker to close every connection", func() bool { return srv.Stats().Connections == 0 })
+	if skipped := metricValue(t, reg, "mqttd_linger_skipped_total"); skipped < 1 || skipped > n-64 {
+		t.Fatalf("mqttd_linger_skipped_total %v, want 1 to %d", skipped, n-64)
 	}
 }

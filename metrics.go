@@ -154,6 +154,8 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 		func(s *stats) uint64 { return s.readerWaits.Load() })
 	counter("takeover_waits_total", "CONNECTs that waited, up to a second, for the connection they take over to end: its client had closed it, "+
 		"and what it sent before (a DISCONNECT) is handled first.", func(s *stats) uint64 { return s.takeoverWaits.Load() })
+	counter("linger_skipped_total", "Connections closed at once after the server's DISCONNECT, without reading what their client still sent: "+
+		"64 connections were lingering already.", func(s *stats) uint64 { return s.lingerSkipped.Load() })
 	counter("store_errors_total", "Store transactions that failed.", func(s *stats) uint64 { return s.storeErrors.Load() })
 	counter("store_refused_total", "Acknowledgements refused (5.0) or connections closed (3.1.1) because what they covered could not be stored.",
 		func(s *stats) uint64 { return s.storeRefused.Load() })

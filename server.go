@@ -106,14 +106,18 @@ type Server struct {
 	dur *durable
 	// retainMu orders the retained store's changes with the units that
 	// record them, when there is a store.
-	retainMu         sync.Mutex
-	queueWarned      throttle // unix nanos of the last queue-full warning
-	subsWarned       throttle // unix nanos of the last subscription-limit warning
-	sessionsWarned   throttle // unix nanos of the last session-limit warning
-	clusterWarned    throttle // of the last CONNECT refused for want of the cluster
-	userPropsWarned  throttle // unix nanos of the last user-properties warning
-	incomingWarned   throttle // unix nanos of the last incoming-bytes warning
-	tooLargeWarned   throttle // of the last packet refused for limits.max_packet_size
+	retainMu        sync.Mutex
+	queueWarned     throttle // unix nanos of the last queue-full warning
+	subsWarned      throttle // unix nanos of the last subscription-limit warning
+	sessionsWarned  throttle // unix nanos of the last session-limit warning
+	clusterWarned   throttle // of the last CONNECT refused for want of the cluster
+	userPropsWarned throttle // unix nanos of the last user-properties warning
+	incomingWarned  throttle // unix nanos of the last incoming-bytes warning
+	tooLargeWarned  throttle // of the last packet refused for limits.max_packet_size
+	// lingering counts the connections in endLinger (linger.go), and
+	// lingerWarned is the last time one was closed at once for it.
+	lingering        atomic.Int32
+	lingerWarned     throttle
 	retainSendWarned throttle // unix nanos of the last retained-sends-truncated warning
 	// retainedSends are the clients' allowances of retained messages
 	// (retain.go), and retainLimitWarned the last time one ran out.

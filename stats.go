@@ -81,6 +81,7 @@ type stats struct {
 	storeBackpressure    atomic.Uint64 // reads that waited for a commit: too much waited for one
 	readerWaits          atomic.Uint64 // wakeups that found every reader busy
 	takeoverWaits        atomic.Uint64 // CONNECTs that waited for a closed predecessor (takeover.go)
+	lingerSkipped        atomic.Uint64 // connections closed without lingering: maxLingering were (linger.go)
 	// storeCommitSeconds and storeCommitOps are the commits by duration
 	// and by operations: their sums are storeCommitNanos and storeOps.
 	storeCommitSeconds, storeCommitOps histogram
