@@ -190,6 +190,15 @@ func (c *conn) closeReader(err error) {
 	c.closeLingering(err, due)
 }
 
+// endReader is a reader's last step, after the cleanup: the lingering
+// (endLinger), then the connection untracked. One deferred call, not
+// two: the reader's frame is on every idle connection's stack
+// (TestReaderStacksStay4KiB).
+func (c *conn) endReader() {
+	defer c.srv.untrack(c)
+	c.endLinger()
+}
+
 // endLinger reads what the client still sends after the server's
 // DISCONNECT, then closes the socket closeReader left open (linger.go).
 func (c *conn) endLinger() {

@@ -188,8 +188,7 @@ func (r countingReader) Read(b []byte) (int, error) {
 // serve is the reader goroutine of a connection that is not served by
 // the poller.
 func (c *conn) serve() {
-	defer c.srv.untrack(c)
-	defer c.endLinger()
+	defer c.endReader()
 	defer c.cleanup()
 	defer func() {
 		if r := recover(); r != nil {

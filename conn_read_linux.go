@@ -294,7 +294,6 @@ func (c *conn) finishEvent(reason error) {
 	c.srv.stats.incomingBytes.Add(-int64(cap(c.ev.frame())))
 	c.ev.keepFrame(nil)
 	c.srv.idle.forget(c)
-	defer c.srv.untrack(c) // even if the cleanup panics, or Shutdown would wait
-	defer c.endLinger()
+	defer c.endReader() // even if the cleanup panics, or Shutdown would wait
 	c.cleanup()
 }
