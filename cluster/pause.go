@@ -188,7 +188,7 @@ func (n *Node) watchQueue() bool {
 	defer tick.Stop()
 	var paused time.Time // when the last pause went, zero once resumed
 	for {
-		q := len(n.in)
+		q := n.queued()
 		behind := n.behind()
 		switch {
 		case paused.IsZero() && (q >= PauseHigh || behind),
@@ -206,7 +206,7 @@ func (n *Node) watchQueue() bool {
 		}
 		if paused.IsZero() && q == 0 {
 			n.flow.watching.Store(false)
-			if len(n.in) == 0 && !n.flow.delivering.Load() {
+			if n.queued() == 0 && !n.flow.delivering.Load() {
 				return true
 			}
 			n.flow.watching.Store(true)
