@@ -88,8 +88,10 @@ type routes struct {
 	peers      map[string]*peer
 	slots      [maxPeers]*peer
 	everything peerSet
-	// held counts the filters held for the peers.
-	held int
+	// held counts the filters held for the peers; maxFilters and
+	// maxBytes bound one peer's (maxPeerRoutes, maxPeerRouteBytes).
+	held                 int
+	maxFilters, maxBytes int
 
 	resyncs, overflows, malformed atomic.Uint64
 	// syncing counts the resync goroutines, waited for at Close.
@@ -119,6 +121,7 @@ func (n *Node) startRoutes() error {
 	rt.gen = uint64(time.Now().UnixNano())
 	rt.local = map[routeKey]int{}
 	rt.peers = map[string]*peer{}
+	rt.maxFilters, rt.maxBytes = maxPeerRoutes, maxPeerRouteBytes
 	if _, err := n.nc.Subscribe(routesSubject(n.cluster), n.onRoutes); err != nil {
 		return err
 	}
@@ -290,7 +293,7 @@ func (rt *routes) applyLocked(p *peer, m routeMsg) {
 	size := len(m.key.filter) + routeOverhead
 	switch {
 	case m.kind == routeAdd && !had:
-		if len(p.filters) >= maxPeerRoutes || p.bytes+size > maxPeerRouteBytes {
+		if len(p.filters) >= rt.maxFilters || p.bytes+size > rt.maxBytes {
 			rt.allLocked(p)
 			return
 		}
@@ -429,6 +432,9 @@ func (n *Node) fetchSnapshot(node string) (gen, seq uint64, keys []routeKey, all
 	if err := n.nc.PublishRequest(snapSubject(n.cluster, node), inbox, nil); err != nil {
 		return 0, 0, nil, false, err
 	}
+	n.routes.mu.RLock()
+	maxFilters, maxBytes := n.routes.maxFilters, n.routes.maxBytes
+	n.routes.mu.RUnlock()
 	bytes := 0
 	for part := 0; ; part++ {
 		msg, err := sub.NextMsg(snapWait)
@@ -447,7 +453,7 @@ func (n *Node) fetchSnapshot(node string) (gen, seq uint64, keys []routeKey, all
 		if !all {
 			keys = append(keys, ks...)
 		}
-		if len(keys) > maxPeerRoutes || bytes > maxPeerRouteBytes {
+		if len(keys) > maxFilters || bytes > maxBytes {
 			all, keys = true, nil
 		}
 		if last {
