@@ -1,7 +1,6 @@
 package mqttd
 
 import (
-	"bytes"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -177,8 +176,8 @@ func (s *Server) clusterNode() *cluster.Node {
 
 // toCluster sends a message this node routed to the nodes that want it,
 // and reports whether it went: the broker's own topics ($SYS) stay on
-// their node. The node sends the payload later, from its own goroutine:
-// borrowed says it is in a read buffer, and is copied.
+// their node. The node copies what it keeps past the call: m may be in
+// a read buffer.
 //
 // When the node's outgoing queue is full (another node's delivery is
 // behind and paused this one's sending, cluster/pause.go), a client's
@@ -190,7 +189,7 @@ func (s *Server) clusterNode() *cluster.Node {
 // message from a stored session is routed with a persistence group open
 // (conn.committing). owner is the publishing connection, nil for the
 // broker's own messages.
-func (s *Server) toCluster(m *session.Message, borrowed bool, owner *conn) bool {
+func (s *Server) toCluster(m *session.Message, owner *conn) bool {
 	if strings.HasPrefix(m.Topic, "$") {
 		return false
 	}
@@ -199,9 +198,6 @@ func (s *Server) toCluster(m *session.Message, borrowed bool, owner *conn) bool 
 		return false
 	}
 	cm := cluster.Message{Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, Retain: m.Retain, Origin: m.Origin}
-	if borrowed {
-		cm.Payload = bytes.Clone(m.Payload)
-	}
 	if m.Properties != nil || m.Expiry != 0 {
 		// The other nodes count a message's expiry from when it reaches
 		// them: it travels as what is left of it.
@@ -305,6 +301,17 @@ type ClusterState struct {
 	Dropped     uint64 `json:"dropped"`
 	DroppedIn   uint64 `json:"dropped_in"`
 	DroppedOut  uint64 `json:"dropped_out"`
+	// BatchesIn and BatchesOut count the batches (one NATS message each,
+	// many messages) received from and sent to the other nodes.
+	BatchesIn  uint64 `json:"batches_in"`
+	BatchesOut uint64 `json:"batches_out"`
+	// Routes is the number of filters the other nodes want that this
+	// node holds in its route table (bounded per node), Peers the nodes
+	// it holds them for; RouteResyncs counts the whole tables it asked
+	// of them (a gap, a node new or restarted).
+	Routes       int    `json:"routes"`
+	Peers        int    `json:"peers"`
+	RouteResyncs uint64 `json:"route_resyncs"`
 	// PausesSent counts the pauses this node asked of the others, its
 	// delivery behind, PausesReceived those it got from them; Held is the
 	// time its sending was held by them, in seconds. PublishWaits counts
@@ -353,6 +360,8 @@ func (s *Server) Cluster() (ClusterState, bool) {
 		ns := node.Stats()
 		st.Node, st.Connected = node.Name(), ns.Connected
 		st.MessagesOut, st.Reconnects = ns.MessagesOut, ns.Reconnects
+		st.BatchesIn, st.BatchesOut = ns.BatchesIn, ns.BatchesOut
+		st.Routes, st.Peers, st.RouteResyncs = ns.Routes, ns.Peers, ns.RouteResyncs
 		st.DroppedIn += ns.DroppedIn + ns.Malformed + ns.SharedUnwanted
 		st.DroppedOut = ns.DroppedOut + ns.TooLong
 		st.PausesSent, st.PausesReceived, st.Held = ns.PausesSent, ns.PausesIn, ns.Held.Seconds()

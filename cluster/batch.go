@@ -78,51 +78,62 @@ func appendProps(b []byte, p *packets.Properties) ([]byte, error) {
 	return append(b, raw...), nil
 }
 
-// decodeBatch parses a batch from the network into its messages, which
-// share no memory with data. Every error is errBatch; it never panics.
-func decodeBatch(data []byte) ([]*Message, error) {
-	if len(data) < 1 || data[0] != batchVersion {
-		return nil, errBatch
+// countBatch checks a batch's framing, from the network, and returns
+// its number of records: each record's lengths within the batch. It
+// never panics.
+func countBatch(data []byte) (int, error) {
+	if len(data) < 2 || data[0] != batchVersion {
+		return 0, errBatch
 	}
+	count := 0
+	for b := data[1:]; len(b) > 0; count++ {
+		b = b[1:]
+		for range 4 {
+			var ok bool
+			if _, b, ok = cutBytes(b); !ok {
+				return 0, errBatch
+			}
+		}
+	}
+	return count, nil
+}
+
+// decodeBatch parses a batch from the network into its messages, which
+// share no memory with data (but the slice of them, one allocation).
+// Every error is errBatch; it never panics.
+func decodeBatch(data []byte) ([]Message, error) {
+	count, err := countBatch(data)
+	if err != nil {
+		return nil, err
+	}
+	ms := make([]Message, count)
 	b := data[1:]
-	var ms []*Message
-	for len(b) > 0 {
-		m, rest, err := decodeRecord(b)
-		if err != nil {
+	for i := range ms {
+		if b, err = decodeRecord(b, &ms[i]); err != nil {
 			return nil, err
 		}
-		ms = append(ms, m)
-		b = rest
-	}
-	if len(ms) == 0 {
-		return nil, errBatch
 	}
 	return ms, nil
 }
 
-// decodeRecord parses one record off b.
-func decodeRecord(b []byte) (*Message, []byte, error) {
+// decodeRecord parses one record off b, framed as countBatch checked,
+// into m.
+func decodeRecord(b []byte, m *Message) ([]byte, error) {
 	flags := b[0]
 	if flags&^7 != 0 || flags&3 == 3 {
-		return nil, nil, errBatch
+		return nil, errBatch
 	}
-	topic, b, ok := cutBytes(b[1:])
-	if !ok || !validTopic(string(topic)) {
-		return nil, nil, errBatch
+	topic, b, _ := cutBytes(b[1:])
+	origin, b, _ := cutBytes(b)
+	raw, b, _ := cutBytes(b)
+	payload, b, _ := cutBytes(b)
+	if !validTopic(string(topic)) || len(origin) > 65535 || !packets.ValidUTF8String(string(origin)) {
+		return nil, errBatch
 	}
-	origin, b, ok := cutBytes(b)
-	if !ok || len(origin) > 65535 || !packets.ValidUTF8String(string(origin)) {
-		return nil, nil, errBatch
+	m.Topic, m.QoS, m.Retain = string(topic), flags&3, flags&4 != 0
+	if len(origin) > 0 {
+		m.Origin = string(origin)
 	}
-	raw, b, ok := cutBytes(b)
-	if !ok {
-		return nil, nil, errBatch
-	}
-	payload, b, ok := cutBytes(b)
-	if !ok {
-		return nil, nil, errBatch
-	}
-	m := &Message{Topic: string(topic), Origin: string(origin), QoS: flags & 3, Retain: flags&4 != 0}
 	if len(payload) > 0 {
 		m.Payload = append([]byte(nil), payload...)
 	}
@@ -130,39 +141,72 @@ func decodeRecord(b []byte) (*Message, []byte, error) {
 		p := new(packets.Properties)
 		n, err := p.Decode(raw, packets.TypePublish, false)
 		if err != nil || n != len(raw) || p.Present&noTravel != 0 || len(p.SubscriptionIDs) > 0 {
-			return nil, nil, errBatch
+			return nil, errBatch
 		}
 		if p.Size() > 1 {
 			m.Properties = p
 		}
 	}
-	return m, b, nil
+	return b, nil
+}
+
+// inBatch is a batch waiting for the delivery goroutine.
+type inBatch struct {
+	data  []byte
+	count int
 }
 
 // onBatch takes a batch another node sent this one, on nats.go's
-// goroutine of the batch subscription: it decodes it there, and queues
-// its messages for the delivery goroutine, or drops them all, counted,
-// when they would take the queue past InQueueMessages.
+// goroutine of the batch subscription: it checks its framing and
+// queues it for the delivery goroutine, which decodes it, or drops it,
+// counted, when it would take the queue past InQueueBytes or inBatches
+// (the node paused the others long before). It never blocks.
 func (n *Node) onBatch(msg *nats.Msg) {
-	ms, err := decodeBatch(msg.Data)
+	count, err := countBatch(msg.Data)
 	if err != nil {
 		n.stats.malformed.Add(1)
 		n.warnMalformed(err, msg.Subject)
 		return
 	}
 	n.stats.batchesIn.Add(1)
-	if n.inMsgs.Add(int64(len(ms))) > InQueueMessages {
-		n.inMsgs.Add(-int64(len(ms)))
-		n.stats.droppedIn.Add(uint64(len(ms)))
-		if n.warn.allow() {
-			n.log.Warn().Int("messages", len(ms)).Msg("cluster: delivery behind by InQueueMessages, a batch from another node dropped")
-		}
+	size := int64(len(msg.Data))
+	if n.inBytes.Add(size) > InQueueBytes {
+		n.dropBatch(size, count)
 		return
 	}
+	n.inMsgs.Add(int64(count))
 	select {
-	case n.batches <- ms:
-	case <-n.stopIn:
-		n.inMsgs.Add(-int64(len(ms)))
+	case n.batches <- inBatch{data: msg.Data, count: count}:
+	default:
+		n.inMsgs.Add(-int64(count))
+		n.dropBatch(size, count)
+	}
+}
+
+func (n *Node) dropBatch(size int64, count int) {
+	n.inBytes.Add(-size)
+	n.stats.droppedIn.Add(uint64(count))
+	if n.warn.allow() {
+		n.log.Warn().Int("messages", count).Uint64("dropped_in", n.stats.droppedIn.Load()).
+			Msg("cluster: delivery behind by InQueueBytes, a batch from another node dropped")
+	}
+}
+
+// deliverBatch decodes a batch and delivers its messages, counting each
+// off the queue as it goes; a malformed one is dropped whole.
+func (n *Node) deliverBatch(b inBatch) {
+	defer n.inBytes.Add(-int64(len(b.data)))
+	ms, err := decodeBatch(b.data)
+	if err != nil {
+		n.inMsgs.Add(-int64(b.count))
+		n.stats.malformed.Add(1)
+		n.warnMalformed(err, "")
+		return
+	}
+	for i := range ms {
+		n.stats.in.Add(1)
+		n.deliver(&ms[i])
+		n.inMsgs.Add(-1)
 	}
 }
 

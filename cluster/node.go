@@ -56,18 +56,20 @@ const (
 	// OutQueueBytes is the most bytes (records, and subject, header and
 	// payload of those on their own subject) queued for NATS.
 	OutQueueBytes = 16 << 20
-	// InQueueMessages is the most messages received from other nodes
-	// waiting for deliver, in batches and from the share groups:
-	// PauseHigh, and room for what was on its way when the node paused
-	// the others and for nats.go's reader outrunning the delivery
-	// goroutine while the scheduler runs it alone (the share groups'
-	// queue is a channel: its 512 KiB are allocated at Start).
+	// InQueueMessages is the most messages of the share groups received
+	// from NATS waiting for deliver: PauseHigh, and room for what was on
+	// its way when the node paused the others and for nats.go's reader
+	// outrunning the delivery goroutine while the scheduler runs it alone
+	// (the queue is a channel: its 512 KiB are allocated at Start).
 	InQueueMessages = 65536
-	// inBatches bounds the batches waiting for deliver (InQueueMessages
-	// bounds their messages); inPendingBytes the bytes nats.go holds for
-	// the batch subscription before it drops (Stats.DroppedIn).
-	inBatches      = 4096
-	inPendingBytes = 64 << 20
+	// InQueueBytes is the most bytes of batches from other nodes waiting
+	// for deliver, kept as they came (a record is the message and a few
+	// bytes): the room past PauseHigh messages for what was on its way,
+	// a pause's round trip at the senders' full rate.
+	InQueueBytes = 32 << 20
+	// inBatches bounds the batches waiting (a channel: its 192 KiB are
+	// allocated at Start).
+	inBatches = 8192
 )
 
 // Errors of Publish. Each is counted in Stats and logged (rate-limited)
@@ -101,13 +103,14 @@ type Node struct {
 	// routes is the route table (routes.go).
 	routes routes
 
-	out      chan *outItem
+	out      chan outItem
 	outBytes atomic.Int64
 	// in is the share groups' messages, batches the other nodes'
 	// batches, inMsgs the messages of those waiting for deliver.
 	in          chan *nats.Msg
-	batches     chan []*Message
+	batches     chan inBatch
 	inMsgs      atomic.Int64
+	inBytes     atomic.Int64
 	stopOut     chan struct{}
 	stopIn      chan struct{}
 	sendDone    chan struct{}
@@ -197,9 +200,9 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 		cluster:  cfg.Name,
 		log:      log.With().Str("component", "cluster").Str("node", cfg.NodeName).Logger(),
 		deliver:  deliver,
-		out:      make(chan *outItem, OutQueueMessages),
+		out:      make(chan outItem, OutQueueMessages),
 		in:       make(chan *nats.Msg, InQueueMessages),
-		batches:  make(chan []*Message, inBatches),
+		batches:  make(chan inBatch, inBatches),
 		stopOut:  make(chan struct{}),
 		stopIn:   make(chan struct{}),
 		ncClosed: make(chan struct{}),
@@ -258,9 +261,6 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 // batches, the route table's and the flow control's.
 func (n *Node) subscribe() error {
 	sub, err := n.nc.Subscribe(batchSubject(n.cluster, n.name), n.onBatch)
-	if err == nil {
-		err = sub.SetPendingLimits(InQueueMessages, inPendingBytes)
-	}
 	if err != nil {
 		return fmt.Errorf("cluster: subscribing to this node's messages: %w", err)
 	}

@@ -31,6 +31,13 @@ const (
 	PauseHigh = InQueueMessages / 16
 	// PauseLow is the queue below which it lets them resume.
 	PauseLow = PauseHigh / 4
+	// BatchPauseHigh and BatchPauseBytes are the marks of the queue of
+	// batches from other nodes, in messages and in bytes, past either of
+	// which a node pauses the others; it lets them resume below a quarter
+	// of both. A batch brings hundreds of messages at once: the low marks
+	// keep the delivery goroutine busy for a resume's round trip.
+	BatchPauseHigh  = 4 * PauseHigh
+	BatchPauseBytes = InQueueBytes / 4
 	// PauseExpiry is how long a pause holds a sender without renewal.
 	PauseExpiry = 500 * time.Millisecond
 	// pauseRenew is how often a node still above PauseLow renews its
@@ -189,10 +196,11 @@ func (n *Node) watchQueue() bool {
 	var paused time.Time // when the last pause went, zero once resumed
 	for {
 		q := n.queued()
+		high, low := n.marks()
 		behind := n.behind()
 		switch {
-		case paused.IsZero() && (q >= PauseHigh || behind),
-			!paused.IsZero() && (q > PauseLow || behind) && time.Since(paused) >= pauseRenew:
+		case paused.IsZero() && (high || behind),
+			!paused.IsZero() && (!low || behind) && time.Since(paused) >= pauseRenew:
 			if n.sendFlow(flowPause) {
 				if paused.IsZero() && n.warn.allow() {
 					n.log.Warn().Int("queued", q).Uint64("pauses_sent", n.flow.pausesSent.Load()).
@@ -200,7 +208,7 @@ func (n *Node) watchQueue() bool {
 				}
 				paused = time.Now()
 			}
-		case !paused.IsZero() && q <= PauseLow && !behind:
+		case !paused.IsZero() && low && !behind:
 			n.sendFlow(flowResume)
 			paused = time.Time{}
 		}
@@ -217,6 +225,15 @@ func (n *Node) watchQueue() bool {
 			return false
 		}
 	}
+}
+
+// marks reports whether the queues of received messages are past a high
+// mark (pause), and whether they are all below their low marks (resume).
+func (n *Node) marks() (high, low bool) {
+	msgs, bytes, shared := n.inMsgs.Load(), n.inBytes.Load(), len(n.in)
+	high = msgs >= BatchPauseHigh || bytes >= BatchPauseBytes || shared >= PauseHigh
+	low = msgs <= BatchPauseHigh/4 && bytes <= BatchPauseBytes/4 && shared <= PauseLow
+	return high, low
 }
 
 // sendFlow publishes a pause or a resume, and reports whether NATS took

@@ -221,8 +221,8 @@ func FuzzDecodeBatch(f *testing.F) {
 			return
 		}
 		again := []byte{batchVersion}
-		for _, m := range ms {
-			if again, err = appendRecord(again, m); err != nil {
+		for i := range ms {
+			if again, err = appendRecord(again, &ms[i]); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"time"
@@ -28,16 +29,16 @@ type outItem struct {
 // nats.go (whose own buffer holds them while the connection is down);
 // past OutQueueMessages or OutQueueBytes it drops m and returns
 // ErrQueueFull, counted in Stats.DroppedOut. A retained message is also
-// written to the replicated stream. m's Payload is sent without a copy:
-// it must not change after Publish. Topics beginning with '$' are not
-// sent (each node has its own $SYS), nor topics nobody else wants;
-// Publish returns nil for them.
+// written to the replicated stream. Publish copies what it keeps: m may
+// change once it returns. Topics beginning with '$' are not sent (each
+// node has its own $SYS), nor topics nobody else wants; Publish returns
+// nil for them.
 func (n *Node) Publish(m *Message) error {
-	it, err := n.encode(m)
-	if it == nil {
+	var it outItem
+	if ok, err := n.encode(m, &it); !ok {
 		return err
 	}
-	if !n.enqueue(it) {
+	if !n.enqueue(&it) {
 		return n.queueFull(m.Topic)
 	}
 	return nil
@@ -51,16 +52,22 @@ func (n *Node) Publish(m *Message) error {
 // f itself. The caller must hold no lock another goroutine may need.
 // Waits are counted in Stats.PublishWaits.
 func (n *Node) PublishWaiting(m *Message, wait time.Duration, block func(func())) error {
-	it, err := n.encode(m)
-	if it == nil {
+	var it outItem
+	if ok, err := n.encode(m, &it); !ok {
 		return err
 	}
-	if n.enqueue(it) {
+	if n.enqueue(&it) {
 		return nil
 	}
+	return n.publishWaited(m.Topic, it, wait, block)
+}
+
+// publishWaited is PublishWaiting's wait, apart so that its closure
+// costs only the calls that wait.
+func (n *Node) publishWaited(topic string, it outItem, wait time.Duration, block func(func())) (err error) {
 	n.flow.waits.Add(1)
 	start := time.Now()
-	waited := func() { err = n.waitRoom(it, start.Add(wait)) }
+	waited := func() { err = n.waitRoom(&it, start.Add(wait)) }
 	if block == nil {
 		waited()
 	} else {
@@ -68,43 +75,43 @@ func (n *Node) PublishWaiting(m *Message, wait time.Duration, block func(func())
 	}
 	n.flow.waitNanos.Add(uint64(time.Since(start)))
 	if errors.Is(err, ErrQueueFull) {
-		return n.queueFull(m.Topic)
+		return n.queueFull(topic)
 	}
 	return err
 }
 
-// encode matches m's topic in the route table and makes its queue item,
-// nil (and the error to return) for a message not to send.
-func (n *Node) encode(m *Message) (*outItem, error) {
+// encode matches m's topic in the route table and makes its queue item
+// it, and reports false (and the error to return) for a message not to
+// send.
+func (n *Node) encode(m *Message, it *outItem) (bool, error) {
 	if strings.HasPrefix(m.Topic, "$") {
-		return nil, nil
+		return false, nil
 	}
 	if n.closed.Load() {
-		return nil, ErrClosed
+		return false, ErrClosed
 	}
-	it := &outItem{}
 	rt := &n.routes
 	rt.mu.RLock()
 	shared := rt.trie.match(m.Topic, &it.dst)
 	it.dst.union(&rt.everything)
 	rt.mu.RUnlock()
 	if it.dst.empty() && !shared && !m.Retain {
-		return nil, nil
+		return false, nil
 	}
 	if !it.dst.empty() {
 		rec, err := appendRecord(make([]byte, 0, len(m.Topic)+len(m.Origin)+len(m.Payload)+16), m)
 		if err != nil {
-			return nil, n.unencodable(m.Topic, err)
+			return false, n.unencodable(m.Topic, err)
 		}
 		it.rec, it.size = rec, int64(len(rec))
 	}
 	if shared || m.Retain {
 		if err := n.encodeMsg(it, m); err != nil {
-			return nil, err
+			return false, err
 		}
 		it.publish, it.keep = shared, m.Retain && it.msg != nil
 	}
-	return it, nil
+	return true, nil
 }
 
 // encodeMsg makes m's NATS message on its own subject: the share groups
@@ -127,7 +134,7 @@ func (n *Node) encodeMsg(it *outItem, m *Message) error {
 	if err != nil {
 		return n.unencodable(m.Topic, err)
 	}
-	it.msg = &nats.Msg{Subject: subj, Data: m.Payload, Header: nats.Header{metaHeader: {meta}}}
+	it.msg = &nats.Msg{Subject: subj, Data: bytes.Clone(m.Payload), Header: nats.Header{metaHeader: {meta}}}
 	it.size += int64(len(subj) + len(meta) + len(m.Payload))
 	return nil
 }
@@ -146,7 +153,7 @@ func (n *Node) enqueue(it *outItem) bool {
 		return false
 	}
 	select {
-	case n.out <- it:
+	case n.out <- *it:
 		return true
 	default:
 		n.outBytes.Add(-it.size)
@@ -181,7 +188,7 @@ func (n *Node) waitRoom(it *outItem, deadline time.Time) error {
 		}
 		r.waiters.Add(-1)
 		select {
-		case n.out <- it:
+		case n.out <- *it:
 			return nil
 		case <-t.C:
 			n.outBytes.Add(-it.size)
@@ -245,7 +252,7 @@ func (n *Node) sendLoop() {
 
 // send appends it to its batches, sending each that would grow past
 // batchMax first, and publishes its own message.
-func (n *Node) send(b *batches, it *outItem) {
+func (n *Node) send(b *batches, it outItem) {
 	n.outBytes.Add(-it.size)
 	n.flow.room.signal()
 	if it.rec != nil {
