@@ -1,6 +1,7 @@
 package mqttd
 
 import (
+	"bytes"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -234,20 +235,35 @@ func (s *Server) fromCluster(cm *cluster.Message) {
 		s.stats.clusterDropped.Add(1)
 		return
 	}
-	var p packets.Properties
-	if cm.Properties != nil {
-		p = *cm.Properties
-	}
-	m := newMessage(cm.Topic, cm.Payload, cm.QoS, cm.Retain, &p, cm.Origin)
 	s.stats.clusterIn.Add(1)
+	r := routerPool.Get().(*router)
+	var m *session.Message
+	if cm.Properties == nil && cm.Group == "" {
+		// Routed as a client's transient message is: its topic and
+		// payload, in the node's batch, are copied only by whatever keeps
+		// the message (encoded.kept).
+		m = &r.msg
+		m.Topic, m.Payload, m.QoS, m.Retain, m.Origin = cm.Topic, cm.Payload, cm.QoS, cm.Retain, cm.Origin
+	} else {
+		var p packets.Properties
+		if cm.Properties != nil {
+			p = *cm.Properties
+		}
+		topic, payload := cm.Topic, cm.Payload
+		if cm.Group == "" { // from a batch: kept, so copied out of it
+			topic, payload = strings.Clone(topic), bytes.Clone(payload)
+		}
+		m = newMessage(topic, payload, cm.QoS, cm.Retain, &p, cm.Origin)
+	}
 	if cm.Group != "" {
+		routerPool.Put(r)
 		s.toShareGroup(m, cm.Group, cm.Filter)
 		return
 	}
-	r := routerPool.Get().(*router)
 	r.remote, r.noShares = true, true
 	s.routeWith(r, m, nil)
 	r.remote, r.noShares = false, false
+	r.msg = session.Message{}
 	routerPool.Put(r)
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 
@@ -98,9 +99,10 @@ func countBatch(data []byte) (int, error) {
 	return count, nil
 }
 
-// decodeBatch parses a batch from the network into its messages, which
-// share no memory with data (but the slice of them, one allocation).
-// Every error is errBatch; it never panics.
+// decodeBatch parses a batch from the network into its messages, one
+// slice. Their topics and payloads share data's memory (which nats.go
+// allocates for each NATS message, and nothing changes); their origins
+// are strings of their own. Every error is errBatch; it never panics.
 func decodeBatch(data []byte) ([]Message, error) {
 	count, err := countBatch(data)
 	if err != nil {
@@ -108,36 +110,47 @@ func decodeBatch(data []byte) ([]Message, error) {
 	}
 	ms := make([]Message, count)
 	b := data[1:]
+	origin := ""
 	for i := range ms {
-		if b, err = decodeRecord(b, &ms[i]); err != nil {
+		if b, err = decodeRecord(b, &ms[i], origin); err != nil {
 			return nil, err
 		}
+		origin = ms[i].Origin
 	}
 	return ms, nil
 }
 
 // decodeRecord parses one record off b, framed as countBatch checked,
-// into m.
-func decodeRecord(b []byte, m *Message) ([]byte, error) {
+// into m; origin is the previous record's, whose string m shares when
+// its origin is the same (a publisher's messages come in runs).
+func decodeRecord(b []byte, m *Message, origin string) ([]byte, error) {
 	flags := b[0]
 	if flags&^7 != 0 || flags&3 == 3 {
 		return nil, errBatch
 	}
 	topic, b, _ := cutBytes(b[1:])
-	origin, b, _ := cutBytes(b)
+	from, b, _ := cutBytes(b)
 	raw, b, _ := cutBytes(b)
 	payload, b, _ := cutBytes(b)
-	if !validTopic(string(topic)) || len(origin) > 65535 || !packets.ValidUTF8String(string(origin)) {
+	if len(topic) == 0 || len(from) > 65535 {
 		return nil, errBatch
 	}
-	m.Topic, m.QoS, m.Retain = string(topic), flags&3, flags&4 != 0
-	if len(origin) > 0 {
-		m.Origin = string(origin)
+	m.Topic, m.QoS, m.Retain = unsafe.String(&topic[0], len(topic)), flags&3, flags&4 != 0
+	if !validTopic(m.Topic) {
+		return nil, errBatch
+	}
+	if string(from) == origin {
+		m.Origin = origin
+	} else if m.Origin = string(from); !packets.ValidUTF8String(m.Origin) {
+		return nil, errBatch
 	}
 	if len(payload) > 0 {
-		m.Payload = append([]byte(nil), payload...)
+		m.Payload = payload[:len(payload):len(payload)]
 	}
 	if len(raw) > 0 {
+		// Properties keep slices of what they decode: a copy of their
+		// own, not the batch.
+		raw = append([]byte(nil), raw...)
 		p := new(packets.Properties)
 		n, err := p.Decode(raw, packets.TypePublish, false)
 		if err != nil || n != len(raw) || p.Present&noTravel != 0 || len(p.SubscriptionIDs) > 0 {

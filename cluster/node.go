@@ -173,11 +173,15 @@ type embedded interface {
 // Start connects (starting the embedded server first when configured) and
 // returns once connected, or an error within a bounded time (a few
 // seconds per URL). deliver is called for each message another node
-// published on a subject this node wants, on the node's one delivery
-// goroutine, each node's in the order it sent them; it must not
-// block for long: past PauseHigh waiting, the node pauses the others'
-// sending (pause.go), and past InQueueMessages messages are dropped. It
-// is never called for this node's own messages (nats.NoEcho).
+// sent this one (a filter this node wants matched it, or a share group
+// of this node's was chosen for it), on the node's one delivery
+// goroutine, each node's in the order it sent them; it must not block
+// for long: past the pause marks the node pauses the others' sending
+// (pause.go), and past InQueueBytes messages are dropped. A message's
+// Topic and Payload may share the memory of the batch it came in, which
+// nothing changes: deliver copies them when it keeps them past the
+// call, so that a small message does not hold a whole batch. deliver is
+// never called for this node's own messages.
 func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
