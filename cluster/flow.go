@@ -32,8 +32,10 @@ type Stats struct {
 	// MaxSubjectLen (not in DroppedOut).
 	TooLong uint64
 	// DroppedIn counts messages from other nodes dropped because deliver
-	// fell InQueueMessages behind (Stats sums it over the subscriptions:
-	// it costs a lock per NATS subscription).
+	// fell InQueueBytes (batches) or InQueueMessages (the share groups'
+	// messages) behind; a batch nats.go dropped counts one (its handler
+	// never blocks, so it should not). Stats sums it over the shared
+	// subscriptions: it costs a lock per one.
 	DroppedIn uint64
 	// Malformed counts messages from NATS dropped for a subject, header,
 	// batch or route message no node sends (a batch counts once).

@@ -9,10 +9,11 @@ import (
 )
 
 // Flow control between nodes. Core NATS has none: a node whose delivery
-// falls behind would have nats.go drop what passes InQueueMessages. So a
-// receiving node whose queue passes PauseHigh publishes a pause, carrying
-// its name, on the cluster's flow subject, renewed every pauseRenew while
-// the queue stays above PauseLow, and a resume once it is below; every
+// falls behind would drop what passes InQueueBytes of batches (or
+// InQueueMessages of the share groups'). So a receiving node whose queue
+// passes a high mark (marks) publishes a pause, carrying its name, on
+// the cluster's flow subject, renewed every pauseRenew until the queue
+// is below the low marks, and a resume then; every
 // other node's sending goroutine holds its messages while any node's
 // pause is in force (global: a node cannot know which nodes NATS takes a
 // subject to), so its bounded outgoing queue fills and its publishers
@@ -25,9 +26,9 @@ import (
 // loses messages, counted in Stats.DroppedIn. Between nodes delivery
 // stays at most once: a node that dies loses what it had queued.
 const (
-	// PauseHigh is the queue of received messages (of InQueueMessages)
-	// past which a node asks the others to pause: the rest is room for
-	// what is already on its way.
+	// PauseHigh is the queue of the share groups' messages (of
+	// InQueueMessages) past which a node asks the others to pause: the
+	// rest is room for what is already on its way.
 	PauseHigh = InQueueMessages / 16
 	// PauseLow is the queue below which it lets them resume.
 	PauseLow = PauseHigh / 4
