@@ -4,16 +4,25 @@ import (
 	"bytes"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 )
 
+// recPool holds the records' buffers, given back by the sending
+// goroutine once it has copied them into its batches: a record is
+// garbage a moment after it is made.
+var recPool = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledRecord is the largest record buffer given back to recPool.
+const maxPooledRecord = 4 << 10
+
 // outItem is one message queued for the sending goroutine.
 type outItem struct {
 	// rec is the message's record for the batches of the peers in dst,
-	// nil when no other node wants it plainly.
-	rec []byte
+	// nil when no other node wants it plainly; from recPool.
+	rec *[]byte
 	dst peerSet
 	// msg is the message on its own subject, for the share groups
 	// (publish) and, retained, for the replicated stream; nil: neither.
@@ -99,11 +108,12 @@ func (n *Node) encode(m *Message, it *outItem) (bool, error) {
 		return false, nil
 	}
 	if !it.dst.empty() {
-		rec, err := appendRecord(make([]byte, 0, len(m.Topic)+len(m.Origin)+len(m.Payload)+16), m)
-		if err != nil {
+		rec := recPool.Get().(*[]byte)
+		var err error
+		if *rec, err = appendRecord((*rec)[:0], m); err != nil {
 			return false, n.unencodable(m.Topic, err)
 		}
-		it.rec, it.size = rec, int64(len(rec))
+		it.rec, it.size = rec, int64(len(*rec))
 	}
 	if shared || m.Retain {
 		if err := n.encodeMsg(it, m); err != nil {
@@ -256,17 +266,21 @@ func (n *Node) send(b *batches, it outItem) {
 	n.outBytes.Add(-it.size)
 	n.flow.room.signal()
 	if it.rec != nil {
+		rec := *it.rec
 		it.dst.each(func(slot int) {
-			if len(b.buf[slot])+len(it.rec) > batchMax && b.count[slot] > 0 {
+			if len(b.buf[slot])+len(rec) > batchMax && b.count[slot] > 0 {
 				n.flush(b, slot)
 			}
 			if b.buf[slot] == nil {
 				b.buf[slot] = append(make([]byte, 0, batchMax), batchVersion)
 			}
-			b.buf[slot] = append(b.buf[slot], it.rec...)
+			b.buf[slot] = append(b.buf[slot], rec...)
 			b.count[slot]++
 			b.full.add(slot)
 		})
+		if cap(rec) <= maxPooledRecord {
+			recPool.Put(it.rec)
+		}
 		n.stats.out.Add(1)
 	}
 	if it.msg == nil {
