@@ -108,6 +108,13 @@ func decodeBatch(data []byte) ([]Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	return decodeCounted(data, count)
+}
+
+// decodeCounted is decodeBatch for a batch whose framing countBatch
+// checked: count records.
+func decodeCounted(data []byte, count int) ([]Message, error) {
+	var err error
 	ms := make([]Message, count)
 	b := data[1:]
 	origin := ""
@@ -209,7 +216,7 @@ func (n *Node) dropBatch(size int64, count int) {
 // off the queue as it goes; a malformed one is dropped whole.
 func (n *Node) deliverBatch(b inBatch) {
 	defer n.inBytes.Add(-int64(len(b.data)))
-	ms, err := decodeBatch(b.data)
+	ms, err := decodeCounted(b.data, b.count)
 	if err != nil {
 		n.inMsgs.Add(-int64(b.count))
 		n.stats.malformed.Add(1)
