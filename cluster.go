@@ -177,8 +177,8 @@ func (s *Server) clusterNode() *cluster.Node {
 
 // toCluster sends a message this node routed to the nodes that want it,
 // and reports whether it went: the broker's own topics ($SYS) stay on
-// their node. The node sends the payload later, from its own goroutine:
-// borrowed says it is in a read buffer, and is copied.
+// their node. The node copies what it keeps past the call: m may be in
+// a read buffer.
 //
 // When the node's outgoing queue is full (another node's delivery is
 // behind and paused this one's sending, cluster/pause.go), a client's
@@ -190,7 +190,7 @@ func (s *Server) clusterNode() *cluster.Node {
 // message from a stored session is routed with a persistence group open
 // (conn.committing). owner is the publishing connection, nil for the
 // broker's own messages.
-func (s *Server) toCluster(m *session.Message, borrowed bool, owner *conn) bool {
+func (s *Server) toCluster(m *session.Message, owner *conn) bool {
 	if strings.HasPrefix(m.Topic, "$") {
 		return false
 	}
@@ -199,9 +199,6 @@ func (s *Server) toCluster(m *session.Message, borrowed bool, owner *conn) bool 
 		return false
 	}
 	cm := cluster.Message{Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, Retain: m.Retain, Origin: m.Origin}
-	if borrowed {
-		cm.Payload = bytes.Clone(m.Payload)
-	}
 	if m.Properties != nil || m.Expiry != 0 {
 		// The other nodes count a message's expiry from when it reaches
 		// them: it travels as what is left of it.
@@ -238,20 +235,35 @@ func (s *Server) fromCluster(cm *cluster.Message) {
 		s.stats.clusterDropped.Add(1)
 		return
 	}
-	var p packets.Properties
-	if cm.Properties != nil {
-		p = *cm.Properties
-	}
-	m := newMessage(cm.Topic, cm.Payload, cm.QoS, cm.Retain, &p, cm.Origin)
 	s.stats.clusterIn.Add(1)
+	r := routerPool.Get().(*router)
+	var m *session.Message
+	if cm.Properties == nil && cm.Group == "" {
+		// Routed as a client's transient message is: its topic and
+		// payload, in the node's batch, are copied only by whatever keeps
+		// the message (encoded.kept).
+		m = &r.msg
+		m.Topic, m.Payload, m.QoS, m.Retain, m.Origin = cm.Topic, cm.Payload, cm.QoS, cm.Retain, cm.Origin
+	} else {
+		var p packets.Properties
+		if cm.Properties != nil {
+			p = *cm.Properties
+		}
+		topic, payload := cm.Topic, cm.Payload
+		if cm.Group == "" { // from a batch: kept, so copied out of it
+			topic, payload = strings.Clone(topic), bytes.Clone(payload)
+		}
+		m = newMessage(topic, payload, cm.QoS, cm.Retain, &p, cm.Origin)
+	}
 	if cm.Group != "" {
+		routerPool.Put(r)
 		s.toShareGroup(m, cm.Group, cm.Filter)
 		return
 	}
-	r := routerPool.Get().(*router)
 	r.remote, r.noShares = true, true
 	s.routeWith(r, m, nil)
 	r.remote, r.noShares = false, false
+	r.msg = session.Message{}
 	routerPool.Put(r)
 }
 
@@ -305,6 +317,17 @@ type ClusterState struct {
 	Dropped     uint64 `json:"dropped"`
 	DroppedIn   uint64 `json:"dropped_in"`
 	DroppedOut  uint64 `json:"dropped_out"`
+	// BatchesIn and BatchesOut count the batches (one NATS message each,
+	// many messages) received from and sent to the other nodes.
+	BatchesIn  uint64 `json:"batches_in"`
+	BatchesOut uint64 `json:"batches_out"`
+	// Routes is the number of filters the other nodes want that this
+	// node holds in its route table (bounded per node), Peers the nodes
+	// it holds them for; RouteResyncs counts the whole tables it asked
+	// of them (a gap, a node new or restarted).
+	Routes       int    `json:"routes"`
+	Peers        int    `json:"peers"`
+	RouteResyncs uint64 `json:"route_resyncs"`
 	// PausesSent counts the pauses this node asked of the others, its
 	// delivery behind, PausesReceived those it got from them; Held is the
 	// time its sending was held by them, in seconds. PublishWaits counts
@@ -353,6 +376,8 @@ func (s *Server) Cluster() (ClusterState, bool) {
 		ns := node.Stats()
 		st.Node, st.Connected = node.Name(), ns.Connected
 		st.MessagesOut, st.Reconnects = ns.MessagesOut, ns.Reconnects
+		st.BatchesIn, st.BatchesOut = ns.BatchesIn, ns.BatchesOut
+		st.Routes, st.Peers, st.RouteResyncs = ns.Routes, ns.Peers, ns.RouteResyncs
 		st.DroppedIn += ns.DroppedIn + ns.Malformed + ns.SharedUnwanted
 		st.DroppedOut = ns.DroppedOut + ns.TooLong
 		st.PausesSent, st.PausesReceived, st.Held = ns.PausesSent, ns.PausesIn, ns.Held.Seconds()

@@ -151,8 +151,8 @@ func TestClusterDroppedInCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	// No header: no node sends that.
-	if err := nc.Publish(cluster.Subject("flow", "in/x"), []byte("bad")); err != nil {
+	// A batch of no version a node sends, on node 2's subject.
+	if err := nc.Publish("mqttd.flow.to.n2", []byte("bad")); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, "the drop counted", func() bool {

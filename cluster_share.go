@@ -54,9 +54,10 @@ func splitShare(filter string) (group, topic string, ok bool) {
 
 // routeClustered routes m, which this node's client (owner) or the broker
 // published, here and to the other nodes; its share groups here get it
-// through NATS when it went there. borrowed says m is in a read buffer.
-func (s *Server) routeClustered(r *router, m *session.Message, owner *conn, borrowed bool) (clients int) {
-	sent := owner.fromHere() && s.toCluster(m, borrowed, owner)
+// through NATS when it went there. m may be in a read buffer: the node
+// copies what it keeps.
+func (s *Server) routeClustered(r *router, m *session.Message, owner *conn) (clients int) {
+	sent := owner.fromHere() && s.toCluster(m, owner)
 	r.noShares = sent
 	clients = s.routeWith(r, m, owner)
 	r.noShares = false

@@ -33,6 +33,7 @@ type collector struct {
 	// cluster reads this node's state in its cluster (Server.Cluster).
 	cluster                                             func() (ClusterState, bool)
 	clusterConnected, clusterMessages, clusterFilters   *prometheus.Desc
+	clusterBatches, clusterRoutes, clusterResyncs       *prometheus.Desc
 	clusterDropped, clusterReconnects                   *prometheus.Desc
 	clusterPauses, clusterHeld                          *prometheus.Desc
 	clusterWaits, clusterWaited                         *prometheus.Desc
@@ -183,6 +184,9 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 	c.clusterConnected = prometheus.NewDesc("mqttd_cluster_connected", "1 while this node is connected to its cluster's NATS.", nil, nil)
 	c.clusterMessages = prometheus.NewDesc("mqttd_cluster_messages_total", "Messages sent to the other nodes (out) and received from them (in).", []string{"direction"}, nil)
 	c.clusterFilters = prometheus.NewDesc("mqttd_cluster_filters", "Filters this node's clients subscribe to, each wanted from the other nodes once.", nil, nil)
+	c.clusterBatches = prometheus.NewDesc("mqttd_cluster_batches_total", "Batches (one NATS message of many messages) sent to the other nodes (out) and received from them (in).", []string{"direction"}, nil)
+	c.clusterRoutes = prometheus.NewDesc("mqttd_cluster_routes", "Filters of the other nodes held in this node's route table (a node past its bound is held as wanting every topic).", nil, nil)
+	c.clusterResyncs = prometheus.NewDesc("mqttd_cluster_route_resyncs_total", "Whole route tables asked of other nodes: a lost announcement, a node new or restarted.", nil, nil)
 	c.clusterDropped = prometheus.NewDesc("mqttd_cluster_dropped_total", "Messages not sent to the other nodes (out: the outgoing queue full, NATS refusing them) or received from them and not delivered here (in: the receiving queue full, unreadable).", []string{"direction"}, nil)
 	c.clusterPauses = prometheus.NewDesc("mqttd_cluster_pauses_total", "Pauses this node asked of the other nodes, its delivery behind (sent), and got from them (received).", []string{"direction"}, nil)
 	c.clusterHeld = prometheus.NewDesc("mqttd_cluster_held_seconds_total", "Time this node's sending to the other nodes was held by their pauses.", nil, nil)
@@ -216,7 +220,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.bridgeForwarded, c.bridgeConnects, c.bridgeFailures, c.bridgeDropped,
 		c.clusterConnected, c.clusterMessages, c.clusterFilters, c.clusterDropped, c.clusterReconnects,
 		c.clusterStoreReady, c.clusterTakeovers, c.clusterRefused, c.clusterNodes, c.clusterDeadNodes,
-		c.clusterPauses, c.clusterHeld, c.clusterWaits, c.clusterWaited} {
+		c.clusterPauses, c.clusterHeld, c.clusterWaits, c.clusterWaited,
+		c.clusterBatches, c.clusterRoutes, c.clusterResyncs} {
 		ch <- d
 	}
 }
@@ -261,6 +266,10 @@ func (c *collector) collectCluster(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.clusterMessages, prometheus.CounterValue, float64(st.MessagesOut), "out")
 	ch <- prometheus.MustNewConstMetric(c.clusterMessages, prometheus.CounterValue, float64(st.MessagesIn), "in")
 	ch <- prometheus.MustNewConstMetric(c.clusterFilters, prometheus.GaugeValue, float64(st.Filters))
+	ch <- prometheus.MustNewConstMetric(c.clusterBatches, prometheus.CounterValue, float64(st.BatchesOut), "out")
+	ch <- prometheus.MustNewConstMetric(c.clusterBatches, prometheus.CounterValue, float64(st.BatchesIn), "in")
+	ch <- prometheus.MustNewConstMetric(c.clusterRoutes, prometheus.GaugeValue, float64(st.Routes))
+	ch <- prometheus.MustNewConstMetric(c.clusterResyncs, prometheus.CounterValue, float64(st.RouteResyncs))
 	ch <- prometheus.MustNewConstMetric(c.clusterDropped, prometheus.CounterValue, float64(st.DroppedIn), "in")
 	ch <- prometheus.MustNewConstMetric(c.clusterDropped, prometheus.CounterValue, float64(st.DroppedOut), "out")
 	ch <- prometheus.MustNewConstMetric(c.clusterPauses, prometheus.CounterValue, float64(st.PausesSent), "sent")

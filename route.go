@@ -95,7 +95,7 @@ func (s *Server) publish(m *session.Message, owner *conn) (clients int) {
 		return s.route(m, owner)
 	}
 	r := routerPool.Get().(*router)
-	clients = s.routeClustered(r, m, owner, false)
+	clients = s.routeClustered(r, m, owner)
 	routerPool.Put(r)
 	return clients
 }
@@ -111,7 +111,7 @@ func (s *Server) publishTransient(topic string, payload []byte, origin string, o
 	m := &r.msg
 	m.Topic, m.Payload, m.Origin = topic, payload, origin
 	if s.cluster != nil {
-		clients = s.routeClustered(r, m, owner, true)
+		clients = s.routeClustered(r, m, owner)
 	} else {
 		clients = s.routeWith(r, m, owner)
 	}

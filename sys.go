@@ -252,6 +252,7 @@ func (t *sysTree) appendValues(into []sysValue, s *Server, c *sysSample, now tim
 		into = append(into, sysValue{sysPrefix + "cluster/node", st.Node})
 		num(sysPrefix+"cluster/connected", connected)
 		num(sysPrefix+"cluster/filters", int64(st.Filters))
+		num(sysPrefix+"cluster/routes", int64(st.Routes))
 		unsigned(sysPrefix+"cluster/messages/received", st.MessagesIn)
 		unsigned(sysPrefix+"cluster/messages/sent", st.MessagesOut)
 		unsigned(sysPrefix+"cluster/messages/dropped", st.Dropped)

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -13,8 +14,12 @@ import (
 type Stats struct {
 	// Connected reports the NATS connection up.
 	Connected bool
-	// MessagesOut counts messages handed to NATS for the other nodes.
+	// MessagesOut counts messages sent to the other nodes: each once,
+	// however many nodes it goes to.
 	MessagesOut uint64
+	// BatchesOut and BatchesIn count the batches (NATS messages of
+	// records) sent to other nodes and received from them.
+	BatchesOut, BatchesIn uint64
 	// MessagesIn counts messages from other nodes passed to deliver, and
 	// those of the shared subscriptions (SharedIn), which may be this
 	// node's own.
@@ -27,17 +32,24 @@ type Stats struct {
 	// MaxSubjectLen (not in DroppedOut).
 	TooLong uint64
 	// DroppedIn counts messages from other nodes dropped because deliver
-	// fell InQueueMessages behind (Stats sums it over the subscriptions:
-	// it costs a lock per NATS subscription).
+	// fell InQueueBytes (batches) or InQueueMessages (the share groups'
+	// messages) behind; a batch nats.go dropped counts one (its handler
+	// never blocks, so it should not). Stats sums it over the shared
+	// subscriptions: it costs a lock per one.
 	DroppedIn uint64
-	// Malformed counts messages from NATS dropped for a subject or header
-	// no node sends.
+	// Malformed counts messages from NATS dropped for a subject, header,
+	// batch or route message no node sends (a batch counts once).
 	Malformed uint64
-	// Subscriptions is the number of NATS subscriptions held: one per
-	// subject of each wanted filter, and one to the retained messages.
-	Subscriptions int
-	// Filters is the number of distinct filters wanted.
+	// Filters is the number of distinct filters this node wants and has
+	// announced to the others.
 	Filters int
+	// Routes is the number of filters held for the other nodes (the
+	// route table), Peers the nodes it holds them for; RouteResyncs
+	// counts the snapshots asked of them (a gap in their announcements,
+	// a node new or restarted), RouteOverflows the times a node's table
+	// passed its bound and it was taken to want every topic.
+	Routes, Peers                int
+	RouteResyncs, RouteOverflows uint64
 	// Reconnects counts the NATS connection's reconnections.
 	Reconnects uint64
 	// StoreReady reports the replicated store bound: the node may claim
@@ -91,6 +103,7 @@ type Stats struct {
 
 type counters struct {
 	out, in, droppedOut, tooLong, droppedIn, malformed, reconnects atomic.Uint64
+	batchesOut, batchesIn                                          atomic.Uint64
 	takeovers, handedOver                                          atomic.Uint64
 	cutOffs, deadNodes, willsSwept, retainedKept                   atomic.Uint64
 	keptDropped, keptRetries                                       atomic.Uint64
@@ -99,9 +112,15 @@ type counters struct {
 
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
-	n.mu.Lock()
-	filters := len(n.wants)
-	n.mu.Unlock()
+	rt := &n.routes
+	rt.mu.RLock()
+	filters, routes, peers := 0, rt.held, len(rt.peers)
+	for k := range rt.local {
+		if !k.shared {
+			filters++
+		}
+	}
+	rt.mu.RUnlock()
 	droppedIn := n.droppedIn()
 	st := Stats{
 		Connected:       n.nc.IsConnected(),
@@ -110,9 +129,14 @@ func (n *Node) Stats() Stats {
 		DroppedOut:      n.stats.droppedOut.Load(),
 		TooLong:         n.stats.tooLong.Load(),
 		DroppedIn:       droppedIn,
-		Malformed:       n.stats.malformed.Load() + n.flow.malformed.Load(),
-		Subscriptions:   int(n.nsubs.Load()),
+		BatchesOut:      n.stats.batchesOut.Load(),
+		BatchesIn:       n.stats.batchesIn.Load(),
+		Malformed:       n.stats.malformed.Load() + n.flow.malformed.Load() + rt.malformed.Load(),
 		Filters:         filters,
+		Routes:          routes,
+		Peers:           peers,
+		RouteResyncs:    rt.resyncs.Load(),
+		RouteOverflows:  rt.overflows.Load(),
 		Reconnects:      n.stats.reconnects.Load(),
 		StoreReady:      n.StoreReady(),
 		Takeovers:       n.stats.takeovers.Load(),
@@ -138,201 +162,20 @@ func (n *Node) Stats() Stats {
 	return st
 }
 
-// Publish sends m to the nodes that want its topic, once per node, or to
-// every node when it is retained (each keeps the retained messages). It
-// never blocks: it encodes m and queues it for the node's sending
-// goroutine, which hands it to nats.go (whose own buffer holds it while
-// the connection is down); past OutQueueMessages or OutQueueBytes it
-// drops m and returns ErrQueueFull, counted in Stats.DroppedOut. m's
-// Payload is sent without a copy: it must not change after Publish.
-// Topics beginning with '$' are not sent (each node has its own $SYS);
-// Publish returns nil for them.
-func (n *Node) Publish(m *Message) error {
-	msg, size, err := n.encode(m)
-	if msg == nil {
-		return err
-	}
-	if !n.enqueue(msg, size) {
-		return n.queueFull(m.Topic)
-	}
-	return nil
-}
-
-// PublishWaiting is Publish for a caller that may wait: when the
-// outgoing queue is full (another node's pause holds it, or NATS is
-// slow) it waits for room, up to wait, then drops m as Publish does. It
-// waits inside block (block(f) runs f: the broker lets another reader
-// run meanwhile), which it calls only when it must wait; block nil runs
-// f itself. The caller must hold no lock another goroutine may need.
-// Waits are counted in Stats.PublishWaits.
-func (n *Node) PublishWaiting(m *Message, wait time.Duration, block func(func())) error {
-	msg, size, err := n.encode(m)
-	if msg == nil {
-		return err
-	}
-	if n.enqueue(msg, size) {
-		return nil
-	}
-	n.flow.waits.Add(1)
-	start := time.Now()
-	waited := func() { err = n.waitRoom(msg, size, start.Add(wait)) }
-	if block == nil {
-		waited()
-	} else {
-		block(waited)
-	}
-	n.flow.waitNanos.Add(uint64(time.Since(start)))
-	if errors.Is(err, ErrQueueFull) {
-		return n.queueFull(m.Topic)
-	}
-	return err
-}
-
-// encode makes m's NATS message and its size in the outgoing queue, nil
-// (and the error to return) for a message not to send.
-func (n *Node) encode(m *Message) (*nats.Msg, int64, error) {
-	if strings.HasPrefix(m.Topic, "$") {
-		return nil, 0, nil
-	}
-	if n.closed.Load() {
-		return nil, 0, ErrClosed
-	}
-	subj := Subject(n.cluster, m.Topic)
-	if m.Retain {
-		subj = subjectUnder(retainedPrefix(n.cluster), m.Topic)
-	}
-	if len(subj) > MaxSubjectLen {
-		n.stats.tooLong.Add(1)
-		n.warnf("cluster: topic too long for a NATS subject, not sent to other nodes", m.Topic)
-		return nil, 0, ErrTooLong
-	}
-	meta, err := encodeMeta(m)
-	if err != nil {
-		n.stats.droppedOut.Add(1)
-		n.warnf("cluster: message not encodable, not sent to other nodes", m.Topic)
-		return nil, 0, err
-	}
-	msg := &nats.Msg{Subject: subj, Data: m.Payload, Header: nats.Header{metaHeader: {meta}}}
-	return msg, int64(len(subj) + len(meta) + len(m.Payload)), nil
-}
-
-// enqueue queues msg for the sending goroutine, and reports false when
-// the queue is at a bound.
-func (n *Node) enqueue(msg *nats.Msg, size int64) bool {
-	if n.outBytes.Add(size) > OutQueueBytes {
-		n.outBytes.Add(-size)
-		return false
-	}
-	select {
-	case n.out <- msg:
-		return true
-	default:
-		n.outBytes.Add(-size)
-		return false
-	}
-}
-
-// waitRoom queues msg once there is room, or returns ErrQueueFull at
-// deadline and ErrClosed at Close.
-func (n *Node) waitRoom(msg *nats.Msg, size int64, deadline time.Time) error {
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	r := &n.flow.room
-	for {
-		// Registered before the bytes are counted: a message sent after
-		// the count signals this wait.
-		r.waiters.Add(1)
-		room := r.wait()
-		if n.outBytes.Add(size) > OutQueueBytes {
-			n.outBytes.Add(-size)
-			select {
-			case <-room:
-				r.waiters.Add(-1)
-				continue
-			case <-t.C:
-				r.waiters.Add(-1)
-				return ErrQueueFull
-			case <-n.stopOut:
-				r.waiters.Add(-1)
-				return ErrClosed
-			}
-		}
-		r.waiters.Add(-1)
-		select {
-		case n.out <- msg:
-			return nil
-		case <-t.C:
-			n.outBytes.Add(-size)
-			return ErrQueueFull
-		case <-n.stopOut:
-			n.outBytes.Add(-size)
-			return ErrClosed
-		}
-	}
-}
-
-func (n *Node) queueFull(topic string) error {
-	n.stats.droppedOut.Add(1)
-	n.warnf("cluster: outgoing queue full, message not sent to other nodes", topic)
-	return ErrQueueFull
-}
-
-// warnf logs msg at most once per throttle period, with the drop counts.
-func (n *Node) warnf(msg, topic string) {
-	if n.warn.allow() {
-		n.log.Warn().Str("topic", truncate(topic, 200)).Uint64("dropped_out", n.stats.droppedOut.Load()).
-			Uint64("too_long", n.stats.tooLong.Load()).Uint64("malformed", n.stats.malformed.Load()).Msg(msg)
-	}
-}
-
-// sendLoop hands queued messages to nats.go, the only goroutine that may
-// block on the connection's buffer, holding them while another node's
-// pause is in force (pause.go); at Close it sends what is queued, paused
-// or not.
-func (n *Node) sendLoop() {
-	defer close(n.sendDone)
-	for {
-		select {
-		case msg := <-n.out:
-			n.hold()
-			n.send(msg)
-		case <-n.stopOut:
-			for {
-				select {
-				case msg := <-n.out:
-					n.send(msg)
-				default:
-					return
-				}
-			}
-		}
-	}
-}
-
-func (n *Node) send(msg *nats.Msg) {
-	n.outBytes.Add(-int64(len(msg.Subject) + len(msg.Header[metaHeader][0]) + len(msg.Data)))
-	n.flow.room.signal()
-	if err := n.nc.PublishMsg(msg); err != nil {
-		n.stats.droppedOut.Add(1)
-		if n.warn.allow() {
-			n.log.Warn().Err(err).Uint64("dropped_out", n.stats.droppedOut.Load()).
-				Msg("cluster: NATS refused a message, not sent to other nodes")
-		}
-		return
-	}
-	n.stats.out.Add(1)
-	if strings.HasPrefix(msg.Subject, retainedPrefix(n.cluster)) {
-		n.keepRetainedMsg(msg)
-	}
-}
-
-// deliverLoop decodes what other nodes sent and calls deliver, one
-// message at a time in the connection's order; at Close it delivers what
-// the connection had received.
+// deliverLoop calls deliver for what other nodes sent, one message at a
+// time: each batch in its order, and the share groups' messages in the
+// shared connection's order; at Close it delivers what was received.
 func (n *Node) deliverLoop() {
 	defer close(n.deliverDone)
 	for {
 		select {
+		case b := <-n.batches:
+			n.taking()
+			n.deliverBatch(b)
+			n.flow.delivering.Store(false)
+			// A batch fills the subscribers' outboxes at once: their
+			// writers run before the next, on a busy core too.
+			runtime.Gosched()
 		case msg := <-n.in:
 			n.taking()
 			n.receive(msg)
@@ -340,6 +183,8 @@ func (n *Node) deliverLoop() {
 		case <-n.stopIn:
 			for {
 				select {
+				case b := <-n.batches:
+					n.deliverBatch(b)
 				case msg := <-n.in:
 					n.receive(msg)
 				default:
@@ -350,16 +195,16 @@ func (n *Node) deliverLoop() {
 	}
 }
 
+// queued is the number of messages received and not yet delivered.
+func (n *Node) queued() int { return int(n.inMsgs.Load()) + len(n.in) }
+
 // receive decodes msg, from the network: anything no node sends is
 // counted and dropped.
 func (n *Node) receive(msg *nats.Msg) {
 	m, err := decodeMsg(n.cluster, msg.Subject, msg.Header, msg.Data)
 	if err != nil {
 		n.stats.malformed.Add(1)
-		if n.warn.allow() {
-			n.log.Warn().Err(err).Str("subject", truncate(msg.Subject, 200)).
-				Uint64("malformed", n.stats.malformed.Load()).Msg("cluster: malformed message from NATS dropped")
-		}
+		n.warnMalformed(err, msg.Subject)
 		return
 	}
 	if !n.tag(msg, m) {
@@ -443,12 +288,13 @@ func (n *Node) Close() error {
 		close(n.stopKeep)
 		<-n.keeperDone
 		n.mu.Lock()
-		for _, w := range n.allWants() {
-			n.retireDrops(w)
+		if d, err := n.batchSub.Dropped(); err == nil {
+			n.stats.droppedIn.Add(uint64(d))
 		}
 		n.retired = true
 		n.mu.Unlock()
 		n.closeErr = errors.Join(drainConn(n.nc, n.ncClosed), n.closeShared())
+		n.routes.syncing.Wait()
 		close(n.stopIn)
 		<-n.deliverDone
 		<-n.flow.done

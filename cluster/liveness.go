@@ -189,6 +189,7 @@ func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*
 		}
 		s.dead = true
 		name, rev := string(e.Value()), e.Revision()
+		n.dropPeer(name)
 		n.stats.deadNodes.Add(1)
 		n.log.Warn().Str("dead_node", name).Dur("node_timeout", n.timeout).Msg("cluster: node found dead: publishing its clients' wills")
 		n.run(func() {

@@ -47,21 +47,29 @@ type Message struct {
 // Bounds of the outgoing queue between Publish and the NATS connection,
 // past which Publish drops the message (Stats.DroppedOut) and
 // PublishWaiting waits, and of the queue of received messages waiting
-// for deliver, past which nats.go drops them (Stats.DroppedIn). A node
+// for deliver, past which they are dropped (Stats.DroppedIn). A node
 // whose queue passes PauseHigh pauses the others' sending (pause.go)
 // long before.
 const (
 	// OutQueueMessages is the most messages queued for NATS.
 	OutQueueMessages = 8192
-	// OutQueueBytes is the most bytes (subject, header and payload)
-	// queued for NATS.
+	// OutQueueBytes is the most bytes (records, and subject, header and
+	// payload of those on their own subject) queued for NATS.
 	OutQueueBytes = 16 << 20
-	// InQueueMessages is the most messages received from NATS waiting for
-	// deliver: PauseHigh, and room for what was on its way when the node
-	// paused the others and for nats.go's reader outrunning the delivery
-	// goroutine while the scheduler runs it alone (the queue is a channel:
-	// its 512 KiB are allocated at Start).
+	// InQueueMessages is the most messages of the share groups received
+	// from NATS waiting for deliver: PauseHigh, and room for what was on
+	// its way when the node paused the others and for nats.go's reader
+	// outrunning the delivery goroutine while the scheduler runs it alone
+	// (the queue is a channel: its 512 KiB are allocated at Start).
 	InQueueMessages = 65536
+	// InQueueBytes is the most bytes of batches from other nodes waiting
+	// for deliver, kept as they came (a record is the message and a few
+	// bytes): the room past PauseHigh messages for what was on its way,
+	// a pause's round trip at the senders' full rate.
+	InQueueBytes = 32 << 20
+	// inBatches bounds the batches waiting (a channel: its 192 KiB are
+	// allocated at Start).
+	inBatches = 8192
 )
 
 // Errors of Publish. Each is counted in Stats and logged (rate-limited)
@@ -81,25 +89,28 @@ var (
 type Node struct {
 	name    string
 	cluster string
-	queue   string
 	log     zerolog.Logger
 	deliver func(*Message)
 	nc      *nats.Conn
 	emb     embedded
 
-	mu    sync.Mutex
-	wants map[string]*want
-	// retained holds the subscription to every retained message.
-	retained *want
-	// retired is set at Close, when the drops of every subscription have
-	// moved to stats.droppedIn (mu).
-	retired bool
-	nsubs   atomic.Int64
-	shared  shares
+	mu sync.Mutex
+	// batchSub is the subscription to this node's batches; its drops
+	// move to stats.droppedIn at Close (retired, mu).
+	batchSub *nats.Subscription
+	retired  bool
+	shared   shares
+	// routes is the route table (routes.go).
+	routes routes
 
-	out         chan *nats.Msg
-	outBytes    atomic.Int64
+	out      chan outItem
+	outBytes atomic.Int64
+	// in is the share groups' messages, batches the other nodes'
+	// batches, inMsgs the messages of those waiting for deliver.
 	in          chan *nats.Msg
+	batches     chan inBatch
+	inMsgs      atomic.Int64
+	inBytes     atomic.Int64
 	stopOut     chan struct{}
 	stopIn      chan struct{}
 	sendDone    chan struct{}
@@ -159,21 +170,18 @@ type embedded interface {
 	shutdown()
 }
 
-// want is one wanted filter: how many subscriptions of this node use it
-// and the NATS subscriptions of its subjects.
-type want struct {
-	refs int
-	subs []*nats.Subscription
-}
-
 // Start connects (starting the embedded server first when configured) and
 // returns once connected, or an error within a bounded time (a few
 // seconds per URL). deliver is called for each message another node
-// published on a subject this node wants, on the node's one delivery
-// goroutine, in the order the connection received them; it must not
-// block for long: past PauseHigh waiting, the node pauses the others'
-// sending (pause.go), and past InQueueMessages messages are dropped. It
-// is never called for this node's own messages (nats.NoEcho).
+// sent this one (a filter this node wants matched it, or a share group
+// of this node's was chosen for it), on the node's one delivery
+// goroutine, each node's in the order it sent them; it must not block
+// for long: past the pause marks the node pauses the others' sending
+// (pause.go), and past InQueueBytes messages are dropped. A message's
+// Topic and Payload may share the memory of the batch it came in, which
+// nothing changes: deliver copies them when it keeps them past the
+// call, so that a small message does not hold a whole batch. deliver is
+// never called for this node's own messages.
 func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -194,12 +202,11 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 	n := &Node{
 		name:     cfg.NodeName,
 		cluster:  cfg.Name,
-		queue:    "mqttd." + cfg.Name + ".n." + cfg.NodeName,
 		log:      log.With().Str("component", "cluster").Str("node", cfg.NodeName).Logger(),
 		deliver:  deliver,
-		wants:    map[string]*want{},
-		out:      make(chan *nats.Msg, OutQueueMessages),
+		out:      make(chan outItem, OutQueueMessages),
 		in:       make(chan *nats.Msg, InQueueMessages),
+		batches:  make(chan inBatch, inBatches),
 		stopOut:  make(chan struct{}),
 		stopIn:   make(chan struct{}),
 		ncClosed: make(chan struct{}),
@@ -236,31 +243,39 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 		return nil, fmt.Errorf("cluster: connecting to NATS at %s: %w", url, err)
 	}
 	n.nc = nc
-	// Every node keeps every retained message.
-	sub, err := nc.ChanQueueSubscribe(retainedPrefix(cfg.Name)+">", n.queue, n.in)
-	if err != nil {
+	if err := n.subscribe(); err != nil {
 		nc.Close()
 		if n.emb != nil {
 			n.emb.shutdown()
 		}
-		return nil, fmt.Errorf("cluster: subscribing to the retained messages: %w", err)
-	}
-	n.retained = &want{refs: 1, subs: []*nats.Subscription{sub}}
-	n.nsubs.Add(1)
-	if err := n.startFlow(); err != nil {
-		nc.Close()
-		if n.emb != nil {
-			n.emb.shutdown()
-		}
-		return nil, fmt.Errorf("cluster: subscribing to the flow control: %w", err)
+		return nil, err
 	}
 	n.log.Info().Str("nats", nc.ConnectedUrlRedacted()).Str("cluster", cfg.Name).Msg("cluster node connected")
+	n.live.Add(1)
+	go n.routesLoop()
 	go n.sendLoop()
 	go n.deliverLoop()
 	go n.bindStore(cfg.Replicas)
 	go n.keeper()
 	go n.releaser()
 	return n, nil
+}
+
+// subscribe makes the main connection's subscriptions: this node's
+// batches, the route table's and the flow control's.
+func (n *Node) subscribe() error {
+	sub, err := n.nc.Subscribe(batchSubject(n.cluster, n.name), n.onBatch)
+	if err != nil {
+		return fmt.Errorf("cluster: subscribing to this node's messages: %w", err)
+	}
+	n.batchSub = sub
+	if err := n.startRoutes(); err != nil {
+		return fmt.Errorf("cluster: subscribing to the route table: %w", err)
+	}
+	if err := n.startFlow(); err != nil {
+		return fmt.Errorf("cluster: subscribing to the flow control: %w", err)
+	}
+	return nil
 }
 
 // options are the NATS connection's: reconnect forever with a bounded
@@ -346,100 +361,34 @@ func wantedTopic(filter string) (string, bool) {
 }
 
 // Want counts one more of this node's subscriptions to filter; the first
-// subscribes in NATS to the filter's subjects (FilterSubjects), which
-// nats.go sends from its buffer without a round trip. A shared filter
-// ($share/group/f) given to Want is wanted as f, for every message; a
-// share group spanning nodes is WantShared's. Filters of '$' topics,
-// which never cross, are ignored.
+// announces it to the other nodes (routes.go), which send this node the
+// messages it matches. A shared filter ($share/group/f) given to Want is
+// wanted as f, for every message; a share group spanning nodes is
+// WantShared's. Filters of '$' topics, which never cross, are ignored.
 func (n *Node) Want(filter string) {
-	topic, ok := wantedTopic(filter)
-	if !ok || n.closed.Load() {
-		return
+	if topic, ok := wantedTopic(filter); ok && !n.closed.Load() {
+		n.announce(routeKey{filter: topic}, 1)
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if w := n.wants[topic]; w != nil {
-		w.refs++
-		return
-	}
-	w := &want{refs: 1}
-	for _, subj := range FilterSubjects(n.cluster, topic) {
-		if len(subj) > MaxSubjectLen {
-			continue // no topic it matches can be sent
-		}
-		sub, err := n.nc.ChanQueueSubscribe(subj, n.queue, n.in)
-		if err != nil {
-			n.log.Warn().Err(err).Str("filter", topic).Msg("cluster: NATS subscribe failed")
-			continue
-		}
-		w.subs = append(w.subs, sub)
-	}
-	n.nsubs.Add(int64(len(w.subs)))
-	n.wants[topic] = w
 }
 
 // Unwant counts one fewer of this node's subscriptions to filter; the
-// last unsubscribes its subjects in NATS. Unwant of a filter not wanted
-// is a no-op.
+// last announces its removal. Unwant of a filter not wanted is a no-op.
 func (n *Node) Unwant(filter string) {
-	topic, ok := wantedTopic(filter)
-	if !ok {
-		return
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	w := n.wants[topic]
-	if w == nil {
-		return
-	}
-	if w.refs--; w.refs > 0 {
-		return
-	}
-	delete(n.wants, topic)
-	n.retireDrops(w)
-	for _, sub := range w.subs {
-		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) &&
-			!errors.Is(err, nats.ErrConnectionDraining) && !errors.Is(err, nats.ErrBadSubscription) {
-			n.log.Warn().Err(err).Str("filter", topic).Msg("cluster: NATS unsubscribe failed")
-		}
-	}
-	n.nsubs.Add(-int64(len(w.subs)))
-}
-
-// retireDrops adds the drops of w's subscriptions, which are going, to
-// stats.droppedIn; n.mu is held.
-func (n *Node) retireDrops(w *want) {
-	for _, sub := range w.subs {
-		if d, err := sub.Dropped(); err == nil {
-			n.stats.droppedIn.Add(uint64(d))
-		}
+	if topic, ok := wantedTopic(filter); ok {
+		n.announce(routeKey{filter: topic}, -1)
 	}
 }
 
-// allWants are the node's subscriptions: the wanted filters' and the
-// retained messages'; n.mu is held.
-func (n *Node) allWants() []*want {
-	all := make([]*want, 0, len(n.wants)+1)
-	all = append(all, n.retained)
-	for _, w := range n.wants {
-		all = append(all, w)
-	}
-	return all
-}
-
-// droppedIn counts the messages nats.go dropped because deliver fell
-// behind: those of the subscriptions gone and of the live ones.
+// droppedIn counts the messages from other nodes dropped because deliver
+// fell behind: by nats.go (the batch subscription's pending bound) and by
+// onBatch.
 func (n *Node) droppedIn() uint64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	d := n.stats.droppedIn.Load()
 	if !n.retired {
-		for _, w := range n.allWants() {
-			for _, sub := range w.subs {
-				if live, err := sub.Dropped(); err == nil {
-					d += uint64(live)
-				}
-			}
+		if live, err := n.batchSub.Dropped(); err == nil {
+			d += uint64(live)
 		}
 	}
 	return d

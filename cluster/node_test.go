@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
@@ -124,14 +123,24 @@ func probe(t *testing.T, from *Node, topic string, to *recorder) {
 	}
 }
 
-// waitInterest waits until srv routes topic's subject somewhere (or
-// nowhere), as it does once a node's Want (or Unwant) has crossed the
-// routes to it. Only when no other subscription matches the subject.
-func waitInterest(t *testing.T, srv *server.Server, topic string, want bool) {
+// routed reports whether n's route table sends topic to node peer.
+func routed(n *Node, topic, peer string) bool {
+	rt := &n.routes
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
+	var dst peerSet
+	rt.trie.match(topic, &dst)
+	dst.union(&rt.everything)
+	p := rt.peers[peer]
+	return p != nil && dst.has(p.slot)
+}
+
+// waitRoute waits until n's route table sends topic to node peer (or
+// not), as it does once peer's Want (or Unwant) has reached n.
+func waitRoute(t *testing.T, n *Node, topic, peer string, want bool) {
 	t.Helper()
-	subj := Subject("c1", topic)
-	testutil.WaitFor(t, fmt.Sprintf("interest %v in %s on %s", want, truncate(subj, 80), srv.Name()), func() bool {
-		return srv.GlobalAccount().SubscriptionInterest(subj) == want
+	testutil.WaitFor(t, fmt.Sprintf("route of %s to %s %v on %s", truncate(topic, 80), peer, want, n.Name()), func() bool {
+		return routed(n, topic, peer) == want
 	})
 }
 
@@ -183,12 +192,12 @@ func TestCrossNodeDelivery(t *testing.T) {
 	if gotA := ra.until(t, "from/b", "probe/"); topics(gotA) != "from/b" {
 		t.Fatalf("A got %s, want only B's from/b", topics(gotA))
 	}
-	if st := a.Stats(); !st.Connected || st.MessagesOut != outBefore+5 || st.Subscriptions != 2 || st.Filters != 1 {
+	// A holds B's "#", "a/#", "a/+/c" (wanted twice), probe/B and C's
+	// two.
+	if st := a.Stats(); !st.Connected || st.MessagesOut != outBefore+5 || st.Filters != 1 || st.Routes != 6 || st.Peers != 2 {
 		t.Fatalf("A's stats %+v, %d out before", st, outBefore)
 	}
-	// "#", "a/#" (two subjects), "a/+/c" (wanted twice), probe/B, and
-	// the retained messages.
-	if st := b.Stats(); st.MessagesIn < 5 || st.Subscriptions != 6 || st.Filters != 4 || st.Malformed != 0 {
+	if st := b.Stats(); st.MessagesIn < 5 || st.Filters != 4 || st.Malformed != 0 || st.BatchesIn == 0 {
 		t.Fatalf("B's stats %+v", st)
 	}
 }
@@ -203,7 +212,7 @@ func TestUnwantStopsDelivery(t *testing.T) {
 	n.Want("u/+")
 	n.Want("keep")
 	n.Unwant("never/wanted")
-	waitInterest(t, s.Server(0), "keep", true)
+	waitRoute(t, p, "keep", "S", true)
 	publish := func(topic string) {
 		t.Helper()
 		if err := p.Publish(&Message{Topic: topic}); err != nil {
@@ -218,17 +227,17 @@ func TestUnwantStopsDelivery(t *testing.T) {
 		t.Fatalf("after one Unwant of two got %s, want u/1 keep", topics(got))
 	}
 	n.Unwant("u/+")
-	if st := n.Stats(); st.Subscriptions != 2 || st.Filters != 1 {
+	if st := n.Stats(); st.Filters != 1 {
 		t.Fatalf("after the last Unwant: %+v", st)
 	}
-	waitInterest(t, s.Server(0), "u/1", false)
+	waitRoute(t, p, "u/1", "S", false)
 	publish("u/2")
 	publish("keep")
 	if got := rs.until(t, "keep", ""); topics(got) != "keep" {
 		t.Fatalf("after the last Unwant got %s, want keep only", topics(got))
 	}
 	n.Unwant("u/+")
-	if st := n.Stats(); st.Subscriptions != 2 || st.Filters != 1 {
+	if st := n.Stats(); st.Filters != 1 {
 		t.Fatalf("an extra Unwant changed the stats: %+v", st)
 	}
 }
@@ -292,20 +301,25 @@ func TestReconnectAfterServerLoss(t *testing.T) {
 func TestPublishBounds(t *testing.T) {
 	urls := natstest.Cluster(t, 1)
 	n := startNode(t, "N", newRecorder(), testLogger(t), urls[0])
+	// A retained message is written to the replicated stream under its
+	// subject, which a topic this long cannot have.
 	long := strings.Repeat(strings.Repeat("a", 40)+"/", MaxSubjectLen/40)
-	if err := n.Publish(&Message{Topic: long + "x"}); err != ErrTooLong {
+	if err := n.Publish(&Message{Topic: long + "x", Retain: true}); err != ErrTooLong {
 		t.Fatalf("Publish of a %d-byte topic: %v, want ErrTooLong", len(long), err)
 	}
-	// A filter as long is never subscribed: nothing could match it.
+	// A message nobody else wants goes nowhere.
+	if err := n.Publish(&Message{Topic: long + "y"}); err != nil {
+		t.Fatalf("Publish of a topic nobody wants: %v", err)
+	}
 	n.Want(long + "#")
-	if st := n.Stats(); st.TooLong != 1 || st.Subscriptions != 1 || st.Filters != 1 {
+	if st := n.Stats(); st.TooLong != 1 || st.Filters != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 	big := bytes.Repeat([]byte{1}, OutQueueBytes+1)
-	if err := n.Publish(&Message{Topic: "big", Payload: big}); err != ErrQueueFull {
+	if err := n.Publish(&Message{Topic: "big", Payload: big, Retain: true}); err != ErrQueueFull {
 		t.Fatalf("Publish of %d bytes: %v, want ErrQueueFull", len(big), err)
 	}
-	if err := n.Publish(&Message{Topic: "q", QoS: 3}); err == nil {
+	if err := n.Publish(&Message{Topic: "q", QoS: 3, Retain: true}); err == nil {
 		t.Fatal("Publish of QoS 3: no error")
 	}
 	if st := n.Stats(); st.DroppedOut != 2 || st.MessagesOut != 0 {
@@ -324,39 +338,55 @@ func TestPublishBounds(t *testing.T) {
 }
 
 func TestMalformedFromNetworkDropped(t *testing.T) {
-	s := natstest.Start(t, 1)
-	urls := s.URLs()
+	urls := natstest.Cluster(t, 1)
 	r := newRecorder()
 	n := startNode(t, "N", r, testLogger(t), urls[0])
-	n.Want("#")
 	nc, err := nats.Connect(urls[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	good, err := encodeMeta(&Message{QoS: 1, Origin: "raw"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	send := func(subj string, h nats.Header) {
+	rec := func(m *Message) []byte {
 		t.Helper()
-		if err := nc.PublishMsg(&nats.Msg{Subject: subj, Header: h, Data: []byte("x")}); err != nil {
+		b, err := appendRecord(nil, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	good := rec(&Message{Topic: "m/1", QoS: 1, Origin: "raw"})
+	batch := func(parts ...[]byte) []byte { return append([]byte{batchVersion}, bytes.Join(parts, nil)...) }
+	for _, data := range [][]byte{
+		{},                                    // empty
+		{batchVersion},                        // no record
+		append([]byte{9}, good...),            // another version
+		batch(good[:len(good)-1]),             // truncated
+		batch(append([]byte{3}, good[1:]...)), // QoS 3
+		batch(rec(&Message{Topic: "a/+"})),    // a wildcard
+		batch(good, []byte{0xff}),             // a bad record after a good one: all dropped
+	} {
+		if err := nc.Publish(batchSubject("c1", "N"), data); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitInterest(t, s.Server(0), "m", true)
-	send(Subject("c1", "m/1"), nil)                                   // no header
-	send(Subject("c1", "m/2"), nats.Header{metaHeader: {"1;99;;"}})   // bad QoS
-	send(Subject("c1", "m/3"), nats.Header{metaHeader: {good, good}}) // two values
-	send("mqttd.c1.t.%41", nats.Header{metaHeader: {good}})           // not Subject's spelling
-	send("mqttd.c1.t.a%2Fb", nats.Header{metaHeader: {good}})         // a level with '/'
-	send(Subject("c1", "m/ok"), nats.Header{metaHeader: {good}})      // the marker
+	for _, data := range [][]byte{
+		{}, {routeSummary}, appendRouteMsg(nil, routeMsg{kind: 'x', name: "X"}),
+		appendRouteMsg(nil, routeMsg{kind: routeAdd, name: "X", gen: 1, seq: 1, key: routeKey{filter: "a/#/b"}}),
+	} {
+		if err := nc.Publish(routesSubject("c1"), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Publish(batchSubject("c1", "N"), batch(rec(&Message{Topic: "m/ok", QoS: 1, Origin: "raw"}))); err != nil {
+		t.Fatal(err)
+	}
 	got := r.until(t, "m/ok", "")
 	if topics(got) != "m/ok" || got[0].Origin != "raw" || got[0].QoS != 1 {
 		t.Fatalf("got %s (%+v), want only m/ok", topics(got), got[0])
 	}
-	if st := n.Stats(); st.Malformed != 5 || st.MessagesIn != 1 {
-		t.Fatalf("stats %+v, want 5 malformed and 1 in", st)
+	testutil.WaitFor(t, "the route messages counted", func() bool { return n.Stats().Malformed == 11 })
+	if st := n.Stats(); st.MessagesIn != 1 || st.Peers != 0 {
+		t.Fatalf("stats %+v, want 11 malformed, 1 in, no peer", st)
 	}
 }
 
@@ -373,8 +403,15 @@ func TestLongestSubjectCrosses(t *testing.T) {
 	r := newRecorder()
 	p := startNode(t, "P", newRecorder(), testLogger(t), urls[0])
 	n := startNode(t, "S", r, testLogger(t), urls[1])
-	n.Want(topic)
-	waitInterest(t, s.Server(0), topic, true)
+	// A share group's messages travel on their own subjects.
+	n.WantShared("g", topic)
+	testutil.WaitFor(t, "P knows S's share group", func() bool {
+		var dst peerSet
+		p.routes.mu.RLock()
+		defer p.routes.mu.RUnlock()
+		return p.routes.trie.match(topic, &dst)
+	})
+	waitSubscribers(t, s.Server(0), "g", topic, 1)
 	if err := p.Publish(&Message{Topic: topic}); err != nil {
 		t.Fatal(err)
 	}
@@ -412,59 +449,53 @@ func TestSlowDeliverDropsCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	meta, err := encodeMeta(&Message{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Want("slow/#")
-	waitInterest(t, s.Server(0), "slow", true)
-	const total = InQueueMessages + 500
-	for range total {
-		if err := raw.PublishMsg(&nats.Msg{Subject: Subject("c1", "slow"), Header: nats.Header{metaHeader: {meta}}}); err != nil {
+	// Batches of 32 messages, as another node would send them: the
+	// queue takes inBatches of them, and the one deliver holds; 20 are
+	// too many.
+	const per, batches = 32, inBatches + 1 + 20
+	data := []byte{batchVersion}
+	for range per {
+		var err error
+		if data, err = appendRecord(data, &Message{Topic: "slow"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// deliver holds one, the queue InQueueMessages: nats.go drops the rest.
-	testutil.WaitFor(t, "the drops counted", func() bool { return n.Stats().DroppedIn == total-InQueueMessages-1 })
+	for range batches {
+		if err := raw.Publish(batchSubject("c1", "S"), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const dropped = 20 * per
+	testutil.WaitFor(t, "the drops counted", func() bool { return n.Stats().DroppedIn == dropped })
 	unblock()
-	testutil.WaitFor(t, "the queue delivered", func() bool { return n.Stats().MessagesIn == InQueueMessages+1 })
-	n.Unwant("slow/#")
-	if st := n.Stats(); st.DroppedIn != total-InQueueMessages-1 || in.Load() != InQueueMessages+1 || st.PausesSent == 0 {
-		t.Fatalf("after Unwant: %+v, %d delivered", st, in.Load())
+	const delivered = (batches - 20) * per
+	testutil.WaitFor(t, "the queue delivered", func() bool { return n.Stats().MessagesIn == delivered })
+	if st := n.Stats(); st.DroppedIn != dropped || in.Load() != delivered || st.PausesSent == 0 || st.BatchesIn != batches {
+		t.Fatalf("%+v, %d delivered", st, in.Load())
 	}
 }
 
-// TestRetainedReachEveryNode: a retained message goes to every node,
-// whether it wants the topic or not, once to a node that wants it too;
-// a message that is not retained goes only to the nodes that want it.
-func TestRetainedReachEveryNode(t *testing.T) {
+// TestRetainedReachWantingNodes: a retained message goes live to the
+// nodes that want its topic, once, in its order with the others; the
+// rest find it in the replicated stream.
+func TestRetainedReachWantingNodes(t *testing.T) {
 	s := natstest.Start(t, 3)
 	urls := s.URLs()
 	ra, rb, rc := newRecorder(), newRecorder(), newRecorder()
 	a := startNode(t, "A", ra, testLogger(t), urls[0])
 	b := startNode(t, "B", rb, testLogger(t), urls[1])
-	startNode(t, "C", rc, testLogger(t), urls[2])
-	logOnFailure(t, s, a, b)
+	c := startNode(t, "C", rc, testLogger(t), urls[2])
+	logOnFailure(t, s, a, b, c)
 	b.Want("r/#")
+	b.Want("r/+")
+	c.Want("end")
+	c.Want("c/probe")
 	probe(t, a, "r/probe", rb)
-	// C's subscription to the retained messages was made at its Start:
-	// a first retained message, sent until C has it, shows it crossed.
-	deadline := time.After(10 * time.Second)
-	for first := false; !first; {
-		if err := a.Publish(&Message{Topic: "first", Retain: true, Payload: []byte("1")}); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case m := <-rc.ch:
-			first = m.Topic == "first" && m.Retain
-		case <-time.After(20 * time.Millisecond):
-		case <-deadline:
-			t.Fatal("no retained message reached C within 10 s")
-		}
-	}
+	probe(t, a, "c/probe", rc)
 	for _, m := range []*Message{
 		{Topic: "r/kept", Retain: true, QoS: 1, Payload: []byte("k")},
 		{Topic: "r/live", QoS: 1, Payload: []byte("l")},
+		{Topic: "r/kept", Retain: true, QoS: 1, Payload: []byte("k2")},
 		{Topic: "other/kept", Retain: true, Payload: []byte("o")},
 		{Topic: "end", Retain: true},
 	} {
@@ -472,10 +503,13 @@ func TestRetainedReachEveryNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := topics(rb.until(t, "end", "first", "r/probe")); got != "r/kept r/live other/kept end" {
-		t.Errorf("B, which wants r/#, got %s", got)
+	if err := a.Publish(&Message{Topic: "r/end"}); err != nil {
+		t.Fatal(err)
 	}
-	if got := topics(rc.until(t, "end", "first")); got != "r/kept other/kept end" {
-		t.Errorf("C, which wants nothing, got %s", got)
+	if got := rb.until(t, "r/end", "r/probe"); topics(got) != "r/kept r/live r/kept r/end" || string(got[2].Payload) != "k2" {
+		t.Errorf("B, which wants r/#, got %s", topics(got))
+	}
+	if got := rc.until(t, "end", "c/probe"); topics(got) != "end" || !got[0].Retain {
+		t.Errorf("C, which wants end, got %s", topics(got))
 	}
 }

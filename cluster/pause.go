@@ -9,10 +9,11 @@ import (
 )
 
 // Flow control between nodes. Core NATS has none: a node whose delivery
-// falls behind would have nats.go drop what passes InQueueMessages. So a
-// receiving node whose queue passes PauseHigh publishes a pause, carrying
-// its name, on the cluster's flow subject, renewed every pauseRenew while
-// the queue stays above PauseLow, and a resume once it is below; every
+// falls behind would drop what passes InQueueBytes of batches (or
+// InQueueMessages of the share groups'). So a receiving node whose queue
+// passes a high mark (marks) publishes a pause, carrying its name, on
+// the cluster's flow subject, renewed every pauseRenew until the queue
+// is below the low marks, and a resume then; every
 // other node's sending goroutine holds its messages while any node's
 // pause is in force (global: a node cannot know which nodes NATS takes a
 // subject to), so its bounded outgoing queue fills and its publishers
@@ -25,12 +26,19 @@ import (
 // loses messages, counted in Stats.DroppedIn. Between nodes delivery
 // stays at most once: a node that dies loses what it had queued.
 const (
-	// PauseHigh is the queue of received messages (of InQueueMessages)
-	// past which a node asks the others to pause: the rest is room for
-	// what is already on its way.
+	// PauseHigh is the queue of the share groups' messages (of
+	// InQueueMessages) past which a node asks the others to pause: the
+	// rest is room for what is already on its way.
 	PauseHigh = InQueueMessages / 16
 	// PauseLow is the queue below which it lets them resume.
 	PauseLow = PauseHigh / 4
+	// BatchPauseHigh and BatchPauseBytes are the marks of the queue of
+	// batches from other nodes, in messages and in bytes, past either of
+	// which a node pauses the others; it lets them resume below a quarter
+	// of both. A batch brings hundreds of messages at once: the low marks
+	// keep the delivery goroutine busy for a resume's round trip.
+	BatchPauseHigh  = 4 * PauseHigh
+	BatchPauseBytes = InQueueBytes / 4
 	// PauseExpiry is how long a pause holds a sender without renewal.
 	PauseExpiry = 500 * time.Millisecond
 	// pauseRenew is how often a node still above PauseLow renews its
@@ -188,11 +196,12 @@ func (n *Node) watchQueue() bool {
 	defer tick.Stop()
 	var paused time.Time // when the last pause went, zero once resumed
 	for {
-		q := len(n.in)
+		q := n.queued()
+		high, low := n.marks()
 		behind := n.behind()
 		switch {
-		case paused.IsZero() && (q >= PauseHigh || behind),
-			!paused.IsZero() && (q > PauseLow || behind) && time.Since(paused) >= pauseRenew:
+		case paused.IsZero() && (high || behind),
+			!paused.IsZero() && (!low || behind) && time.Since(paused) >= pauseRenew:
 			if n.sendFlow(flowPause) {
 				if paused.IsZero() && n.warn.allow() {
 					n.log.Warn().Int("queued", q).Uint64("pauses_sent", n.flow.pausesSent.Load()).
@@ -200,13 +209,13 @@ func (n *Node) watchQueue() bool {
 				}
 				paused = time.Now()
 			}
-		case !paused.IsZero() && q <= PauseLow && !behind:
+		case !paused.IsZero() && low && !behind:
 			n.sendFlow(flowResume)
 			paused = time.Time{}
 		}
 		if paused.IsZero() && q == 0 {
 			n.flow.watching.Store(false)
-			if len(n.in) == 0 && !n.flow.delivering.Load() {
+			if n.queued() == 0 && !n.flow.delivering.Load() {
 				return true
 			}
 			n.flow.watching.Store(true)
@@ -217,6 +226,15 @@ func (n *Node) watchQueue() bool {
 			return false
 		}
 	}
+}
+
+// marks reports whether the queues of received messages are past a high
+// mark (pause), and whether they are all below their low marks (resume).
+func (n *Node) marks() (high, low bool) {
+	msgs, bytes, shared := n.inMsgs.Load(), n.inBytes.Load(), len(n.in)
+	high = msgs >= BatchPauseHigh || bytes >= BatchPauseBytes || shared >= PauseHigh
+	low = msgs <= BatchPauseHigh/4 && bytes <= BatchPauseBytes/4 && shared <= PauseLow
+	return high, low
 }
 
 // sendFlow publishes a pause or a resume, and reports whether NATS took

@@ -61,8 +61,8 @@ func (g *gate) inOrder(t *testing.T, total int) {
 
 // heldPair starts a receiver R, whose deliver g holds, wanting flow/#
 // on the second server, and a sender P on the first, once each knows of
-// the other: R's interest is on P's server, P's pause subscription on
-// R's.
+// the other: R's filter is in P's route table, P's pause subscription on
+// R's server.
 func heldPair(t *testing.T, g *gate) (p, r *Node) {
 	t.Helper()
 	s := natstest.Start(t, 2)
@@ -83,8 +83,8 @@ func heldPair(t *testing.T, g *gate) (p, r *Node) {
 	r.Want("flow/#")
 	// P's flow subscription crossed the route before its want of probe/#.
 	p.Want("probe/#")
-	waitInterest(t, s.Server(0), "flow/x", true)
-	waitInterest(t, s.Server(1), "probe/x", true)
+	waitRoute(t, p, "flow/x", "R", true)
+	waitRoute(t, r, "probe/x", "P", true)
 	return p, r
 }
 

@@ -98,6 +98,9 @@ func (n *Node) WantShared(group, filter string) {
 	}
 	s := &share{shareKey: k, refs: 1}
 	sh.byKey[k] = s
+	// The senders publish a message on its own subject only while a
+	// node has a share group on a filter matching it.
+	n.announce(routeKey{filter: topic, shared: true}, 1)
 	switch {
 	case sh.nc != nil:
 		n.subscribeShare(s)
@@ -148,6 +151,7 @@ func (n *Node) UnwantShared(group, filter string) {
 		return
 	}
 	delete(sh.byKey, k)
+	n.announce(routeKey{filter: topic, shared: true}, -1)
 	for _, sub := range s.subs {
 		delete(sh.bySub, sub)
 		if d, err := sub.Dropped(); err == nil {
@@ -229,13 +233,10 @@ func (n *Node) sharedOptions(closed chan struct{}) []nats.Option {
 	)
 }
 
-// tag sets m's Group and Filter when msg came through a shared
-// subscription, and reports false when that subscription has gone since:
-// m is then dropped.
+// tag sets m's Group and Filter from msg's shared subscription, and
+// reports false when that subscription has gone since: m is then
+// dropped.
 func (n *Node) tag(msg *nats.Msg, m *Message) bool {
-	if msg.Sub == nil || msg.Sub.Queue == n.queue {
-		return true
-	}
 	sh := &n.shared
 	sh.mu.RLock()
 	s := sh.bySub[msg.Sub]

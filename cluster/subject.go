@@ -23,9 +23,9 @@ const hexDigits = "0123456789ABCDEF"
 // prefix is the subject prefix of a cluster's topics.
 func prefix(cluster string) string { return "mqttd." + cluster + ".t." }
 
-// retainedPrefix is the subject prefix of a cluster's retained messages,
-// which every node subscribes to whatever its clients want: each keeps
-// them all, so that a subscription finds them on its own node.
+// retainedPrefix is the subject prefix of a cluster's retained messages
+// published for the share groups, and the retained stream's kept
+// messages are named after it.
 func retainedPrefix(cluster string) string { return "mqttd." + cluster + ".r." }
 
 // needsEscape reports whether byte c of a topic level, at index i of the
