@@ -108,14 +108,24 @@ func decodeBatch(data []byte) ([]Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	return decodeCounted(data, count)
+	return decodeCounted(data, count, nil)
 }
 
+// maxReusedRecords bounds the delivery goroutine's decoding slice kept
+// between batches (Node.decoded): a batch of more records, tiny ones
+// from a peer, gets a slice of its own that goes with it.
+const maxReusedRecords = 4096
+
 // decodeCounted is decodeBatch for a batch whose framing countBatch
-// checked: count records.
-func decodeCounted(data []byte, count int) ([]Message, error) {
+// checked: count records, decoded into ms's room when it has enough (a
+// slice reused from batch to batch: a batch's messages are garbage once
+// delivered, and a new slice for each cost more than the batch).
+func decodeCounted(data []byte, count int, ms []Message) ([]Message, error) {
 	var err error
-	ms := make([]Message, count)
+	if cap(ms) < count {
+		ms = make([]Message, count)
+	}
+	ms = ms[:count]
 	b := data[1:]
 	origin := ""
 	for i := range ms {
@@ -216,17 +226,24 @@ func (n *Node) dropBatch(size int64, count int) {
 // off the queue as it goes; a malformed one is dropped whole.
 func (n *Node) deliverBatch(b inBatch) {
 	defer n.inBytes.Add(-int64(len(b.data)))
-	ms, err := decodeCounted(b.data, b.count)
+	ms, err := decodeCounted(b.data, b.count, n.decoded)
 	if err != nil {
+		clear(n.decoded[:cap(n.decoded)]) // what it decoded before the error
 		n.inMsgs.Add(-int64(b.count))
 		n.stats.malformed.Add(1)
 		n.warnMalformed(err, "")
 		return
 	}
+	n.stats.in.Add(uint64(len(ms)))
 	for i := range ms {
-		n.stats.in.Add(1)
 		n.deliver(&ms[i])
 		n.inMsgs.Add(-1)
+	}
+	// The messages point into the batch: cleared, so that the slice kept
+	// does not hold it.
+	clear(ms)
+	if cap(ms) <= maxReusedRecords {
+		n.decoded = ms[:0]
 	}
 }
 

@@ -91,6 +91,9 @@ type Node struct {
 	cluster string
 	log     zerolog.Logger
 	deliver func(*Message)
+	// decoded is the delivery goroutine's room for a batch's messages,
+	// reused (deliverBatch).
+	decoded []Message
 	nc      *nats.Conn
 	emb     embedded
 
@@ -180,8 +183,9 @@ type embedded interface {
 // (pause.go), and past InQueueBytes messages are dropped. A message's
 // Topic and Payload may share the memory of the batch it came in, which
 // nothing changes: deliver copies them when it keeps them past the
-// call, so that a small message does not hold a whole batch. deliver is
-// never called for this node's own messages.
+// call, so that a small message does not hold a whole batch; m itself
+// is reused once deliver returns. deliver is never called for this
+// node's own messages.
 func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -23,12 +23,16 @@ func testLogger(t testing.TB) zerolog.Logger {
 	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 }
 
-// recorder is a node's deliver: it keeps what arrives, in order.
+// recorder is a node's deliver: it keeps what arrives, in order (a
+// copy: the node reuses m).
 type recorder struct{ ch chan *Message }
 
 func newRecorder() *recorder { return &recorder{ch: make(chan *Message, 4096)} }
 
-func (r *recorder) deliver(m *Message) { r.ch <- m }
+func (r *recorder) deliver(m *Message) {
+	c := *m
+	r.ch <- &c
+}
 
 // until returns the messages received up to and including the first on
 // topic marker, skipping those on topics starting with one of skip

@@ -20,7 +20,7 @@ import (
 const floodTotal = InQueueMessages + OutQueueMessages + 1000
 
 // gate is a deliver that holds every message until the test lets it go,
-// then keeps them, in order.
+// then keeps them (copies: the node reuses m), in order.
 type gate struct {
 	release chan struct{}
 	once    sync.Once
@@ -37,7 +37,8 @@ func newGate(t *testing.T) *gate {
 
 func (g *gate) deliver(m *Message) {
 	<-g.release
-	g.ch <- m
+	c := *m
+	g.ch <- &c
 }
 
 func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
