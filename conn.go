@@ -316,7 +316,7 @@ func (c *conn) cleanup() {
 	c.srv.forgetAuth(c)
 	if c.cl != nil {
 		c.srv.detach(c)
-		c.srv.ends.ended()
+		c.srv.ends.Signal()
 		c.settleWill()
 	}
 	if c.srv.dur != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"mqttd/auth"
+	"mqttd/internal/broadcast"
 	"mqttd/packets"
 	"mqttd/persistence"
 	"mqttd/session"
@@ -124,9 +125,9 @@ type Server struct {
 	retainedSends     retainedSends
 	retainLimitWarned throttle
 	// ends wakes the CONNECTs waiting for the connection they take over
-	// to end (takeover.go), and takeoverWarned is the last time a wait ran
-	// out.
-	ends           endWatch
+	// to end (takeover.go): each end of a connection signals it while one
+	// waits. takeoverWarned is the last time a wait ran out.
+	ends           broadcast.Next
 	takeoverWarned throttle
 	// bridges are the configured bridges by session id (bridge.go),
 	// replaced whole when they change.

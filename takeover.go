@@ -1,10 +1,6 @@
 package mqttd
 
-import (
-	"sync"
-	"sync/atomic"
-	"time"
-)
+import "time"
 
 // A client that ends its session (5.0 DISCONNECT with Session Expiry 0),
 // closes its socket and connects again at once expects no session: its
@@ -21,39 +17,6 @@ import (
 // reader normally takes microseconds, and only the new client waits.
 const predecessorWait = time.Second
 
-// endWatch wakes the CONNECTs waiting for an earlier connection of their
-// client id to end. While one waits, each connection's end closes the
-// channel they wait on; otherwise an end costs one atomic load.
-type endWatch struct {
-	waiting atomic.Int32
-	mu      sync.Mutex
-	ch      chan struct{}
-}
-
-// next is the channel the next end of a connection closes. The caller
-// counts itself in waiting first.
-func (w *endWatch) next() <-chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.ch == nil {
-		w.ch = make(chan struct{})
-	}
-	return w.ch
-}
-
-// ended wakes the waiters: a connection's session was released.
-func (w *endWatch) ended() {
-	if w.waiting.Load() == 0 {
-		return
-	}
-	w.mu.Lock()
-	if w.ch != nil {
-		close(w.ch)
-		w.ch = nil
-	}
-	w.mu.Unlock()
-}
-
 // awaitPredecessor waits, when the connection holding c's client id was
 // closed by its client, until that connection has ended or
 // predecessorWait has passed, outside the bound on readers.
@@ -65,13 +28,13 @@ func (c *conn) awaitPredecessor() {
 		return
 	}
 	s.stats.takeoverWaits.Add(1)
-	s.ends.waiting.Add(1)
-	defer s.ends.waiting.Add(-1)
+	s.ends.Waiters.Add(1)
+	defer s.ends.Waiters.Add(-1)
 	timer := time.NewTimer(predecessorWait)
 	defer timer.Stop()
 	c.mayBlock(func() {
 		for {
-			ended := s.ends.next() // before looking: an end after the look closes it
+			ended := s.ends.Wait() // before looking: an end after the look closes it
 			if s.connOf(id) != old {
 				return
 			}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"mqttd/internal/broadcast"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,8 +83,9 @@ type flow struct {
 	until   atomic.Int64
 	resumed chan struct{}
 
-	// room wakes publishers waiting for the outgoing queue's bytes.
-	room room
+	// room wakes publishers waiting for the outgoing queue's bytes: the
+	// sending goroutine signals it after each message it takes out.
+	room broadcast.Next
 
 	// holding is when the current hold began (Unix nanoseconds, 0:
 	// none), heldNanos the time of those ended.
@@ -93,37 +95,6 @@ type flow struct {
 
 	pausesSent, resumesSent, pausesIn, malformed atomic.Uint64
 	heldNanos, waits, waitNanos                  atomic.Uint64
-}
-
-// room is a broadcast to the goroutines waiting for room in the outgoing
-// queue: the sending goroutine signals it after each message it takes
-// out while any wait.
-type room struct {
-	mu      sync.Mutex
-	ch      chan struct{}
-	waiters atomic.Int32
-}
-
-// wait returns a channel closed at the next signal.
-func (r *room) wait() <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ch == nil {
-		r.ch = make(chan struct{})
-	}
-	return r.ch
-}
-
-func (r *room) signal() {
-	if r.waiters.Load() == 0 {
-		return
-	}
-	r.mu.Lock()
-	if r.ch != nil {
-		close(r.ch)
-		r.ch = nil
-	}
-	r.mu.Unlock()
 }
 
 // startFlow subscribes to the other nodes' pauses and starts the

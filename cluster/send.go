@@ -180,23 +180,23 @@ func (n *Node) waitRoom(it *outItem, deadline time.Time) error {
 	for {
 		// Registered before the bytes are counted: a message sent after
 		// the count signals this wait.
-		r.waiters.Add(1)
-		room := r.wait()
+		r.Waiters.Add(1)
+		room := r.Wait()
 		if n.outBytes.Add(it.size) > OutQueueBytes {
 			n.outBytes.Add(-it.size)
 			select {
 			case <-room:
-				r.waiters.Add(-1)
+				r.Waiters.Add(-1)
 				continue
 			case <-t.C:
-				r.waiters.Add(-1)
+				r.Waiters.Add(-1)
 				return ErrQueueFull
 			case <-n.stopOut:
-				r.waiters.Add(-1)
+				r.Waiters.Add(-1)
 				return ErrClosed
 			}
 		}
-		r.waiters.Add(-1)
+		r.Waiters.Add(-1)
 		select {
 		case n.out <- *it:
 			return nil
@@ -264,7 +264,7 @@ func (n *Node) sendLoop() {
 // batchMax first, and publishes its own message.
 func (n *Node) send(b *batches, it outItem) {
 	n.outBytes.Add(-it.size)
-	n.flow.room.signal()
+	n.flow.room.Signal()
 	if it.rec != nil {
 		rec := *it.rec
 		it.dst.each(func(slot int) {
