@@ -317,7 +317,11 @@ func TestBridgeRemoteRefuses(t *testing.T) {
 			// reconnect_max, 100ms.
 			var waits []float64
 			for _, l := range logs.find("bridge cannot connect to the remote broker")[:attempts] {
-				waits = append(waits, l["retry_in"].(float64))
+				w, ok := l["retry_in"].(float64)
+				if !ok {
+					t.Fatalf("log line without a retry_in: %v", l)
+				}
+				waits = append(waits, w)
 			}
 			if want := []float64{20, 40, 80, 100, 100, 100}; !slices.Equal(waits, want) {
 				t.Errorf("waits %v ms, want %v", waits, want)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -44,8 +45,13 @@ const (
 	// id: long enough for a concurrent claim to see the release, short
 	// enough that ids used once do not pile up.
 	markerTTL = time.Minute
-	// claimAttempts bounds the compare-and-swap rounds of one claim.
-	claimAttempts = 4
+	// claimAttempts bounds the compare-and-swap rounds of one claim, and
+	// claimBackoff is the pause before the second, doubled before each
+	// later one (with jitter): while a bucket's stream elects a leader a
+	// read can come from a replica that is behind, and an immediate
+	// retry reads the same stale answer.
+	claimAttempts = 8
+	claimBackoff  = 10 * time.Millisecond
 	// handoverTimeout bounds the wait for the previous owner's answer
 	// (each part of it): a node that does not answer within it is taken
 	// to be gone, with its session.
@@ -248,7 +254,10 @@ func (n *Node) Claim(id, user string, refuseOther bool) (Claim, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	key, me := ownerKey(id), ownerValue(n.name, user)
-	for range claimAttempts {
+	for attempt := range claimAttempts {
+		if attempt > 0 && !pause(ctx, claimBackoff<<(attempt-1)) {
+			return Claim{}, storeErr(ctx.Err())
+		}
 		e, err := st.owners.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			rev, err := st.owners.Create(ctx, key, me)
@@ -279,6 +288,19 @@ func (n *Node) Claim(id, user string, refuseOther bool) (Claim, error) {
 		return Claim{Prev: prev, Rev: rev, SameUser: owner == user}, nil
 	}
 	return Claim{}, errContended
+}
+
+// pause waits d plus up to half of d more, chosen at random so that
+// contending nodes do not retry in step; false when ctx ends first.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d + rand.N(d/2+1))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // Holds reports whether this node's claim rev of client id is still its
