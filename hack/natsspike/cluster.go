@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"mqttd/internal/natstest"
 )
 
 // nodeOptions is one node of the spike's cluster: client and cluster
@@ -72,7 +74,9 @@ func startCluster(n int, timeout time.Duration) ([]*server.Server, error) {
 	return nodes, nil
 }
 
-// waitMesh waits until every node has a route to every other node.
+// waitMesh waits until every node has its whole pool of routes to every
+// other node: interest sent while a pool is still forming can travel on a
+// route that is then replaced, and a probe was then never answered.
 func waitMesh(nodes []*server.Server, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(10 * time.Millisecond)
@@ -80,8 +84,8 @@ func waitMesh(nodes []*server.Server, timeout time.Duration) error {
 	for {
 		missing := ""
 		for _, s := range nodes {
-			if peers := routedPeers(s); peers < len(nodes)-1 {
-				missing = fmt.Sprintf("%s sees %d of %d peers", s.Name(), peers, len(nodes)-1)
+			if peers := natstest.RoutedPeers(s, server.DEFAULT_ROUTE_POOL_SIZE); peers < len(nodes)-1 {
+				missing = fmt.Sprintf("%s has full pools to %d of %d peers", s.Name(), peers, len(nodes)-1)
 				break
 			}
 		}
@@ -93,20 +97,6 @@ func waitMesh(nodes []*server.Server, timeout time.Duration) error {
 		}
 		<-tick.C
 	}
-}
-
-// routedPeers counts the distinct servers s has a route to (a pair of
-// nodes holds a pool of route connections).
-func routedPeers(s *server.Server) int {
-	rz, err := s.Routez(nil)
-	if err != nil {
-		return 0
-	}
-	peers := map[string]bool{}
-	for _, r := range rz.Routes {
-		peers[r.RemoteID] = true
-	}
-	return len(peers)
 }
 
 func stopCluster(nodes []*server.Server) {

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 // TestMeasureCountsEveryMessage runs the spike in a tiny configuration and
@@ -76,4 +79,49 @@ func lineWith(s, sub string) string {
 		}
 	}
 	return ""
+}
+
+// TestProbeAnsweredAfterNoResponders: a probe published before anyone
+// subscribes is answered by the server with an empty "no responders"
+// status message; the QoS 1 phase's reply handler, which waits for
+// credit, must not take it, or no probe answer after it is seen (the
+// qos1 phase then failed with no answer to a probe within its timeout).
+func TestProbeAnsweredAfterNoResponders(t *testing.T) {
+	srv, err := startNode(nodeOptions("solo", -1, nil), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopCluster([]*server.Server{srv})
+	pub, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	sub, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	p := &pair{pub: pub, sub: sub, prefix: "t", base: time.Now(), cfg: config{timeout: 5 * time.Second}}
+	never := make(chan struct{})
+	defer close(never)
+	inbox, r, ready, err := p.replies(func(*nats.Msg) { <-never })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Unsubscribe()
+	if err := pub.PublishMsg(&nats.Msg{Subject: "t.x", Reply: inbox, Data: probe}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.subscribe("t.x", func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Unsubscribe()
+	if err := p.waitRoutes("t.x", inbox, ready); err != nil {
+		t.Fatal(err)
+	}
 }

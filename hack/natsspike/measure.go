@@ -87,12 +87,19 @@ func (p *pair) subscribe(subject string, handle nats.MsgHandler) (*nats.Subscrip
 }
 
 // replies subscribes the publisher to a fresh inbox: probe answers close
-// ready, every other message goes to handle.
+// ready, every other message goes to handle. A probe published before
+// the subscriber's interest reached its server is answered by that
+// server with a "no responders" status, an empty message: not handle's,
+// whose QoS 1 analogue waits for credit and would then hold up every
+// probe answer behind it.
 func (p *pair) replies(handle nats.MsgHandler) (string, *nats.Subscription, <-chan struct{}, error) {
 	inbox := p.pub.NewInbox()
 	ready := make(chan struct{})
 	var once sync.Once
 	s, err := p.pub.Subscribe(inbox, func(m *nats.Msg) {
+		if len(m.Data) == 0 {
+			return
+		}
 		if len(m.Data) == len(probe) {
 			once.Do(func() { close(ready) })
 			return
