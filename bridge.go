@@ -402,6 +402,7 @@ func (b *bridgeRun) makeRoom(cl *client) bool {
 			}
 			b.stats.dropped[bridgeDropOldest].Add(1)
 			s.stats.dropped[dropQueueFull].Add(1)
+			s.dlq.add(letterQueueFull, o.Msg, o.QoS, cl.id, int(o.Sends))
 			s.accountQueueLocked(cl)
 			return true
 		}

@@ -85,6 +85,7 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 	switch r {
 	case session.Send:
 		if !tc.writeOutboundLocked(o) && o.QoS > 0 {
+			s.dlq.add(letterTooLarge, m, o.QoS, cl.id, int(o.Sends))
 			s.discardLocked(cl, o.PacketID, enc.owner)
 		}
 	case session.Queued:
@@ -97,6 +98,7 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 		}
 	case session.DropFull:
 		s.stats.dropped[dropQueueFull].Add(1)
+		s.dlq.add(letterQueueFull, m, qos, cl.id, 0)
 		if !s.queueWarned.limited() {
 			return s.log.Warn().Str("client_id", cl.id).Str("topic", m.Topic).Int("queued", cl.sess.Queued()).
 				Int("queued_bytes", cl.sess.QueuedBytes()).Int64("all_queued_bytes", s.queueBudget.Bytes())
@@ -105,6 +107,7 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 		s.stats.dropped[dropOfflineQoS0].Add(1)
 	case session.DropExpiry:
 		s.stats.dropped[dropExpired].Add(1)
+		s.dlq.add(letterExpired, m, qos, cl.id, 0)
 	}
 	if madeRoom && !s.queueWarned.limited() {
 		return s.log.Warn().Str("client_id", cl.id).Str("topic", m.Topic).Str("queue_policy", bridge.DropOldest).
@@ -248,6 +251,7 @@ func (c *conn) pumpFrom(from, owner *conn) {
 	}
 	expired := func(o session.Outbound) {
 		c.srv.stats.dropped[dropExpired].Add(1)
+		c.srv.dlq.add(letterExpired, o.Msg, o.QoS, cl.id, int(o.Sends))
 		if cl.stored {
 			c.srv.dur.removedLocked(cl, o.Seq, owner)
 		}
@@ -289,6 +293,7 @@ func (c *conn) pumpFrom(from, owner *conn) {
 		unsent, fit = target.writeOutboundRun(run, target != from)
 		for i, o := range run {
 			if unsent&(1<<i) != 0 && o.QoS > 0 {
+				c.srv.dlq.add(letterTooLarge, o.Msg, o.QoS, cl.id, int(o.Sends))
 				c.srv.discardLocked(cl, o.PacketID, owner)
 			}
 		}

@@ -88,7 +88,7 @@ func (c *conn) acceptConnect(cp *packets.Connect, stamp uint32) error {
 		c.refuse(code)
 		return closing(CloseConnectRefused, err)
 	}
-	if cp.WillFlag && (isSys(cp.WillTopic) || !s.authz.Authorize(*c.info, auth.Request{Action: auth.Will,
+	if cp.WillFlag && (isBrokerTopic(cp.WillTopic) || !s.authz.Authorize(*c.info, auth.Request{Action: auth.Will,
 		Topic: cp.WillTopic, QoS: cp.WillQoS, Retain: cp.WillRetain})) {
 		c.refuse(authCode(c.version, auth.ErrNotAuthorized))
 		return closing(CloseAuthFailed, fmt.Errorf("will to %q not authorized", cp.WillTopic))

@@ -39,8 +39,8 @@ func (c *conn) handlePublish(p *packets.Publish, borrowed bool) error {
 		// The remote sent what no in rule takes (a subscription of an
 		// earlier configuration kept in its session): taken, not routed.
 		v = verdict{packets.NoMatchingSubscribers, ""}
-	case isSys(p.Topic):
-		v = verdict{packets.NotAuthorized, "$SYS/ topics are the broker's"}
+	case isBrokerTopic(p.Topic):
+		v = verdict{packets.NotAuthorized, "$SYS/ and $DLQ/ topics are the broker's"}
 	case link == nil && !s.authz.Authorize(*c.info, auth.Request{Action: auth.Publish, Topic: p.Topic, QoS: p.QoS, Retain: p.Retain}):
 		v = verdict{packets.NotAuthorized, "not authorized to publish to this topic"}
 	case !c.userPropertiesFit(&p.Properties):
@@ -123,6 +123,7 @@ func (c *conn) routeAcked(p *packets.Publish, borrowed bool) verdict {
 		return verdict{packets.QuotaExceeded, "the retained store is full"}
 	}
 	if c.srv.publish(m, c) == 0 {
+		c.srv.dlq.add(letterNoSubscribers, m, m.QoS, c.info.ClientID, 0)
 		return verdict{code: packets.NoMatchingSubscribers}
 	}
 	return verdict{code: packets.Success}
@@ -145,11 +146,11 @@ func (c *conn) userPropertiesFit(p *packets.Properties) bool {
 	return false
 }
 
-// isSys reports a topic under $SYS, which only the broker publishes to
-// (through the inline API): a client may neither publish nor retain
-// there, nor leave a will there.
-func isSys(topic string) bool {
-	return topic == "$SYS" || strings.HasPrefix(topic, "$SYS/")
+// isBrokerTopic reports a topic under $SYS or $DLQ (dead letters), which
+// only the broker publishes to (through the inline API): a client may
+// neither publish nor retain there, nor leave a will there.
+func isBrokerTopic(topic string) bool {
+	return topic == "$SYS" || strings.HasPrefix(topic, "$SYS/") || topic == "$DLQ" || strings.HasPrefix(topic, dlqPrefix)
 }
 
 // ackCode is the reason code a PUBACK or PUBREC carries: 3.1.1 has no way

@@ -20,6 +20,7 @@ type collector struct {
 	// first descs.
 	values                         []statValue
 	dropped, disconnects, rejected *prometheus.Desc
+	deadLetters, lettersSkipped    *prometheus.Desc
 	// buildInfo is the constant mqttd_build_info metric.
 	buildInfo prometheus.Metric
 	// commitSeconds and commitOps are the store's histograms.
@@ -199,6 +200,8 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 	c.clusterDeadNodes = prometheus.NewDesc("mqttd_cluster_dead_nodes_total", "Nodes this node found dead (and swept the wills of).", nil, nil)
 	c.clusterRefused = prometheus.NewDesc("mqttd_cluster_refused_total", "Clients refused because this node could not claim their client id in the cluster.", nil, nil)
 	c.dropped = prometheus.NewDesc("mqttd_messages_dropped_total", "Deliveries dropped, by reason.", []string{"reason"}, nil)
+	c.deadLetters = prometheus.NewDesc("mqttd_dead_letters_total", "Messages given up on and set aside on $DLQ/, by reason.", []string{"reason"}, nil)
+	c.lettersSkipped = prometheus.NewDesc("mqttd_dead_letters_skipped_total", "Messages given up on and not set aside (over dead_letters.rate or max_bytes), by reason.", []string{"reason"}, nil)
 	c.disconnects = prometheus.NewDesc("mqttd_disconnects_total", "Connections closed, by reason.", []string{"reason"}, nil)
 	c.rejected = prometheus.NewDesc("mqttd_connections_rejected_total",
 		"Connections closed at accept, by the limit that refused them, or by their listener before MQTT (listener_max_connections, handshakes_pending, handshakes_pending_per_address, websocket_origin, handshake_failed).", []string{"reason"}, nil)
@@ -211,6 +214,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	ch <- c.dropped
+	ch <- c.deadLetters
+	ch <- c.lettersSkipped
 	ch <- c.disconnects
 	ch <- c.rejected
 	ch <- c.commitSeconds
@@ -233,6 +238,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for r := range numDropReasons {
 		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(c.st.dropped[r].Load()), r.String())
+	}
+	for r := range numLetterReasons {
+		ch <- prometheus.MustNewConstMetric(c.deadLetters, prometheus.CounterValue, float64(c.st.deadLetters[r].Load()), r.String())
+		ch <- prometheus.MustNewConstMetric(c.lettersSkipped, prometheus.CounterValue, float64(c.st.lettersSkipped[r].Load()), r.String())
 	}
 	for r := range numCloseReasons {
 		ch <- prometheus.MustNewConstMetric(c.disconnects, prometheus.CounterValue, float64(c.st.disconnects[r].Load()), r.String())

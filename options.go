@@ -59,6 +59,9 @@ type Options struct {
 	Cluster *cluster.Config `yaml:"cluster"`
 	// Protocol tunes MQTT 5.0 features.
 	Protocol Protocol `yaml:"protocol"`
+	// DeadLetters sets aside, on $DLQ/, the QoS 1/2 messages the broker
+	// gives up on (deadletter.go).
+	DeadLetters DeadLetters `yaml:"dead_letters"`
 	// SysInterval is how often the broker publishes its $SYS/broker/
 	// topics (Mosquitto's names: clients, messages, bytes, load, uptime,
 	// ...), each only when its value changed, and none while nobody
@@ -424,6 +427,7 @@ func (o Options) Validate() error {
 		bad("durability", "unknown mode %q (want sync, interval or none)", o.Durability)
 	}
 	o.validateAuth(bad)
+	o.DeadLetters.validate(bad)
 	errs = append(errs, bridge.Validate(o.Bridges)...)
 	if o.Cluster != nil {
 		if err := o.Cluster.Validate(); err != nil {

@@ -155,7 +155,10 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 	}
 	cl.conn, cl.clean, cl.passwdStamp = c, !persistent, stamp
 	cl.sess.SetReceiveMaximum(int(cp.Properties.ReceiveMaximum))
-	cl.sess.Resume() // pump sends the window again, as the outbox has room
+	// pump sends the window again, as the outbox has room
+	for _, o := range cl.sess.Resume(s.maxSends(c)) {
+		s.giveUpLocked(cl, o, c)
+	}
 	cl.mu.Unlock()
 	s.mu.Unlock()
 	s.unsubscribeAll(old, dropped)

@@ -42,6 +42,7 @@ type Server struct {
 	expiry  *expiryWheel
 	memory  *memoryWatch
 	sys     *sysTree
+	dlq     *deadLetters // nil: dead letters off
 	readers *readerPool
 
 	// mu is the registry lock: clients, conns and listeners. Lock order:
@@ -187,6 +188,7 @@ func New(opts Options) (*Server, error) {
 		failed:  make(chan error, 1),
 	}
 	s.logins = newLoginLimiter(o.Auth, &s.stats)
+	s.dlq = newDeadLetters(s, o.DeadLetters)
 	if o.Cluster != nil {
 		s.cluster = &clusterLink{cfg: clusterConfig(&o), wanted: make(map[string]int)}
 	}
@@ -235,6 +237,7 @@ func New(opts Options) (*Server, error) {
 			return fail(err)
 		}
 	}
+	s.dlq.restoreKept()
 	s.settleBridges()
 	return s, nil
 }
@@ -475,6 +478,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.expiry.close()
 		s.memory.close()
 		s.sys.close() // before the writers: its deliveries may start some
+		s.dlq.close() // likewise
 		s.writers.Wait()
 		s.writerGoroutines.close() // no writer starts any more
 		s.closeStore()

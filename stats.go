@@ -18,6 +18,10 @@ type stats struct {
 	bytesReceived    paddedCounter
 	bytesSent        paddedCounter
 
+	// deadLetters and lettersSkipped count the letters set aside on
+	// $DLQ/ and those skipped (deadletter.go), by reason.
+	deadLetters, lettersSkipped [numLetterReasons]atomic.Uint64
+
 	connections    atomic.Int64 // open network connections
 	sessions       atomic.Int64 // client sessions, online or not
 	sessionsOnline atomic.Int64 // sessions with a connection
@@ -118,6 +122,7 @@ const (
 	dropOutboxTotal                      // QoS 0 while every outbox together held limits.max_outbox_bytes_total
 	dropMemoryPressure                   // QoS 0 for a client with a backlog under memory pressure
 	dropNoMember                         // a shared-subscription message handed on found no member left
+	dropDeliveryLimit                    // sent dead_letters.max_deliveries times unacknowledged
 	numDropReasons
 )
 
@@ -130,6 +135,7 @@ var dropReasonNames = [numDropReasons]string{
 	dropOutboxTotal:    "outbox_total",
 	dropMemoryPressure: "memory_pressure",
 	dropNoMember:       "no_member",
+	dropDeliveryLimit:  "delivery_limit",
 }
 
 func (r dropReason) String() string { return dropReasonNames[r] }
@@ -227,8 +233,13 @@ type Stats struct {
 	ReaderWaits uint64
 	// Dropped counts deliveries dropped, by reason: outbox_full,
 	// queue_full, offline_qos0, expired, too_large, outbox_total,
-	// memory_pressure, no_member.
+	// memory_pressure, no_member, delivery_limit.
 	Dropped map[string]uint64
+	// DeadLetters counts the letters set aside on $DLQ/, by reason
+	// (expired, queue_full, too_large, delivery_limit, no_subscribers);
+	// DeadLettersSkipped those not set aside (over dead_letters.rate or
+	// max_bytes).
+	DeadLetters, DeadLettersSkipped map[string]uint64
 	// Disconnects counts closed connections by CloseReason.String.
 	Disconnects map[string]uint64
 	// Rejected counts connections closed at accept, by the limit that
@@ -289,6 +300,8 @@ func (s *Server) Stats() Stats {
 		StoreBackpressure:     st.storeBackpressure.Load(),
 		ReaderWaits:           st.readerWaits.Load(),
 		Dropped:               make(map[string]uint64, numDropReasons),
+		DeadLetters:           make(map[string]uint64, numLetterReasons),
+		DeadLettersSkipped:    make(map[string]uint64, numLetterReasons),
 		Disconnects:           make(map[string]uint64, numCloseReasons),
 		Rejected:              make(map[string]uint64, numRejectReasons),
 	}
@@ -297,6 +310,10 @@ func (s *Server) Stats() Stats {
 	}
 	for r := range numDropReasons {
 		out.Dropped[r.String()] = st.dropped[r].Load()
+	}
+	for r := range numLetterReasons {
+		out.DeadLetters[r.String()] = st.deadLetters[r].Load()
+		out.DeadLettersSkipped[r.String()] = st.lettersSkipped[r].Load()
 	}
 	for r := range numCloseReasons {
 		out.Disconnects[r.String()] = st.disconnects[r].Load()

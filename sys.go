@@ -244,6 +244,11 @@ func (t *sysTree) appendValues(into []sysValue, s *Server, c *sysSample, now tim
 	num(sysPrefix+"store/messages/count", c.queued+c.retained)
 	num(sysPrefix+"store/messages/bytes", c.queuedBytes+c.retainedBytes)
 	num(sysPrefix+"heap/current", c.heap)
+	if s.dlq != nil {
+		for r := range numLetterReasons {
+			unsigned(sysPrefix+"dead_letters/"+r.String(), s.stats.deadLetters[r].Load())
+		}
+	}
 	if st, ok := s.Cluster(); ok {
 		connected := int64(0)
 		if st.Connected {

@@ -21,7 +21,9 @@ var sysTopics = func() []string {
 		"messages/received", "messages/sent",
 		"publish/messages/received", "publish/messages/sent", "publish/messages/dropped",
 		"bytes/received", "bytes/sent", "subscriptions/count", "retained messages/count",
-		"store/messages/count", "store/messages/bytes", "heap/current"}
+		"store/messages/count", "store/messages/bytes", "heap/current",
+		"dead_letters/expired", "dead_letters/queue_full", "dead_letters/too_large", "dead_letters/delivery_limit",
+		"dead_letters/no_subscribers"}
 	for _, load := range []string{"messages/received", "messages/sent", "publish/received", "publish/sent",
 		"publish/dropped", "bytes/received", "bytes/sent", "connections"} {
 		for _, window := range []string{"1min", "5min", "15min"} {

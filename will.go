@@ -202,7 +202,7 @@ func (s *Server) willRefused(w leftWill) string {
 		}
 	}
 	m := w.msg
-	if isSys(m.Topic) || !s.authz.Authorize(*w.who, auth.Request{Action: auth.Will, Topic: m.Topic, QoS: m.QoS, Retain: m.Retain}) {
+	if isBrokerTopic(m.Topic) || !s.authz.Authorize(*w.who, auth.Request{Action: auth.Will, Topic: m.Topic, QoS: m.QoS, Retain: m.Retain}) {
 		return "the rules no longer let the client write the will's topic"
 	}
 	return ""

@@ -35,7 +35,7 @@ func BenchmarkResendWindow(b *testing.B) {
 		for range n {
 			s.Deliver(Outbound{Msg: m, QoS: 1}, Target{Online: true, CanSend: true}, now)
 		}
-		s.Resume()
+		s.Resume(0)
 		b.StartTimer()
 		for {
 			if _, ok, _ := s.Next(now, nil); !ok {

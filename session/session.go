@@ -31,8 +31,12 @@ type Outbound struct {
 	PacketID uint16   // PacketIDOf(Seq), set when it enters the in-flight window
 	Dup      bool     // it was sent before: resend with DUP set
 	Released bool     // PUBREC received: PUBREL is the outstanding packet
-	resend   bool     // in the window, to be sent again on this connection (Resume)
-	held     bool     // queued until Stable passes its Seq (Target.Hold)
+	// Sends counts the times the PUBLISH was handed to a connection: once
+	// as it enters the window, once more at each Resume (saturating). Not
+	// stored: a restart counts again from the next connection.
+	Sends  uint8
+	resend bool // in the window, to be sent again on this connection (Resume)
+	held   bool // queued until Stable passes its Seq (Target.Hold)
 }
 
 // Result says what Deliver did with a message.
@@ -332,6 +336,7 @@ func (s *Session) Clear(b *QueueBudget) {
 func (s *Session) enter(o Outbound) Outbound {
 	o.PacketID = PacketIDOf(o.Seq)
 	o.Released = false
+	o.Sends = 1
 	s.queues().inflight.push(o)
 	s.live++
 	s.lim.inflight.Add(1)
@@ -433,19 +438,38 @@ func (s *Session) Discard(id uint16) (seq uint64, ok bool) {
 // order [MQTT-4.6.0-1]. Next hands them out before any queued message, as
 // the connection has room, so that a large window is not written into
 // one outbox at once.
-func (s *Session) Resume() {
+//
+// With maxSends above 0, a PUBLISH already sent maxSends times is given
+// up on instead: completed as if acknowledged, and returned (gaveUp, in
+// send order), for the broker to set aside and take out of its store.
+func (s *Session) Resume(maxSends uint8) (gaveUp []Outbound) {
 	if s.q == nil {
-		return
+		return nil
+	}
+	if maxSends > 0 {
+		var ids []uint16
+		s.q.inflight.each(func(e *Outbound) {
+			if !e.Released && e.Sends >= maxSends {
+				ids = append(ids, e.PacketID)
+			}
+		})
+		for _, id := range ids {
+			i := s.find(id)
+			gaveUp = append(gaveUp, *s.q.inflight.at(i))
+			s.complete(i)
+		}
 	}
 	s.q.resends = 0
 	s.q.resendAt, s.q.resendEpoch = s.q.inflight.popped, s.q.inflight.compactions
 	s.q.inflight.each(func(e *Outbound) {
 		if !e.Released {
 			e.Dup = true
+			e.Sends = max(e.Sends, e.Sends+1) // saturating
 		}
 		e.resend = true
 		s.q.resends++
 	})
+	return gaveUp
 }
 
 // Resending reports whether entries marked by Resume wait to be sent.

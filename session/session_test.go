@@ -123,7 +123,7 @@ func TestOutOfOrderAcksAndIDReuse(t *testing.T) {
 // resumed is what Next hands out after Resume, up to the first queued
 // message.
 func resumed(s *Session) []Outbound {
-	s.Resume()
+	s.Resume(0)
 	var got []Outbound
 	for s.Resending() {
 		o, _, _ := s.Next(t0, nil)
@@ -447,7 +447,7 @@ func TestResendBeforeNew(t *testing.T) {
 	s := New("c", Config{MaxInflight: 10}.Limits())
 	a := deliver(t, s, "a", 1, true, Send)
 	b := deliver(t, s, "b", 1, true, Send)
-	s.Resume()
+	s.Resume(0)
 	deliver(t, s, "new", 1, true, Queued) // the window has room, but the resends come first
 	if !done(s.Puback(b.PacketID)) {
 		t.Fatal("PUBACK of an entry waiting to be sent again refused")
@@ -482,7 +482,7 @@ func TestResendLargeWindow(t *testing.T) {
 		at[ids[i]] = i
 	}
 	s.Puback(ids[0]) // the head: trimmed, so positions shift
-	s.Resume()
+	s.Resume(0)
 	acked := map[uint16]bool{ids[0]: true}
 	var got []uint16
 	for {
@@ -562,7 +562,7 @@ func TestResumeWithinReceiveMaximum(t *testing.T) {
 		sent = append(sent, deliver(t, s, fmt.Sprint(i), 1, true, Send))
 	}
 	s.SetReceiveMaximum(2)
-	s.Resume()
+	s.Resume(0)
 	next := func() (Outbound, bool) {
 		o, ok, _ := s.Next(t0, nil)
 		return o, ok
@@ -657,7 +657,7 @@ func TestRestore(t *testing.T) {
 	if s.Inflight() != 1 || s.Queued() != 2 || b.Bytes() != int64(one.Size()+two.Size()+2*EntryCost) {
 		t.Fatalf("inflight %d, queued %d, budget %d after restore", s.Inflight(), s.Queued(), b.Bytes())
 	}
-	s.Resume()
+	s.Resume(0)
 	var got []Outbound
 	for {
 		o, ok, _ := s.Next(t0, &b)
@@ -885,7 +885,7 @@ func TestEntriesRestoreElsewhere(t *testing.T) {
 	for _, o := range entries {
 		moved.Restore(o, &b)
 	}
-	moved.Resume()
+	moved.Resume(0)
 	want := []struct {
 		topic         string
 		released, dup bool
@@ -899,5 +899,47 @@ func TestEntriesRestoreElsewhere(t *testing.T) {
 		if !ok || topic != w.topic || o.Released != w.released || o.Dup != w.dup || o.PacketID != PacketIDOf(entries[i].Seq) {
 			t.Fatalf("entry %d: %+v (ok %v), want %s released %v dup %v", i, o, ok, w.topic, w.released, w.dup)
 		}
+	}
+}
+
+// TestResumeGivesUpAfterMaxSends: an entry is counted as sent when it
+// enters the window and at each Resume; once sent maxSends times the next
+// Resume completes it and returns it instead of sending it again, and the
+// window goes on with what is behind it. A released QoS 2 entry (its
+// client has the message) and, with maxSends 0, every entry stay.
+func TestResumeGivesUpAfterMaxSends(t *testing.T) {
+	s := New("c", Config{MaxInflight: 2}.Limits())
+	poison := deliver(t, s, "poison", 1, true, Send)
+	kept := deliver(t, s, "kept", 2, true, Send)
+	if _, ok := s.Pubrec(kept.PacketID, false); !ok {
+		t.Fatal("PUBREC refused")
+	}
+	deliver(t, s, "next", 1, true, Queued)
+	for i := 2; i <= 3; i++ {
+		if gave := s.Resume(3); len(gave) != 0 {
+			t.Fatalf("Resume %d gave up %v", i, gave)
+		}
+	}
+	if gave := s.Resume(0); len(gave) != 0 {
+		t.Fatalf("Resume(0) gave up %v", gave)
+	}
+	gave := s.Resume(3)
+	if len(gave) != 1 || gave[0].Msg.Topic != "poison" || gave[0].Seq != poison.Seq || gave[0].Sends != 4 {
+		t.Fatalf("gave up %+v: want the poison message, sent 4 times", gave)
+	}
+	var order []string
+	for {
+		o, ok, _ := s.Next(t0, nil)
+		if !ok {
+			break
+		}
+		if o.Released {
+			order = append(order, "PUBREL")
+		} else {
+			order = append(order, o.Msg.Topic)
+		}
+	}
+	if len(order) != 2 || order[0] != "PUBREL" || order[1] != "next" {
+		t.Errorf("sent after giving up: %v, want the PUBREL of kept, then next", order)
 	}
 }

@@ -76,8 +76,8 @@ func (rs *Rules) Authorize(c auth.ClientInfo, r auth.Request) bool {
 	var need access
 	switch r.Action {
 	case auth.Publish, auth.Will:
-		if r.Topic == "$SYS" || strings.HasPrefix(r.Topic, "$SYS/") {
-			return false // $SYS belongs to the broker
+		if r.Topic == "$SYS" || strings.HasPrefix(r.Topic, "$SYS/") || r.Topic == "$DLQ" || strings.HasPrefix(r.Topic, "$DLQ/") {
+			return false // $SYS and $DLQ (dead letters) belong to the broker
 		}
 		need = accessWrite
 	case auth.Subscribe, auth.Read:
