@@ -203,9 +203,15 @@ topic readwrite +/+
 user sys
 topic readwrite $SYS/#
 topic readwrite $other/#
+topic readwrite $DLQ/#
 `)
 	s := who{"sys", "s"}
 	run(t, rs, []check{
+		{anon, sub, "$DLQ/#", false},
+		{s, sub, "$DLQ/#", true},
+		{s, read, "$DLQ/expired/a/b", true},
+		{s, pub, "$DLQ/expired/a/b", false}, // dead letters are the broker's, as $SYS is
+		{s, will, "$DLQ", false},
 		{anon, read, "$SYS/broker/uptime", false},
 		{anon, sub, "$SYS/#", false},
 		{anon, read, "$other/x", false},
