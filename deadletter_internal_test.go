@@ -18,7 +18,7 @@ func TestKeptLettersRoom(t *testing.T) {
 	}{
 		{"a", 10, nil, []string{"a"}},
 		{"b", 10, nil, []string{"a", "b"}},
-		{"a", 20, nil, []string{"b", "a"}},          // replaced: newest now, 30 bytes in all
+		{"a", 20, nil, []string{"b", "a"}},           // replaced: newest now, 30 bytes in all
 		{"c", 10, []string{"b"}, []string{"a", "c"}}, // 3 letters > 2
 		{"d", 45, []string{"a", "c"}, []string{"d"}}, // 75 bytes > 50, the new one stays
 		{"e", 60, []string{"d"}, []string{"e"}},      // alone over the bytes: kept, its size checked by add
