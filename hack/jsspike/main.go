@@ -188,7 +188,7 @@ func measure(cfg config, progress io.Writer, done func(*results, error)) error {
 	case <-stopped:
 		os.RemoveAll(dir)
 	case <-time.After(cfg.timeout):
-		return fmt.Errorf("servers not stopped within %v: %s left behind", cfg.timeout, dir)
+		return errors.Join(err, fmt.Errorf("servers not stopped within %v: %s left behind", cfg.timeout, dir))
 	}
 	return err
 }

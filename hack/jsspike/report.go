@@ -34,9 +34,21 @@ func report(w io.Writer, cfg config, res *results) {
 			r.msgRate(), r.commitRate(), us(r.P50), us(r.P99), r.Note)
 	}
 	tw.Flush()
+	if len(res.Consumers) > 0 {
+		reportConsumers(w, cfg, res)
+	}
+	if len(res.Checks) > 0 {
+		fmt.Fprintln(w, "\nbatch checks:")
+		for _, c := range res.Checks {
+			fmt.Fprintln(w, "  "+c)
+		}
+	}
+}
+
+func reportConsumers(w io.Writer, cfg config, res *results) {
 	fmt.Fprintf(w, "\nprocess without consumers (after layout A): RSS %d MiB, idle CPU %.1f%% of a core over %v\n",
 		res.Baseline.RSSAfter>>20, 100*res.Baseline.IdleCPU, cfg.idle)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "consumers\tcreated\tcreate s\tRSS before MiB\tRSS after MiB\tKiB per consumer\tidle CPU %\tacks/s\tdelete stream s")
 	for _, c := range res.Consumers {
 		per := 0.0
@@ -47,12 +59,6 @@ func report(w io.Writer, cfg config, res *results) {
 			c.RSSBefore>>20, c.RSSAfter>>20, per, 100*c.IdleCPU, c.Acks.msgRate(), c.DeleteTime.Seconds())
 	}
 	tw.Flush()
-	if len(res.Checks) > 0 {
-		fmt.Fprintln(w, "\nbatch checks:")
-		for _, c := range res.Checks {
-			fmt.Fprintln(w, "  "+c)
-		}
-	}
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
