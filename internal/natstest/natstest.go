@@ -1,7 +1,8 @@
 // Package natstest starts nats-servers for tests: a cluster of n servers
 // in the test's process, routed to each other on 127.0.0.1, with
 // JetStream (files in the test's temporary directories), stopped at the
-// test's end. Only tests import it (it links the whole nats-server).
+// test's end. Only tests, and Launch for hack/jsspike, use it (it links
+// the whole nats-server).
 package natstest
 
 import (
@@ -45,70 +46,117 @@ func Start(t testing.TB, n int) *Servers {
 	if n < 1 {
 		t.Fatalf("natstest: a cluster of %d servers", n)
 	}
-	s := &Servers{t: t}
 	// Made before the servers' cleanup is registered, so removed after
 	// the servers stop writing to it.
 	dir := t.TempDir()
+	servers, err := Launch(dir, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Servers{t: t, servers: servers}
 	t.Cleanup(s.shutdownAll)
+	for _, srv := range servers {
+		s.urls = append(s.urls, srv.ClientURL())
+	}
+	return s
+}
+
+// Launch is Start for a program that is not a test (hack/jsspike): it
+// starts n servers with their JetStream files under dir, waits as Start
+// does, and returns them, or stops what it started and returns why not.
+// The caller stops them (Stop) and removes dir.
+func Launch(dir string, n int) ([]*server.Server, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("natstest: a cluster of %d servers", n)
+	}
 	// A JetStream cluster needs every server's routes configured from
 	// the start: the route ports are picked before any server starts.
 	routes := make([]*url.URL, n)
 	for i := range routes {
-		routes[i] = &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", FreePort(t))}
-	}
-	for i := range n {
-		opts := &server.Options{
-			ServerName: fmt.Sprintf("natstest-%d", i),
-			Host:       "127.0.0.1",
-			Port:       server.RANDOM_PORT,
-			NoLog:      true,
-			NoSigs:     true,
-			JetStream:  true,
-			StoreDir:   filepath.Join(dir, strconv.Itoa(i)),
-		}
-		if n > 1 {
-			opts.Cluster.Name = ClusterName
-			opts.Cluster.Host = "127.0.0.1"
-			opts.Cluster.Port, _ = strconv.Atoi(routes[i].Port())
-			opts.Routes = routes
-		}
-		srv, err := server.NewServer(opts)
+		port, err := freePort()
 		if err != nil {
-			t.Fatalf("natstest: server %d: %v", i, err)
+			return nil, err
+		}
+		routes[i] = &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", port)}
+	}
+	var servers []*server.Server
+	for i := range n {
+		srv, err := server.NewServer(serverOptions(i, n, dir, routes))
+		if err != nil {
+			Stop(servers)
+			return nil, fmt.Errorf("natstest: server %d: %w", i, err)
 		}
 		srv.Start()
-		s.servers = append(s.servers, srv)
+		servers = append(servers, srv)
 	}
-	for i, srv := range s.servers {
+	if err := waitReady(servers); err != nil {
+		Stop(servers)
+		return nil, err
+	}
+	return servers, nil
+}
+
+func serverOptions(i, n int, dir string, routes []*url.URL) *server.Options {
+	opts := &server.Options{
+		ServerName: fmt.Sprintf("natstest-%d", i),
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
+		NoLog:      true,
+		NoSigs:     true,
+		JetStream:  true,
+		StoreDir:   filepath.Join(dir, strconv.Itoa(i)),
+	}
+	if n > 1 {
+		opts.Cluster.Name = ClusterName
+		opts.Cluster.Host = "127.0.0.1"
+		opts.Cluster.Port, _ = strconv.Atoi(routes[i].Port())
+		opts.Routes = routes
+	}
+	return opts
+}
+
+// waitReady waits until every server accepts clients, has its routes
+// to every other, and JetStream serves.
+func waitReady(servers []*server.Server) error {
+	for i, srv := range servers {
 		if !srv.ReadyForConnections(readyTimeout) {
-			t.Fatalf("natstest: server %d not ready within %v", i, readyTimeout)
+			return fmt.Errorf("natstest: server %d not ready within %v", i, readyTimeout)
 		}
-		s.urls = append(s.urls, srv.ClientURL())
 	}
-	WaitMeshed(t, s.servers...)
-	s.waitJetStream()
-	return s
+	if err := waitMeshed(servers); err != nil {
+		return err
+	}
+	return waitJetStream(servers)
+}
+
+// Stop shuts servers down and waits until they have stopped.
+func Stop(servers []*server.Server) {
+	for _, srv := range servers {
+		srv.Shutdown()
+	}
+	for _, srv := range servers {
+		srv.WaitForShutdown()
+	}
 }
 
 // waitJetStream waits until JetStream serves: a meta leader elected
 // among the servers of a cluster that counts every server as a peer
 // ready for streams (until then, a stream with a replica on each fails).
-func (s *Servers) waitJetStream() {
-	s.t.Helper()
-	if len(s.servers) == 1 {
-		return
+func waitJetStream(servers []*server.Server) error {
+	if len(servers) == 1 {
+		return nil
 	}
 	deadline := time.Now().Add(readyTimeout)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		for _, srv := range s.servers {
-			if srv.JetStreamIsLeader() && len(srv.JetStreamClusterPeers()) == len(s.servers) {
-				return
+		for _, srv := range servers {
+			if srv.JetStreamIsLeader() && len(srv.JetStreamClusterPeers()) == len(servers) {
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("natstest: no JetStream meta leader within %v", readyTimeout)
+			return fmt.Errorf("natstest: no JetStream meta leader within %v", readyTimeout)
 		}
 		<-tick.C
 	}
@@ -118,12 +166,20 @@ func (s *Servers) waitJetStream() {
 // server that must know its peers' ports before they start.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("natstest: %v", err)
+		return 0, fmt.Errorf("natstest: %w", err)
 	}
 	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // URLs are the servers' client URLs, in order.
@@ -171,14 +227,7 @@ func routesTo(srv *server.Server, id string) int {
 	return n
 }
 
-func (s *Servers) shutdownAll() {
-	for _, srv := range s.servers {
-		srv.Shutdown()
-	}
-	for _, srv := range s.servers {
-		srv.WaitForShutdown()
-	}
-}
+func (s *Servers) shutdownAll() { Stop(s.servers) }
 
 // WaitMeshed waits until each of servers has its whole pool of routes
 // (server.DEFAULT_ROUTE_POOL_SIZE) to every other, polling with a
@@ -186,6 +235,12 @@ func (s *Servers) shutdownAll() {
 // still forming can travel on a route that is then replaced.
 func WaitMeshed(t testing.TB, servers ...*server.Server) {
 	t.Helper()
+	if err := waitMeshed(servers); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitMeshed(servers []*server.Server) error {
 	deadline := time.Now().Add(readyTimeout)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
@@ -198,10 +253,10 @@ func WaitMeshed(t testing.TB, servers ...*server.Server) {
 			}
 		}
 		if missing == "" {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("natstest: cluster not meshed within %v: %s", readyTimeout, missing)
+			return fmt.Errorf("natstest: cluster not meshed within %v: %s", readyTimeout, missing)
 		}
 		<-tick.C
 	}
