@@ -215,3 +215,36 @@ func TestAdminOverview(t *testing.T) {
 		return o.MessagesInPerSecond > 0 && o.MessagesOutPerSecond > 0 && o.RateSeconds > 0
 	})
 }
+
+// TestInspectClientsWhere: a search keeps the sessions whose client id or
+// username contains it; Offline keeps those without a connection, with
+// when their client left; Client reads one session.
+func TestInspectClientsWhere(t *testing.T) {
+	srv, addr := startServer(t, mqttd.Options{})
+	offlineSubscriber(t, addr, "sensor-1", "x/#")
+	connectRaw(t, addr, &packets.Connect{ClientID: "sensor-2", CleanStart: true})
+	connectRaw(t, addr, &packets.Connect{ClientID: "pump", Username: "sensor-owner", UsernameFlag: true, CleanStart: true})
+	ids := func(page []mqttd.ClientState) (ids []string) {
+		for _, c := range page {
+			ids = append(ids, c.ID)
+		}
+		return ids
+	}
+	page, next := srv.ClientsWhere("", 2, mqttd.ClientFilter{Search: "sensor"})
+	if got := ids(page); !slices.Equal(got, []string{"pump", "sensor-1"}) || next != "sensor-1" {
+		t.Errorf("search, first page: %v next %q", got, next)
+	}
+	if page, next := srv.ClientsWhere(next, 2, mqttd.ClientFilter{Search: "sensor"}); !slices.Equal(ids(page), []string{"sensor-2"}) || next != "" {
+		t.Errorf("search, second page: %v next %q", ids(page), next)
+	}
+	page, _ = srv.ClientsWhere("", 0, mqttd.ClientFilter{Offline: true})
+	if got := ids(page); !slices.Equal(got, []string{"sensor-1"}) || page[0].OfflineSince.IsZero() {
+		t.Errorf("offline: %+v", page)
+	}
+	if st, ok := srv.Client("pump"); !ok || st.Username != "sensor-owner" || !st.Connected {
+		t.Errorf("Client(pump) = %+v, %v", st, ok)
+	}
+	if _, ok := srv.Client("nobody"); ok {
+		t.Error("Client(nobody) found a session")
+	}
+}
