@@ -46,6 +46,12 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 	if len(args) > 0 && args[0] == "import" {
 		return runImport(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "ctl" {
+		return runCtl(args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "help" {
+		args = []string{"-h"}
+	}
 	f, err := parseFlags(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
