@@ -22,6 +22,13 @@ func sessionOf(t *testing.T, srv *mqttd.Server, id string) (mqttd.ClientState, b
 	return page[i], true
 }
 
+// offline waits until the broker has seen id's client go: its client
+// sees the connection closed before the broker has released the session.
+func offline(t *testing.T, srv *mqttd.Server, id string) {
+	t.Helper()
+	waitFor(t, id+" offline", func() bool { st, ok := srv.Client(id); return ok && !st.Connected })
+}
+
 // TestAdminDisconnect: Disconnect tells a 5.0 client DISCONNECT 0x98,
 // closes it, publishes its will (the client did not end the connection
 // itself) and keeps its persistent session; an offline session is not
@@ -93,6 +100,7 @@ func TestAdminDisconnectDiscardSession(t *testing.T) {
 func TestAdminDeleteSession(t *testing.T) {
 	srv, addr := startServer(t, mqttd.Options{DataDir: t.TempDir()})
 	offlineSubscriber(t, addr, "dev", "t/#")
+	offline(t, srv, "dev")
 	pub := connectRaw(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
 	publishQoS1(pub, 1, "t/1", false)
 	waitFor(t, "a message queued", func() bool { return srv.Stats().Queued == 1 })
@@ -141,6 +149,7 @@ func TestAdminDeleteRetained(t *testing.T) {
 func TestAdminDeadLetters(t *testing.T) {
 	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{MaxQueued: 1}})
 	offlineSubscriber(t, addr, "sub", "t/#")
+	offline(t, srv, "sub")
 	r := reviewer(t, addr)
 	pub := connect5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
 	publish5(t, pub, "t/1", "first", nil)
@@ -199,6 +208,7 @@ func TestAdminDeadLetters(t *testing.T) {
 func TestAdminOverview(t *testing.T) {
 	srv, addr := startServer(t, mqttd.Options{Version: "v9"})
 	offlineSubscriber(t, addr, "off", "x/#")
+	offline(t, srv, "off")
 	connectSubscribed(t, &packets.Connect{ClientID: "on", CleanStart: true}, addr,
 		packets.Subscription{Filter: "o/#", Options: qos(0)})
 	o := srv.Overview()
@@ -222,6 +232,7 @@ func TestAdminOverview(t *testing.T) {
 func TestInspectClientsWhere(t *testing.T) {
 	srv, addr := startServer(t, mqttd.Options{})
 	offlineSubscriber(t, addr, "sensor-1", "x/#")
+	offline(t, srv, "sensor-1")
 	connectRaw(t, addr, &packets.Connect{ClientID: "sensor-2", CleanStart: true})
 	connectRaw(t, addr, &packets.Connect{ClientID: "pump", Username: "sensor-owner", UsernameFlag: true, CleanStart: true})
 	ids := func(page []mqttd.ClientState) (ids []string) {
