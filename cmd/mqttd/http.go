@@ -25,9 +25,10 @@ import (
 // HTTP on the metrics address (metrics.address, --metrics): /metrics,
 // /healthz and /readyz, open to whoever reaches the address, since
 // Prometheus and orchestrators scrape them without credentials; and the
-// read-only JSON API under /api/v1/ and, with metrics.pprof, the
-// profiles under /debug/pprof/, which show what clients do and cost the
-// broker CPU, so they need metrics.token unless the address is loopback.
+// JSON API under /api/v1/ (its reads in http_api.go, its actions in
+// http_admin.go) and, with metrics.pprof, the profiles under
+// /debug/pprof/, which show what clients do and cost the broker CPU, so
+// they need metrics.token unless the address is loopback.
 
 // Pages of the JSON API: ?limit=N items (defaultPage when not given, at
 // most maxPage) after ?after=CURSOR.
