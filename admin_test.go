@@ -71,7 +71,9 @@ func TestAdminDisconnect(t *testing.T) {
 // store, its delayed will published at once, and the client comes back
 // to no session.
 func TestAdminDisconnectDiscardSession(t *testing.T) {
-	srv, addr := startServer(t, mqttd.Options{DataDir: t.TempDir()})
+	opts := mqttd.Options{DataDir: t.TempDir()}
+	b := startBroker(t, opts)
+	srv, addr := b.srv, b.addr
 	watcher := connectSubscribed(t, &packets.Connect{ClientID: "watcher", CleanStart: true}, addr,
 		packets.Subscription{Filter: "will", Options: qos(0)})
 	dev := willClient(t, addr, "dev", 3600, 3600, true)
@@ -90,6 +92,7 @@ func TestAdminDisconnectDiscardSession(t *testing.T) {
 	if got := srv.Stats().Subscriptions; got != subs-1 {
 		t.Errorf("subscriptions %d, want %d", got, subs-1)
 	}
+	addr = restarted(t, b, opts, "dev")
 	if _, present := reconnect5(t, addr, "dev", 300); present {
 		t.Error("the session was resumed: want it discarded")
 	}
@@ -98,7 +101,9 @@ func TestAdminDisconnectDiscardSession(t *testing.T) {
 // TestAdminDeleteSession: an offline session goes with its queue and its
 // subscriptions; an online one and an unknown id are refused.
 func TestAdminDeleteSession(t *testing.T) {
-	srv, addr := startServer(t, mqttd.Options{DataDir: t.TempDir()})
+	opts := mqttd.Options{DataDir: t.TempDir()}
+	b := startBroker(t, opts)
+	srv, addr := b.srv, b.addr
 	offlineSubscriber(t, addr, "dev", "t/#")
 	offline(t, srv, "dev")
 	pub := connectRaw(t, addr, &packets.Connect{ClientID: "pub", CleanStart: true})
@@ -117,7 +122,20 @@ func TestAdminDeleteSession(t *testing.T) {
 		t.Errorf("after DeleteSession: queued %d, subscriptions %d, sessions %d; want 0, 0, 1",
 			st.Queued, st.Subscriptions, st.Sessions)
 	}
+	addr = restarted(t, b, opts, "dev")
 	connectRawSession(t, addr, "dev", false, false)
+}
+
+// restarted stops b and starts a broker on its store, which must not
+// hold id's session, and returns its address.
+func restarted(t *testing.T, b *broker, opts mqttd.Options, id string) string {
+	t.Helper()
+	b.stop()
+	b = startBroker(t, opts)
+	if st, ok := b.srv.Client(id); ok {
+		t.Errorf("after a restart the store still had the session: %+v", st)
+	}
+	return b.addr
 }
 
 // TestAdminDeleteRetained: a retained message is cleared, and its
