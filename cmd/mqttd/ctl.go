@@ -155,16 +155,11 @@ func parseCtlFlags(args []string, stderr io.Writer) (ctlFlags, error) {
 // run does the command of f.
 func (c *ctl) run(f ctlFlags) error {
 	words := f.positional
-	arg := func(n int, what string) (string, error) {
-		if len(words) != n+1 {
-			return "", &usageError{fmt.Sprintf("%s: want %s", strings.Join(words[:min(len(words), n)], " "), what)}
-		}
-		return words[n], nil
-	}
-	switch cmd := strings.Join(words[:min(len(words), 2)], " "); {
-	case words[0] == "overview" && len(words) == 1:
+	one := len(words) == 1
+	switch {
+	case one && words[0] == "overview":
 		return c.overview()
-	case words[0] == "clients" && len(words) == 1:
+	case one && words[0] == "clients":
 		q := url.Values{}
 		if f.search != "" {
 			q.Set("search", f.search)
@@ -174,59 +169,69 @@ func (c *ctl) run(f ctlFlags) error {
 		}
 		return c.clients(q)
 	case words[0] == "client":
-		id, err := arg(1, "a client id")
+		id, err := argOf(words, 1, "a client id")
 		if err != nil {
 			return err
 		}
 		return c.clientDetail(id)
-	case words[0] == "kick":
-		id, err := arg(1, "a client id")
-		if err != nil {
-			return err
-		}
-		path := "/api/v1/clients/" + url.PathEscape(id) + "/disconnect"
-		if f.discard {
-			path += "?session=discard"
-		}
-		return c.act("POST", path)
-	case cmd == "sessions rm":
-		id, err := arg(2, "a client id")
-		if err != nil {
-			return err
-		}
-		return c.act("DELETE", "/api/v1/sessions/"+url.PathEscape(id))
-	case words[0] == "retained" && len(words) == 1:
+	case one && words[0] == "retained":
 		return c.retained(f.payload)
-	case cmd == "retained rm":
-		topic, err := arg(2, "a topic")
-		if err != nil {
-			return err
-		}
-		return c.act("DELETE", "/api/v1/retained/"+url.PathEscape(topic))
-	case words[0] == "dlq" && len(words) == 1:
+	case one && words[0] == "dlq":
 		return c.deadLetters()
-	case cmd == "dlq republish":
-		topic, err := arg(2, "a dead letter's topic ($DLQ/REASON/TOPIC)")
-		if err != nil {
-			return err
-		}
-		return c.act("POST", "/api/v1/deadletters/"+url.PathEscape(topic)+"/republish")
-	case cmd == "dlq rm":
-		topic, err := arg(2, "a dead letter's topic ($DLQ/REASON/TOPIC)")
-		if err != nil {
-			return err
-		}
-		return c.act("DELETE", "/api/v1/deadletters/"+url.PathEscape(topic))
-	case words[0] == "reload" && len(words) == 1:
-		return c.act("POST", "/api/v1/reload")
-	case words[0] == "log-level":
-		level, err := arg(1, "a level (trace, debug, info, warn, error)")
-		if err != nil {
-			return err
-		}
-		return c.act("PUT", "/api/v1/log/level?level="+url.QueryEscape(level))
 	}
-	return &usageError{fmt.Sprintf("unknown command %q", strings.Join(words, " "))}
+	method, path, err := actionOf(words, f.discard)
+	if err != nil {
+		return err
+	}
+	return c.act(method, path)
+}
+
+// actionOf is the request of an action's command words.
+func actionOf(words []string, discard bool) (method, path string, err error) {
+	const letter = "a dead letter's topic ($DLQ/REASON/TOPIC)"
+	var arg string
+	switch cmd := strings.Join(words[:min(len(words), 2)], " "); {
+	case words[0] == "kick":
+		if arg, err = argOf(words, 1, "a client id"); err == nil {
+			method, path = "POST", "/api/v1/clients/"+url.PathEscape(arg)+"/disconnect"
+			if discard {
+				path += "?session=discard"
+			}
+		}
+	case cmd == "sessions rm":
+		if arg, err = argOf(words, 2, "a client id"); err == nil {
+			method, path = "DELETE", "/api/v1/sessions/"+url.PathEscape(arg)
+		}
+	case cmd == "retained rm":
+		if arg, err = argOf(words, 2, "a topic"); err == nil {
+			method, path = "DELETE", "/api/v1/retained/"+url.PathEscape(arg)
+		}
+	case cmd == "dlq republish":
+		if arg, err = argOf(words, 2, letter); err == nil {
+			method, path = "POST", "/api/v1/deadletters/"+url.PathEscape(arg)+"/republish"
+		}
+	case cmd == "dlq rm":
+		if arg, err = argOf(words, 2, letter); err == nil {
+			method, path = "DELETE", "/api/v1/deadletters/"+url.PathEscape(arg)
+		}
+	case cmd == "reload":
+		method, path = "POST", "/api/v1/reload"
+	case words[0] == "log-level":
+		if arg, err = argOf(words, 1, "a level (trace, debug, info, warn, error)"); err == nil {
+			method, path = "PUT", "/api/v1/log/level?level="+url.QueryEscape(arg)
+		}
+	default:
+		err = &usageError{fmt.Sprintf("unknown command %q", strings.Join(words, " "))}
+	}
+	return method, path, err
+}
+
+// argOf is the word after the first n, the last one.
+func argOf(words []string, n int, what string) (string, error) {
+	if len(words) != n+1 {
+		return "", &usageError{fmt.Sprintf("%s: want %s", strings.Join(words[:min(len(words), n)], " "), what)}
+	}
+	return words[n], nil
 }
 
 // call sends a request to the API and returns its body; an answer other
