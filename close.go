@@ -34,6 +34,7 @@ const (
 	CloseAuthRevoked                         // a reload took the user out of the password file
 	CloseBridgeFull                          // a 3.1.1 publisher to a full block_publishers bridge
 	CloseClusterCutOff                       // the node lost its cluster's store (cluster_will.go)
+	CloseAdministrative                      // an operator ended it (Server.Disconnect)
 	numCloseReasons
 )
 
@@ -59,6 +60,7 @@ var closeReasonNames = [numCloseReasons]string{
 	CloseAuthRevoked:      "auth_revoked",
 	CloseBridgeFull:       "bridge_full",
 	CloseClusterCutOff:    "cluster_cut_off",
+	CloseAdministrative:   "administrative",
 }
 
 // String returns the reason as it appears in logs and metric labels.
@@ -96,6 +98,7 @@ var (
 	errDisconnect     = closing(CloseClientDisconnect, errors.New("client sent DISCONNECT"))
 	errTakenOver      = closing(CloseTakenOver, errors.New("session taken over by a new connection"))
 	errShutdown       = closing(CloseShutdown, errors.New("server shutting down"))
+	errAdministrative = closing(CloseAdministrative, errors.New("disconnected by an operator (Server.Disconnect)"))
 	errCutOff         = closing(CloseClusterCutOff, errors.New("this node lost its cluster's store: the client is to use another node"))
 	errConnectTimeout = closing(CloseConnectTimeout, errors.New("no CONNECT within the connect timeout"))
 	errKeepAlive      = closing(CloseKeepAlive, &packets.Error{Code: packets.KeepAliveTimeout,

@@ -37,3 +37,16 @@ func sumSizes(k keptLetters) (n int64) {
 	}
 	return n
 }
+
+// TestKeptLettersForget: a letter an operator cleared no longer counts
+// against the bounds, so it does not push out a newer one.
+func TestKeptLettersForget(t *testing.T) {
+	var k keptLetters
+	k.room("a", 10, 2, 0)
+	k.room("b", 10, 2, 0)
+	k.forget("a")
+	k.forget("nothing")
+	if evict := k.room("c", 10, 2, 0); len(evict) != 0 || k.bytes != 20 || !slices.Equal(k.order, []string{"b", "c"}) {
+		t.Errorf("after forgetting a: evicted %v, %d bytes, order %v; want none, 20, [b c]", evict, k.bytes, k.order)
+	}
+}

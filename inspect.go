@@ -51,6 +51,9 @@ type ClientState struct {
 	// ExpiresAt is when an offline session ends unless its client comes
 	// back; zero while connected.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// OfflineSince is when an offline session's client left; zero while
+	// connected, or when not known (a session restored from the store).
+	OfflineSince time.Time `json:"offline_since,omitzero"`
 	// Inflight counts the QoS 1/2 messages sent to the client and not
 	// yet acknowledged.
 	Inflight int `json:"inflight"`
@@ -101,7 +104,25 @@ type RetainedState struct {
 // "" when this page is the last. Sessions that start or end meanwhile may
 // or may not be listed; the others are listed exactly once across pages.
 func (s *Server) Clients(after string, limit int) (page []ClientState, next string) {
-	cls, next := firstPage(s.clientsAfter(after), limit, func(cl *client) string { return cl.id })
+	return s.ClientsWhere(after, limit, ClientFilter{})
+}
+
+// ClientFilter narrows a listing of sessions (ClientsWhere).
+type ClientFilter struct {
+	// Search keeps the sessions whose client id or username contains it.
+	Search string
+	// Offline keeps the sessions without a connection.
+	Offline bool
+}
+
+// ClientsWhere is Clients listing only the sessions f keeps. Filtering
+// on Offline takes each session's lock in turn, as a page's items do.
+func (s *Server) ClientsWhere(after string, limit int, f ClientFilter) (page []ClientState, next string) {
+	cls := s.clientsAfter(after)
+	if f.Search != "" || f.Offline {
+		cls = slices.DeleteFunc(cls, func(cl *client) bool { return !f.keeps(cl) })
+	}
+	cls, next = firstPage(cls, limit, func(cl *client) string { return cl.id })
 	page = make([]ClientState, 0, len(cls))
 	for _, cl := range cls {
 		if st, ok := clientState(cl); ok {
@@ -109,6 +130,31 @@ func (s *Server) Clients(after string, limit int) (page []ClientState, next stri
 		}
 	}
 	return page, next
+}
+
+func (f ClientFilter) keeps(cl *client) bool {
+	if f.Search != "" && !strings.Contains(cl.id, f.Search) && !strings.Contains(cl.owner(), f.Search) {
+		return false
+	}
+	if f.Offline {
+		cl.mu.Lock()
+		online := cl.conn != nil
+		cl.mu.Unlock()
+		return !online
+	}
+	return true
+}
+
+// Client returns the session of clientID; ok is false when the broker
+// holds none.
+func (s *Server) Client(clientID string) (st ClientState, ok bool) {
+	s.mu.Lock()
+	cl := s.clients[clientID]
+	s.mu.Unlock()
+	if cl == nil || cl.handler != nil {
+		return st, false
+	}
+	return clientState(cl)
 }
 
 // clientsAfter is the part of Clients done under the registry lock: the
@@ -149,6 +195,9 @@ func clientState(cl *client) (st ClientState, ok bool) {
 	st.Persistent = !cl.clean
 	if at := cl.sess.ExpireAt(); at != 0 {
 		st.ExpiresAt = time.Unix(0, at).UTC()
+	}
+	if at := cl.sess.LeftAt(); at != 0 && !st.Connected {
+		st.OfflineSince = time.Unix(0, at).UTC()
 	}
 	st.Inflight, st.Queued, st.QueuedBytes = cl.sess.Inflight(), cl.sess.Queued(), cl.sess.QueuedBytes()
 	st.Subscriptions = cl.sess.SubscriptionCount()

@@ -80,6 +80,8 @@ const (
 // 7/8 of limits.max_memory, off again below 3/4, so that the broker does
 // not flap at the line.
 type memoryWatch struct {
+	// rates are the message counters at its last few looks (Overview).
+	rates   rateSamples
 	sample  [2]metrics.Sample
 	started atomic.Bool
 	stop    chan struct{}
@@ -114,6 +116,7 @@ func (w *memoryWatch) start(s *Server) {
 // check reads the live heap and updates the pressure flag, saying so in
 // the log when it changes.
 func (w *memoryWatch) check(s *Server) {
+	w.rates.sample(&s.stats)
 	metrics.Read(w.sample[:])
 	var v [2]uint64
 	for i, s := range w.sample {

@@ -206,6 +206,7 @@ func (s *Server) detach(c *conn) {
 	if owner && !clean && s.clients[cl.id] == cl && cl.bridge.Load() == nil {
 		at := time.Now().Add(time.Duration(c.expiry) * time.Second).UnixNano()
 		cl.sess.SetExpireAt(at)
+		cl.sess.SetLeftAt(time.Now().UnixNano())
 		s.expiry.schedule(cl, at)
 		if cl.stored {
 			s.dur.sessionLocked(cl, c, c.expiry, nil)

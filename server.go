@@ -41,6 +41,7 @@ type Server struct {
 	idle    *idleWheel
 	expiry  *expiryWheel
 	memory  *memoryWatch
+	created time.Time // for the uptime (Overview)
 	sys     *sysTree
 	dlq     *deadLetters // nil: dead letters off
 	readers *readerPool
@@ -161,11 +162,12 @@ func New(opts Options) (*Server, error) {
 	o := opts.WithDefaults()
 	limits := topictrie.Limits{MaxLevels: o.Limits.MaxTopicLevels}
 	s := &Server{
-		opts:   o,
-		topics: limits,
-		log:    o.Logger,
-		subs:   topictrie.New[*client, subOpts](topictrie.Options{Limits: limits}),
-		retain: topictrie.NewRetained[*session.Message](limits),
+		created: time.Now(),
+		opts:    o,
+		topics:  limits,
+		log:     o.Logger,
+		subs:    topictrie.New[*client, subOpts](topictrie.Options{Limits: limits}),
+		retain:  topictrie.NewRetained[*session.Message](limits),
 		sessLim: session.Config{
 			MaxInflight:    o.Limits.MaxInflight,
 			MaxQueued:      o.Limits.MaxQueued,

@@ -73,6 +73,7 @@ type Session struct {
 	subIndex map[string]int
 	subBytes int64 // SubscriptionCost of subs, together
 	expireAt int64 // unix nanos the session expires at while offline; 0: online, or never
+	leftAt   int64 // unix nanos its client last left; 0: not known
 }
 
 // queues are the outbound messages: those in the window in send order
@@ -513,6 +514,13 @@ func (s *Session) SetExpireAt(at int64) { s.expireAt = at }
 
 // ExpireAt reports when the session expires, as SetExpireAt recorded it.
 func (s *Session) ExpireAt() int64 { return s.expireAt }
+
+// SetLeftAt records when the session's client left, in unix nanos.
+func (s *Session) SetLeftAt(at int64) { s.leftAt = at }
+
+// LeftAt reports when the session's client last left, as SetLeftAt
+// recorded it; 0 when not known.
+func (s *Session) LeftAt() int64 { return s.leftAt }
 
 // Inflight reports how many QoS 1/2 messages are in the window.
 func (s *Session) Inflight() int { return int(s.live) }

@@ -117,7 +117,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cl
 	fs.Var(&f.pprof, "pprof", "serve /debug/pprof/ on the --metrics address too (env MQTTD_PPROF)")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: mqttd [flags]\n       mqttd version\n       mqttd passwd [-c] [-b] [-D] FILE USER [PASSWORD]\n       mqttd check-config FILE\n       mqttd import MOSQUITTO_CONF\n\nRuns the mqttd MQTT broker. With no flags it listens on %s (MQTT) and ws://%s/mqtt (MQTT over WebSocket) and keeps state in ./%s.\n\nFlags:\n",
+		fmt.Fprintf(stderr, "Usage: mqttd [flags]\n       mqttd version\n       mqttd passwd [-c] [-b] [-D] FILE USER [PASSWORD]\n       mqttd check-config FILE\n       mqttd import MOSQUITTO_CONF\n       mqttd ctl COMMAND (the management API from a terminal: clients, kick, retained, dlq, reload...; see mqttd ctl help)\n\nRuns the mqttd MQTT broker. With no flags it listens on %s (MQTT) and ws://%s/mqtt (MQTT over WebSocket) and keeps state in ./%s.\n\nFlags:\n",
 			mqttd.DefaultAddress, mqttd.DefaultWebSocketAddress, defaultDataDir)
 		fs.PrintDefaults()
 	}

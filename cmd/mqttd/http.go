@@ -25,9 +25,10 @@ import (
 // HTTP on the metrics address (metrics.address, --metrics): /metrics,
 // /healthz and /readyz, open to whoever reaches the address, since
 // Prometheus and orchestrators scrape them without credentials; and the
-// read-only JSON API under /api/v1/ and, with metrics.pprof, the
-// profiles under /debug/pprof/, which show what clients do and cost the
-// broker CPU, so they need metrics.token unless the address is loopback.
+// JSON API under /api/v1/ (its reads in http_api.go, its actions in
+// http_admin.go) and, with metrics.pprof, the profiles under
+// /debug/pprof/, which show what clients do and cost the broker CPU, so
+// they need metrics.token unless the address is loopback.
 
 // Pages of the JSON API: ?limit=N items (defaultPage when not given, at
 // most maxPage) after ?after=CURSOR.
@@ -50,6 +51,11 @@ type httpOptions struct {
 	// exposed is set when the address is not a loopback one: without a
 	// token the API and pprof are then not served at all.
 	exposed bool
+	// reload does what SIGHUP does (POST /api/v1/reload); nil: the
+	// action answers 501.
+	reload func() error
+	// log records every action taken through the API.
+	log zerolog.Logger
 }
 
 // httpOptionsFor decides from the address listened on (the one bound,
@@ -80,71 +86,8 @@ func newHTTPHandler(srv *mqttd.Server, reg *prometheus.Registry, o httpOptions) 
 		io.WriteString(w, "ready\n")
 	})
 	g := newGuard(o)
-	mux.Handle("GET /api/v1/clients", g.wrap(func(w http.ResponseWriter, r *http.Request) {
-		after, limit, ok := pageOf(w, r)
-		if !ok {
-			return
-		}
-		page, next := srv.Clients(after, limit)
-		writeJSON(w, http.StatusOK, struct {
-			Clients []mqttd.ClientState `json:"clients"`
-			Next    string              `json:"next,omitempty"`
-		}{page, next})
-	}))
-	mux.Handle("GET /api/v1/clients/{id}/subscriptions", g.wrap(func(w http.ResponseWriter, r *http.Request) {
-		after, limit, ok := pageOf(w, r)
-		if !ok {
-			return
-		}
-		id := r.PathValue("id")
-		page, next, found := srv.Subscriptions(id, after, limit)
-		if !found {
-			writeError(w, http.StatusNotFound, "no session with client id %q", id)
-			return
-		}
-		if page == nil {
-			page = []mqttd.SubscriptionState{}
-		}
-		writeJSON(w, http.StatusOK, struct {
-			Subscriptions []mqttd.SubscriptionState `json:"subscriptions"`
-			Next          string                    `json:"next,omitempty"`
-		}{page, next})
-	}))
-	mux.Handle("GET /api/v1/retained", g.wrap(func(w http.ResponseWriter, r *http.Request) {
-		after, limit, ok := pageOf(w, r)
-		if !ok {
-			return
-		}
-		payloadMax := 0
-		if v := r.URL.Query().Get("payload"); v != "" {
-			with, err := strconv.ParseBool(v)
-			if err != nil {
-				writeError(w, http.StatusBadRequest, "payload: want true or false, got %q", v)
-				return
-			}
-			if with {
-				payloadMax = retainedPayloadMax
-			}
-		}
-		page, next := srv.RetainedTopics(after, limit, payloadMax)
-		writeJSON(w, http.StatusOK, struct {
-			Retained []mqttd.RetainedState `json:"retained"`
-			Next     string                `json:"next,omitempty"`
-		}{page, next})
-	}))
-	mux.Handle("GET /api/v1/bridges", g.wrap(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, struct {
-			Bridges []mqttd.BridgeState `json:"bridges"`
-		}{srv.Bridges()})
-	}))
-	mux.Handle("GET /api/v1/cluster", g.wrap(func(w http.ResponseWriter, _ *http.Request) {
-		st, ok := srv.Cluster()
-		if !ok {
-			writeError(w, http.StatusNotFound, "this broker is not in a cluster (its configuration has no cluster block)")
-			return
-		}
-		writeJSON(w, http.StatusOK, st)
-	}))
+	api := &apiHandler{srv: srv, o: o}
+	api.routes(mux, g)
 	if o.pprof {
 		mux.Handle("/debug/pprof/", g.wrap(pprof.Index))
 		mux.Handle("/debug/pprof/cmdline", g.wrap(pprof.Cmdline))
@@ -247,8 +190,9 @@ func writeError(w http.ResponseWriter, code int, format string, args ...any) {
 }
 
 // serveHTTP serves the metrics address, when one is configured, and
-// returns the server (nil without an address) and the address it bound.
-func serveHTTP(mc metricsConfig, srv *mqttd.Server, reg *prometheus.Registry, log zerolog.Logger) (*http.Server, net.Addr, error) {
+// returns the server (nil without an address) and the address it bound;
+// reload is what POST /api/v1/reload does.
+func serveHTTP(mc metricsConfig, srv *mqttd.Server, reg *prometheus.Registry, log zerolog.Logger, reload func() error) (*http.Server, net.Addr, error) {
 	if mc.Address == "" {
 		return nil, nil, nil
 	}
@@ -257,6 +201,7 @@ func serveHTTP(mc metricsConfig, srv *mqttd.Server, reg *prometheus.Registry, lo
 		return nil, nil, err
 	}
 	o, warning := httpOptionsFor(l.Addr(), mc)
+	o.reload, o.log = reload, log
 	if warning != "" {
 		log.Warn().Str("address", l.Addr().String()).Msg(warning)
 	}

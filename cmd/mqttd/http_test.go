@@ -289,8 +289,8 @@ func TestHTTPAPI(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	if want := []string{"connected", "expires_at", "id", "inflight", "keepalive", "listener", "persistent", "protocol",
-		"queued", "queued_bytes", "remote", "subscriptions", "username"}; !slices.Equal(keys, want) {
+	if want := []string{"connected", "expires_at", "id", "inflight", "keepalive", "listener", "offline_since", "persistent",
+		"protocol", "queued", "queued_bytes", "remote", "subscriptions", "username"}; !slices.Equal(keys, want) {
 		t.Errorf("keys of an offline client %q, want %q", keys, want)
 	}
 

@@ -79,8 +79,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return &limitConn{Conn: c, l: l}, nil
 		}
 		l.open.Add(-1)
-		c.Close()
+		// Counted before the close, which a client may see and then
+		// read the counter.
 		l.refused.Inc()
+		c.Close()
 		l.warn(c.RemoteAddr())
 	}
 }

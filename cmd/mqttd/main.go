@@ -46,6 +46,12 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 	if len(args) > 0 && args[0] == "import" {
 		return runImport(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "ctl" {
+		return runCtl(args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "help" {
+		args = []string{"-h"}
+	}
 	f, err := parseFlags(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -93,7 +99,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 		log.Error().Err(err).Msg("cannot listen")
 		return 1
 	}
-	metricsSrv, metricsAddr, err := serveHTTP(cfg.Metrics, srv, reg, log)
+	rl := &reloader{srv: srv, flags: f, running: cfg, log: log}
+	metricsSrv, metricsAddr, err := serveHTTP(cfg.Metrics, srv, reg, log, rl.reload)
 	if err != nil {
 		log.Error().Err(err).Str("address", cfg.Metrics.Address).Msg("cannot serve metrics")
 		return 1
@@ -105,7 +112,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 	banner(stderr, srv, shown, f.config, newStore)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve() }()
-	serveErr := wait(&reloader{srv: srv, flags: f, running: cfg, log: log}, stop, served)
+	serveErr := wait(rl, stop, served)
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if metricsSrv != nil {

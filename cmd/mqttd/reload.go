@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 
 	"github.com/rs/zerolog"
 
@@ -15,6 +18,9 @@ import (
 // limits mqttd.Server.SetLimits takes) and logs what changed and what
 // needs a restart.
 type reloader struct {
+	// mu makes a reload on SIGHUP and one asked through the API
+	// (POST /api/v1/reload) take turns.
+	mu    sync.Mutex
 	srv   *mqttd.Server
 	flags cliFlags
 	// running is the configuration in force: it keeps the values of keys
@@ -24,27 +30,35 @@ type reloader struct {
 	log     zerolog.Logger
 }
 
-func (r *reloader) reload() {
+// reload returns what failed: the files the broker read again, or the
+// config file.
+func (r *reloader) reload() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var errs []error
 	if err := r.srv.Reload(); err != nil {
 		r.log.Error().Err(err).Msg("reload on SIGHUP failed")
+		errs = append(errs, err)
 	} else {
 		r.log.Info().Msg("reloaded the password and ACL files and the listeners' certificates on SIGHUP")
 	}
 	if r.flags.config == "" {
-		return
+		return errors.Join(errs...)
 	}
 	next, err := loadConfig(r.flags)
 	if err != nil {
 		r.log.Error().Err(err).Str("file", r.flags.config).Msg("config file not reloaded: it has problems; the running settings stay")
-		return
+		return errors.Join(append(errs, fmt.Errorf("config file %s not reloaded: %w", r.flags.config, err))...)
 	}
 	applied, restart, err := r.srv.SetLimits(next.Limits)
 	if err != nil {
 		r.log.Error().Err(err).Msg("limits not reloaded")
+		errs = append(errs, err)
 	}
 	added, changed, removed, err := r.srv.SetBridges(next.Bridges)
 	if err != nil {
 		r.log.Error().Err(err).Msg("bridges not reloaded")
+		errs = append(errs, err)
 	} else {
 		r.running.Bridges = next.Bridges
 		if len(added)+len(changed)+len(removed) > 0 {
@@ -64,6 +78,7 @@ func (r *reloader) reload() {
 	if len(restart) > 0 {
 		r.log.Warn().Strs("needs_restart", restart).Msg("some changed settings take effect only after a restart")
 	}
+	return errors.Join(errs...)
 }
 
 // changedKeys lists the top-level keys other than limits and log.level
