@@ -112,10 +112,13 @@ func decodeSnapPart(b []byte) (gen, seq uint64, last bool, keys []routeKey, err 
 	return gen, seq, last, keys, nil
 }
 
-// cutUvarint reads a uvarint off b.
+// cutUvarint reads a uvarint off b, in its shortest form only (a last
+// byte of 0 adds nothing): what a node sends is what binary.AppendUvarint
+// wrote, and a decoder that takes two spellings of one value lets a
+// record be read as something other than what was encoded.
 func cutUvarint(b []byte) (uint64, []byte, bool) {
 	v, n := binary.Uvarint(b)
-	if n <= 0 {
+	if n <= 0 || n > 1 && b[n-1] == 0 {
 		return 0, b, false
 	}
 	return v, b[n:], true
