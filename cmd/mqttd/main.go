@@ -100,7 +100,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 		return 1
 	}
 	rl := &reloader{srv: srv, flags: f, running: cfg, log: log}
-	metricsSrv, metricsAddr, err := serveHTTP(cfg.Metrics, srv, reg, log, rl.reload)
+	metricsSrv, metricsAddr, err := serveHTTP(cfg.Metrics, srv, reg, log, func() error { return rl.reload("an API request") })
 	if err != nil {
 		log.Error().Err(err).Str("address", cfg.Metrics.Address).Msg("cannot serve metrics")
 		return 1
@@ -138,7 +138,7 @@ func wait(r *reloader, stop <-chan os.Signal, served <-chan error) error {
 		select {
 		case s := <-stop:
 			if s == syscall.SIGHUP {
-				r.reload()
+				r.reload("SIGHUP")
 				continue
 			}
 			log.Info().Str("signal", s.String()).Msg("shutting down")

@@ -31,16 +31,17 @@ type reloader struct {
 }
 
 // reload returns what failed: the files the broker read again, or the
-// config file.
-func (r *reloader) reload() error {
+// config file. on says what asked for it, for the log ("SIGHUP", "an API
+// request").
+func (r *reloader) reload(on string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var errs []error
 	if err := r.srv.Reload(); err != nil {
-		r.log.Error().Err(err).Msg("reload on SIGHUP failed")
+		r.log.Error().Err(err).Msg("reload on " + on + " failed")
 		errs = append(errs, err)
 	} else {
-		r.log.Info().Msg("reloaded the password and ACL files and the listeners' certificates on SIGHUP")
+		r.log.Info().Msg("reloaded the password and ACL files and the listeners' certificates on " + on)
 	}
 	if r.flags.config == "" {
 		return errors.Join(errs...)
@@ -74,7 +75,7 @@ func (r *reloader) reload() error {
 	}
 	restart = append(restart, changedKeys(r.running, next)...)
 	r.log.Info().Str("file", r.flags.config).Strs("applied", applied).Strs("needs_restart", restart).
-		Msg("config file reloaded on SIGHUP")
+		Msg("config file reloaded on " + on)
 	if len(restart) > 0 {
 		r.log.Warn().Strs("needs_restart", restart).Msg("some changed settings take effect only after a restart")
 	}
