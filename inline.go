@@ -26,6 +26,12 @@ type Message struct {
 	// Properties are the publisher's 5.0 properties with the remaining
 	// message expiry; nil when there are none.
 	Properties *packets.Properties
+	// PublishedRetain is the retain flag its publisher set (Retain is how it
+	// comes here: set only for a retained message sent on Subscribe).
+	PublishedRetain bool
+	// From is the client id of the client that published it (a will's
+	// client for a will); empty for what the broker or Publish published.
+	From string
 }
 
 // Handler receives the messages of an inline subscription. It runs on the
@@ -117,7 +123,10 @@ func (s *Server) Subscribe(filter string, h Handler) (unsubscribe func(), err er
 
 // deliverInline hands one message to an inline subscriber.
 func deliverInline(h Handler, m *session.Message, retain bool) {
-	msg := Message{Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, Retain: retain}
+	msg := Message{Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, Retain: retain, PublishedRetain: m.Retain, From: m.Origin}
+	if msg.From == inlineOrigin {
+		msg.From = ""
+	}
 	if m.Properties != nil || m.Expiry != 0 {
 		p := forwardProperties(m, nil)
 		msg.Properties = &p

@@ -48,6 +48,8 @@ Commands:
   dlq                           the dead letters kept on $DLQ/
   dlq republish TOPIC           publish a dead letter again on its original topic, and clear it
   dlq rm TOPIC                  drop a dead letter
+  watch FILTER [--count N]      messages matching FILTER as the broker routes them, with their
+                                publisher's client id, until interrupted (or N messages)
   reload                        what SIGHUP does: read the files and the config again
   log-level LEVEL               set the log level (trace, debug, info, warn, error) until a restart
 
@@ -73,6 +75,7 @@ type ctlFlags struct {
 	json, offline, discard bool
 	payload                bool
 	search                 string
+	count                  int
 	positional             []string
 }
 
@@ -128,6 +131,7 @@ func parseCtlFlags(args []string, stderr io.Writer) (ctlFlags, error) {
 	fs.BoolVar(&f.offline, "offline", false, "clients: the offline sessions only")
 	fs.BoolVar(&f.discard, "discard-session", false, "kick: end the session too")
 	fs.BoolVar(&f.payload, "payload", false, "retained: show the start of each payload")
+	fs.IntVar(&f.count, "count", 0, "watch: stop after `N` messages (0: until interrupted)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, ctlUsage)
 		fs.PrintDefaults()
@@ -178,6 +182,12 @@ func (c *ctl) run(f ctlFlags) error {
 		return c.retained(f.payload)
 	case one && words[0] == "dlq":
 		return c.deadLetters()
+	case words[0] == "watch":
+		filter, err := argOf(words, 1, "a topic filter")
+		if err != nil {
+			return err
+		}
+		return c.watch(filter, f.count)
 	}
 	method, path, err := actionOf(words, f.discard)
 	if err != nil {

@@ -56,6 +56,9 @@ type httpOptions struct {
 	reload func() error
 	// log records every action taken through the API.
 	log zerolog.Logger
+	// stopping is closed when the HTTP server shuts down, which does not
+	// wait for a watch's stream to end by itself; nil: never.
+	stopping <-chan struct{}
 }
 
 // httpOptionsFor decides from the address listened on (the one bound,
@@ -201,7 +204,8 @@ func serveHTTP(mc metricsConfig, srv *mqttd.Server, reg *prometheus.Registry, lo
 		return nil, nil, err
 	}
 	o, warning := httpOptionsFor(l.Addr(), mc)
-	o.reload, o.log = reload, log
+	stopping := make(chan struct{})
+	o.reload, o.log, o.stopping = reload, log, stopping
 	if warning != "" {
 		log.Warn().Str("address", l.Addr().String()).Msg(warning)
 	}
@@ -220,6 +224,7 @@ func serveHTTP(mc metricsConfig, srv *mqttd.Server, reg *prometheus.Registry, lo
 		WriteTimeout:      httpWriteTimeout,
 		IdleTimeout:       idle,
 	}
+	hs.RegisterOnShutdown(func() { close(stopping) })
 	go func() {
 		if err := hs.Serve(ll); !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("the metrics address stopped serving")

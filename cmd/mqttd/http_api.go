@@ -27,6 +27,7 @@ func (a *apiHandler) routes(mux *http.ServeMux, g *guard) {
 	mux.Handle("GET /api/v1/clients/{id}/subscriptions", g.wrap(a.subscriptions))
 	mux.Handle("GET /api/v1/retained", g.wrap(a.retained))
 	mux.Handle("GET /api/v1/deadletters", g.wrap(a.deadLetters))
+	mux.Handle("GET /api/v1/watch", g.wrap(a.watch))
 	mux.Handle("GET /api/v1/bridges", g.wrap(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, struct {
 			Bridges []mqttd.BridgeState `json:"bridges"`
