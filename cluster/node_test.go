@@ -73,6 +73,11 @@ func startNode(t *testing.T, name string, r *recorder, log zerolog.Logger, urls 
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its subscriptions are at its server before a test's own connection
+	// publishes to it: two connections' packets are not ordered.
+	if err := n.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if err := n.Close(); err != nil {
 			t.Errorf("Close %s: %v", name, err)
