@@ -35,8 +35,8 @@ type DeadLetterState struct {
 	Reason string `json:"reason"`
 	// OriginalTopic is the topic the message was published to.
 	OriginalTopic string `json:"original_topic"`
-	// ClientID is the client the message was given up on for ("" for
-	// no_subscribers).
+	// ClientID is the client the message was given up on for (its
+	// publisher, for no_subscribers).
 	ClientID string `json:"client_id"`
 	// Time is when it was set aside; zero when the letter does not say.
 	Time time.Time `json:"time,omitzero"`
