@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -259,7 +260,7 @@ func (c *ctl) call(method, path string) ([]byte, error) {
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, u, err)
+		return nil, fmt.Errorf("%s %s: %w%s", method, u, err, refusedHint(err))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -499,4 +500,14 @@ func preview(p []byte) string {
 		s += "..."
 	}
 	return s
+}
+
+// refusedHint says where ctl looked when nothing answered there: the API
+// is served only on the address the broker was given for it.
+func refusedHint(err error) string {
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return ""
+	}
+	return " (nothing listens there: start mqttd with --metrics ADDR, or metrics.address in its config, " +
+		"and give ctl that address with --api or MQTTD_API)"
 }

@@ -28,7 +28,7 @@ func (c *ctl) watch(filter string, count int) error {
 	// No timeout: the stream lasts as long as the watch.
 	resp, err := (&http.Client{Transport: c.client.Transport}).Do(req)
 	if err != nil {
-		return fmt.Errorf("GET %s: %w", u, err)
+		return fmt.Errorf("GET %s: %w%s", u, err, refusedHint(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
