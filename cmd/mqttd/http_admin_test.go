@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"mqttd"
+	"mqttd/internal/testutil"
 	"mqttd/packets"
 )
 
@@ -46,24 +46,6 @@ func do(t *testing.T, method, url, body string, header ...string) (code int, all
 	return resp.StatusCode, resp.Header.Get("Allow"), string(b)
 }
 
-// lockedBuffer is a log the handler writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // act sends an action from a loopback client without a token, expecting
 // want, and returns the body.
 func act(t *testing.T, method, url string, want int) string {
@@ -87,7 +69,7 @@ func act(t *testing.T, method, url string, want int) string {
 func TestHTTPActions(t *testing.T) {
 	b := startBroker(t, mqttd.Options{Limits: mqttd.Limits{MaxQueued: 1}}, "main")
 	var reloads atomic.Int32
-	var log lockedBuffer
+	var log testutil.LockedBuffer
 	base := b.serve(t, httpOptions{log: zerolog.New(&log), reload: func() error {
 		if reloads.Add(1) == 2 {
 			return errors.New("password file kept as it was")

@@ -87,28 +87,8 @@ func (b *broker) serve(t *testing.T, o httpOptions) string {
 // and returns the status and body.
 func get(t *testing.T, url string, header ...string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest("GET", url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		if header[i] == "Host" {
-			req.Host = header[i+1]
-		} else {
-			req.Header.Set(header[i], header[i+1])
-		}
-	}
-	client := &http.Client{Timeout: 30 * time.Second}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
+	code, _, body := do(t, "GET", url, "", header...)
+	return code, body
 }
 
 // getJSON requests url, expecting 200, and decodes the body into v.
