@@ -38,14 +38,6 @@ import (
 // of layout (buckets and keys).
 const recV1 = 1
 
-// Message flags. Bits 0-1 are the QoS.
-const (
-	flagRetain     = 1 << 2
-	flagProps      = 1 << 3 // properties follow
-	flagWillProps  = 1 << 4 // they decode as Will Properties, not PUBLISH ones
-	flagEmptyBytes = 1 << 5 // the payload is empty but not nil
-)
-
 // Outbound flags. Bits 0-1 are the QoS.
 const (
 	outRetain   = 1 << 2
@@ -159,61 +151,7 @@ func encodeMessageRecord(m *persistence.Message) ([]byte, error) {
 }
 
 func appendMessage(dst []byte, m *persistence.Message) ([]byte, error) {
-	if m.QoS > 3 {
-		return nil, fmt.Errorf("%w: message %d has QoS %d", persistence.ErrBadOp, m.ID, m.QoS)
-	}
-	flags := m.QoS
-	if m.Retain {
-		flags |= flagRetain
-	}
-	if m.Payload != nil && len(m.Payload) == 0 {
-		flags |= flagEmptyBytes
-	}
-	props, willMode, err := encodeProps(&m.Properties)
-	if err != nil {
-		return nil, fmt.Errorf("%w: message %d: %v", persistence.ErrBadOp, m.ID, err)
-	}
-	if props != nil {
-		flags |= flagProps
-		if willMode {
-			flags |= flagWillProps
-		}
-	}
-	dst = append(dst, flags)
-	dst = binary.AppendVarint(dst, m.Expiry)
-	dst = appendString(dst, m.Topic)
-	dst = appendString(dst, m.Origin)
-	if props != nil {
-		dst = binary.AppendUvarint(dst, m.Properties.Present)
-		dst = append(dst, props...)
-	}
-	// Last and without a length: it is the rest of the value.
-	return append(dst, m.Payload...), nil
-}
-
-// encodeProps writes p with the packets codec, so that a property added
-// there is kept here without a change. The codec's decoder checks which
-// properties a packet may carry, and a will's may hold Will Delay
-// Interval, which a PUBLISH may not: the encoding is checked by decoding
-// it now, as a PUBLISH's or else as Will Properties, so that what Apply
-// writes Load can always read. nil means no properties.
-func encodeProps(p *packets.Properties) ([]byte, bool, error) {
-	if p.Present == 0 && len(p.User) == 0 && len(p.SubscriptionIDs) == 0 {
-		return nil, false, nil
-	}
-	b, err := p.Append(nil)
-	if err != nil {
-		return nil, false, err
-	}
-	var check packets.Properties
-	if _, err = check.Decode(b, packets.TypePublish, false); err == nil {
-		return b, false, nil
-	}
-	check = packets.Properties{}
-	if _, werr := check.Decode(b, packets.TypePublish, true); werr == nil {
-		return b, true, nil
-	}
-	return nil, false, fmt.Errorf("properties do not read back: %v", err)
+	return persistence.AppendMessage(dst, m)
 }
 
 func appendString(dst []byte, s string) []byte {
@@ -295,33 +233,14 @@ func decodeMessageRecord(id uint64, v []byte) (*persistence.Message, error) {
 	return m, r.err
 }
 
+// decodeMessage decodes the rest of r as a message (persistence's
+// encoding).
 func decodeMessage(r *reader, m *persistence.Message) {
-	flags := r.byte()
-	m.QoS = flags & 3
-	m.Retain = flags&flagRetain != 0
-	m.Expiry = r.varint()
-	m.Topic = r.string()
-	m.Origin = r.string()
-	if flags&flagProps != 0 {
-		present := r.uvarint()
-		if r.err != nil {
-			return
-		}
-		n, err := m.Properties.Decode(r.b, packets.TypePublish, flags&flagWillProps != 0)
-		if err != nil {
-			r.err = fmt.Errorf("%w: properties: %v", errRecord, err)
-			return
-		}
-		m.Properties.Present = present
-		r.b = r.b[n:]
-	}
 	if r.err != nil {
 		return
 	}
-	if len(r.b) > 0 {
-		m.Payload = r.b[:len(r.b):len(r.b)]
-	} else if flags&flagEmptyBytes != 0 {
-		m.Payload = []byte{}
+	if err := persistence.DecodeMessage(r.b, m); err != nil {
+		r.err = fmt.Errorf("%w: %v", errRecord, err)
 	}
 	r.b = nil
 }
