@@ -1,0 +1,179 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Atomic batches and whole reads of a JetStream stream: the replicated
+// sessions' writes and reads (sessions.go). nats.go v1.56 has no helper
+// for atomic batches; the headers are the server's (Nats-Batch-Id,
+// Nats-Batch-Sequence, Nats-Batch-Commit).
+
+// maxAtomic is the most messages nats-server takes in one atomic batch
+// (its default max_batch_size).
+const maxAtomic = 1000
+
+// tombstoneTTL is how long a deleted record's empty message stays: the
+// stream keeps one message per subject, and a tombstone that expires
+// leaves nothing, so that a million put and delete cycles leave the
+// stream empty. Long enough for every replica to have applied it.
+const tombstoneTTL = "1s"
+
+// stateMsg is one message of an atomic batch; nil data is a tombstone.
+type stateMsg struct {
+	subject string
+	data    []byte
+}
+
+// batchIDs numbers this process's batches; a batch id must be unique
+// among a stream's open batches, across nodes too (batchPrefix).
+var batchIDs atomic.Uint64
+
+// streamAck is a JetStream publish acknowledgement.
+type streamAck struct {
+	Seq   uint64 `json:"seq"`
+	Error *struct {
+		Code        int    `json:"code"`
+		ErrCode     int    `json:"err_code"`
+		Description string `json:"description"`
+	} `json:"error"`
+}
+
+// publishAtomic writes msgs in order, in atomic batches of at most
+// maxAtomic messages, each confirmed once a quorum of the stream's
+// replicas holds it, and returns the last batch's acknowledgement. A
+// commit nobody answered (the stream's interest not yet reached this
+// server, a leader being elected) is sent again whole under a new id
+// until timeout: a batch not committed was dropped whole.
+func publishAtomic(nc *nats.Conn, prefix string, msgs []stateMsg, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for len(msgs) > 0 {
+		n := min(len(msgs), maxAtomic)
+		for {
+			err := sendAtomic(nc, prefix, msgs[:n], time.Until(deadline))
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
+				return err
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		msgs = msgs[n:]
+	}
+	return nil
+}
+
+func sendAtomic(nc *nats.Conn, prefix string, msgs []stateMsg, timeout time.Duration) error {
+	if timeout <= 0 {
+		return nats.ErrTimeout
+	}
+	id := prefix + strconv.FormatUint(batchIDs.Add(1), 36)
+	for i, e := range msgs {
+		m := nats.NewMsg(e.subject)
+		m.Data = e.data
+		m.Header.Set("Nats-Batch-Id", id)
+		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
+		if e.data == nil {
+			m.Header.Set("Nats-TTL", tombstoneTTL)
+		}
+		if i < len(msgs)-1 {
+			if err := nc.PublishMsg(m); err != nil {
+				return err
+			}
+			continue
+		}
+		m.Header.Set("Nats-Batch-Commit", "1")
+		reply, err := nc.RequestMsg(m, timeout)
+		if err != nil {
+			return err
+		}
+		var ack streamAck
+		if err := json.Unmarshal(reply.Data, &ack); err != nil {
+			return fmt.Errorf("batch acknowledgement %q: %w", reply.Data, err)
+		}
+		if ack.Error != nil {
+			return fmt.Errorf("stream refused the batch: %s (%d)", ack.Error.Description, ack.Error.ErrCode)
+		}
+	}
+	return nil
+}
+
+// readPage is how many messages one fetch asks for.
+const readPage = 1024
+
+// readAll reads every message of stream on subjects matching filter, in
+// stream order, calling fn with each one's subject and data. It reads
+// through an ordered consumer, which the stream's leader serves: a
+// direct get may be answered by any replica, one that lags too (a node's
+// own server just back from a netsplit), and a session read from it
+// could miss messages a quorum acknowledged.
+func readAll(ctx context.Context, js jetstream.JetStream, stream, filter string, fn func(subject string, data []byte) error) error {
+	for {
+		err := readOnce(ctx, js, stream, filter, fn)
+		// A stream just made, or whose leader is being elected, does not
+		// answer: read again from the start (fn takes a subject's later
+		// message over its earlier) until ctx ends.
+		if err == nil || !(errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func readOnce(ctx context.Context, js jetstream.JetStream, stream, filter string, fn func(subject string, data []byte) error) error {
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return err
+	}
+	for {
+		batch, err := cons.FetchNoWait(readPage)
+		if err != nil {
+			return err
+		}
+		n, last := 0, true
+		for m := range batch.Messages() {
+			n++
+			if md, err := m.Metadata(); err == nil {
+				last = md.NumPending == 0
+			}
+			if err := fn(m.Subject(), m.Data()); err != nil {
+				return err
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return err
+		}
+		if n > 0 && last {
+			return nil
+		}
+		// No message, though the consumer was made with some pending
+		// (a fetch that came before the consumer was ready): fetch
+		// again. One made with none pending has read everything.
+		if info := cons.CachedInfo(); n == 0 && (info == nil || info.NumPending == 0) {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if n == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}

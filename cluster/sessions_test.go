@@ -1,0 +1,196 @@
+package cluster
+
+import (
+	"context"
+	"time"
+
+	"mqttd/internal/testutil"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"mqttd/internal/natstest"
+	"mqttd/persistence"
+	"mqttd/persistence/storetest"
+)
+
+// sessionOpener opens SessionStores on one nats-server, each subtest on
+// a cluster (a stream) of its own, with a Memory as the local store.
+type sessionOpener struct {
+	nc    *nats.Conn
+	n     atomic.Int64
+	local map[persistence.Store]*persistence.Memory
+	name  map[persistence.Store]string
+}
+
+func (o *sessionOpener) open(t *testing.T, cluster string, local *persistence.Memory) persistence.Store {
+	t.Helper()
+	s, err := OpenSessionStore(o.nc, SessionStoreConfig{Cluster: cluster, Node: "n1"}, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.local[s], o.name[s] = local, cluster
+	return s
+}
+
+func (o *sessionOpener) Open(t *testing.T) persistence.Store {
+	return o.open(t, "s"+strconv.FormatInt(o.n.Add(1), 10), persistence.NewMemory())
+}
+
+func (o *sessionOpener) Reopen(t *testing.T, old persistence.Store) persistence.Store {
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return o.open(t, o.name[old], o.local[old])
+}
+
+func connect(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// TestSessionStoreContract holds the replicated sessions to the contract
+// every store meets, on one JetStream server.
+func TestSessionStoreContract(t *testing.T) {
+	urls := natstest.Cluster(t, 1)
+	storetest.Run(t, &sessionOpener{nc: connect(t, urls[0]),
+		local: make(map[persistence.Store]*persistence.Memory), name: make(map[persistence.Store]string)})
+}
+
+func openSessions(t *testing.T, nc *nats.Conn, node string, local persistence.Store) *SessionStore {
+	t.Helper()
+	s, err := OpenSessionStore(nc, SessionStoreConfig{Cluster: "c1", Node: node}, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func apply(t *testing.T, s persistence.Store, build func(b *persistence.Batch)) {
+	t.Helper()
+	var b persistence.Batch
+	build(&b)
+	if err := s.Apply(&b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSessionAdoptedFromAnotherNode: a session one node wrote, on a
+// stream of three replicas, is read whole by another node through
+// another server (its client reconnected there), and is that node's
+// from then on.
+func TestSessionAdoptedFromAnotherNode(t *testing.T) {
+	urls := natstest.Cluster(t, 3)
+	a := openSessions(t, connect(t, urls[0]), "a", persistence.NewMemory())
+	will := &persistence.Will{At: 42, Message: persistence.Message{ID: 9, Topic: "will/a1", Payload: []byte("gone"), QoS: 1}}
+	apply(t, a, func(b *persistence.Batch) {
+		b.PutSession(persistence.Session{ID: "a1", Username: "u", Version: 5, Expiry: 3600})
+		b.PutSubscription("a1", persistence.Subscription{Filter: "t/#", ID: 3})
+		b.PutMessage(&persistence.Message{ID: 1, Topic: "t/1", Payload: []byte("one"), QoS: 1})
+		b.PutMessage(&persistence.Message{ID: 2, Topic: "t/2", Payload: []byte("two"), QoS: 2})
+		b.PutOutbound("a1", persistence.Outbound{Seq: 1, MessageID: 1, QoS: 1})
+		b.PutOutbound("a1", persistence.Outbound{Seq: 2, MessageID: 2, QoS: 2, PacketID: 5, SubIDs: []uint32{3}})
+		b.PutAwaitingRel("a1", 7)
+		b.PutWill("a1", will)
+	})
+
+	bLocal := persistence.NewMemory()
+	b := openSessions(t, connect(t, urls[2]), "b", bLocal)
+	if snap, err := b.Load(); err != nil || len(snap.Sessions) != 0 {
+		t.Fatalf("node b loads %d sessions (%v); a1 is a's", len(snap.Sessions), err)
+	}
+	st, msgs, err := b.Adopt("a1")
+	if err != nil || st == nil {
+		t.Fatalf("Adopt: %v, %v", st, err)
+	}
+	if len(st.Outbound) != 2 || st.Outbound[0].Seq != 1 || st.Outbound[1].PacketID != 5 || st.Outbound[1].SubIDs[0] != 3 {
+		t.Fatalf("adopted entries %+v", st.Outbound)
+	}
+	if string(msgs[1].Payload) != "one" || string(msgs[2].Payload) != "two" || msgs[2].QoS != 2 {
+		t.Fatalf("adopted messages %+v %+v", msgs[1], msgs[2])
+	}
+	if len(st.Subscriptions) != 1 || st.Subscriptions[0].ID != 3 || len(st.AwaitingRel) != 1 || st.AwaitingRel[0] != 7 ||
+		st.Will == nil || string(st.Will.Message.Payload) != "gone" || st.Session.Expiry != 3600 {
+		t.Fatalf("adopted session %+v", st)
+	}
+	if st, _, err := b.Adopt("nobody"); err != nil || st != nil {
+		t.Fatalf("Adopt of an id with no session: %v, %v", st, err)
+	}
+
+	// The broker stores it again as its own: the record now names b,
+	// and what b deletes of what a wrote is gone.
+	apply(t, b, func(bt *persistence.Batch) {
+		bt.PutSession(st.Session)
+		bt.DeleteOutbound("a1", 1)
+	})
+	b2 := openSessions(t, connect(t, urls[1]), "b", bLocal)
+	snap, err := b2.Load()
+	if err != nil || len(snap.Sessions) != 1 || len(snap.Sessions[0].Outbound) != 1 || snap.Sessions[0].Outbound[0].Seq != 2 {
+		t.Fatalf("b reopened: %+v, %v", snap, err)
+	}
+	a2 := openSessions(t, connect(t, urls[1]), "a", persistence.NewMemory())
+	if snap, err := a2.Load(); err != nil || len(snap.Sessions) != 0 {
+		t.Fatalf("a reopened still has %d sessions (%v)", len(snap.Sessions), err)
+	}
+}
+
+// TestSessionBatchBeyondAtomicLimit: a batch of more messages than one
+// atomic write takes is written whole, in several, and the tombstones of
+// its entries leave the stream.
+func TestSessionBatchBeyondAtomicLimit(t *testing.T) {
+	urls := natstest.Cluster(t, 1)
+	nc := connect(t, urls[0])
+	s := openSessions(t, nc, "a", persistence.NewMemory())
+	const n = maxAtomic + 500
+	apply(t, s, func(b *persistence.Batch) {
+		b.PutSession(persistence.Session{ID: "big"})
+		b.PutMessage(&persistence.Message{ID: 1, Topic: "t", Payload: []byte("x"), QoS: 1})
+		for seq := uint64(1); seq <= n; seq++ {
+			b.PutOutbound("big", persistence.Outbound{Seq: seq, MessageID: 1, QoS: 1})
+		}
+	})
+	snap, err := openSessions(t, nc, "a", persistence.NewMemory()).Load()
+	if err != nil || len(snap.Sessions) != 1 || len(snap.Sessions[0].Outbound) != n {
+		t.Fatalf("read back %d sessions (%v)", len(snap.Sessions), err)
+	}
+	apply(t, s, func(b *persistence.Batch) {
+		for seq := uint64(1); seq <= n; seq++ {
+			b.DeleteOutbound("big", seq)
+		}
+	})
+	stream, err := s.js.Stream(context.Background(), s.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitWithin(t, 30*time.Second, "the tombstones to expire", func() bool {
+		info, err := stream.Info(context.Background())
+		return err == nil && info.State.Msgs == 1 // the session's record
+	})
+}
+
+// TestSessionEntryOverMaxPayload: an entry larger than a NATS message
+// may be is refused as malformed (the committer then fails its unit
+// alone), and nothing of its batch is kept.
+func TestSessionEntryOverMaxPayload(t *testing.T) {
+	urls := natstest.Cluster(t, 1)
+	nc := connect(t, urls[0])
+	s := openSessions(t, nc, "a", persistence.NewMemory())
+	var b persistence.Batch
+	b.PutSession(persistence.Session{ID: "big"})
+	b.PutMessage(&persistence.Message{ID: 1, Topic: "t", Payload: make([]byte, nc.MaxPayload()), QoS: 1})
+	b.PutOutbound("big", persistence.Outbound{Seq: 1, MessageID: 1, QoS: 1})
+	if err := s.Apply(&b); !persistence.Malformed(err) {
+		t.Fatalf("Apply of an entry over max_payload: %v, want a malformed batch", err)
+	}
+	if snap, err := s.Load(); err != nil || len(snap.Sessions) != 0 {
+		t.Fatalf("after the refused batch: %d sessions (%v)", len(snap.Sessions), err)
+	}
+}
