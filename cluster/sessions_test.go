@@ -46,7 +46,7 @@ func (o *sessionOpener) Reopen(t *testing.T, old persistence.Store) persistence.
 	return o.open(t, o.name[old], o.local[old])
 }
 
-func connect(t *testing.T, url string) *nats.Conn {
+func connect(t testing.TB, url string) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
