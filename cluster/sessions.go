@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -117,10 +118,13 @@ func (s *SessionStore) reload() error {
 	clear(s.retained)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 	defer cancel()
+	if err := s.readRetained(); err != nil {
+		return err
+	}
 	if err := s.readOwn(ctx); err != nil {
 		return fmt.Errorf("cluster: reading sessions back: %w", err)
 	}
-	return s.readRetained()
+	return nil
 }
 
 func (s *SessionStore) bind(ctx context.Context) error {
@@ -156,13 +160,37 @@ func (s *SessionStore) readOwn(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for key, st := range found {
+	var own []*readSession
+	var maxID uint64
+	for id := range s.msgs {
+		maxID = max(maxID, id)
+	}
+	for _, st := range found {
 		if st.rec == nil || st.rec.node != s.cfg.Node {
 			continue
 		}
-		ss := &storedSession{subj: sessionSubjects(s.prefix + key + "."), rec: *st.rec,
+		own = append(own, st)
+		for _, e := range st.entries {
+			maxID = max(maxID, e.o.MessageID)
+		}
+	}
+	// A message id is the node's that stored the message: a session
+	// adopted from another node may hold ids this node gave messages of
+	// its own. Such a message is given a new id, one per encoding.
+	renamed := make(map[string]uint64)
+	for _, st := range own {
+		ss := &storedSession{subj: subjectsOf(s.cfg.Cluster, st.rec.session.ID), rec: *st.rec,
 			entries: make(map[uint64]persistence.Outbound), rels: st.rels}
 		for seq, e := range st.entries {
+			if m := s.msgs[e.o.MessageID]; m != nil && !bytes.Equal(m.enc, e.msg) {
+				id, ok := renamed[string(e.msg)]
+				if !ok {
+					maxID++
+					id = maxID
+					renamed[string(e.msg)] = id
+				}
+				e.o.MessageID = id
+			}
 			ss.entries[seq] = e.o
 			s.ref(e.o.MessageID, e.msg)
 		}
@@ -414,4 +442,20 @@ func (s *SessionStore) unrefIndex(id uint64) {
 			delete(s.msgs, id)
 		}
 	}
+}
+
+// Forget drops client id's session from the index without writing
+// anything: it went to another node (a handover), which writes it from
+// now on, and a deletion from here could land after its writes.
+func (s *SessionStore) Forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.sessions[id]
+	if ss == nil {
+		return
+	}
+	for _, o := range ss.entries {
+		s.unrefIndex(o.MessageID)
+	}
+	delete(s.sessions, id)
 }

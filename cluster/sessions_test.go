@@ -194,3 +194,46 @@ func TestSessionEntryOverMaxPayload(t *testing.T) {
 		t.Fatalf("after the refused batch: %d sessions (%v)", len(snap.Sessions), err)
 	}
 }
+
+// TestSessionAdoptedIDsRenamed: a session adopted from another node
+// refers to message ids of that node's, which this node may have given
+// messages of its own: read back, each message keeps its own payload,
+// under an id of its own. A session forgotten (handed over) is not
+// written by the node that let it go.
+func TestSessionAdoptedIDsRenamed(t *testing.T) {
+	urls := natstest.Cluster(t, 1)
+	nc := connect(t, urls[0])
+	a := openSessions(t, nc, "a", persistence.NewMemory())
+	bLocal := persistence.NewMemory()
+	b := openSessions(t, nc, "b", bLocal)
+	put := func(s *SessionStore, id, payload string) {
+		apply(t, s, func(bt *persistence.Batch) {
+			bt.PutSession(persistence.Session{ID: id})
+			bt.PutMessage(&persistence.Message{ID: 1, Topic: "t", Payload: []byte(payload), QoS: 1})
+			bt.PutOutbound(id, persistence.Outbound{Seq: 1, MessageID: 1, QoS: 1})
+		})
+	}
+	put(a, "x", "from a")
+	put(b, "y", "from b")
+	st, _, err := b.Adopt("x")
+	if err != nil || st == nil {
+		t.Fatal(st, err)
+	}
+	apply(t, b, func(bt *persistence.Batch) { bt.PutSession(st.Session) })
+	a.Forget("x")
+	apply(t, a, func(bt *persistence.Batch) { bt.PutSession(persistence.Session{ID: "other"}) })
+
+	snap, err := openSessions(t, nc, "b", bLocal).Load()
+	if err != nil || len(snap.Sessions) != 2 {
+		t.Fatalf("b read back %d sessions (%v)", len(snap.Sessions), err)
+	}
+	for _, ss := range snap.Sessions {
+		m := snap.Messages[ss.Outbound[0].MessageID]
+		if want := map[string]string{"x": "from a", "y": "from b"}[ss.Session.ID]; m == nil || string(m.Payload) != want {
+			t.Errorf("session %s's entry reads %+v, want %q", ss.Session.ID, m, want)
+		}
+	}
+	if snap.Sessions[0].Outbound[0].MessageID == snap.Sessions[1].Outbound[0].MessageID {
+		t.Errorf("two messages under one id")
+	}
+}
