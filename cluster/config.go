@@ -33,6 +33,12 @@ type Config struct {
 	// takes itself for cut off (and closes its clients' connections);
 	// default DefaultNodeTimeout. From 1 s.
 	NodeTimeout time.Duration `yaml:"node_timeout"`
+	// Sessions says where the persistent sessions a node holds are kept:
+	// "local" (default; the node's own store, and a node that dies takes
+	// them with it) or "replicated" (the cluster's session stream,
+	// SessionStore: a client whose node died finds its session on any
+	// other).
+	Sessions string `yaml:"sessions"`
 	// Retained bounds the replicated retained messages; the broker sets
 	// it from its own retained limits.
 	Retained RetainedLimits `yaml:"-"`
@@ -67,6 +73,12 @@ type EmbeddedConfig struct {
 	StoreDir string `yaml:"store_dir"`
 }
 
+// Config.Sessions values.
+const (
+	SessionsLocal      = "local"
+	SessionsReplicated = "replicated"
+)
+
 // DefaultListen is the embedded server's client address when
 // EmbeddedConfig.Listen is empty.
 const DefaultListen = "127.0.0.1:4222"
@@ -89,6 +101,11 @@ func (c *Config) Validate() error {
 	}
 	if err := validReplicas(c.Replicas); err != nil {
 		return fmt.Errorf("cluster.replicas: %w", err)
+	}
+	switch c.Sessions {
+	case "", SessionsLocal, SessionsReplicated:
+	default:
+		return fmt.Errorf("cluster.sessions: %q: %s or %s", c.Sessions, SessionsLocal, SessionsReplicated)
 	}
 	if c.NodeTimeout != 0 && c.NodeTimeout < time.Second {
 		return fmt.Errorf("cluster.node_timeout: %v: at least 1s (or 0 for the default, %v)", c.NodeTimeout, DefaultNodeTimeout)

@@ -26,6 +26,10 @@ const (
 	hdrSame   = "Mqttd-Same-User"
 )
 
+// ErrNoAnswer is Handover's error when the previous owner did not
+// answer: it is gone, or cut off.
+var ErrNoAnswer = errors.New("cluster: the previous owner did not answer")
+
 // HandoverFunc gives up client id on the previous owner's node: its
 // connection, if any, is closed (Session taken over); unless clean (the
 // new connection starts a fresh session), the session is returned,
@@ -83,7 +87,8 @@ func (n *Node) replyChunks(reply string, state []byte) {
 // Handover asks node prev, which owned client id before this node
 // claimed it, to give it up, and returns the session it sends (nil for
 // none, or when the new connection is clean). A node that does not
-// answer is taken to be gone: Handover then returns nil and no error,
+// answer is taken to be gone: Handover then returns ErrNoAnswer (the
+// session may be read from the replicated sessions, SessionStore.Adopt),
 // and prev, if it comes back, finds it no longer owns the id.
 func (n *Node) Handover(c Claim, id string, clean bool) ([]byte, error) {
 	prev := c.Prev
@@ -113,11 +118,11 @@ func (n *Node) Handover(c Claim, id string, clean bool) ([]byte, error) {
 	for {
 		msg, err := sub.NextMsg(handoverTimeout)
 		if errors.Is(err, nats.ErrTimeout) {
-			n.log.Info().Str("client_id", id).Str("previous_node", prev).Msg("cluster: previous owner did not answer; its session is not moved")
-			return nil, nil
+			n.log.Info().Str("client_id", id).Str("previous_node", prev).Msg("cluster: previous owner did not answer")
+			return nil, ErrNoAnswer
 		}
 		if errors.Is(err, nats.ErrNoResponders) { // prev is gone
-			return nil, nil
+			return nil, ErrNoAnswer
 		}
 		if err != nil {
 			return nil, err

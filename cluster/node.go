@@ -140,6 +140,7 @@ type Node struct {
 	// Liveness (liveness.go): the beat goroutine and the hooks it runs,
 	// one at a time (hookMu), all waited for by Close (live).
 	timeout     time.Duration
+	replicas    int // Config.Replicas
 	hooks       Hooks
 	hookMu      sync.Mutex
 	live        sync.WaitGroup
@@ -221,6 +222,7 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 
 		releaserDone:   make(chan struct{}),
 		timeout:        cfg.NodeTimeout,
+		replicas:       cfg.Replicas,
 		retainedLimits: cfg.Retained,
 		stopLive:       make(chan struct{}),
 		kept:           make(chan keptMsg, keptQueue),

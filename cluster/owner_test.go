@@ -223,7 +223,7 @@ func TestHandover(t *testing.T) {
 	}
 	// A node nobody serves answers at once: no responders.
 	start := time.Now()
-	if got, err := n2.Handover(Claim{Prev: "gone", Rev: c.Rev}, "d", false); err != nil || got != nil {
+	if got, err := n2.Handover(Claim{Prev: "gone", Rev: c.Rev}, "d", false); !errors.Is(err, ErrNoAnswer) || got != nil {
 		t.Fatalf("handover from a node that is gone: %v, %v", got, err)
 	}
 	if d := time.Since(start); d >= handoverTimeout {

@@ -329,8 +329,12 @@ func (s *SessionStore) decodeInto(into map[uint64]*persistence.Message, id uint6
 	if into[id] != nil {
 		return nil
 	}
+	sm := s.msgs[id]
+	if sm == nil {
+		return fmt.Errorf("cluster: session store: no message %d", id)
+	}
 	m := &persistence.Message{ID: id}
-	if err := persistence.DecodeMessage(slices.Clone(s.msgs[id].enc), m); err != nil {
+	if err := persistence.DecodeMessage(slices.Clone(sm.enc), m); err != nil {
 		return err
 	}
 	into[id] = m
@@ -458,4 +462,62 @@ func (s *SessionStore) Forget(id string) {
 		s.unrefIndex(o.MessageID)
 	}
 	delete(s.sessions, id)
+}
+
+// OpenSessions opens the cluster's replicated sessions for this node
+// (Config.Sessions "replicated"), over the node's NATS connection, with
+// local for the retained messages. Call it once the node's store is
+// ready (StoreReady).
+func (n *Node) OpenSessions(local persistence.Store) (*SessionStore, error) {
+	return OpenSessionStore(n.nc, SessionStoreConfig{Cluster: n.cluster, Node: n.name, Replicas: n.replicas}, local)
+}
+
+// Renumber gives every message the sessions' entries refer to a new id
+// from next: the ids the stream holds are another life's of this node
+// (or another node's), which the broker may have given messages of its
+// own since it started. Retained messages keep theirs (the local store's,
+// which the broker restored). Call it before the broker stores anything
+// here.
+func (s *SessionStore) Renumber(next func() uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	renamed := make(map[uint64]uint64)
+	for _, ss := range s.sessions {
+		for seq, o := range ss.entries {
+			id, ok := renamed[o.MessageID]
+			if !ok {
+				old := s.msgs[o.MessageID]
+				if old == nil {
+					continue
+				}
+				id = next()
+				renamed[o.MessageID] = id
+				s.msgs[id] = &storedMessage{enc: old.enc}
+			}
+			s.msgs[id].refs++
+			s.unrefIndex(o.MessageID)
+			o.MessageID = id
+			ss.entries[seq] = o
+		}
+	}
+}
+
+// Sessions is Load's snapshot of the index as it is, without reading
+// the stream again, of the sessions skip does not skip.
+func (s *SessionStore) Sessions(skip func(id string) bool) (*persistence.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snap := &persistence.Snapshot{Messages: make(map[uint64]*persistence.Message)}
+	for id, ss := range s.sessions {
+		if skip(id) {
+			continue
+		}
+		snap.Sessions = append(snap.Sessions, ss.state())
+		for _, o := range ss.entries {
+			if err := s.decodeInto(snap.Messages, o.MessageID); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return snap, nil
 }

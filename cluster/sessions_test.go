@@ -237,3 +237,49 @@ func TestSessionAdoptedIDsRenamed(t *testing.T) {
 		t.Errorf("two messages under one id")
 	}
 }
+
+// TestSessionRenumber: after Renumber every entry refers to a new id,
+// one per message, a message shared by two sessions still shared, and
+// the retained messages keep theirs; the index writes on with them.
+func TestSessionRenumber(t *testing.T) {
+	urls := natstest.Cluster(t, 1)
+	nc := connect(t, urls[0])
+	local := persistence.NewMemory()
+	s := openSessions(t, nc, "a", local)
+	apply(t, s, func(b *persistence.Batch) {
+		b.PutSession(persistence.Session{ID: "x"})
+		b.PutSession(persistence.Session{ID: "y"})
+		b.PutMessage(&persistence.Message{ID: 1, Topic: "t", Payload: []byte("shared"), QoS: 1})
+		b.PutMessage(&persistence.Message{ID: 2, Topic: "r", Payload: []byte("retained"), QoS: 1})
+		b.PutOutbound("x", persistence.Outbound{Seq: 1, MessageID: 1, QoS: 1})
+		b.PutOutbound("y", persistence.Outbound{Seq: 1, MessageID: 1, QoS: 1})
+		b.PutOutbound("y", persistence.Outbound{Seq: 2, MessageID: 2, QoS: 1})
+		b.PutRetained("r", 2)
+	})
+	s2 := openSessions(t, nc, "a", local)
+	next := uint64(100)
+	s2.Renumber(func() uint64 { next++; return next })
+	snap, err := s2.Sessions(func(string) bool { return false })
+	if err != nil || len(snap.Sessions) != 2 {
+		t.Fatalf("%+v, %v", snap, err)
+	}
+	ids := map[uint64]string{}
+	for _, ss := range snap.Sessions {
+		for _, o := range ss.Outbound {
+			if o.MessageID <= 100 {
+				t.Errorf("%s's entry %d kept id %d", ss.Session.ID, o.Seq, o.MessageID)
+			}
+			ids[o.MessageID] = string(snap.Messages[o.MessageID].Payload)
+		}
+	}
+	if len(ids) != 2 || next != 102 {
+		t.Errorf("ids after renumbering: %v (next %d), want two", ids, next)
+	}
+	// The retained message is still the local store's under its id, and
+	// the index writes on: dropping y lets its messages go, x keeps its.
+	apply(t, s2, func(b *persistence.Batch) { b.DeleteSession("y"); b.DeleteRetained("r") })
+	got, err := openSessions(t, nc, "a", local).Load()
+	if err != nil || len(got.Sessions) != 1 || len(got.Messages) != 1 || len(got.Retained) != 0 {
+		t.Fatalf("after deleting y and the retained message: %+v, %v", got, err)
+	}
+}
