@@ -40,6 +40,11 @@ type clusterLink struct {
 	// node is nil until Serve joins the cluster, and after Shutdown; set
 	// under mu, read without it by every message sent (toCluster).
 	node atomic.Pointer[cluster.Node]
+	// swap is the broker's store with replicated sessions (nil without),
+	// and sessions the replicated store once swapped in
+	// (cluster_sessions.go).
+	swap     *switchStore
+	sessions atomic.Pointer[cluster.SessionStore]
 	// accepting is set once the node has claimed its kept sessions and
 	// swept its own wills after binding the store (clusterRejoined), and
 	// cleared while it is cut off: CONNECTs are refused meanwhile.
@@ -349,6 +354,10 @@ type ClusterState struct {
 	TakeoversIn  uint64 `json:"takeovers_in"`
 	TakeoversOut uint64 `json:"takeovers_out"`
 	Refused      uint64 `json:"refused"`
+	// Adopted counts the persistent sessions this node read from the
+	// replicated store for clients whose node was gone (cluster.sessions:
+	// replicated).
+	Adopted uint64 `json:"sessions_adopted"`
 	// Nodes is the nodes this one sees beating, itself included; CutOff
 	// reports this node cut off from the store (it closed its clients'
 	// connections). DeadNodes counts the nodes it found dead, WillsSwept
@@ -371,7 +380,7 @@ func (s *Server) Cluster() (ClusterState, bool) {
 	node := l.node.Load()
 	l.mu.Unlock()
 	st.MessagesIn, st.DroppedIn = s.stats.clusterIn.Load(), s.stats.clusterDropped.Load()
-	st.Refused = s.stats.clusterRefused.Load()
+	st.Refused, st.Adopted = s.stats.clusterRefused.Load(), s.stats.clusterAdopted.Load()
 	if node != nil {
 		ns := node.Stats()
 		st.Node, st.Connected = node.Name(), ns.Connected

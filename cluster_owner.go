@@ -68,8 +68,16 @@ func (c *conn) claimInCluster(cp *packets.Connect) error {
 		return err
 	}
 	c.claimRev = claim.Rev
-	if moveErr == nil && state != nil {
-		moveErr = s.adoptMoved(c, state)
+	switch {
+	case moveErr == nil && state != nil:
+		var ms movedSession
+		if moveErr = json.Unmarshal(state, &ms); moveErr == nil {
+			moveErr = s.adoptMoved(c, &ms)
+		}
+	case !cp.CleanStart && (errors.Is(moveErr, cluster.ErrNoAnswer) || moveErr == nil && claim.Prev == ""):
+		// The previous owner is gone, or nobody held the id: its session
+		// may be in the replicated store.
+		moveErr = s.adoptReplicated(c)
 	}
 	if moveErr != nil {
 		c.fields(s.log.Warn()).Err(moveErr).Str("previous_node", claim.Prev).Msg("cluster: session not moved from the node that held it; the client starts afresh")
@@ -115,6 +123,11 @@ func (c *conn) refuseUnclaimed(err error) error {
 // owner. It runs on the cluster connection's goroutine.
 func (s *Server) handOver(id string, clean, sameUser bool) []byte {
 	state, _ := s.relinquish(id, !clean, clean, sameUser)
+	if s.replicated() != nil {
+		// What this node wrote of the session is in the replicated store
+		// before the new owner writes it there.
+		s.dur.commit.Sync()
+	}
 	return state
 }
 
@@ -207,11 +220,7 @@ func exportLocked(cl *client) movedSession {
 // node's: in the registry, offline until attach gives it c, and, for a
 // persistent session of a broker with a store, stored before the
 // CONNACK as a restored one would be.
-func (s *Server) adoptMoved(c *conn, state []byte) error {
-	var ms movedSession
-	if err := json.Unmarshal(state, &ms); err != nil {
-		return fmt.Errorf("moved session: %w", err)
-	}
+func (s *Server) adoptMoved(c *conn, ms *movedSession) error {
 	id := c.info.ClientID
 	if ms.Session.ID != id {
 		return fmt.Errorf("moved session is %q's", ms.Session.ID)
@@ -223,6 +232,11 @@ func (s *Server) adoptMoved(c *conn, state []byte) error {
 		Listener: ms.Session.Listener})
 	stored := s.dur != nil && c.expiry > 0
 	var b persistence.Batch
+	if stored && s.replicated() != nil {
+		// Whatever the replicated store held of the id goes: what the
+		// session holds now is written again below.
+		b.DeleteSession(id)
+	}
 	if stored {
 		b.PutSession(persistence.Session{ID: id, Username: ms.Session.Username, Version: byte(c.version),
 			Expiry: c.expiry, Listener: c.info.Listener})

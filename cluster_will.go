@@ -155,14 +155,20 @@ func (s *Server) clusterCutOff() {
 }
 
 // clusterRejoined runs when this node has the store, first or again:
-// it claims the sessions it kept and publishes the wills of its
+// it moves its sessions to the replicated store when they are to be
+// kept there (replicateSessions, once), claims the sessions it kept and publishes the wills of its
 // connections that ended meanwhile, again each second while the store
 // does not answer all of it (just after a netsplit heals, its buckets
 // may still be electing leaders), until it has, or the node is cut off
 // again or closes.
 func (s *Server) clusterRejoined(node *cluster.Node) {
-	adopted, swept := false, false
+	replicated, adopted, swept := false, false, false
 	node.Retry(func() bool {
+		if !replicated {
+			if replicated = s.replicateSessions(node); !replicated {
+				return node.CutOff()
+			}
+		}
 		if !adopted {
 			adopted = s.adoptKept(node)
 		}

@@ -32,14 +32,14 @@ type collector struct {
 	bridgeInflight, bridgeForwarded, bridgeConnects *prometheus.Desc
 	bridgeFailures, bridgeDropped                   *prometheus.Desc
 	// cluster reads this node's state in its cluster (Server.Cluster).
-	cluster                                             func() (ClusterState, bool)
-	clusterConnected, clusterMessages, clusterFilters   *prometheus.Desc
-	clusterBatches, clusterRoutes, clusterResyncs       *prometheus.Desc
-	clusterDropped, clusterReconnects                   *prometheus.Desc
-	clusterPauses, clusterHeld                          *prometheus.Desc
-	clusterWaits, clusterWaited                         *prometheus.Desc
-	clusterStoreReady, clusterTakeovers, clusterRefused *prometheus.Desc
-	clusterNodes, clusterDeadNodes                      *prometheus.Desc
+	cluster                                                             func() (ClusterState, bool)
+	clusterConnected, clusterMessages, clusterFilters                   *prometheus.Desc
+	clusterBatches, clusterRoutes, clusterResyncs                       *prometheus.Desc
+	clusterDropped, clusterReconnects                                   *prometheus.Desc
+	clusterPauses, clusterHeld                                          *prometheus.Desc
+	clusterWaits, clusterWaited                                         *prometheus.Desc
+	clusterStoreReady, clusterTakeovers, clusterRefused, clusterAdopted *prometheus.Desc
+	clusterNodes, clusterDeadNodes                                      *prometheus.Desc
 }
 
 // statValue is one metric read from stats.
@@ -199,6 +199,7 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 	c.clusterNodes = prometheus.NewDesc("mqttd_cluster_nodes", "Nodes this node sees beating in the cluster, itself included.", nil, nil)
 	c.clusterDeadNodes = prometheus.NewDesc("mqttd_cluster_dead_nodes_total", "Nodes this node found dead (and swept the wills of).", nil, nil)
 	c.clusterRefused = prometheus.NewDesc("mqttd_cluster_refused_total", "Clients refused because this node could not claim their client id in the cluster.", nil, nil)
+	c.clusterAdopted = prometheus.NewDesc("mqttd_cluster_sessions_adopted_total", "Persistent sessions read from the replicated store for clients whose node was gone.", nil, nil)
 	c.dropped = prometheus.NewDesc("mqttd_messages_dropped_total", "Deliveries dropped, by reason.", []string{"reason"}, nil)
 	c.deadLetters = prometheus.NewDesc("mqttd_dead_letters_total", "Messages given up on and set aside on $DLQ/, by reason.", []string{"reason"}, nil)
 	c.lettersSkipped = prometheus.NewDesc("mqttd_dead_letters_skipped_total", "Messages given up on and not set aside (over dead_letters.rate or max_bytes), by reason.", []string{"reason"}, nil)
@@ -224,7 +225,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.bridgeConnected, c.bridgeQueued, c.bridgeQueuedB, c.bridgeInflight,
 		c.bridgeForwarded, c.bridgeConnects, c.bridgeFailures, c.bridgeDropped,
 		c.clusterConnected, c.clusterMessages, c.clusterFilters, c.clusterDropped, c.clusterReconnects,
-		c.clusterStoreReady, c.clusterTakeovers, c.clusterRefused, c.clusterNodes, c.clusterDeadNodes,
+		c.clusterStoreReady, c.clusterTakeovers, c.clusterRefused, c.clusterAdopted, c.clusterNodes, c.clusterDeadNodes,
 		c.clusterPauses, c.clusterHeld, c.clusterWaits, c.clusterWaited,
 		c.clusterBatches, c.clusterRoutes, c.clusterResyncs} {
 		ch <- d
@@ -295,6 +296,7 @@ func (c *collector) collectCluster(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.clusterTakeovers, prometheus.CounterValue, float64(st.TakeoversIn), "in")
 	ch <- prometheus.MustNewConstMetric(c.clusterTakeovers, prometheus.CounterValue, float64(st.TakeoversOut), "out")
 	ch <- prometheus.MustNewConstMetric(c.clusterRefused, prometheus.CounterValue, float64(st.Refused))
+	ch <- prometheus.MustNewConstMetric(c.clusterAdopted, prometheus.CounterValue, float64(st.Adopted))
 	ch <- prometheus.MustNewConstMetric(c.clusterNodes, prometheus.GaugeValue, float64(st.Nodes))
 	ch <- prometheus.MustNewConstMetric(c.clusterDeadNodes, prometheus.CounterValue, float64(st.DeadNodes))
 }

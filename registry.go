@@ -243,7 +243,15 @@ func (s *Server) dropSessionLocked(cl *client) []string {
 	}
 	if cl.stored {
 		cl.stored = false
-		s.dur.oneLocked(persistence.DeleteSession(cl.id), nil)
+		if js := s.replicated(); js != nil && cl.moved {
+			// Another node holds it now and writes it in the replicated
+			// store: this node lets go of it once what it wrote is there,
+			// and deletes nothing.
+			id := cl.id
+			s.dur.commit.AddThen(&persistence.Batch{}, nil, func() { js.Forget(id) })
+		} else {
+			s.dur.oneLocked(persistence.DeleteSession(cl.id), nil)
+		}
 	}
 	var filters []string
 	cl.sess.Subscriptions(func(sub session.Subscription) { filters = append(filters, sub.Filter) })

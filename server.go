@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"mqttd/auth"
+	"mqttd/cluster"
 	"mqttd/internal/broadcast"
 	"mqttd/packets"
 	"mqttd/persistence"
@@ -231,6 +232,10 @@ func New(opts Options) (*Server, error) {
 	}
 	if d != nil {
 		s.dur = d
+		if s.cluster != nil && s.cluster.cfg.Sessions == cluster.SessionsReplicated && d.own {
+			s.cluster.swap = newSwitchStore(d.store)
+			d.store = s.cluster.swap
+		}
 		d.commit = persistence.NewCommitter(checkedStore{d.store, s})
 		d.commit.SetDelay(commitDelay)
 		s.stats.committer = d.commit

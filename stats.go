@@ -34,6 +34,9 @@ type stats struct {
 	// clusterRefused counts CONNECTs refused because this node could not
 	// claim their client id in the cluster.
 	clusterRefused atomic.Uint64
+	// clusterAdopted counts sessions taken from the replicated store for
+	// a client whose previous node was gone.
+	clusterAdopted atomic.Uint64
 	retained       atomic.Int64
 	retainedBytes  atomic.Int64 // Message.Size of the retained messages
 	queued         atomic.Int64 // messages waiting in session queues

@@ -1,0 +1,269 @@
+package mqttd
+
+import (
+	"sync/atomic"
+	"time"
+
+	"mqttd/cluster"
+	"mqttd/persistence"
+	"mqttd/session"
+)
+
+// Replicated sessions (cluster.sessions: replicated; the store is
+// cluster.SessionStore). A node starts on its own store (bbolt), as one
+// without a cluster does; once it has the cluster's store
+// (clusterRejoined), and before it accepts clients, it opens the
+// replicated sessions over its own store (which keeps the retained
+// messages), moves there the sessions its own store held, takes back
+// those the stream says are its own, and commits there from then on. A
+// client whose node died finds its session on any other node: the node
+// it connects to reads it from the stream (adoptReplicated) when the
+// previous owner does not answer the handover.
+
+// switchStore is the broker's store when sessions are replicated: the
+// node's own until replicateSessions swaps in the SessionStore, with
+// every commit held.
+type switchStore struct {
+	cur atomic.Pointer[storeRef]
+}
+
+type storeRef struct{ persistence.Store }
+
+func newSwitchStore(st persistence.Store) *switchStore {
+	w := &switchStore{}
+	w.cur.Store(&storeRef{st})
+	return w
+}
+
+// Apply applies b to the current store.
+func (w *switchStore) Apply(b *persistence.Batch) error { return w.cur.Load().Apply(b) }
+
+// Load reads the current store.
+func (w *switchStore) Load() (*persistence.Snapshot, error) { return w.cur.Load().Load() }
+
+// Close closes the current store (the SessionStore closes the node's own).
+func (w *switchStore) Close() error { return w.cur.Load().Close() }
+
+// replicated is the replicated sessions' store, nil until the node has
+// it (and without cluster.sessions: replicated).
+func (s *Server) replicated() *cluster.SessionStore {
+	if s.cluster == nil {
+		return nil
+	}
+	return s.cluster.sessions.Load()
+}
+
+// replicateSessions makes the replicated sessions the broker's store, if
+// they are configured and not yet; it reports false when the cluster's
+// store did not answer, to be tried again.
+func (s *Server) replicateSessions(node *cluster.Node) bool {
+	l := s.cluster
+	if l.swap == nil || l.sessions.Load() != nil {
+		return true
+	}
+	local := l.swap.cur.Load().Store
+	js, err := node.OpenSessions(local)
+	if err != nil {
+		if !s.clusterWarned.limited() {
+			s.log.Warn().Err(err).Msg("cluster: replicated sessions not open yet; client connections are refused until they are")
+		}
+		return false
+	}
+	d := s.dur
+	g := d.commit.Begin()
+	held := make(chan struct{})
+	d.commit.Wait(g-1, func() { close(held) })
+	<-held
+	js.Renumber(func() uint64 { return d.msgIDs.Add(1) })
+	moved, err := moveSessions(local, js)
+	var back *persistence.Snapshot
+	if err == nil {
+		back, err = js.Sessions(s.hasClient)
+	}
+	if err == nil {
+		l.swap.cur.Store(&storeRef{js})
+		l.sessions.Store(js)
+	}
+	d.commit.End(g)
+	if err != nil {
+		s.log.Warn().Err(err).Msg("cluster: sessions not moved to the replicated store; trying again")
+		return false
+	}
+	restored := s.restoreReplicated(back)
+	s.log.Info().Int("moved", moved).Int("restored", restored).Msg("cluster: persistent sessions kept in the replicated store")
+	return true
+}
+
+// hasClient reports whether the registry has client id's session.
+func (s *Server) hasClient(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.clients[id] != nil
+}
+
+// moveSessions writes the sessions the node's own store holds to the
+// replicated one, replacing what it held of them, and takes them out of
+// the node's own, returning how many moved.
+func moveSessions(local persistence.Store, js *cluster.SessionStore) (int, error) {
+	snap, err := local.Load()
+	if err != nil || len(snap.Sessions) == 0 {
+		return 0, err
+	}
+	var b, gone persistence.Batch
+	for i := range snap.Sessions {
+		ss := &snap.Sessions[i]
+		id := ss.Session.ID
+		b.DeleteSession(id)
+		b.PutSession(ss.Session)
+		for _, sub := range ss.Subscriptions {
+			b.PutSubscription(id, sub)
+		}
+		for _, o := range ss.Outbound {
+			if m := snap.Messages[o.MessageID]; m != nil {
+				b.PutMessage(m)
+				b.PutOutbound(id, o)
+			}
+		}
+		for _, pid := range ss.AwaitingRel {
+			b.PutAwaitingRel(id, pid)
+		}
+		if ss.Will != nil {
+			b.PutWill(id, ss.Will)
+		}
+		gone.DeleteSession(id)
+	}
+	if err := js.Apply(&b); err != nil {
+		return 0, err
+	}
+	return len(snap.Sessions), local.Apply(&gone)
+}
+
+// restoreReplicated gives the broker the sessions the replicated store
+// holds as this node's (a previous run's), offline as at a start
+// (restore), and returns how many.
+func (s *Server) restoreReplicated(snap *persistence.Snapshot) int {
+	now := time.Now()
+	n := 0
+	for i := range snap.Sessions {
+		ss := &snap.Sessions[i]
+		at := ss.Session.ExpireAt
+		if at == 0 {
+			at = now.Add(time.Duration(ss.Session.Expiry) * time.Second).UnixNano()
+		}
+		if at <= now.UnixNano() {
+			ops := [1]persistence.Op{persistence.DeleteSession(ss.Session.ID)}
+			s.dur.add(&persistence.Batch{Ops: ops[:]}, nil, false)
+			if ss.Will != nil {
+				s.publishWill(s.restoredWill(ss))
+			}
+			continue
+		}
+		cl, expired := s.clientFrom(ss, snap.Messages, now)
+		s.mu.Lock()
+		if s.clients[ss.Session.ID] != nil {
+			filters := s.dropMovedLocked(cl)
+			s.mu.Unlock()
+			s.unsubscribeAll(cl, filters)
+			continue
+		}
+		s.clients[cl.id] = cl
+		s.stats.sessions.Add(1)
+		cl.mu.Lock()
+		s.accountQueueLocked(cl)
+		cl.stored = true
+		cl.sess.SetExpireAt(at)
+		for _, seq := range expired {
+			s.dur.removedLocked(cl, seq, nil)
+		}
+		cl.mu.Unlock()
+		s.expiry.schedule(cl, at)
+		if ss.Will != nil {
+			s.delayWillLocked(cl, s.restoredWill(ss), time.Duration(max(ss.Will.At-now.UnixNano(), 0)), at)
+		}
+		s.mu.Unlock()
+		n++
+	}
+	return n
+}
+
+// clientFrom makes a session, not yet in the registry, from a stored one:
+// its subscriptions in the trie, its entries (the oldest sent again with
+// DUP), its inbound QoS 2 ids. The entries of expired messages are left
+// out and returned, for the store to drop.
+func (s *Server) clientFrom(ss *persistence.SessionState, msgs map[uint64]*persistence.Message, now time.Time) (*client, []uint64) {
+	var expired []uint64
+	id := ss.Session.ID
+	cl := &client{id: id, sess: session.New(id, s.sessionLimits(id))}
+	cl.who.Store(restoredWho(ss))
+	for _, sub := range ss.Subscriptions {
+		isNew, err := s.addSubscription(sub.Filter, cl, subOptsOf(sub))
+		if err != nil {
+			s.log.Warn().Err(err).Str("client_id", id).Str("filter", sub.Filter).Msg("stored subscription not restored")
+			continue
+		}
+		cl.sess.Subscribe(session.Subscription{Filter: sub.Filter, Options: sub.Options, ID: sub.ID})
+		if isNew {
+			s.stats.subscriptions.Add(1)
+		}
+	}
+	dup := s.opts.Limits.MaxInflight
+	for _, o := range ss.Outbound {
+		e := session.Outbound{Seq: o.Seq, QoS: o.QoS, Retain: o.Retain, SubIDs: o.SubIDs, Released: o.Released}
+		if !o.Released {
+			pm := msgs[o.MessageID]
+			if pm == nil {
+				expired = append(expired, o.Seq)
+				continue
+			}
+			if e.Msg = restoredMessage(pm); e.Msg.Expired(now) {
+				expired = append(expired, o.Seq)
+				continue
+			}
+			if o.QoS > 0 && dup > 0 {
+				e.Dup = true
+				dup--
+			}
+		}
+		cl.sess.Restore(e, &s.queueBudget)
+	}
+	for _, pid := range ss.AwaitingRel {
+		cl.sess.ReceiveQoS2(pid)
+	}
+	return cl, expired
+}
+
+// adoptReplicated takes c's session from the replicated store, where a
+// node that died (or nobody) left it: a client reconnecting with clean
+// start 0 finds its subscriptions and its queued and unacknowledged
+// messages (sent again with DUP). Nothing is done without replicated
+// sessions, or when the store holds none for the id.
+func (s *Server) adoptReplicated(c *conn) error {
+	js := s.replicated()
+	if js == nil || s.hasClient(c.info.ClientID) {
+		return nil
+	}
+	var st *persistence.SessionState
+	var msgs map[uint64]*persistence.Message
+	var err error
+	c.mayBlock(func() { st, msgs, err = js.Adopt(c.info.ClientID) })
+	if err != nil || st == nil {
+		return err
+	}
+	ms := movedSession{Session: st.Session, Subscriptions: st.Subscriptions, AwaitingRel: st.AwaitingRel}
+	dup := s.opts.Limits.MaxInflight
+	for _, o := range st.Outbound {
+		e := movedEntry{Seq: o.Seq, QoS: o.QoS, Retain: o.Retain, SubIDs: o.SubIDs, Released: o.Released}
+		if !o.Released {
+			if e.Message = msgs[o.MessageID]; e.Message == nil {
+				continue
+			}
+			if o.QoS > 0 && dup > 0 {
+				e.Dup = true
+				dup--
+			}
+		}
+		ms.Outbound = append(ms.Outbound, e)
+	}
+	s.stats.clusterAdopted.Add(1)
+	return s.adoptMoved(c, &ms)
+}

@@ -1,0 +1,120 @@
+package mqttd_test
+
+import (
+	"context"
+	"fmt"
+
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"mqttd"
+	"mqttd/cluster"
+	"mqttd/internal/natstest"
+	"mqttd/internal/testutil"
+	"mqttd/packets"
+)
+
+// startReplicated starts n brokers of one cluster keeping their
+// persistent sessions in the replicated store, each with a data
+// directory of its own (dirs, reused by a restart).
+func startReplicated(t *testing.T, urls []string, dirs []string, i int) *broker {
+	t.Helper()
+	cfg := &cluster.Config{Name: "test", NodeName: fmt.Sprintf("node%d", i+1), NATS: cluster.NATSConfig{URL: urls[i]},
+		Sessions: cluster.SessionsReplicated}
+	b := startBroker(t, mqttd.Options{Cluster: cfg, DataDir: dirs[i]})
+	waitStore(t, b)
+	return b
+}
+
+// TestClusterReplicatedSessionOutlivesNode: a persistent session whose
+// node stops, with messages queued for it there, is found whole on
+// another node: session present, its subscription, its messages.
+func TestClusterReplicatedSessionOutlivesNode(t *testing.T) {
+	t.Parallel()
+	urls := natstest.Cluster(t, 3)
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	nodes := make([]*broker, 3)
+	for i := range nodes {
+		nodes[i] = startReplicated(t, urls, dirs, i)
+	}
+	a, b, c := nodes[0], nodes[1].addr, nodes[2].addr
+	cp := expiringConnect("dev", 600)
+	cp.ProtocolName, cp.ProtocolVersion = "MQTT", packets.V5
+	dev := connectSubscribed(t, cp, a.addr, packets.Subscription{Filter: "t/#", Options: packets.SubOptions{QoS: 1}})
+	dev.send(&packets.Disconnect{})
+	awaitInterest(t, a.addr, c)
+	pub := connectRaw(t, c, &packets.Connect{ClientID: "pub", CleanStart: true})
+	for i := range 3 {
+		pub.send(&packets.Publish{Topic: "t/x", QoS: 1, PacketID: uint16(i + 1), Payload: fmt.Appendf(nil, "m%d", i)})
+		expectAck(pub, packets.TypePuback, uint16(i+1), 0)
+	}
+	testutil.WaitFor(t, "node 1 to queue the messages", func() bool { return a.srv.Stats().Queued == 3 })
+	a.stop()
+
+	moved, ack := connectReply(t, b, packets.V5, expiringConnect("dev", 600))
+	if ack.ReasonCode != packets.Success || !ack.SessionPresent {
+		t.Fatalf("CONNACK on node 2 %+v: want success with the session present", ack)
+	}
+	for i := range 3 {
+		p, ok := moved.read().(*packets.Publish)
+		if !ok || string(p.Payload) != fmt.Sprintf("m%d", i) || p.QoS != 1 {
+			t.Fatalf("on node 2 got %+v, want m%d", p, i)
+		}
+		moved.send(&packets.Puback{PacketID: p.PacketID})
+	}
+	awaitInterest(t, b, c)
+	pub.send(&packets.Publish{Topic: "t/x", QoS: 1, PacketID: 9, Payload: []byte("after")})
+	expectAck(pub, packets.TypePuback, 9, 0)
+	if p, ok := moved.read().(*packets.Publish); !ok || string(p.Payload) != "after" {
+		t.Fatalf("on node 2 got %+v, want the next message through the adopted subscription", p)
+	}
+	if st, _ := nodes[1].srv.Cluster(); st.Adopted != 1 {
+		t.Errorf("node 2 counted %d sessions adopted, want 1", st.Adopted)
+	}
+}
+
+// TestClusterReplicatedSessionsMovedAndRestored: a node that kept its
+// sessions in its own store moves them to the replicated store when it
+// starts with cluster.sessions: replicated, and takes them back from
+// there when it starts again, queued messages included.
+func TestClusterReplicatedSessionsMovedAndRestored(t *testing.T) {
+	t.Parallel()
+	urls := natstest.Cluster(t, 1)
+	dirs := []string{t.TempDir()}
+	local := &cluster.Config{Name: "test", NodeName: "node1", NATS: cluster.NATSConfig{URL: urls[0]}}
+	n := startBroker(t, mqttd.Options{Cluster: local, DataDir: dirs[0]})
+	waitStore(t, n)
+	cp := expiringConnect("dev", 600)
+	cp.ProtocolName, cp.ProtocolVersion = "MQTT", packets.V5
+	dev := connectSubscribed(t, cp, n.addr, packets.Subscription{Filter: "t/#", Options: packets.SubOptions{QoS: 1}})
+	dev.send(&packets.Disconnect{})
+	pub := connectRaw(t, n.addr, &packets.Connect{ClientID: "pub", CleanStart: true})
+	pub.send(&packets.Publish{Topic: "t/x", QoS: 1, PacketID: 1, Payload: []byte("kept")})
+	expectAck(pub, packets.TypePuback, 1, 0)
+	n.stop()
+
+	n = startReplicated(t, urls, dirs, 0)
+	testutil.WaitFor(t, "the session restored", func() bool { return n.srv.Stats().Queued == 1 })
+	// Moved: the stream holds the session's record and its entry.
+	nc, err := nats.Connect(urls[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	stream, err := js.Stream(context.Background(), "mqttd_test_sessions")
+	if err != nil || stream.CachedInfo().State.Msgs != 2 {
+		t.Fatalf("the session stream after the move: %v (%v)", stream, err)
+	}
+	n.stop()
+	n = startReplicated(t, urls, dirs, 0)
+	back, ack := connectReply(t, n.addr, packets.V5, expiringConnect("dev", 600))
+	if ack.ReasonCode != packets.Success || !ack.SessionPresent {
+		t.Fatalf("CONNACK after two restarts %+v: want the session present", ack)
+	}
+	if p, ok := back.read().(*packets.Publish); !ok || string(p.Payload) != "kept" {
+		t.Fatalf("got %+v, want the message queued before the first restart", p)
+	}
+}
