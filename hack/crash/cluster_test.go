@@ -17,13 +17,17 @@ import (
 const nodeTimeout = 2 * time.Second
 
 // startNode runs the mqttd binary as node name of cluster "crash",
-// connected to the NATS server at url.
-func startNode(t *testing.T, name, url string) *broker {
+// connected to the NATS server at url; extra are more lines of its
+// cluster block.
+func startNode(t *testing.T, name, url string, extra ...string) *broker {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "mqttd.yaml")
 	yaml := fmt.Sprintf("cluster:\n  name: crash\n  node_name: %s\n  node_timeout: %v\n  nats:\n    url: %s\n",
 		name, nodeTimeout, url)
+	for _, line := range extra {
+		yaml += "  " + line + "\n"
+	}
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
