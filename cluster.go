@@ -144,7 +144,8 @@ func (s *Server) joinCluster() error {
 	}
 	node.SetWillPublisher(s.publishRecordedWill)
 	node.SetRetainedKeeper(s.keepRetained)
-	node.Watch(cluster.Hooks{CutOff: s.clusterCutOff, Rejoined: func() { s.clusterRejoined(node) }})
+	node.Watch(cluster.Hooks{CutOff: s.clusterCutOff, Rejoined: func() { s.clusterRejoined(node) },
+		NodeDead: func(dead string) { s.takeDeadSessions(node, dead) }})
 	l.mu.Lock()
 	l.node.Store(node)
 	for f := range l.wanted {

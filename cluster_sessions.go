@@ -1,6 +1,7 @@
 package mqttd
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -142,48 +143,142 @@ func moveSessions(local persistence.Store, js *cluster.SessionStore) (int, error
 // holds as this node's (a previous run's), offline as at a start
 // (restore), and returns how many.
 func (s *Server) restoreReplicated(snap *persistence.Snapshot) int {
-	now := time.Now()
 	n := 0
 	for i := range snap.Sessions {
-		ss := &snap.Sessions[i]
-		at := ss.Session.ExpireAt
-		if at == 0 {
-			at = now.Add(time.Duration(ss.Session.Expiry) * time.Second).UnixNano()
+		if s.restoreOne(&snap.Sessions[i], snap.Messages, nil) {
+			n++
 		}
-		if at <= now.UnixNano() {
-			ops := [1]persistence.Op{persistence.DeleteSession(ss.Session.ID)}
-			s.dur.add(&persistence.Batch{Ops: ops[:]}, nil, false)
-			if ss.Will != nil {
-				s.publishWill(s.restoredWill(ss))
-			}
-			continue
+	}
+	return n
+}
+
+// restoreOne puts a stored session in the registry, offline; with b, it
+// is stored again with b's operations first (a session taken from
+// another node). A session whose expiry passed ends instead (its delayed
+// will published). It reports whether the session is in the registry.
+func (s *Server) restoreOne(ss *persistence.SessionState, msgs map[uint64]*persistence.Message, b *persistence.Batch) bool {
+	now := time.Now()
+	id := ss.Session.ID
+	at := ss.Session.ExpireAt
+	if at == 0 {
+		at = now.Add(time.Duration(ss.Session.Expiry) * time.Second).UnixNano()
+	}
+	if at <= now.UnixNano() {
+		ops := [1]persistence.Op{persistence.DeleteSession(id)}
+		s.dur.add(&persistence.Batch{Ops: ops[:]}, nil, false)
+		if ss.Will != nil {
+			s.publishWill(s.restoredWill(ss))
 		}
-		cl, expired := s.clientFrom(ss, snap.Messages, now)
+		return false
+	}
+	cl, expired := s.clientFrom(ss, msgs, now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.clients[id] != nil {
+		filters := s.dropMovedLocked(cl)
+		s.mu.Unlock()
+		s.unsubscribeAll(cl, filters)
 		s.mu.Lock()
-		if s.clients[ss.Session.ID] != nil {
-			filters := s.dropMovedLocked(cl)
-			s.mu.Unlock()
-			s.unsubscribeAll(cl, filters)
-			continue
+		return false
+	}
+	s.clients[id] = cl
+	s.stats.sessions.Add(1)
+	cl.mu.Lock()
+	s.accountQueueLocked(cl)
+	cl.stored = true
+	cl.sess.SetExpireAt(at)
+	if b != nil {
+		b.PutSession(ss.Session)
+		for _, sub := range ss.Subscriptions {
+			b.PutSubscription(id, sub)
 		}
-		s.clients[cl.id] = cl
-		s.stats.sessions.Add(1)
-		cl.mu.Lock()
-		s.accountQueueLocked(cl)
-		cl.stored = true
-		cl.sess.SetExpireAt(at)
+		for _, o := range ss.Outbound {
+			if pm := msgs[o.MessageID]; pm != nil && !slices.Contains(expired, o.Seq) {
+				b.PutMessage(pm)
+				b.PutOutbound(id, o)
+			}
+		}
+		for _, pid := range ss.AwaitingRel {
+			b.PutAwaitingRel(id, pid)
+		}
+		if ss.Will != nil {
+			b.PutWill(id, ss.Will)
+		}
+		s.dur.add(b, nil, true)
+	} else {
 		for _, seq := range expired {
 			s.dur.removedLocked(cl, seq, nil)
 		}
-		cl.mu.Unlock()
-		s.expiry.schedule(cl, at)
-		if ss.Will != nil {
-			s.delayWillLocked(cl, s.restoredWill(ss), time.Duration(max(ss.Will.At-now.UnixNano(), 0)), at)
-		}
-		s.mu.Unlock()
-		n++
 	}
-	return n
+	cl.mu.Unlock()
+	s.expiry.schedule(cl, at)
+	if ss.Will != nil {
+		s.delayWillLocked(cl, s.restoredWill(ss), time.Duration(max(ss.Will.At-now.UnixNano(), 0)), at)
+	}
+	return true
+}
+
+// takeDeadSessions takes over, when node dead is found dead, the
+// persistent sessions the replicated store holds as its, as many as this
+// node claims first (each id once in the cluster): they are offline
+// here, queueing what their subscriptions match, until their clients
+// come back to any node.
+func (s *Server) takeDeadSessions(node *cluster.Node, dead string) {
+	js := s.replicated()
+	if js == nil {
+		return
+	}
+	var ids []string
+	if !node.Retry(func() bool {
+		var err error
+		ids, err = js.Orphans(dead)
+		return err == nil || node.CutOff()
+	}) {
+		return
+	}
+	taken := 0
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] || s.hasClient(id) {
+			continue
+		}
+		seen[id] = true
+		claim, ok, err := node.ClaimFrom(id, dead)
+		if err != nil || !ok {
+			continue
+		}
+		st, msgs, err := js.Adopt(id)
+		if err != nil || st == nil {
+			node.Release(id, claim.Rev)
+			continue
+		}
+		// Another node's message ids are not this node's.
+		fresh := make(map[uint64]*persistence.Message, len(msgs))
+		renamed := make(map[uint64]uint64, len(msgs))
+		for i := range st.Outbound {
+			o := &st.Outbound[i]
+			m := msgs[o.MessageID]
+			if m == nil {
+				continue
+			}
+			if renamed[o.MessageID] == 0 {
+				c := *m
+				c.ID = s.dur.msgIDs.Add(1)
+				fresh[c.ID] = &c
+				renamed[o.MessageID] = c.ID
+			}
+			o.MessageID = renamed[o.MessageID]
+		}
+		var b persistence.Batch
+		b.DeleteSession(id)
+		if s.restoreOne(st, fresh, &b) {
+			taken++
+		}
+	}
+	if taken > 0 {
+		s.stats.clusterAdopted.Add(uint64(taken))
+		s.log.Info().Str("dead_node", dead).Int("sessions", taken).Msg("cluster: persistent sessions of a dead node taken over")
+	}
 }
 
 // clientFrom makes a session, not yet in the registry, from a stored one:

@@ -524,3 +524,45 @@ func validReplicas(r int) error {
 	}
 	return nil
 }
+
+// ClaimFrom makes this node the owner of client id if node dead still
+// owns it, or nobody does: a survivor taking a dead node's sessions over
+// (the session's user stays the record's). It reports false, claiming
+// nothing, when another node has the id (its client reconnected there).
+func (n *Node) ClaimFrom(id, dead string) (Claim, bool, error) {
+	st := n.store.Load()
+	if st == nil {
+		return Claim{}, false, ErrNoStore
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	key := ownerKey(id)
+	e, err := st.owners.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		rev, err := st.owners.Create(ctx, key, ownerValue(n.name, ""))
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return Claim{}, false, nil
+		}
+		if err != nil {
+			return Claim{}, false, storeErr(err)
+		}
+		n.owned.set(id, rev)
+		return Claim{Rev: rev}, true, nil
+	}
+	if err != nil {
+		return Claim{}, false, storeErr(err)
+	}
+	prev, user := parseOwner(e.Value())
+	if prev != dead {
+		return Claim{}, false, nil
+	}
+	rev, err := st.owners.Update(ctx, key, ownerValue(n.name, user), e.Revision())
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return Claim{}, false, nil
+	}
+	if err != nil {
+		return Claim{}, false, storeErr(err)
+	}
+	n.owned.set(id, rev)
+	return Claim{Prev: prev, Rev: rev, SameUser: true}, true, nil
+}

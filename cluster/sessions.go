@@ -521,3 +521,25 @@ func (s *SessionStore) Sessions(skip func(id string) bool) (*persistence.Snapsho
 	}
 	return snap, nil
 }
+
+// Orphans lists the client ids of the sessions the stream holds as
+// node's: a dead node's, for the survivors to take over.
+func (s *SessionStore) Orphans(node string) ([]string, error) {
+	var ids []string
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
+	defer cancel()
+	err := readAll(ctx, s.js, s.stream, s.prefix+"*.rec", func(subject string, data []byte) error {
+		if len(data) == 0 {
+			return nil
+		}
+		r, err := decodeRec(data)
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, subject)
+		}
+		if r.node == node {
+			ids = append(ids, r.session.ID)
+		}
+		return nil
+	})
+	return ids, err
+}
