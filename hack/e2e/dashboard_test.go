@@ -24,7 +24,8 @@ import (
 type brokerAddrs struct{ tcp, ws, api string }
 
 // startMQTTD builds and runs the mqttd binary with a TCP and a WebSocket
-// listener and the management API, each on 127.0.0.1 port 0, and reads
+// listener (path /dash-ws, which the dashboard must take from the
+// overview) and the management API, each on 127.0.0.1 port 0, and reads
 // their addresses from its banner; it is stopped (SIGTERM) at cleanup.
 func startMQTTD(t *testing.T) brokerAddrs {
 	t.Helper()
@@ -32,7 +33,7 @@ func startMQTTD(t *testing.T) brokerAddrs {
 	if out, err := exec.Command("go", "build", "-o", bin, "mqttd/cmd/mqttd").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--listen", "ws://127.0.0.1:0",
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--listen", "ws://127.0.0.1:0/dash-ws",
 		"--metrics", "127.0.0.1:0", "--data-dir", t.TempDir())
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -163,8 +164,8 @@ func TestDashboard(t *testing.T) {
 		}
 		return state == "subscribed"
 	})
-	if via := p.text(`document.getElementById('watch-via').textContent`); via != "ws://"+b.ws+"/mqtt" {
-		t.Errorf("the watch panel connected over %q, want the ws listener ws://%s/mqtt", via, b.ws)
+	if via := p.text(`document.getElementById('watch-via').textContent`); via != "ws://"+b.ws+"/dash-ws" {
+		t.Errorf("the watch panel connected over %q, want the ws listener ws://%s/dash-ws", via, b.ws)
 	}
 	publish(t, pub, "dash/watch", "hello from paho")
 	testutil.WaitFor(t, "the published message in the watch panel", func() bool {
