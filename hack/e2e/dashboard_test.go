@@ -23,18 +23,22 @@ import (
 // brokerAddrs are where a started mqttd listens.
 type brokerAddrs struct{ tcp, ws, api string }
 
-// startMQTTD builds and runs the mqttd binary with a TCP and a WebSocket
-// listener (path /dash-ws, which the dashboard must take from the
-// overview) and the management API, each on 127.0.0.1 port 0, and reads
-// their addresses from its banner; it is stopped (SIGTERM) at cleanup.
-func startMQTTD(t *testing.T) brokerAddrs {
+// startMQTTD builds and runs the mqttd binary with a TCP listener, with
+// ws a WebSocket listener (path /dash-ws, which the dashboard must take
+// from the overview), and the management API, each on 127.0.0.1 port 0,
+// and the extra flags given; it reads their addresses from its banner,
+// and stops it (SIGTERM) at cleanup.
+func startMQTTD(t *testing.T, ws bool, extra ...string) brokerAddrs {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "mqttd")
 	if out, err := exec.Command("go", "build", "-o", bin, "mqttd/cmd/mqttd").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--listen", "ws://127.0.0.1:0/dash-ws",
-		"--metrics", "127.0.0.1:0", "--data-dir", t.TempDir())
+	args := []string{"--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--data-dir", t.TempDir()}
+	if ws {
+		args = append(args, "--listen", "ws://127.0.0.1:0/dash-ws")
+	}
+	cmd := exec.Command(bin, append(args, extra...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -64,15 +68,19 @@ func startMQTTD(t *testing.T) brokerAddrs {
 			t.Error("mqttd did not stop within 10 s of SIGTERM")
 		}
 	})
-	tcpRe := regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+) \(tcp\)`)
-	wsRe := regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+) \(ws://`)
-	apiRe := regexp.MustCompile(`metrics on http://(127\.0\.0\.1:\d+)/metrics`)
 	var a brokerAddrs
+	find := map[*regexp.Regexp]*string{
+		regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+) \(tcp\)`): &a.tcp,
+		regexp.MustCompile(`metrics on http://(127\.0\.0\.1:\d+)/metrics`): &a.api,
+	}
+	if ws {
+		find[regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+) \(ws://`)] = &a.ws
+	}
 	timeout := time.After(20 * time.Second)
-	for a.tcp == "" || a.ws == "" || a.api == "" {
+	for a.tcp == "" || a.api == "" || ws && a.ws == "" {
 		select {
 		case line := <-lines:
-			for re, to := range map[*regexp.Regexp]*string{tcpRe: &a.tcp, wsRe: &a.ws, apiRe: &a.api} {
+			for re, to := range find {
 				if m := re.FindStringSubmatch(line); m != nil {
 					*to = m[1]
 				}
@@ -118,7 +126,7 @@ func publish(t *testing.T, c paho.Client, topic, payload string) {
 // them).
 func TestDashboard(t *testing.T) {
 	bin := chromium(t)
-	b := startMQTTD(t)
+	b := startMQTTD(t, true)
 	pahoClient(t, b.tcp, "dash-sub", nil).Subscribe("load/#", 0, nil).WaitTimeout(10 * time.Second)
 	pub := pahoClient(t, b.tcp, "dash-pub", nil)
 	lost := make(chan error, 1)
@@ -200,4 +208,79 @@ func TestDashboard(t *testing.T) {
 		return p.text(`getComputedStyle(document.querySelector('#clients th.opt')).display`) == "none"
 	})
 	p.screenshot(shots, "dashboard-phone")
+}
+
+// TestDashboardToken loads the dashboard of a mqttd whose API needs a
+// token and that has no WebSocket listener: the page asks for the token
+// on the API's 401 and then shows the clients; its watch panel reads the
+// API's stream instead (which names the publisher); and an offline
+// session whose queue keeps growing is highlighted.
+func TestDashboardToken(t *testing.T) {
+	bin := chromium(t)
+	const token = "dash-T0ken"
+	b := startMQTTD(t, false, "--metrics-token", token)
+	pub := pahoClient(t, b.tcp, "tok-pub", nil)
+	slow := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + b.tcp).SetClientID("tok-slow").
+		SetCleanSession(false).SetAutoReconnect(false))
+	if tok := slow.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("paho tok-slow: connect: %v", tok.Error())
+	}
+	if tok := slow.Subscribe("slow/#", 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("paho tok-slow: subscribe: %v", tok.Error())
+	}
+	slow.Disconnect(100) // its session stays, and queues what slow/# gets
+
+	p := openPage(t, bin, "http://"+b.api+"/")
+	testutil.WaitFor(t, "the page to ask for the token", func() bool {
+		return p.text(`String(!document.getElementById('token-form').hidden)`) == "true"
+	})
+	if ids := p.text(`document.querySelector('#clients tbody').textContent`); strings.Contains(ids, "tok-pub") {
+		t.Fatalf("the clients table shows %q without the token", ids)
+	}
+	p.run(`document.getElementById('token-input').value = '` + token + `';
+		document.getElementById('token-form').requestSubmit()`)
+	testutil.WaitFor(t, "the clients table with the token", func() bool {
+		ids := p.text(`[...document.querySelectorAll('#clients tbody tr')].map(r => r.dataset.id).join(' ')`)
+		return strings.Contains(ids, "tok-pub") && strings.Contains(ids, "tok-slow")
+	})
+	if kept := p.text(`sessionStorage.getItem('mqttd-token')`); kept != token {
+		t.Errorf("sessionStorage keeps %q, want the token", kept)
+	}
+
+	p.run(`document.getElementById('watch-filter').value = 'tok/#';
+		document.getElementById('watch-toggle').click()`)
+	testutil.WaitFor(t, "the watch panel watching through the API", func() bool {
+		state := p.text(`document.getElementById('watch').dataset.state`)
+		if state == "error" || state == "closed" {
+			t.Fatalf("watch panel: %s: %s", state, p.text(`document.getElementById('watch-state').textContent`))
+		}
+		return state == "subscribed"
+	})
+	publish(t, pub, "tok/x", "through the API")
+	testutil.WaitFor(t, "the published message, with its publisher, in the watch panel", func() bool {
+		text := p.text(`document.getElementById('watch-messages').textContent`)
+		return strings.Contains(text, "through the API") && strings.Contains(text, "from tok-pub")
+	})
+
+	// The page looks every 2 s: a queue that grew at 3 looks in a row
+	// takes 6 to 8 s to be highlighted.
+	sent, last := 0, time.Time{}
+	testutil.WaitWithin(t, 20*time.Second, "tok-slow's growing queue highlighted", func() bool {
+		if time.Since(last) > 200*time.Millisecond {
+			if tok := pub.Publish("slow/x", 1, false, "more"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+				t.Fatalf("paho publish: %v", tok.Error())
+			}
+			sent++
+			last = time.Now()
+		}
+		return p.text(`document.querySelector('#clients tr[data-id="tok-slow"]').className`) == "growing"
+	})
+	if badge := p.text(`document.getElementById('clients-growing').textContent`); badge != "1 growing" {
+		t.Errorf("the clients panel's badge says %q, want 1 growing", badge)
+	}
+	if pubRow := p.text(`document.querySelector('#clients tr[data-id="tok-pub"]').className`); pubRow != "" {
+		t.Errorf("tok-pub, which queues nothing, is marked %q", pubRow)
+	}
+	t.Logf("published %d messages to the offline session before it was highlighted", sent)
+	p.screenshot(t.ArtifactDir(), "dashboard-token")
 }
