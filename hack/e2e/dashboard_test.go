@@ -181,14 +181,19 @@ func TestDashboard(t *testing.T) {
 	})
 	p.screenshot(shots, "dashboard")
 
-	kick := `document.querySelector('#clients tr[data-id="dash-kick"] button.kick').click()`
-	p.run(kick) // the first click asks "sure?"
+	kickButton := `document.querySelector('#clients tr[data-id="dash-kick"] button.kick')`
+	p.run(kickButton + `.click()`)
+	// The first click only asks: the button, redrawn or not, says so and
+	// stays enabled.
+	testutil.WaitFor(t, `the kick button to ask "sure?"`, func() bool {
+		return p.text(`(b => b.textContent + (b.disabled ? ' disabled' : ''))(`+kickButton+`)`) == "sure?"
+	})
 	select {
 	case err := <-lost:
 		t.Fatalf("one click kicked the client (%v); it takes two", err)
 	default:
 	}
-	p.run(kick)
+	p.run(kickButton + `.click()`)
 	select {
 	case err := <-lost:
 		t.Logf("paho dash-kick: connection lost: %v", err)
