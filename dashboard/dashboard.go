@@ -3,8 +3,8 @@
 // the broker live from the JSON API (/api/v1/) and acts through it, and
 // watches a topic over MQTT-over-WebSocket with MQTT.js (its browser
 // bundle embedded gzipped in static/vendor, copied there by
-// hack/dashboard/vendor). cmd/mqttd serves Handler at / of the management
-// address. The files reveal nothing about the broker: every datum comes
+// hack/dashboard/vendor). cmd/mqttd serves it (Register) at / of the
+// management address. The files reveal nothing about the broker: every datum comes
 // from the API, which keeps its own checks (token, loopback Host, CSRF).
 package dashboard
 
@@ -74,22 +74,23 @@ var assets = sync.OnceValue(func() map[string]*asset {
 	return m
 })
 
-// Handler serves the dashboard: GET and HEAD of / and of the files it
-// loads; 404 for any other path, so that it can sit under every path the
-// API does not take, and 405 for other methods.
-func Handler() http.Handler {
-	return http.HandlerFunc(serve)
+// Register adds the dashboard to mux: GET (and so HEAD) of / and of each
+// file the page loads, by its own path, so that every other path and
+// method keeps the answer the mux gives it (404, or 405 with Allow where
+// another method is served).
+func Register(mux *http.ServeMux) {
+	for p := range assets() {
+		if p == "/" {
+			p = "/{$}"
+		}
+		mux.HandleFunc("GET "+p, serve)
+	}
 }
 
 func serve(w http.ResponseWriter, r *http.Request) {
 	a := assets()[r.URL.Path]
-	if a == nil {
+	if a == nil { // a path of the mux's own cleaning: cannot happen
 		http.NotFound(w, r)
-		return
-	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
 	h := w.Header()

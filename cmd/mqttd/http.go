@@ -90,8 +90,8 @@ func newHTTPHandler(srv *mqttd.Server, reg *prometheus.Registry, o httpOptions) 
 		io.WriteString(w, "ready\n")
 	})
 	// The dashboard's files reveal nothing: every datum comes from the API,
-	// behind its guard. It answers 404 under any path it does not serve.
-	mux.Handle("/", dashboard.Handler())
+	// behind its guard.
+	dashboard.Register(mux)
 	g := newGuard(o)
 	api := &apiHandler{srv: srv, o: o}
 	api.routes(mux, g)
