@@ -1,7 +1,13 @@
 package dashboard
 
 import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"io"
+	"io/fs"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 )
@@ -62,5 +68,42 @@ func TestMatches(t *testing.T) {
 		if got := matches(inm, `"abc"`); got != want {
 			t.Errorf("If-None-Match %s: %v, want %v", inm, got, want)
 		}
+	}
+}
+
+// TestVendoredMQTTJS: the MQTT.js bundle embedded is the version
+// hack/dashboard/package-lock.json pins (hack/dashboard/vendor was run
+// after the lock changed) and, when that directory's node_modules is
+// there (the script installs it), the same bytes as its ES module build.
+func TestVendoredMQTTJS(t *testing.T) {
+	var lock struct {
+		Packages map[string]struct{ Version string } `json:"packages"`
+	}
+	b, err := os.ReadFile("../hack/dashboard/package-lock.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &lock); err != nil {
+		t.Fatal(err)
+	}
+	pinned := lock.Packages["node_modules/mqtt"].Version
+	if v, err := fs.ReadFile(static, "static/vendor/mqtt.VERSION"); err != nil || string(v) != "MQTT.js "+pinned+"\n" {
+		t.Fatalf("static/vendor/mqtt.VERSION %q (%v), want MQTT.js %s: run hack/dashboard/vendor", v, err, pinned)
+	}
+	installed, err := os.ReadFile("../hack/dashboard/node_modules/mqtt/dist/mqtt.esm.js")
+	if err != nil {
+		t.Skipf("MQTT.js not installed in hack/dashboard (hack/dashboard/vendor installs it): %v", err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(assets()["/vendor/mqtt.esm.js"].body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	embedded, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(embedded, installed) {
+		t.Fatalf("the embedded bundle (%d bytes) is not hack/dashboard's node_modules one (%d bytes): run hack/dashboard/vendor",
+			len(embedded), len(installed))
 	}
 }

@@ -127,7 +127,9 @@ func publish(t *testing.T, c paho.Client, topic, payload string) {
 func TestDashboard(t *testing.T) {
 	bin := chromium(t)
 	b := startMQTTD(t, true)
-	pahoClient(t, b.tcp, "dash-sub", nil).Subscribe("load/#", 0, nil).WaitTimeout(10 * time.Second)
+	if tok := pahoClient(t, b.tcp, "dash-sub", nil).Subscribe("load/#", 0, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("paho dash-sub: subscribe: %v", tok.Error())
+	}
 	pub := pahoClient(t, b.tcp, "dash-pub", nil)
 	lost := make(chan error, 1)
 	pahoClient(t, b.tcp, "dash-kick", lost)
