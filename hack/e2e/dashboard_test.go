@@ -23,17 +23,23 @@ import (
 // brokerAddrs are where a started mqttd listens.
 type brokerAddrs struct{ tcp, ws, api string }
 
-// startMQTTD builds and runs the mqttd binary with a TCP listener, with
-// ws a WebSocket listener (path /dash-ws, which the dashboard must take
-// from the overview), and the management API, each on 127.0.0.1 port 0,
-// and the extra flags given; it reads their addresses from its banner,
-// and stops it (SIGTERM) at cleanup.
-func startMQTTD(t *testing.T, ws bool, extra ...string) brokerAddrs {
+// buildMQTTD builds the mqttd binary and returns its path.
+func buildMQTTD(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "mqttd")
 	if out, err := exec.Command("go", "build", "-o", bin, "mqttd/cmd/mqttd").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	return bin
+}
+
+// startMQTTD runs the mqttd binary with a TCP listener, with ws a
+// WebSocket listener (path /dash-ws, which the dashboard must take from
+// the overview), and the management API, each on 127.0.0.1 port 0, and
+// the extra flags given; it reads their addresses from its banner, and
+// stops it (SIGTERM) at cleanup.
+func startMQTTD(t *testing.T, bin string, ws bool, extra ...string) brokerAddrs {
+	t.Helper()
 	args := []string{"--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--data-dir", t.TempDir()}
 	if ws {
 		args = append(args, "--listen", "ws://127.0.0.1:0/dash-ws")
@@ -98,7 +104,14 @@ func startMQTTD(t *testing.T, ws bool, extra ...string) brokerAddrs {
 // gets the error of a connection the broker ended.
 func pahoClient(t *testing.T, addr, id string, lost chan<- error) paho.Client {
 	t.Helper()
-	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).SetAutoReconnect(false)
+	return pahoLogin(t, addr, id, "", "", lost)
+}
+
+// pahoLogin is pahoClient with a username and password.
+func pahoLogin(t *testing.T, addr, id, user, password string, lost chan<- error) paho.Client {
+	t.Helper()
+	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).SetAutoReconnect(false).
+		SetUsername(user).SetPassword(password)
 	if lost != nil {
 		o.SetConnectionLostHandler(func(_ paho.Client, err error) { lost <- err })
 	}
@@ -126,7 +139,7 @@ func publish(t *testing.T, c paho.Client, topic, payload string) {
 // them).
 func TestDashboard(t *testing.T) {
 	bin := chromium(t)
-	b := startMQTTD(t, true)
+	b := startMQTTD(t, buildMQTTD(t), true)
 	if tok := pahoClient(t, b.tcp, "dash-sub", nil).Subscribe("load/#", 0, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("paho dash-sub: subscribe: %v", tok.Error())
 	}
@@ -225,7 +238,7 @@ func TestDashboard(t *testing.T) {
 func TestDashboardToken(t *testing.T) {
 	bin := chromium(t)
 	const token = "dash-T0ken"
-	b := startMQTTD(t, false, "--metrics-token", token)
+	b := startMQTTD(t, buildMQTTD(t), false, "--metrics-token", token)
 	pub := pahoClient(t, b.tcp, "tok-pub", nil)
 	slow := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + b.tcp).SetClientID("tok-slow").
 		SetCleanSession(false).SetAutoReconnect(false))
@@ -290,4 +303,45 @@ func TestDashboardToken(t *testing.T) {
 	}
 	t.Logf("published %d messages to the offline session before it was highlighted", sent)
 	p.screenshot(t.ArtifactDir(), "dashboard-token")
+}
+
+// TestDashboardLogin: the watch panel asks for a username and password
+// when the WebSocket listener refuses it without them, and subscribes
+// with the ones given.
+func TestDashboardLogin(t *testing.T) {
+	bin := chromium(t)
+	mqttd := buildMQTTD(t)
+	passwords := filepath.Join(t.TempDir(), "passwords")
+	if out, err := exec.Command(mqttd, "passwd", "-c", "-b", passwords, "ann", "s3cret").CombinedOutput(); err != nil {
+		t.Fatalf("mqttd passwd: %v\n%s", err, out)
+	}
+	b := startMQTTD(t, mqttd, true, "--password-file", passwords)
+	pub := pahoLogin(t, b.tcp, "login-pub", "ann", "s3cret", nil)
+
+	p := openPage(t, bin, "http://"+b.api+"/")
+	watchState := func() string {
+		return p.text(`document.getElementById('watch').dataset.state`)
+	}
+	testutil.WaitFor(t, "the watch panel to find the ws listener", func() bool {
+		return strings.HasPrefix(p.text(`document.getElementById('watch-url').value`), "ws://")
+	})
+	p.run(`document.getElementById('watch-filter').value = 'login/#';
+		document.getElementById('watch-toggle').click()`)
+	testutil.WaitFor(t, "the watch panel to ask for a username and password", func() bool {
+		return watchState() == "login" && p.text(`String(!document.getElementById('watch-login').hidden)`) == "true"
+	})
+	p.run(`document.getElementById('watch-user').value = 'ann';
+		document.getElementById('watch-pass').value = 's3cret';
+		document.getElementById('watch-toggle').click()`)
+	testutil.WaitFor(t, "the watch panel subscribed with the password", func() bool {
+		state := watchState()
+		if state == "error" || state == "closed" {
+			t.Fatalf("watch panel: %s: %s", state, p.text(`document.getElementById('watch-state').textContent`))
+		}
+		return state == "subscribed"
+	})
+	publish(t, pub, "login/x", "for ann")
+	testutil.WaitFor(t, "the published message in the watch panel", func() bool {
+		return strings.Contains(p.text(`document.getElementById('watch-messages').textContent`), "for ann")
+	})
 }
