@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"bufio"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -307,16 +308,24 @@ func TestDashboardToken(t *testing.T) {
 
 // TestDashboardLogin: the watch panel asks for a username and password
 // when the WebSocket listener refuses it without them, and subscribes
-// with the ones given.
+// with the ones given; a dead letter (a message nobody subscribed to) is
+// listed with its reason, and its republish button publishes it again.
 func TestDashboardLogin(t *testing.T) {
 	bin := chromium(t)
 	mqttd := buildMQTTD(t)
-	passwords := filepath.Join(t.TempDir(), "passwords")
+	dir := t.TempDir()
+	passwords, config := filepath.Join(dir, "passwords"), filepath.Join(dir, "mqttd.yaml")
 	if out, err := exec.Command(mqttd, "passwd", "-c", "-b", passwords, "ann", "s3cret").CombinedOutput(); err != nil {
 		t.Fatalf("mqttd passwd: %v\n%s", err, out)
 	}
-	b := startMQTTD(t, mqttd, true, "--password-file", passwords)
+	if err := os.WriteFile(config, []byte("dead_letters: {reasons: [no_subscribers]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := startMQTTD(t, mqttd, true, "--password-file", passwords, "--config", config)
 	pub := pahoLogin(t, b.tcp, "login-pub", "ann", "s3cret", nil)
+	if tok := pub.Publish("orphan/x", 1, false, "nobody listens"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("paho publish: %v", tok.Error())
+	}
 
 	p := openPage(t, bin, "http://"+b.api+"/")
 	watchState := func() string {
@@ -344,4 +353,37 @@ func TestDashboardLogin(t *testing.T) {
 	testutil.WaitFor(t, "the published message in the watch panel", func() bool {
 		return strings.Contains(p.text(`document.getElementById('watch-messages').textContent`), "for ann")
 	})
+
+	row := `document.querySelector('#deadletters tr[data-topic="$DLQ/no_subscribers/orphan/x"]')`
+	testutil.WaitFor(t, "the dead letter listed with its reason", func() bool {
+		return p.text(`[...`+row+`.cells].map(c => c.textContent).join(' ')`) == "orphan/x no_subscribers login-pub 0 "+
+			p.text(row+`.cells[4].textContent`)+" 14 republishdrop"
+	})
+	republished := make(chan string, 1)
+	if tok := pub.Subscribe("orphan/x", 1, func(_ paho.Client, m paho.Message) {
+		select {
+		case republished <- string(m.Payload()):
+		default:
+		}
+	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("paho subscribe: %v", tok.Error())
+	}
+	p.run(row + `.querySelector('button').click()`)
+	testutil.WaitFor(t, `the republish button to ask "sure?"`, func() bool {
+		return p.text(row+`.querySelector('button').textContent`) == "sure?"
+	})
+	p.run(row + `.querySelector('button').click()`)
+	select {
+	case got := <-republished:
+		if got != "nobody listens" {
+			t.Fatalf("republished %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the dead letter was not republished within 10 s; the page says %q",
+			p.text(`document.getElementById('status').textContent`))
+	}
+	testutil.WaitFor(t, "the republished letter gone from the list", func() bool {
+		return p.text(`String(`+row+` === null)`) == "true"
+	})
+	p.screenshot(t.ArtifactDir(), "dashboard-login")
 }
