@@ -34,7 +34,7 @@ func openPage(t *testing.T, bin, url string) *browserPage {
 	t.Helper()
 	profile := t.TempDir()
 	browser := exec.Command(bin, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-		"--remote-debugging-port=0", "--window-size=1280,1000", "--user-data-dir="+profile, url)
+		"--remote-debugging-port=0", "--window-size=1280,1000", "--hide-scrollbars", "--user-data-dir="+profile, url)
 	var out strings.Builder
 	browser.Stdout, browser.Stderr = &out, &out
 	if err := browser.Start(); err != nil {
@@ -173,13 +173,18 @@ func (p *browserPage) text(expr string) string {
 	return s
 }
 
-// screenshot saves a PNG of the page in dir and logs where.
+// screenshot saves a PNG of the whole page in dir and logs where.
 func (p *browserPage) screenshot(dir, name string) {
 	p.t.Helper()
+	var size struct{ Width, Height float64 }
+	if err := p.eval(`({width: window.innerWidth, height: document.documentElement.scrollHeight})`, &size); err != nil {
+		p.t.Fatal(err)
+	}
 	var r struct {
 		Data []byte `json:"data"` // base64 in the JSON
 	}
-	if err := p.call("Page.captureScreenshot", map[string]any{"format": "png", "captureBeyondViewport": true}, &r); err != nil {
+	clip := map[string]any{"x": 0, "y": 0, "width": size.Width, "height": size.Height, "scale": 1}
+	if err := p.call("Page.captureScreenshot", map[string]any{"format": "png", "captureBeyondViewport": true, "clip": clip}, &r); err != nil {
 		p.t.Fatal(err)
 	}
 	path := filepath.Join(dir, name+".png")

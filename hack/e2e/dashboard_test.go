@@ -225,8 +225,9 @@ func TestDashboard(t *testing.T) {
 		map[string]any{"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": true}, nil); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, "the phone layout (one column, optional columns hidden)", func() bool {
-		return p.text(`getComputedStyle(document.querySelector('#clients th.opt')).display`) == "none"
+	testutil.WaitFor(t, "the phone layout (optional columns hidden, nothing wider than the screen)", func() bool {
+		return p.text(`getComputedStyle(document.querySelector('#clients th.opt')).display`) == "none" &&
+			p.text(`String(document.documentElement.scrollWidth <= window.innerWidth)`) == "true"
 	})
 	p.screenshot(shots, "dashboard-phone")
 }
