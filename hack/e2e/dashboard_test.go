@@ -1,15 +1,14 @@
 package e2e_test
 
 import (
-	"bufio"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
+	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,125 +19,15 @@ import (
 
 // The dashboard (package dashboard, served by cmd/mqttd at / of the
 // management address) in headless Chromium, against the real mqttd
-// binary with real paho clients.
-
-// brokerAddrs are where a started mqttd listens.
-type brokerAddrs struct{ tcp, ws, api string }
-
-// buildMQTTD builds the mqttd binary and returns its path.
-func buildMQTTD(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "mqttd")
-	if out, err := exec.Command("go", "build", "-o", bin, "mqttd/cmd/mqttd").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// startMQTTD runs the mqttd binary with a TCP listener, with ws a
-// WebSocket listener (path /dash-ws, which the dashboard must take from
-// the overview), and the management API, each on 127.0.0.1 port 0, and
-// the extra flags given; it reads their addresses from its banner, and
-// stops it (SIGTERM) at cleanup.
-func startMQTTD(t *testing.T, bin string, ws bool, extra ...string) brokerAddrs {
-	t.Helper()
-	args := []string{"--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--data-dir", t.TempDir()}
-	if ws {
-		args = append(args, "--listen", "ws://127.0.0.1:0/dash-ws")
-	}
-	cmd := exec.Command(bin, append(args, extra...)...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines, exited := make(chan string, 100), make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			default: // nobody reads the log past the banner
-			}
-		}
-		cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-			t.Error("mqttd did not stop within 10 s of SIGTERM")
-		}
-	})
-	var a brokerAddrs
-	find := map[*regexp.Regexp]*string{
-		regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+) \(tcp\)`): &a.tcp,
-		regexp.MustCompile(`metrics on http://(127\.0\.0\.1:\d+)/metrics`): &a.api,
-	}
-	if ws {
-		find[regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+) \(ws://`)] = &a.ws
-	}
-	timeout := time.After(20 * time.Second)
-	for a.tcp == "" || a.api == "" || ws && a.ws == "" {
-		select {
-		case line := <-lines:
-			for re, to := range find {
-				if m := re.FindStringSubmatch(line); m != nil {
-					*to = m[1]
-				}
-			}
-		case <-exited:
-			t.Fatal("mqttd exited before saying where it listens")
-		case <-timeout:
-			t.Fatalf("mqttd did not say where it listens within 20 s: %+v", a)
-		}
-	}
-	return a
-}
-
-// pahoClient connects a paho client with id to addr; lost, when not nil,
-// gets the error of a connection the broker ended.
-func pahoClient(t *testing.T, addr, id string, lost chan<- error) paho.Client {
-	t.Helper()
-	return pahoLogin(t, addr, id, "", "", lost)
-}
-
-// pahoLogin is pahoClient with a username and password.
-func pahoLogin(t *testing.T, addr, id, user, password string, lost chan<- error) paho.Client {
-	t.Helper()
-	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).SetAutoReconnect(false).
-		SetUsername(user).SetPassword(password)
-	if lost != nil {
-		o.SetConnectionLostHandler(func(_ paho.Client, err error) { lost <- err })
-	}
-	c := paho.NewClient(o)
-	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("paho %s: connect: %v", id, tok.Error())
-	}
-	t.Cleanup(func() { c.Disconnect(100) })
-	return c
-}
-
-func publish(t *testing.T, c paho.Client, topic, payload string) {
-	t.Helper()
-	if tok := c.Publish(topic, 0, false, payload); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("paho publish: %v", tok.Error())
-	}
-}
+// binary (mqttd_test.go) with real paho clients.
 
 // TestDashboard loads the dashboard of a running mqttd in headless
 // Chromium: it lists the paho clients connected, its chart of messages
-// in per second moves when paho publishes, its watch panel subscribes
-// over WebSocket with MQTT.js and shows what paho publishes, and its kick
-// button ends a paho client's connection. Screenshots (desktop and
-// phone) go to the test's artifact directory (go test -artifacts keeps
-// them).
+// in per second moves when paho publishes, its topics panel shows what
+// the API has, its watch panel subscribes over WebSocket with MQTT.js and
+// shows what paho publishes, and its kick button ends a paho client's
+// connection. Screenshots (desktop and phone) go to the test's artifact
+// directory (go test -artifacts keeps them).
 func TestDashboard(t *testing.T) {
 	bin := chromium(t)
 	b := startMQTTD(t, buildMQTTD(t), true)
@@ -148,13 +37,54 @@ func TestDashboard(t *testing.T) {
 	pub := pahoClient(t, b.tcp, "dash-pub", nil)
 	lost := make(chan error, 1)
 	pahoClient(t, b.tcp, "dash-kick", lost)
-	shots := t.ArtifactDir()
 
 	p := openPage(t, bin, "http://"+b.api+"/")
-	testutil.WaitFor(t, "the paho clients in the clients table", func() bool {
-		ids := p.text(`[...document.querySelectorAll('#clients tbody tr')].map(r => r.dataset.id).join(' ')`)
-		return strings.Contains(ids, "dash-sub") && strings.Contains(ids, "dash-pub") && strings.Contains(ids, "dash-kick")
+	waitClients(t, p, "dash-sub", "dash-pub", "dash-kick")
+	checkRateChart(t, p, pub)
+	checkTopics(t, p, b.api)
+	watch(t, p, "dash/watch", "subscribed")
+	if via := p.text(`document.getElementById('watch-via').textContent`); via != "ws://"+b.ws+"/dash-ws" {
+		t.Errorf("the watch panel connected over %q, want the ws listener ws://%s/dash-ws", via, b.ws)
+	}
+	publish(t, pub, "dash/watch", "hello from paho")
+	waitWatched(t, p, "hello from paho")
+	p.screenshot(t.ArtifactDir(), "dashboard")
+
+	clickTwice(t, p, `document.querySelector('#clients tr[data-id="dash-kick"] button.kick')`, "kick", lost)
+	select {
+	case err := <-lost:
+		t.Logf("paho dash-kick: connection lost: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the kick did not end dash-kick's connection within 10 s; the page says %q", p.text(statusText))
+	}
+	testutil.WaitFor(t, "the page to say the client was disconnected", func() bool {
+		return strings.Contains(p.text(statusText), `disconnected client "dash-kick"`)
 	})
+	checkPhone(t, p)
+}
+
+// statusText is what the page's header says: an action done, or what
+// failed.
+const statusText = `document.getElementById('status').textContent`
+
+// waitClients waits for the clients table to list each id.
+func waitClients(t *testing.T, p *browserPage, ids ...string) {
+	t.Helper()
+	testutil.WaitFor(t, fmt.Sprintf("%s in the clients table", ids), func() bool {
+		listed := strings.Fields(p.text(`[...document.querySelectorAll('#clients tbody tr')].map(r => r.dataset.id).join(' ')`))
+		for _, id := range ids {
+			if !slices.Contains(listed, id) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// checkRateChart: the chart of messages in a second says 0 while nothing
+// is published, and moves once paho publishes.
+func checkRateChart(t *testing.T, p *browserPage, pub paho.Client) {
+	t.Helper()
 	chartIn := func() (last float64, points int) {
 		v := p.text(`(c => c.dataset.last + ' ' + c.dataset.points)(document.getElementById('chart-in'))`)
 		l, n, _ := strings.Cut(v, " ")
@@ -179,11 +109,14 @@ func TestDashboard(t *testing.T) {
 		return last > 0
 	})
 	t.Logf("published %d messages before the chart moved", sent)
+}
 
-	// The topics panel reads /api/v1/topics, which a broker may not have
-	// yet: it shows the counts where the API answers, "not available"
-	// where it answers 404.
-	res, err := http.Get("http://" + b.api + "/api/v1/topics")
+// checkTopics: the topics panel reads /api/v1/topics, which a broker may
+// not have yet: it shows the counts of load/x where the API answers,
+// "not available" where it answers 404.
+func checkTopics(t *testing.T, p *browserPage, api string) {
+	t.Helper()
+	res, err := http.Get("http://" + api + "/api/v1/topics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,49 +135,59 @@ func TestDashboard(t *testing.T) {
 	default:
 		t.Fatalf("GET /api/v1/topics: %s", res.Status)
 	}
+}
 
-	p.run(`document.getElementById('watch-filter').value = 'dash/watch';
+// watch asks the watch panel to watch filter and waits for it to reach
+// state (subscribed, login).
+func watch(t *testing.T, p *browserPage, filter, state string) {
+	t.Helper()
+	p.run(`document.getElementById('watch-filter').value = '` + filter + `';
 		document.getElementById('watch-toggle').click()`)
-	testutil.WaitFor(t, "the watch panel subscribed over WebSocket", func() bool {
-		state := p.text(`document.getElementById('watch').dataset.state`)
-		if state == "error" || state == "login" || state == "closed" {
-			t.Fatalf("watch panel: %s: %s", state, p.text(`document.getElementById('watch-state').textContent`))
+	testutil.WaitFor(t, "the watch panel "+state, func() bool {
+		got := p.text(`document.getElementById('watch').dataset.state`)
+		if got != state && got != "connecting" && got != "idle" {
+			t.Fatalf("watch panel: %s: %s", got, p.text(`document.getElementById('watch-state').textContent`))
 		}
-		return state == "subscribed"
+		return got == state
 	})
-	if via := p.text(`document.getElementById('watch-via').textContent`); via != "ws://"+b.ws+"/dash-ws" {
-		t.Errorf("the watch panel connected over %q, want the ws listener ws://%s/dash-ws", via, b.ws)
-	}
-	publish(t, pub, "dash/watch", "hello from paho")
-	testutil.WaitFor(t, "the published message in the watch panel", func() bool {
-		return strings.Contains(p.text(`document.getElementById('watch-messages').textContent`), "hello from paho")
-	})
-	p.screenshot(shots, "dashboard")
+}
 
-	kickButton := `document.querySelector('#clients tr[data-id="dash-kick"] button.kick')`
-	p.run(kickButton + `.click()`)
-	// The first click only asks: the button, redrawn or not, says so and
-	// stays enabled.
-	testutil.WaitFor(t, `the kick button to ask "sure?"`, func() bool {
-		return p.text(`(b => b.textContent + (b.disabled ? ' disabled' : ''))(`+kickButton+`)`) == "sure?"
+// waitWatched waits for the watch panel to show every text given.
+func waitWatched(t *testing.T, p *browserPage, texts ...string) {
+	t.Helper()
+	testutil.WaitFor(t, fmt.Sprintf("%q in the watch panel", texts), func() bool {
+		shown := p.text(`document.getElementById('watch-messages').textContent`)
+		for _, s := range texts {
+			if !strings.Contains(shown, s) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// clickTwice clicks an action's button (a JavaScript expression giving
+// it) twice: the first click only asks (the button, redrawn or not, says
+// "sure?" and stays enabled), and must not have acted by then (nothing
+// on acted).
+func clickTwice(t *testing.T, p *browserPage, button, what string, acted <-chan error) {
+	t.Helper()
+	p.run(button + `.click()`)
+	testutil.WaitFor(t, `the `+what+` button to ask "sure?"`, func() bool {
+		return p.text(`(b => b.textContent + (b.disabled ? ' disabled' : ''))(`+button+`)`) == "sure?"
 	})
 	select {
-	case err := <-lost:
-		t.Fatalf("one click kicked the client (%v); it takes two", err)
+	case err := <-acted:
+		t.Fatalf("one click of %s acted (%v); it takes two", what, err)
 	default:
 	}
-	p.run(kickButton + `.click()`)
-	select {
-	case err := <-lost:
-		t.Logf("paho dash-kick: connection lost: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the kick did not end dash-kick's connection within 10 s; the page says %q",
-			p.text(`document.getElementById('status').textContent`))
-	}
-	testutil.WaitFor(t, "the page to say the client was disconnected", func() bool {
-		return strings.Contains(p.text(`document.getElementById('status').textContent`), `disconnected client "dash-kick"`)
-	})
+	p.run(button + `.click()`)
+}
 
+// checkPhone shows the page on a phone's screen: the optional columns
+// hidden, nothing wider than the screen; and takes a screenshot.
+func checkPhone(t *testing.T, p *browserPage) {
+	t.Helper()
 	if err := p.call("Emulation.setDeviceMetricsOverride",
 		map[string]any{"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": true}, nil); err != nil {
 		t.Fatal(err)
@@ -253,7 +196,7 @@ func TestDashboard(t *testing.T) {
 		return p.text(`getComputedStyle(document.querySelector('#clients th.opt')).display`) == "none" &&
 			p.text(`String(document.documentElement.scrollWidth <= window.innerWidth)`) == "true"
 	})
-	p.screenshot(shots, "dashboard-phone")
+	p.screenshot(t.ArtifactDir(), "dashboard-phone")
 }
 
 // TestDashboardToken loads the dashboard of a mqttd whose API needs a
@@ -266,15 +209,7 @@ func TestDashboardToken(t *testing.T) {
 	const token = "dash-T0ken"
 	b := startMQTTD(t, buildMQTTD(t), false, "--metrics-token", token)
 	pub := pahoClient(t, b.tcp, "tok-pub", nil)
-	slow := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + b.tcp).SetClientID("tok-slow").
-		SetCleanSession(false).SetAutoReconnect(false))
-	if tok := slow.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("paho tok-slow: connect: %v", tok.Error())
-	}
-	if tok := slow.Subscribe("slow/#", 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("paho tok-slow: subscribe: %v", tok.Error())
-	}
-	slow.Disconnect(100) // its session stays, and queues what slow/# gets
+	offlineSubscriber(t, b.tcp, "tok-slow", "slow/#")
 
 	p := openPage(t, bin, "http://"+b.api+"/")
 	testutil.WaitFor(t, "the page to ask for the token", func() bool {
@@ -285,28 +220,14 @@ func TestDashboardToken(t *testing.T) {
 	}
 	p.run(`document.getElementById('token-input').value = '` + token + `';
 		document.getElementById('token-form').requestSubmit()`)
-	testutil.WaitFor(t, "the clients table with the token", func() bool {
-		ids := p.text(`[...document.querySelectorAll('#clients tbody tr')].map(r => r.dataset.id).join(' ')`)
-		return strings.Contains(ids, "tok-pub") && strings.Contains(ids, "tok-slow")
-	})
+	waitClients(t, p, "tok-pub", "tok-slow")
 	if kept := p.text(`sessionStorage.getItem('mqttd-token')`); kept != token {
 		t.Errorf("sessionStorage keeps %q, want the token", kept)
 	}
 
-	p.run(`document.getElementById('watch-filter').value = 'tok/#';
-		document.getElementById('watch-toggle').click()`)
-	testutil.WaitFor(t, "the watch panel watching through the API", func() bool {
-		state := p.text(`document.getElementById('watch').dataset.state`)
-		if state == "error" || state == "closed" {
-			t.Fatalf("watch panel: %s: %s", state, p.text(`document.getElementById('watch-state').textContent`))
-		}
-		return state == "subscribed"
-	})
+	watch(t, p, "tok/#", "subscribed")
 	publish(t, pub, "tok/x", "through the API")
-	testutil.WaitFor(t, "the published message, with its publisher, in the watch panel", func() bool {
-		text := p.text(`document.getElementById('watch-messages').textContent`)
-		return strings.Contains(text, "through the API") && strings.Contains(text, "from tok-pub")
-	})
+	waitWatched(t, p, "through the API", "from tok-pub")
 
 	// The page looks every 2 s: a queue that grew at 3 looks in a row
 	// takes 6 to 8 s to be highlighted.
@@ -321,13 +242,13 @@ func TestDashboardToken(t *testing.T) {
 		}
 		return p.text(`document.querySelector('#clients tr[data-id="tok-slow"]').className`) == "growing"
 	})
+	t.Logf("published %d messages to the offline session before it was highlighted", sent)
 	if badge := p.text(`document.getElementById('clients-growing').textContent`); badge != "1 growing" {
 		t.Errorf("the clients panel's badge says %q, want 1 growing", badge)
 	}
 	if pubRow := p.text(`document.querySelector('#clients tr[data-id="tok-pub"]').className`); pubRow != "" {
 		t.Errorf("tok-pub, which queues nothing, is marked %q", pubRow)
 	}
-	t.Logf("published %d messages to the offline session before it was highlighted", sent)
 	p.screenshot(t.ArtifactDir(), "dashboard-token")
 }
 
@@ -353,32 +274,28 @@ func TestDashboardLogin(t *testing.T) {
 	}
 
 	p := openPage(t, bin, "http://"+b.api+"/")
-	watchState := func() string {
-		return p.text(`document.getElementById('watch').dataset.state`)
-	}
 	testutil.WaitFor(t, "the watch panel to find the ws listener", func() bool {
 		return strings.HasPrefix(p.text(`document.getElementById('watch-url').value`), "ws://")
 	})
-	p.run(`document.getElementById('watch-filter').value = 'login/#';
-		document.getElementById('watch-toggle').click()`)
-	testutil.WaitFor(t, "the watch panel to ask for a username and password", func() bool {
-		return watchState() == "login" && p.text(`String(!document.getElementById('watch-login').hidden)`) == "true"
-	})
+	watch(t, p, "login/#", "login")
+	if p.text(`String(!document.getElementById('watch-login').hidden)`) != "true" {
+		t.Fatal("the watch panel asks for a login without showing its fields")
+	}
 	p.run(`document.getElementById('watch-user').value = 'ann';
-		document.getElementById('watch-pass').value = 's3cret';
-		document.getElementById('watch-toggle').click()`)
-	testutil.WaitFor(t, "the watch panel subscribed with the password", func() bool {
-		state := watchState()
-		if state == "error" || state == "closed" {
-			t.Fatalf("watch panel: %s: %s", state, p.text(`document.getElementById('watch-state').textContent`))
-		}
-		return state == "subscribed"
-	})
+		document.getElementById('watch-pass').value = 's3cret'`)
+	watch(t, p, "login/#", "subscribed")
 	publish(t, pub, "login/x", "for ann")
-	testutil.WaitFor(t, "the published message in the watch panel", func() bool {
-		return strings.Contains(p.text(`document.getElementById('watch-messages').textContent`), "for ann")
-	})
+	waitWatched(t, p, "for ann")
 
+	checkRepublish(t, p, pub)
+	p.screenshot(t.ArtifactDir(), "dashboard-login")
+}
+
+// checkRepublish: the dead letter of orphan/x is listed with its reason,
+// publisher, deliveries and size, and its republish button publishes it
+// again, to a paho subscriber now there.
+func checkRepublish(t *testing.T, p *browserPage, pub paho.Client) {
+	t.Helper()
 	row := `document.querySelector('#deadletters tr[data-topic="$DLQ/no_subscribers/orphan/x"]')`
 	testutil.WaitFor(t, "the dead letter listed with its reason", func() bool {
 		return p.text(`[...`+row+`.cells].map(c => c.textContent).join(' ')`) == "orphan/x no_subscribers login-pub 0 "+
@@ -393,22 +310,16 @@ func TestDashboardLogin(t *testing.T) {
 	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("paho subscribe: %v", tok.Error())
 	}
-	p.run(row + `.querySelector('button').click()`)
-	testutil.WaitFor(t, `the republish button to ask "sure?"`, func() bool {
-		return p.text(row+`.querySelector('button').textContent`) == "sure?"
-	})
-	p.run(row + `.querySelector('button').click()`)
+	clickTwice(t, p, row+`.querySelector('button')`, "republish", nil)
 	select {
 	case got := <-republished:
 		if got != "nobody listens" {
 			t.Fatalf("republished %q", got)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatalf("the dead letter was not republished within 10 s; the page says %q",
-			p.text(`document.getElementById('status').textContent`))
+		t.Fatalf("the dead letter was not republished within 10 s; the page says %q", p.text(statusText))
 	}
 	testutil.WaitFor(t, "the republished letter gone from the list", func() bool {
 		return p.text(`String(`+row+` === null)`) == "true"
 	})
-	p.screenshot(t.ArtifactDir(), "dashboard-login")
 }
