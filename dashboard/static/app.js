@@ -6,7 +6,7 @@ import { get, setToken, whenTokenNeeded } from './api.js';
 import { Chart, short } from './chart.js';
 import { el, fill, when, age } from './dom.js';
 import { clientsPanel, topicsPanel, deadLettersPanel } from './tables.js';
-import { watchPanel } from './watch.js';
+import { WatchPanel } from './watch.js';
 
 const $ = (sel) => document.querySelector(sel);
 
@@ -28,7 +28,7 @@ const charts = {
   queued: new Chart($('#chart-queued')),
 };
 
-const watch = watchPanel($('#watch'));
+const watch = new WatchPanel($('#watch'));
 async function refreshOverview() {
   const o = await get('api/v1/overview');
   $('#version').textContent = o.version + (o.node ? ' · node ' + o.node : '');

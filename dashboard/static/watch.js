@@ -9,7 +9,12 @@ import { stream } from './api.js';
 import { el, when } from './dom.js';
 
 const keep = 200; // messages shown
+const payloadShown = 2000; // characters of a payload shown
 const decoder = new TextDecoder('utf-8', { fatal: true });
+
+// CONNACK codes of missing or wrong credentials: 3.1.1's 4 and 5, 5.0's
+// 0x86 and 0x87.
+const loginCodes = [4, 5, 0x86, 0x87];
 
 /** The URL of the broker's WebSocket listener on this page's host, or "". */
 function wsURL(listeners) {
@@ -29,91 +34,118 @@ function text(payload) {
   }
 }
 
-export function watchPanel(root) {
-  const $ = (sel) => root.querySelector(sel);
-  const url = $('#watch-url');
-  const via = $('#watch-via');
-  const login = $('#watch-login');
-  const list = $('#watch-messages');
-  const button = $('#watch-toggle');
-  let edited = false; // the person typed a URL: keep it
-  let stop = null; // ends the watch running
-
-  url.addEventListener('input', () => {
-    edited = true;
-    showVia();
-  });
-
-  function showVia() {
-    via.textContent = url.value ? url.value : 'the API (no WebSocket listener: api/v1/watch)';
+export class WatchPanel {
+  constructor(root) {
+    this.root = root;
+    this.$ = (sel) => root.querySelector(sel);
+    this.url = this.$('#watch-url');
+    this.edited = false; // the person typed a URL: keep it
+    this.stop = null; // ends the watch running
+    this.url.addEventListener('input', () => {
+      this.edited = true;
+      this.showVia();
+    });
+    this.$('#watch-form').addEventListener('submit', (e) => {
+      e.preventDefault();
+      this.toggle();
+    });
+    this.showVia();
   }
 
-  function set(state, msg) {
-    root.dataset.state = state;
-    $('#watch-state').textContent = msg || '';
+  /** The listeners of the overview: where to watch over WebSocket. */
+  listeners(ls) {
+    if (this.edited) return;
+    this.url.value = wsURL(ls);
+    this.showVia();
+  }
+
+  showVia() {
+    this.$('#watch-via').textContent = this.url.value || 'the API (no WebSocket listener: api/v1/watch)';
+  }
+
+  toggle() {
+    if (this.stop) {
+      this.stop();
+      return;
+    }
+    const filter = this.$('#watch-filter').value.trim();
+    this.set('connecting', 'connecting…');
+    (this.url.value ? this.overMQTT(filter) : this.overAPI(filter)).catch((err) => {
+      if (err.name !== 'AbortError') this.set('error', err.message);
+    });
+  }
+
+  set(state, msg) {
+    this.root.dataset.state = state;
+    this.$('#watch-state').textContent = msg || '';
     const running = state === 'connecting' || state === 'subscribed';
-    button.textContent = running ? 'Stop' : 'Watch';
-    if (!running) stop = null;
+    this.$('#watch-toggle').textContent = running ? 'Stop' : 'Watch';
+    if (!running) this.stop = null;
   }
 
-  function add(m) {
-    const li = el('li', { dataset: { topic: m.topic } },
+  running() {
+    return ['connecting', 'subscribed'].includes(this.root.dataset.state);
+  }
+
+  add(m) {
+    const payload = m.payload.length > payloadShown ? m.payload.slice(0, payloadShown) + '…' : m.payload;
+    const list = this.$('#watch-messages');
+    list.prepend(el('li', { dataset: { topic: m.topic } },
       el('time', {}, when(m.time || new Date().toISOString())),
       el('span', { class: 'topic' }, m.topic),
       el('span', { class: 'flags' }, `qos ${m.qos}${m.retain ? ' retained' : ''}${m.from ? ' from ' + m.from : ''}`),
-      el('code', {}, m.payload.length > 2000 ? m.payload.slice(0, 2000) + '…' : m.payload));
-    list.prepend(li);
+      el('code', {}, payload)));
     while (list.children.length > keep) list.lastChild.remove();
   }
 
-  async function overMQTT(filter) {
+  async overMQTT(filter) {
     const mqtt = (await import('./vendor/mqtt.esm.js')).default;
-    const client = mqtt.connect(url.value, {
+    const url = this.url.value;
+    const client = mqtt.connect(url, {
       protocolVersion: 5,
       clientId: 'mqttd-dashboard-' + Math.random().toString(16).slice(2, 10),
       clean: true,
       reconnectPeriod: 0,
       connectTimeout: 10000,
-      username: $('#watch-user').value || undefined,
-      password: $('#watch-pass').value || undefined,
+      username: this.$('#watch-user').value || undefined,
+      password: this.$('#watch-pass').value || undefined,
     });
-    stop = () => {
+    this.stop = () => {
       client.end(true);
-      set('idle', 'stopped');
+      this.set('idle', 'stopped');
     };
     client.on('connect', () => {
       client.subscribe(filter, { qos: 0 }, (err, granted) => {
         if (err || !granted.length || granted[0].qos >= 0x80) {
-          set('error', err ? err.message : `the broker refused the subscription to ${filter}`);
+          this.set('error', err ? err.message : `the broker refused the subscription to ${filter}`);
           client.end(true);
           return;
         }
-        set('subscribed', `subscribed to ${filter} over ${url.value}`);
+        this.set('subscribed', `subscribed to ${filter} over ${url}`);
       });
     });
     client.on('message', (topic, payload, packet) =>
-      add({ topic, qos: packet.qos, retain: packet.retain, payload: text(payload) }));
+      this.add({ topic, qos: packet.qos, retain: packet.retain, payload: text(payload) }));
     client.on('error', (err) => {
-      // 3.1.1's 4 and 5, 5.0's 0x86 and 0x87: bad or missing credentials
-      if ([4, 5, 0x86, 0x87].includes(err.code)) {
-        login.hidden = false;
-        root.querySelector('#watch-conn').open = true;
-        set('login', 'the listener wants a username and password: give them and Watch again');
+      if (loginCodes.includes(err.code)) {
+        this.$('#watch-login').hidden = false;
+        this.$('#watch-conn').open = true;
+        this.set('login', 'the listener wants a username and password: give them and Watch again');
       } else {
-        set('error', err.message);
+        this.set('error', err.message);
       }
       client.end(true);
     });
     client.on('close', () => {
-      if (root.dataset.state === 'subscribed' || root.dataset.state === 'connecting') set('closed', 'the connection closed');
+      if (this.running()) this.set('closed', 'the connection closed');
     });
   }
 
-  async function overAPI(filter) {
+  async overAPI(filter) {
     const ctrl = new AbortController();
-    stop = () => {
+    this.stop = () => {
       ctrl.abort();
-      set('idle', 'stopped');
+      this.set('idle', 'stopped');
     };
     const res = await stream('api/v1/watch?filter=' + encodeURIComponent(filter), ctrl.signal);
     const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -124,40 +156,22 @@ export function watchPanel(root) {
       buf += value;
       let nl;
       while ((nl = buf.indexOf('\n')) >= 0) {
-        const line = JSON.parse(buf.slice(0, nl));
+        this.line(JSON.parse(buf.slice(0, nl)), filter);
         buf = buf.slice(nl + 1);
-        if (line.topic !== undefined) {
-          add({ ...line, payload: line.payload ?? `(${atob(line.payload_base64 || '').length} bytes, not UTF-8)` });
-        } else if (line.dropped) {
-          add({ topic: '…', qos: 0, payload: `${line.dropped} messages dropped: read too slowly` });
-        } else {
-          set('subscribed', `watching ${filter} through the API (no WebSocket listener)`);
-        }
       }
     }
-    set('closed', 'the API ended the watch');
+    this.set('closed', 'the API ended the watch');
   }
 
-  $('#watch-form').addEventListener('submit', (e) => {
-    e.preventDefault();
-    if (stop) {
-      stop();
-      return;
+  /** One line of api/v1/watch. */
+  line(l, filter) {
+    if (l.topic !== undefined) {
+      const binary = l.payload_base64 ? `(${atob(l.payload_base64).length} bytes, not UTF-8)` : '';
+      this.add({ ...l, payload: l.payload ?? binary });
+    } else if (l.dropped) {
+      this.add({ topic: '…', qos: 0, payload: `${l.dropped} messages dropped: read too slowly` });
+    } else {
+      this.set('subscribed', `watching ${filter} through the API (no WebSocket listener)`);
     }
-    const filter = $('#watch-filter').value.trim();
-    set('connecting', 'connecting…');
-    (url.value ? overMQTT(filter) : overAPI(filter)).catch((err) => {
-      if (err.name !== 'AbortError') set('error', err.message);
-    });
-  });
-
-  showVia();
-  return {
-    /** The listeners of the overview: where to watch over WebSocket. */
-    listeners(ls) {
-      if (edited) return;
-      url.value = wsURL(ls);
-      showVia();
-    },
-  };
+  }
 }
