@@ -78,7 +78,7 @@ func readBanner(t *testing.T, lines <-chan string, exited <-chan struct{}, ws bo
 	var a brokerAddrs
 	find := map[*regexp.Regexp]*string{
 		regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+) \(tcp\)`): &a.tcp,
-		regexp.MustCompile(`metrics on http://(127\.0\.0\.1:\d+)/metrics`): &a.api,
+		regexp.MustCompile(`dashboard on http://(127\.0\.0\.1:\d+)/$`):     &a.api,
 	}
 	if ws {
 		find[regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+) \(ws://`)] = &a.ws
