@@ -297,7 +297,8 @@ func TestDashboardLogin(t *testing.T) {
 func checkRepublish(t *testing.T, p *browserPage, pub paho.Client) {
 	t.Helper()
 	row := `document.querySelector('#deadletters tr[data-topic="$DLQ/no_subscribers/orphan/x"]')`
-	testutil.WaitFor(t, "the dead letter listed with its reason", func() bool {
+	// The panel looks every 5 s.
+	testutil.WaitWithin(t, 20*time.Second, "the dead letter listed with its reason", func() bool {
 		return p.text(`[...`+row+`.cells].map(c => c.textContent).join(' ')`) == "orphan/x no_subscribers login-pub 0 "+
 			p.text(row+`.cells[4].textContent`)+" 14 republishdrop"
 	})
