@@ -30,7 +30,7 @@ export function clientsPanel(root, note) {
     next.disabled = !nextCursor;
     let growing = 0;
     const seen = new Set();
-    const rows = page.clients.map((c) => {
+    const rows = (page.clients || []).map((c) => {
       seen.add(c.id);
       const was = queues.get(c.id);
       const grew = !was ? 0 : c.queued > was.queued ? was.grew + 1 : c.queued < was.queued ? 0 : was.grew;
