@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -374,5 +375,24 @@ func TestWebSocketOriginCounted(t *testing.T) {
 	}
 	if got := srv.Stats().Rejected["websocket_origin"]; got != 1 {
 		t.Fatalf("rejected[websocket_origin] = %d, want 1", got)
+	}
+}
+
+// TestOverviewListenerPaths: the overview gives a ws or wss listener's
+// URL path (the dashboard's watch panel connects there), the default
+// when none is configured, and none for other listeners.
+func TestOverviewListenerPaths(t *testing.T) {
+	t.Parallel()
+	srv := listenAll(t, mqttd.Options{Listeners: []mqttd.ListenerConfig{
+		{Address: "127.0.0.1:0"},
+		{Type: "ws", Address: "127.0.0.1:0"},
+		{Type: "ws", Address: "127.0.0.1:0", Path: "/broker/ws"},
+	}})
+	var paths []string
+	for _, l := range srv.Overview().Listeners {
+		paths = append(paths, l.Path)
+	}
+	if want := []string{"", "/mqtt", "/broker/ws"}; !slices.Equal(paths, want) {
+		t.Fatalf("the overview's listener paths %q, want %q", paths, want)
 	}
 }

@@ -44,6 +44,9 @@ type Overview struct {
 type ListenerState struct {
 	Name    string `json:"name"`
 	Address string `json:"address"`
+	// Path is the URL path of a ws or wss listener (the dashboard's watch
+	// panel connects there).
+	Path string `json:"path,omitempty"`
 	// Error is why it stopped accepting connections, if it did.
 	Error string `json:"error,omitempty"`
 }
@@ -67,7 +70,7 @@ func (s *Server) Overview() Overview {
 	}
 	s.mu.Lock()
 	for _, ln := range s.listeners {
-		l := ListenerState{Name: ln.name, Address: ln.l.Addr().String()}
+		l := ListenerState{Name: ln.name, Address: ln.l.Addr().String(), Path: ln.path}
 		if ln.stopped != nil {
 			l.Error = ln.stopped.Error()
 		}

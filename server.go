@@ -1,6 +1,7 @@
 package mqttd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"mqttd/auth"
 	"mqttd/cluster"
 	"mqttd/internal/broadcast"
+	"mqttd/listeners"
 	"mqttd/packets"
 	"mqttd/persistence"
 	"mqttd/session"
@@ -147,6 +149,8 @@ type Server struct {
 type listener struct {
 	name string
 	l    net.Listener
+	// path is the URL path of a ws or wss listener, for Overview.
+	path string
 	// stopped is why its accept loop ended before Shutdown (Ready);
 	// guarded by Server.mu.
 	stopped error
@@ -290,6 +294,9 @@ func (s *Server) addListenerLocked(name string, l net.Listener, lc *ListenerConf
 		return err
 	}
 	ln := &listener{name: name, l: l}
+	if lc != nil && (lc.Type == listeners.WS || lc.Type == listeners.WSS) {
+		ln.path = cmp.Or(lc.Path, listeners.DefaultPath)
+	}
 	s.listeners = append(s.listeners, ln)
 	if s.serving {
 		s.startAcceptLocked(ln)

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"mqttd"
+	"mqttd/dashboard"
 	"mqttd/listeners"
 )
 
@@ -88,6 +89,9 @@ func newHTTPHandler(srv *mqttd.Server, reg *prometheus.Registry, o httpOptions) 
 		}
 		io.WriteString(w, "ready\n")
 	})
+	// The dashboard's files reveal nothing: every datum comes from the API,
+	// behind its guard.
+	dashboard.Register(mux)
 	g := newGuard(o)
 	api := &apiHandler{srv: srv, o: o}
 	api.routes(mux, g)

@@ -174,6 +174,7 @@ func banner(w io.Writer, srv *mqttd.Server, cfg config, configFile string, newSt
 	}
 	if cfg.Metrics.Address != "" {
 		fmt.Fprintf(w, "  metrics on http://%s/metrics\n", cfg.Metrics.Address)
+		fmt.Fprintf(w, "  dashboard on http://%s/\n", cfg.Metrics.Address)
 	}
 	durability := cfg.Durability
 	if durability == "" {
