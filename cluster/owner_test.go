@@ -290,3 +290,29 @@ func TestAdopt(t *testing.T) {
 		t.Fatalf("adopting an id another node took: %q, %v, owns %v", owner, err, n1.Owns("kept"))
 	}
 }
+
+// TestClaimFrom: a survivor takes an id over from a dead node only while
+// that node still owns it (or nobody does), keeping the session's user.
+func TestClaimFrom(t *testing.T) {
+	urls := natstest.Cluster(t, 1)
+	n1 := startNode(t, "n1", newRecorder(), testLogger(t), urls[0])
+	n2 := startNode(t, "n2", newRecorder(), testLogger(t), urls[0])
+	waitStore(t, n1, n2)
+	if _, err := n1.Claim("x", "alice", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := n2.ClaimFrom("x", "n3"); ok || err != nil {
+		t.Fatalf("ClaimFrom a node that does not own x: %v, %v", ok, err)
+	}
+	c, ok, err := n2.ClaimFrom("x", "n1")
+	if !ok || err != nil || c.Prev != "n1" || !n2.Owns("x") {
+		t.Fatalf("ClaimFrom the owner: %+v, %v, %v", c, ok, err)
+	}
+	// The record keeps alice: her claim on n1 is the same user's.
+	if c, err := n1.Claim("x", "alice", true); err != nil || !c.SameUser || c.Prev != "n2" {
+		t.Fatalf("alice back on n1: %+v, %v", c, err)
+	}
+	if _, ok, err := n2.ClaimFrom("nobody's", "n1"); !ok || err != nil || !n2.Owns("nobody's") {
+		t.Fatalf("ClaimFrom of an id nobody owns: %v, %v", ok, err)
+	}
+}
