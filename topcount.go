@@ -68,8 +68,8 @@ type topicCounter struct {
 	// sampleMu orders the samples with the reads: taken before a
 	// shard's lock, by the sampler and by a read.
 	sampleMu sync.Mutex
-	times    [TopicRateWindow + 1]time.Time // when each sample was taken
-	samples  int                            // samples taken since counting began
+	times    [TopicRateWindow]time.Time // when each sample was taken
+	samples  int                        // samples taken since counting began
 
 	shards [topicShards]topicShard
 }
@@ -88,7 +88,7 @@ type topicEntry struct {
 	cut   bool   // the topic was longer than MaxCountedTopicBytes
 	count uint64
 	// at holds count at each sample, by sample number modulo its length.
-	at [TopicRateWindow + 1]uint64
+	at [TopicRateWindow]uint64
 }
 
 func newTopicCounter(st *stats, done <-chan struct{}) *topicCounter {
@@ -251,8 +251,8 @@ type TopicCount struct {
 	// began; past MaxCountedTopics topics, a topic that took the place
 	// of the least counted one counts that one's messages too.
 	Messages uint64 `json:"messages"`
-	// Rate is its messages a second over the last window (those of
-	// a topic that took another's place since it did).
+	// Rate is its messages a second over the last WindowSeconds (those
+	// of a topic that took another's place since it did).
 	Rate float64 `json:"rate"`
 }
 
@@ -260,21 +260,32 @@ type TopicCount struct {
 type TopicCounts struct {
 	Topics []TopicCount `json:"topics"`
 	// WindowSeconds is how many seconds the rates are taken over: up to
-	// TopicRateWindow, fewer just after counting began (0: no rates yet).
+	// TopicRateWindow, fewer in the first seconds after counting began
+	// (0: no rates yet).
 	WindowSeconds float64 `json:"window_seconds"`
 }
 
-// snapshot returns the limit busiest topics, by rate then messages.
-func (t *topicCounter) snapshot(limit int) TopicCounts {
+// minRateWindow is the shortest window a rate is given for: just after
+// counting began, a few messages over a few milliseconds say nothing.
+const minRateWindow = 100 * time.Millisecond
+
+// snapshot returns the limit busiest topics at now, by rate then
+// messages. A rate is over the time since the oldest of the last
+// TopicRateWindow samples (a second apart: up to TopicRateWindow
+// seconds), so that a read a second after counting began has rates.
+func (t *topicCounter) snapshot(limit int, now time.Time) TopicCounts {
 	t.sampleMu.Lock()
 	defer t.sampleMu.Unlock()
 	out := TopicCounts{Topics: []TopicCount{}}
 	if t.samples == 0 {
 		return out
 	}
-	last := (t.samples - 1) % len(t.times)
-	first := max(t.samples-1-TopicRateWindow, 0) % len(t.times)
-	seconds := t.times[last].Sub(t.times[first]).Seconds()
+	first := max(t.samples-TopicRateWindow, 0) % len(t.times)
+	window := now.Sub(t.times[first])
+	seconds := 0.0
+	if window >= minRateWindow {
+		seconds = window.Seconds()
+	}
 	out.WindowSeconds = math.Round(seconds*1000) / 1000
 	for i := range t.shards {
 		sh := &t.shards[i]
@@ -285,7 +296,7 @@ func (t *topicCounter) snapshot(limit int) TopicCounts {
 				c.Topic += "…"
 			}
 			if seconds > 0 {
-				c.Rate = float64(e.at[last]-e.at[first]) / seconds
+				c.Rate = float64(e.count-e.at[first]) / seconds
 			}
 			out.Topics = append(out.Topics, c)
 		}
@@ -306,6 +317,7 @@ func (t *topicCounter) snapshot(limit int) TopicCounts {
 // Counting starts with the first call, so that one finds none, and stops
 // when no call has come for a minute, forgetting what it counted.
 func (s *Server) TopicCounts(limit int) TopicCounts {
-	s.busy.read(time.Now())
-	return s.busy.snapshot(limit)
+	now := time.Now()
+	s.busy.read(now)
+	return s.busy.snapshot(limit, now)
 }

@@ -31,29 +31,33 @@ func (t *topicCounter) countN(topic string, n int) {
 }
 
 // TestTopicRates drives the samples through a clock of the test's own:
-// the rate is the messages between the window's first sample and its
-// last, a second apart each, over their seconds.
+// a rate is the messages since the oldest of the last TopicRateWindow
+// samples, a second apart, over the time since it.
 func TestTopicRates(t *testing.T) {
 	tc := newTestTopicCounter(t)
 	t0 := time.Unix(1_000_000, 0)
 	tc.read(t0)
 	tc.countN("a", 5)
-	if got := tc.snapshot(10); got.WindowSeconds != 0 || len(got.Topics) != 1 || got.Topics[0] != (TopicCount{"a", 5, 0}) {
-		t.Fatalf("before a second sample: %+v", got)
+	if got := tc.snapshot(10, t0.Add(minRateWindow/2)); got.WindowSeconds != 0 || fmt.Sprint(got.Topics) != "[{a 5 0}]" {
+		t.Fatalf("just after counting began: %+v", got)
 	}
-	// 20 messages of a and 40 of b a second for 15 seconds.
+	if got := tc.snapshot(10, t0.Add(time.Second/2)); got.WindowSeconds != 0.5 || fmt.Sprint(got.Topics) != "[{a 5 10}]" {
+		t.Fatalf("half a second after counting began: %+v", got)
+	}
+	// 20 messages of a and 40 of b a second for 15 seconds, then 1,000
+	// of c in the 16th.
 	for i := 1; i <= 15; i++ {
 		tc.countN("a", 20)
 		tc.countN("b", 40)
 		tc.sampleAt(t0.Add(time.Duration(i) * time.Second))
 	}
-	tc.countN("c", 1000) // after the last sample: counted, not in the rate yet
-	got := tc.snapshot(10)
-	want := []TopicCount{{"b", 600, 40}, {"a", 305, 20}, {"c", 1000, 0}}
+	tc.countN("c", 1000)
+	got := tc.snapshot(10, t0.Add(16*time.Second))
+	want := []TopicCount{{"c", 1000, 100}, {"b", 600, 36}, {"a", 305, 18}}
 	if got.WindowSeconds != TopicRateWindow || fmt.Sprint(got.Topics) != fmt.Sprint(want) {
 		t.Fatalf("got %+v, want %v over %d s", got, want, TopicRateWindow)
 	}
-	if got := tc.snapshot(1); len(got.Topics) != 1 || got.Topics[0].Topic != "b" {
+	if got := tc.snapshot(1, t0.Add(16*time.Second)); len(got.Topics) != 1 || got.Topics[0].Topic != "c" {
 		t.Fatalf("limit 1: %+v", got.Topics)
 	}
 }
@@ -70,7 +74,7 @@ func TestTopicCountsBounded(t *testing.T) {
 			tc.count("hot")
 		}
 	}
-	got := tc.snapshot(2 * MaxCountedTopics)
+	got := tc.snapshot(2*MaxCountedTopics, time.Now())
 	if len(got.Topics) != MaxCountedTopics || tc.st.topicsCounted.Load() != MaxCountedTopics {
 		t.Fatalf("%d topics counted (gauge %d), want %d", len(got.Topics), tc.st.topicsCounted.Load(), MaxCountedTopics)
 	}
@@ -103,7 +107,7 @@ func TestTopicCountsCut(t *testing.T) {
 	tc.count(string(buf[:3])) // what the caller does with a read buffer
 	copy(buf, "y/2")
 	tc.count("x/1")
-	got := tc.snapshot(10).Topics
+	got := tc.snapshot(10, time.Now()).Topics
 	want := []TopicCount{{strings.Repeat("a", MaxCountedTopicBytes-1) + "…", 2, 0}, {"x/1", 2, 0}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("got %+v, want %+v", got, want)
@@ -134,7 +138,7 @@ func TestTopicCountingStops(t *testing.T) {
 		t.Fatal("did not stop")
 	}
 	tc.count("a") // a publish that saw counting on just before
-	if got := tc.snapshot(10).Topics; len(got) != 0 {
+	if got := tc.snapshot(10, time.Now()).Topics; len(got) != 0 {
 		t.Fatalf("counts kept after stopping: %+v", got)
 	}
 }

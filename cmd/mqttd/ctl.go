@@ -51,6 +51,8 @@ Commands:
   dlq rm TOPIC                  drop a dead letter
   watch FILTER [--count N]      messages matching FILTER as the broker routes them, with their
                                 publisher's client id, until interrupted (or N messages)
+  top [--count N]               rates, the busiest clients and topics, refreshed every second until
+                                interrupted (or N times); --json: one refresh
   reload                        what SIGHUP does: read the files and the config again
   log-level LEVEL               set the log level (trace, debug, info, warn, error) until a restart
 
@@ -132,7 +134,7 @@ func parseCtlFlags(args []string, stderr io.Writer) (ctlFlags, error) {
 	fs.BoolVar(&f.offline, "offline", false, "clients: the offline sessions only")
 	fs.BoolVar(&f.discard, "discard-session", false, "kick: end the session too")
 	fs.BoolVar(&f.payload, "payload", false, "retained: show the start of each payload")
-	fs.IntVar(&f.count, "count", 0, "watch: stop after `N` messages (0: until interrupted)")
+	fs.IntVar(&f.count, "count", 0, "watch: stop after `N` messages; top: after N refreshes (0: until interrupted)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, ctlUsage)
 		fs.PrintDefaults()
@@ -183,6 +185,8 @@ func (c *ctl) run(f ctlFlags) error {
 		return c.retained(f.payload)
 	case one && words[0] == "dlq":
 		return c.deadLetters()
+	case one && words[0] == "top":
+		return c.top(f.count)
 	case words[0] == "watch":
 		filter, err := argOf(words, 1, "a topic filter")
 		if err != nil {
