@@ -65,9 +65,9 @@ type ClientState struct {
 	// Subscriptions counts the session's subscriptions.
 	Subscriptions int `json:"subscriptions"`
 	// BytesIn and BytesOut are the bytes read from and written to the
-	// client's connection since it connected; 0 while offline.
-	BytesIn  uint64 `json:"bytes_in"`
-	BytesOut uint64 `json:"bytes_out"`
+	// client's connection since it connected; absent while offline.
+	BytesIn  uint64 `json:"bytes_in,omitempty"`
+	BytesOut uint64 `json:"bytes_out,omitempty"`
 }
 
 // SubscriptionState is one subscription of a session, as Subscriptions
