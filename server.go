@@ -192,7 +192,7 @@ func New(opts Options) (*Server, error) {
 		failed:  make(chan error, 1),
 	}
 	s.logins = newLoginLimiter(o.Auth, &s.stats)
-	s.busy = newTopicCounter(&s.stats, s.done)
+	s.busy = newTopicCounter(&s.stats, s.done, s.log)
 	s.dlq = newDeadLetters(s, o.DeadLetters)
 	if o.Cluster != nil {
 		s.cluster = &clusterLink{cfg: clusterConfig(&o), wanted: make(map[string]int)}

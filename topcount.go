@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/rs/zerolog"
 )
 
 // The busiest topics (issue 40): messages published to each topic and
@@ -55,6 +57,9 @@ type topicCounter struct {
 	seed maphash.Seed
 	st   *stats // topicsCounted, topicsReplaced
 	done <-chan struct{}
+	log  zerolog.Logger
+	// fullLogged is set once a counting run has said its table is full.
+	fullLogged atomic.Bool
 
 	// tick is how often the counts are sampled, idle how long counting
 	// runs after the last read: variables so that tests can shorten them.
@@ -91,8 +96,8 @@ type topicEntry struct {
 	at [TopicRateWindow]uint64
 }
 
-func newTopicCounter(st *stats, done <-chan struct{}) *topicCounter {
-	return &topicCounter{seed: maphash.MakeSeed(), st: st, done: done,
+func newTopicCounter(st *stats, done <-chan struct{}, log zerolog.Logger) *topicCounter {
+	return &topicCounter{seed: maphash.MakeSeed(), st: st, done: done, log: log,
 		tick: time.Second, idle: topicIdleDefault}
 }
 
@@ -109,18 +114,23 @@ func (t *topicCounter) count(topic string) {
 		key, cut = key[:n], true
 	}
 	sh := &t.shards[maphash.String(t.seed, key)%topicShards]
+	replaced := false
 	sh.mu.Lock()
 	if e := sh.m[key]; e != nil {
 		e.count++
 	} else if sh.m != nil {
-		t.addLocked(sh, key, cut)
+		replaced = t.addLocked(sh, key, cut)
 	}
 	sh.mu.Unlock()
+	if replaced && !t.fullLogged.Load() && t.fullLogged.CompareAndSwap(false, true) {
+		t.log.Info().Int("topics", MaxCountedTopics).Msg("the busiest topics' table is full: a new topic takes the place " +
+			"of the least counted one and inherits its count (mqttd_topics_replaced_total); said once while counting runs")
+	}
 }
 
 // addLocked puts a topic not yet counted in sh, in the place of the
-// least counted one when sh is full.
-func (t *topicCounter) addLocked(sh *topicShard, key string, cut bool) {
+// least counted one when the table is full, which it reports.
+func (t *topicCounter) addLocked(sh *topicShard, key string, cut bool) (replaced bool) {
 	var e *topicEntry
 	var least uint64
 	if len(sh.m) < maxTopicsPerShard && t.st.topicsCounted.Add(1) <= MaxCountedTopics {
@@ -129,7 +139,7 @@ func (t *topicCounter) addLocked(sh *topicShard, key string, cut bool) {
 		// So full that this shard has nothing to give up: the table
 		// holds at most MaxCountedTopics, so none in practice.
 		t.st.topicsCounted.Add(-1)
-		return
+		return false
 	} else {
 		if len(sh.m) < maxTopicsPerShard {
 			t.st.topicsCounted.Add(-1)
@@ -142,6 +152,7 @@ func (t *topicCounter) addLocked(sh *topicShard, key string, cut bool) {
 		delete(sh.m, e.topic)
 		least = e.count
 		t.st.topicsReplaced.Add(1)
+		replaced = true
 	}
 	*e = topicEntry{topic: strings.Clone(key), cut: cut, count: least + 1}
 	// Its rate counts only its own messages: the samples start at the
@@ -150,6 +161,7 @@ func (t *topicCounter) addLocked(sh *topicShard, key string, cut bool) {
 		e.at[i] = least
 	}
 	sh.m[e.topic] = e
+	return replaced
 }
 
 // read notes a read at now and switches counting on if it was off.
@@ -164,6 +176,7 @@ func (t *topicCounter) read(now time.Time) {
 		return
 	}
 	t.running = true
+	t.fullLogged.Store(false)
 	t.sampleMu.Lock()
 	t.samples = 0
 	for i := range t.shards {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // newTestTopicCounter returns a counter whose own sampler never samples:
@@ -13,7 +15,7 @@ func newTestTopicCounter(t *testing.T) *topicCounter {
 	t.Helper()
 	done := make(chan struct{})
 	t.Cleanup(func() { close(done) })
-	tc := newTopicCounter(&stats{}, done)
+	tc := newTopicCounter(&stats{}, done, zerolog.Nop())
 	tc.tick = time.Hour
 	return tc
 }

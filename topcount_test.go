@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"mqttd"
 	"mqttd/internal/testutil"
@@ -47,11 +48,12 @@ func TestTopicCountsFromClients(t *testing.T) {
 }
 
 // TestTopicCountsBoundFromClients: a client publishing to more topics
-// than the table holds leaves it at its bound, counted in the metrics,
-// with the busiest topic first.
+// than the table holds leaves it at its bound, counted in the metrics and
+// said once in the log, with the busiest topic first.
 func TestTopicCountsBoundFromClients(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	srv, addr := startServer(t, mqttd.Options{Registerer: reg})
+	logs := &logLines{}
+	srv, addr := startServer(t, mqttd.Options{Registerer: reg, Logger: zerolog.New(logs)})
 	srv.TopicCounts(1)
 	pub := pahoConnect(t, addr, "pub", nil)
 	n := mqttd.MaxCountedTopics + MaxCountedExtra
@@ -74,6 +76,11 @@ func TestTopicCountsBoundFromClients(t *testing.T) {
 	}
 	if v := metricValue(t, reg, "mqttd_topics_replaced_total"); v < MaxCountedExtra {
 		t.Fatalf("mqttd_topics_replaced_total %v, want at least %d", v, MaxCountedExtra)
+	}
+	full := "the busiest topics' table is full: a new topic takes the place of the least counted one and inherits its count " +
+		"(mqttd_topics_replaced_total); said once while counting runs"
+	if l := logs.find(full); len(l) != 1 || l[0]["topics"] != float64(mqttd.MaxCountedTopics) {
+		t.Fatalf("log lines %v", l)
 	}
 }
 

@@ -27,12 +27,20 @@ const topRows = 10
 // topEvery is the time between refreshes.
 const topEvery = time.Second
 
+// topPages bounds the pages of sessions a refresh reads: each page costs
+// the broker a look at every session (README, "Pages"), so a broker with
+// many has its busiest clients looked for among the first topPages*maxPage.
+const topPages = 5
+
 // topView is one refresh, and what --json prints.
 type topView struct {
-	At       time.Time         `json:"at"`
-	Overview mqttd.Overview    `json:"overview"`
-	Clients  []topClient       `json:"clients"`
-	Topics   mqttd.TopicCounts `json:"topics"`
+	At       time.Time      `json:"at"`
+	Overview mqttd.Overview `json:"overview"`
+	Clients  []topClient    `json:"clients"`
+	// More is set when the sessions past the first topPages pages were
+	// not looked at.
+	More   bool              `json:"more_clients,omitempty"`
+	Topics mqttd.TopicCounts `json:"topics"`
 }
 
 // topClient is a connected client's traffic: its bytes since it
@@ -94,7 +102,7 @@ func (c *ctl) topView(prev *topView) (*topView, error) {
 	if _, err := c.getQuiet("/api/v1/overview", &v.Overview); err != nil {
 		return nil, err
 	}
-	list, err := pages[mqttd.ClientState](c, "/api/v1/clients", url.Values{}, "clients")
+	list, err := c.sessionsUpTo(topPages, &v.More)
 	if err != nil {
 		return nil, err
 	}
@@ -129,6 +137,28 @@ func (c *ctl) topView(prev *topView) (*topView, error) {
 	return v, nil
 }
 
+// sessionsUpTo reads at most n pages of sessions; more says whether
+// there were more.
+func (c *ctl) sessionsUpTo(n int, more *bool) ([]mqttd.ClientState, error) {
+	var all []mqttd.ClientState
+	q := url.Values{"limit": {strconv.Itoa(maxPage)}}
+	for range n {
+		var page struct {
+			Clients []mqttd.ClientState `json:"clients"`
+			Next    string              `json:"next"`
+		}
+		if _, err := c.getQuiet("/api/v1/clients?"+q.Encode(), &page); err != nil {
+			return nil, err
+		}
+		all = append(all, page.Clients...)
+		if *more = page.Next != ""; !*more {
+			break
+		}
+		q.Set("after", page.Next)
+	}
+	return all, nil
+}
+
 // getQuiet is get without --json's printing.
 func (c *ctl) getQuiet(path string, v any) (bool, error) {
 	was := c.json
@@ -155,6 +185,9 @@ func (c *ctl) showTop(v *topView) error {
 	}
 	if err := c.table("CLIENT ID\tIN/S\tOUT/S\tBYTES IN\tBYTES OUT\tINFLIGHT\tQUEUED", rows); err != nil {
 		return err
+	}
+	if v.More {
+		fmt.Fprintf(c.out, "(the busiest of the first %d sessions by client id)\n", topPages*maxPage)
 	}
 	fmt.Fprintln(c.out)
 	rows = rows[:0]
