@@ -66,7 +66,8 @@ type topicCounter struct {
 	tick, idle time.Duration
 	lastRead   atomic.Int64 // unix nanos of the last read
 
-	// runMu guards running: one sampling goroutine at a time. A leaf.
+	// runMu guards running: one sampling goroutine at a time. Taken
+	// before sampleMu and the shards' locks.
 	runMu   sync.Mutex
 	running bool
 
@@ -84,7 +85,7 @@ type topicCounter struct {
 type topicShard struct {
 	mu sync.Mutex
 	m  map[string]*topicEntry // nil while counting is off
-	_  [40]byte               // a cache line of its own
+	_  [48]byte               // a cache line of its own
 }
 
 // topicEntry is one topic's count and its samples.
