@@ -102,7 +102,7 @@ func (c *ctl) topView(prev *topView) (*topView, error) {
 	if _, err := c.getQuiet("/api/v1/overview", &v.Overview); err != nil {
 		return nil, err
 	}
-	list, err := c.sessionsUpTo(topPages, &v.More)
+	list, err := c.sessionsUpTo(topPages, maxPage, &v.More)
 	if err != nil {
 		return nil, err
 	}
@@ -137,11 +137,11 @@ func (c *ctl) topView(prev *topView) (*topView, error) {
 	return v, nil
 }
 
-// sessionsUpTo reads at most n pages of sessions; more says whether
-// there were more.
-func (c *ctl) sessionsUpTo(n int, more *bool) ([]mqttd.ClientState, error) {
+// sessionsUpTo reads at most n pages of size sessions; more says
+// whether there were more.
+func (c *ctl) sessionsUpTo(n, size int, more *bool) ([]mqttd.ClientState, error) {
 	var all []mqttd.ClientState
-	q := url.Values{"limit": {strconv.Itoa(maxPage)}}
+	q := url.Values{"limit": {strconv.Itoa(size)}}
 	for range n {
 		var page struct {
 			Clients []mqttd.ClientState `json:"clients"`

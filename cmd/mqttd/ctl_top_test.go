@@ -108,3 +108,26 @@ func TestCtlTop(t *testing.T) {
 		t.Fatalf("--json: %+v", v)
 	}
 }
+
+// TestCtlTopSessionPages: ctl top reads a bounded number of pages of
+// sessions, says when there were more, and reads them all otherwise.
+func TestCtlTopSessionPages(t *testing.T) {
+	b := startBroker(t, mqttd.Options{}, "main")
+	base := b.serve(t, httpOptions{})
+	for _, id := range []string{"c-1", "c-2", "c-3"} {
+		pahoClient(t, b.addr(), id, nil)
+	}
+	var out strings.Builder
+	c := &ctl{api: base, out: &out, client: http.DefaultClient}
+	var more bool
+	list, err := c.sessionsUpTo(2, 1, &more)
+	if err != nil || len(list) != 2 || list[1].ID != "c-2" || !more {
+		t.Fatalf("2 pages of 1: %+v, more %v, %v", list, more, err)
+	}
+	if list, err = c.sessionsUpTo(5, 1, &more); err != nil || len(list) != 3 || more {
+		t.Fatalf("5 pages of 1: %+v, more %v, %v", list, more, err)
+	}
+	if err := c.showTop(&topView{More: true}); err != nil || !strings.Contains(out.String(), "the busiest of the first 5000 sessions") {
+		t.Fatalf("%v:\n%s", err, out.String())
+	}
+}
