@@ -37,6 +37,10 @@ type conn struct {
 	filedTick atomic.Int64   // the idle wheel's tick this connection is filed under
 	connected atomic.Bool    // CONNECT accepted
 	hup       atomic.Bool    // the poller saw a hang-up or error (events)
+	// bytesIn and bytesOut count what was read from and written to the
+	// socket (ClientState): an add a read or write system call, on a line
+	// its reader and writer touch anyway.
+	bytesIn, bytesOut atomic.Uint64
 
 	version packets.Version
 	// noProblemInfo is set when a 5.0 client asked for no problem

@@ -182,6 +182,7 @@ type countingReader struct{ c *conn }
 func (r countingReader) Read(b []byte) (int, error) {
 	n, err := r.c.nc.Read(b)
 	r.c.srv.stats.bytesReceived.Add(uint64(n))
+	r.c.bytesIn.Add(uint64(n))
 	return n, err
 }
 

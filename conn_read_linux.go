@@ -77,6 +77,7 @@ func (c *conn) readEvents() {
 		switch {
 		case err == nil && n > 0:
 			c.srv.stats.bytesReceived.Add(uint64(n))
+			c.bytesIn.Add(uint64(n))
 			// Before CONNECT the deadline counts from the accept, so a
 			// client trickling bytes cannot hold a connection open; a
 			// packet that has started to arrive has limits.frame_timeout

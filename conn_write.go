@@ -348,6 +348,7 @@ func (c *conn) writeWithin(timeout time.Duration) {
 		c.out.written(f, &c.srv.stats.outboxBytes)
 		c.srv.outboxWait.wake()
 		c.srv.stats.bytesSent.Add(uint64(n))
+		c.bytesOut.Add(uint64(n))
 		if err != nil {
 			c.closeWith(writeError(err))
 			continue

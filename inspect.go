@@ -64,6 +64,10 @@ type ClientState struct {
 	QueuedBytes int `json:"queued_bytes"`
 	// Subscriptions counts the session's subscriptions.
 	Subscriptions int `json:"subscriptions"`
+	// BytesIn and BytesOut are the bytes read from and written to the
+	// client's connection since it connected; absent while offline.
+	BytesIn  uint64 `json:"bytes_in,omitempty"`
+	BytesOut uint64 `json:"bytes_out,omitempty"`
 }
 
 // SubscriptionState is one subscription of a session, as Subscriptions
@@ -191,6 +195,7 @@ func clientState(cl *client) (st ClientState, ok bool) {
 		// Set before attach made c the session's connection, and not
 		// changed since.
 		st.Connected, st.KeepAlive = true, int(c.keepAlive/time.Second)
+		st.BytesIn, st.BytesOut = c.bytesIn.Load(), c.bytesOut.Load()
 	}
 	st.Persistent = !cl.clean
 	if at := cl.sess.ExpireAt(); at != 0 {

@@ -100,6 +100,10 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 		func(s *stats) uint64 { return s.sharedHandedOff.Load() })
 	counter("messages_received_total", "PUBLISH packets routed (wills included).",
 		func(s *stats) uint64 { return s.messagesReceived.Load() })
+	gauge("topics_counted", "Topics in the busiest topics' table while someone looks at it (/api/v1/topics): at most 1,024; 0 while nobody does.",
+		func(s *stats) int64 { return s.topicsCounted.Load() })
+	counter("topics_replaced_total", "Topics that took the place of the least counted one in the busiest topics' full table.",
+		func(s *stats) uint64 { return s.topicsReplaced.Load() })
 	counter("messages_sent_total", "PUBLISH packets queued for clients.", func(s *stats) uint64 { return s.messagesSent.Load() })
 	counter("bytes_received_total", "Bytes read from clients.", func(s *stats) uint64 { return s.bytesReceived.Load() })
 	counter("bytes_sent_total", "Bytes written to clients.", func(s *stats) uint64 { return s.bytesSent.Load() })

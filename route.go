@@ -88,6 +88,9 @@ var routerPool = sync.Pool{New: func() any { return new(router) }}
 // stored; nil for the broker's own messages.
 func (s *Server) publish(m *session.Message, owner *conn) (clients int) {
 	s.stats.messagesReceived.Add(1)
+	if s.busy.on.Load() {
+		s.busy.count(m.Topic)
+	}
 	if m.Retain {
 		s.storeRetained(m, owner)
 	}
@@ -107,6 +110,9 @@ func (s *Server) publish(m *session.Message, owner *conn) (clients int) {
 // read buffer): whatever keeps the message keeps a copy (encoded.kept).
 func (s *Server) publishTransient(topic string, payload []byte, origin string, owner *conn) (clients int) {
 	s.stats.messagesReceived.Add(1)
+	if s.busy.on.Load() {
+		s.busy.count(topic)
+	}
 	r := routerPool.Get().(*router)
 	m := &r.msg
 	m.Topic, m.Payload, m.Origin = topic, payload, origin

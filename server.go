@@ -46,6 +46,8 @@ type Server struct {
 	memory  *memoryWatch
 	created time.Time // for the uptime (Overview)
 	sys     *sysTree
+	// busy counts messages by topic while someone looks (topcount.go).
+	busy    *topicCounter
 	dlq     *deadLetters // nil: dead letters off
 	readers *readerPool
 
@@ -195,6 +197,7 @@ func New(opts Options) (*Server, error) {
 		failed:  make(chan error, 1),
 	}
 	s.logins = newLoginLimiter(o.Auth, &s.stats)
+	s.busy = newTopicCounter(&s.stats, s.done, s.log)
 	s.dlq = newDeadLetters(s, o.DeadLetters)
 	if o.Cluster != nil {
 		s.cluster = &clusterLink{cfg: clusterConfig(&o), wanted: make(map[string]int)}

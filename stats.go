@@ -45,6 +45,11 @@ type stats struct {
 	incomingBytes  atomic.Int64 // bytes of packets arriving, not yet complete
 	heapLive       atomic.Int64 // the live heap at the memory watch's last look
 	memoryPressure atomic.Bool
+	// topicsCounted is the topics in the busiest topics' table;
+	// topicsReplaced counts those that took the place of the least
+	// counted in a full table (topcount.go).
+	topicsCounted  atomic.Int64
+	topicsReplaced atomic.Uint64
 
 	connects        atomic.Uint64
 	connectsRefused atomic.Uint64

@@ -48,7 +48,7 @@ func TestQoS2RoundTrip(t *testing.T) {
 				cmd = append([]string{need(t, tc.qemu[0], "qemu-user")}, append(tc.qemu[1:], tc.bin)...)
 			}
 			broker := start(t, cmd[0], append(cmd[1:], "--config", config,
-				"--listen", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data"), "--log-level", "warn")...)
+				"--listen", "127.0.0.1:0", "--metrics", "off", "--data-dir", filepath.Join(t.TempDir(), "data"), "--log-level", "warn")...)
 			addr := broker.waitFor(t, regexp.MustCompile(`MQTT listening on 127\.0\.0\.1:(\d+)`), startTimeout)
 			port := addr[1]
 

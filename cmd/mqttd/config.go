@@ -33,7 +33,8 @@ type logConfig struct {
 
 type metricsConfig struct {
 	// Address serves /metrics, /healthz, /readyz and the JSON API
-	// (/api/v1/) over HTTP when set (http.go).
+	// (/api/v1/) over HTTP (http.go): defaultMetricsAddress unless set;
+	// "off" or "" serves none.
 	Address string `yaml:"address"`
 	// Token is the bearer token the JSON API and pprof require; without
 	// one they are served only on a loopback address.
@@ -60,7 +61,8 @@ func defaults() config {
 			},
 			DataDir: defaultDataDir,
 		},
-		Log: logConfig{Level: "info", Format: "console"},
+		Log:     logConfig{Level: "info", Format: "console"},
+		Metrics: metricsConfig{Address: defaultMetricsAddress},
 	}
 }
 
@@ -111,7 +113,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cl
 	fs.StringVar(&f.dataDir, "data-dir", getenv("MQTTD_DATA_DIR"), "`directory` for durable state (default ./data; env MQTTD_DATA_DIR)")
 	fs.StringVar(&f.logLevel, "log-level", getenv("MQTTD_LOG_LEVEL"), "trace, debug, info, warn or error (default info; env MQTTD_LOG_LEVEL)")
 	fs.StringVar(&f.logFormat, "log-format", getenv("MQTTD_LOG_FORMAT"), "console or json (default console; env MQTTD_LOG_FORMAT)")
-	fs.StringVar(&f.metricsAddr, "metrics", getenv("MQTTD_METRICS"), "HTTP `address` for /metrics, /healthz, /readyz and the JSON API /api/v1/ (default off; env MQTTD_METRICS)")
+	fs.StringVar(&f.metricsAddr, "metrics", getenv("MQTTD_METRICS"), "HTTP `address` for /metrics, /healthz, /readyz and the JSON API /api/v1/ (off: none; env MQTTD_METRICS)")
 	fs.StringVar(&f.metricsToken, "metrics-token", getenv("MQTTD_METRICS_TOKEN"), "bearer `token` the JSON API and pprof require; without one they are served only when --metrics is a loopback address (env MQTTD_METRICS_TOKEN)")
 	f.pprof = boolFlag(getenv("MQTTD_PPROF"))
 	fs.Var(&f.pprof, "pprof", "serve /debug/pprof/ on the --metrics address too (env MQTTD_PPROF)")

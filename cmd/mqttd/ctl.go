@@ -27,9 +27,9 @@ import (
 // token in MQTTD_API_TOKEN or --token-file, never in a flag's value,
 // which other users of the machine could read in the process list.
 
-// defaultAPI is where ctl looks for the broker: the address the README
-// suggests for --metrics.
-const defaultAPI = "http://127.0.0.1:9183"
+// defaultAPI is where ctl looks for the broker: its default metrics
+// address.
+const defaultAPI = "http://" + defaultMetricsAddress
 
 // ctlTimeout bounds one request: a kick waits up to a couple of seconds
 // for the client to be told.
@@ -51,10 +51,12 @@ Commands:
   dlq rm TOPIC                  drop a dead letter
   watch FILTER [--count N]      messages matching FILTER as the broker routes them, with their
                                 publisher's client id, until interrupted (or N messages)
+  top [--count N]               rates, the busiest clients and topics, refreshed every second until
+                                interrupted (or N times); --json: one refresh
   reload                        what SIGHUP does: read the files and the config again
   log-level LEVEL               set the log level (trace, debug, info, warn, error) until a restart
 
-The broker is found at --api URL, or MQTTD_API, or ` + defaultAPI + ` (its --metrics address).
+The broker is found at --api URL, or MQTTD_API, or ` + defaultAPI + ` (its default --metrics address).
 A token (metrics.token) is read from MQTTD_API_TOKEN or --token-file FILE.
 Tables are for people; --json prints the API's JSON. Exit status: 0 done, 1 an error
 (naming the URL and the HTTP status), 2 a bad command line.
@@ -132,7 +134,7 @@ func parseCtlFlags(args []string, stderr io.Writer) (ctlFlags, error) {
 	fs.BoolVar(&f.offline, "offline", false, "clients: the offline sessions only")
 	fs.BoolVar(&f.discard, "discard-session", false, "kick: end the session too")
 	fs.BoolVar(&f.payload, "payload", false, "retained: show the start of each payload")
-	fs.IntVar(&f.count, "count", 0, "watch: stop after `N` messages (0: until interrupted)")
+	fs.IntVar(&f.count, "count", 0, "watch: stop after `N` messages; top: after N refreshes (0: until interrupted)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, ctlUsage)
 		fs.PrintDefaults()
@@ -183,6 +185,8 @@ func (c *ctl) run(f ctlFlags) error {
 		return c.retained(f.payload)
 	case one && words[0] == "dlq":
 		return c.deadLetters()
+	case one && words[0] == "top":
+		return c.top(f.count)
 	case words[0] == "watch":
 		filter, err := argOf(words, 1, "a topic filter")
 		if err != nil {
@@ -508,6 +512,6 @@ func refusedHint(err error) string {
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		return ""
 	}
-	return " (nothing listens there: start mqttd with --metrics ADDR, or metrics.address in its config, " +
-		"and give ctl that address with --api or MQTTD_API)"
+	return " (nothing listens there: mqttd serves the API on " + defaultMetricsAddress + " unless --metrics or " +
+		"metrics.address in its config says another address, or off; give ctl that address with --api or MQTTD_API)"
 }

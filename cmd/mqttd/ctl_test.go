@@ -157,7 +157,7 @@ func TestCtlFindsTheBroker(t *testing.T) {
 	dead := "http://" + l.Addr().String()
 	l.Close()
 	code, _, errs = ctlRun(t, map[string]string{"MQTTD_API": dead}, "overview")
-	if code != 1 || !strings.Contains(errs, "GET "+dead+"/api/v1/overview") || !strings.Contains(errs, "start mqttd with --metrics") {
+	if code != 1 || !strings.Contains(errs, "GET "+dead+"/api/v1/overview") || !strings.Contains(errs, "unless --metrics or metrics.address") {
 		t.Errorf("no broker: %d %q, want the URL and how to serve the API", code, errs)
 	}
 }

@@ -20,7 +20,6 @@ import (
 
 	"mqttd"
 	"mqttd/dashboard"
-	"mqttd/listeners"
 )
 
 // HTTP on the metrics address (metrics.address, --metrics): /metrics,
@@ -200,11 +199,8 @@ func writeError(w http.ResponseWriter, code int, format string, args ...any) {
 // returns the server (nil without an address) and the address it bound;
 // reload is what POST /api/v1/reload does.
 func serveHTTP(mc metricsConfig, srv *mqttd.Server, reg *prometheus.Registry, log zerolog.Logger, reload func() error) (*http.Server, net.Addr, error) {
-	if mc.Address == "" {
-		return nil, nil, nil
-	}
-	l, err := net.Listen(listeners.Network(mc.Address), mc.Address)
-	if err != nil {
+	l, err := listenMetrics(mc.Address, defaultMetricsAddress, log)
+	if l == nil {
 		return nil, nil, err
 	}
 	o, warning := httpOptionsFor(l.Addr(), mc)
@@ -241,6 +237,9 @@ func serveHTTP(mc metricsConfig, srv *mqttd.Server, reg *prometheus.Registry, lo
 func (f cliFlags) applyMetrics(mc *metricsConfig) error {
 	var errs []error
 	setIf(&mc.Address, f.metricsAddr)
+	if mc.Address == "off" {
+		mc.Address = ""
+	}
 	setIf(&mc.Token, f.metricsToken)
 	if f.pprof != "" {
 		on, err := strconv.ParseBool(string(f.pprof))

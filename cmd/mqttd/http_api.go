@@ -26,6 +26,7 @@ func (a *apiHandler) routes(mux *http.ServeMux, g *guard) {
 	mux.Handle("GET /api/v1/clients/{id}", g.wrap(a.client))
 	mux.Handle("GET /api/v1/clients/{id}/subscriptions", g.wrap(a.subscriptions))
 	mux.Handle("GET /api/v1/retained", g.wrap(a.retained))
+	mux.Handle("GET /api/v1/topics", g.wrap(a.topics))
 	mux.Handle("GET /api/v1/deadletters", g.wrap(a.deadLetters))
 	mux.Handle("GET /api/v1/watch", g.wrap(a.watch))
 	mux.Handle("GET /api/v1/bridges", g.wrap(func(w http.ResponseWriter, _ *http.Request) {
@@ -136,6 +137,22 @@ func (a *apiHandler) deadLetters(w http.ResponseWriter, r *http.Request) {
 		DeadLetters []mqttd.DeadLetterState `json:"dead_letters"`
 		Next        string                  `json:"next,omitempty"`
 	}{page, next})
+}
+
+// topics lists the busiest topics, ?limit=N of them (at most
+// mqttd.MaxCountedTopics). Reading it switches counting on for a minute
+// (mqttd.Server.TopicCounts).
+func (a *apiHandler) topics(w http.ResponseWriter, r *http.Request) {
+	limit := defaultPage
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, "limit: want a number from 1 to %d, got %q", mqttd.MaxCountedTopics, v)
+			return
+		}
+		limit = min(n, mqttd.MaxCountedTopics)
+	}
+	writeJSON(w, http.StatusOK, a.srv.TopicCounts(limit))
 }
 
 // boolParam reads ?name=true|false (false when absent), answering a bad

@@ -153,7 +153,7 @@ func TestMetricsLimitsConfig(t *testing.T) {
 		yaml, err string
 		want      metricsConfig
 	}{
-		{"metrics:\n  max_connections: 10\n  idle_timeout: 5s\n", "", metricsConfig{MaxConnections: 10, IdleTimeout: 5 * time.Second}},
+		{"metrics:\n  max_connections: 10\n  idle_timeout: 5s\n", "", metricsConfig{Address: defaultMetricsAddress, MaxConnections: 10, IdleTimeout: 5 * time.Second}},
 		{"metrics:\n  max_connections: -1\n", "metrics.max_connections", metricsConfig{}},
 		{"metrics:\n  idle_timeout: -1s\n", "metrics.idle_timeout", metricsConfig{}},
 	} {

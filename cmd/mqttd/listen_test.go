@@ -141,7 +141,9 @@ type command struct {
 func startCommand(t *testing.T, args ...string) *command {
 	t.Helper()
 	c := &command{t: t, sig: make(chan os.Signal, 1), code: make(chan int, 1)}
-	args = append(args, "--log-format", "json")
+	// Off unless the test asks for it: tests never take the default's
+	// port, which a broker on the machine may have.
+	args = append(append([]string{"--metrics", "off"}, args...), "--log-format", "json")
 	go func() { c.code <- run(args, noEnv, io.Discard, &c.out, c.sig) }()
 	c.wait("MQTT listening on")
 	return c

@@ -106,6 +106,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 		return 1
 	}
 	shown := cfg
+	shown.Metrics.Address = "" // none, when the default one was taken
 	if metricsAddr != nil {
 		shown.Metrics.Address = metricsAddr.String() // the port :0 became
 	}

@@ -125,7 +125,7 @@ func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
 	}
 	cwd := t.TempDir()
 	dataDir := filepath.Join(cwd, "state")
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--data-dir", "state", "--log-level", "debug")
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--metrics", "off", "--data-dir", "state", "--log-level", "debug")
 	cmd.Dir = cwd
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -229,8 +229,8 @@ func TestExampleConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, want := cfg.Options.WithDefaults(), def.Options.WithDefaults()
-	if !reflect.DeepEqual(got.Limits, want.Limits) || cfg.DataDir != def.DataDir || cfg.Log != def.Log {
-		t.Errorf("the example's values differ from the defaults:\n%+v\n%+v", got.Limits, want.Limits)
+	if !reflect.DeepEqual(got.Limits, want.Limits) || cfg.DataDir != def.DataDir || cfg.Log != def.Log || cfg.Metrics.Address != def.Metrics.Address {
+		t.Errorf("the example's values differ from the defaults:\n%+v %+v\n%+v %+v", got.Limits, cfg.Metrics.Address, want.Limits, def.Metrics.Address)
 	}
 }
 

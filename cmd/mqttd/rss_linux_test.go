@@ -113,7 +113,7 @@ func startBinary(t *testing.T) *binary {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"))
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--metrics", "off", "--data-dir", filepath.Join(dir, "data"))
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -62,11 +62,12 @@ type broker struct {
 // listening is the banner line that names the MQTT address.
 var listening = regexp.MustCompile(`MQTT listening on (127\.0\.0\.1:\d+)`)
 
-// startBroker runs mqttd on dataDir, listening on a free loopback port,
-// and returns once it has said where it listens.
+// startBroker runs mqttd on dataDir, listening on a free loopback port
+// for MQTT and another for its metrics (never the default's, which
+// another broker may have), and returns once it has said where it listens.
 func startBroker(t *testing.T, dataDir string, args ...string) *broker {
 	t.Helper()
-	args = append([]string{"--listen", "127.0.0.1:0", "--data-dir", dataDir, "--log-level", "warn"}, args...)
+	args = append([]string{"--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--data-dir", dataDir, "--log-level", "warn"}, args...)
 	return runBroker(t, exec.Command(mqttdBin, args...))
 }
 
