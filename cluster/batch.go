@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"unsafe"
 
 	"github.com/nats-io/nats.go"
@@ -184,6 +185,9 @@ func decodeRecord(b []byte, m *Message, origin string) ([]byte, error) {
 type inBatch struct {
 	data  []byte
 	count int
+	// reply and ack, for a batch to confirm: where and what to answer.
+	reply string
+	ack   uint64
 }
 
 // onBatch takes a batch another node sent this one, on nats.go's
@@ -205,8 +209,19 @@ func (n *Node) onBatch(msg *nats.Msg) {
 		return
 	}
 	n.inMsgs.Add(int64(count))
+	b := inBatch{data: msg.Data, count: count}
+	if v := msg.Header.Get(hdrAck); v != "" && msg.Reply != "" {
+		if b.ack, err = strconv.ParseUint(v, 10, 64); err != nil {
+			n.stats.malformed.Add(1)
+			n.warnMalformed(err, msg.Subject)
+			n.inMsgs.Add(-int64(count))
+			n.inBytes.Add(-size)
+			return
+		}
+		b.reply = msg.Reply
+	}
 	select {
-	case n.batches <- inBatch{data: msg.Data, count: count}:
+	case n.batches <- b:
 	default:
 		n.inMsgs.Add(-int64(count))
 		n.dropBatch(size, count)
@@ -238,6 +253,9 @@ func (n *Node) deliverBatch(b inBatch) {
 	for i := range ms {
 		n.deliver(&ms[i])
 		n.inMsgs.Add(-1)
+	}
+	if b.reply != "" {
+		n.answerBatch(b.reply, b.ack)
 	}
 	// The messages point into the batch: cleared, so that the slice kept
 	// does not hold it.

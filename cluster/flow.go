@@ -78,6 +78,10 @@ type Stats struct {
 	// stream (its queue full), KeptRetries the writes repeated while the
 	// stream did not acknowledge them.
 	KeptDropped, KeptRetries uint64
+	// Confirmed counts the batches other nodes answered (PublishConfirmed),
+	// ConfirmsFailed those that failed: unanswered in time, or their node
+	// gone.
+	Confirmed, ConfirmsFailed uint64
 	// SharedSubscriptions is the number of NATS subscriptions of the
 	// shared (group, filter) pairs wanted (WantShared), SharedFilters the
 	// number of those pairs.
@@ -107,6 +111,7 @@ type counters struct {
 	takeovers, handedOver                                          atomic.Uint64
 	cutOffs, deadNodes, willsSwept, retainedKept                   atomic.Uint64
 	keptDropped, keptRetries                                       atomic.Uint64
+	confirmed, confirmsFailed                                      atomic.Uint64
 	releasesDropped                                                atomic.Uint64
 }
 
@@ -150,6 +155,8 @@ func (n *Node) Stats() Stats {
 		ReleasesDropped: n.stats.releasesDropped.Load(),
 		KeptDropped:     n.stats.keptDropped.Load(),
 		KeptRetries:     n.stats.keptRetries.Load(),
+		Confirmed:       n.stats.confirmed.Load(),
+		ConfirmsFailed:  n.stats.confirmsFailed.Load(),
 		PausesSent:      n.flow.pausesSent.Load(),
 		ResumesSent:     n.flow.resumesSent.Load(),
 		PausesIn:        n.flow.pausesIn.Load(),

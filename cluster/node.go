@@ -164,6 +164,12 @@ type Node struct {
 	retainedRead   jetstream.ConsumeContext
 	// handovers is the subscription ServeHandover made (mu).
 	handovers *nats.Subscription
+
+	// Confirmed sends (confirm.go): the batches waiting for an answer,
+	// and what the node calls to answer those it receives.
+	confirms  confirmer
+	committed func(answer func())
+	ackTo     string // ackSubject of this node
 }
 
 // embedded is the NATS server a node runs in its process
@@ -268,13 +274,18 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 }
 
 // subscribe makes the main connection's subscriptions: this node's
-// batches, the route table's and the flow control's.
+// batches and the answers to those it sent, the route table's and the
+// flow control's.
 func (n *Node) subscribe() error {
 	sub, err := n.nc.Subscribe(batchSubject(n.cluster, n.name), n.onBatch)
 	if err != nil {
 		return fmt.Errorf("cluster: subscribing to this node's messages: %w", err)
 	}
 	n.batchSub = sub
+	n.ackTo = ackSubject(n.cluster, n.name)
+	if _, err := n.nc.Subscribe(n.ackTo, n.onAck); err != nil {
+		return fmt.Errorf("cluster: subscribing to answers: %w", err)
+	}
 	if err := n.startRoutes(); err != nil {
 		return fmt.Errorf("cluster: subscribing to the route table: %w", err)
 	}

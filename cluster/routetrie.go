@@ -17,6 +17,14 @@ func (s *peerSet) remove(i int)   { s[i>>6] &^= 1 << (i & 63) }
 func (s *peerSet) has(i int) bool { return s[i>>6]&(1<<(i&63)) != 0 }
 func (s *peerSet) empty() bool    { return *s == peerSet{} }
 
+func (s *peerSet) count() int {
+	n := 0
+	for _, w := range s {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
 func (s *peerSet) union(o *peerSet) {
 	for i := range s {
 		s[i] |= o[i]

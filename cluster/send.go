@@ -29,6 +29,8 @@ type outItem struct {
 	msg           *nats.Msg
 	publish, keep bool
 	size          int64
+	// confirm, for PublishConfirmed, waits for every node in dst.
+	confirm *confirm
 }
 
 // Publish sends m to the nodes that want its topic (the route table),
@@ -51,6 +53,34 @@ func (n *Node) Publish(m *Message) error {
 		return n.queueFull(m.Topic)
 	}
 	return nil
+}
+
+// PublishConfirmed is PublishWaiting for a message whose publisher waits
+// for it to be kept (confirm.go): done is called once, with true when
+// every node it went to has committed what its delivery stored (at once
+// when it goes to none), false when one did not answer in time, is
+// gone, or the message was not sent. A share group's copy is not
+// waited for.
+func (n *Node) PublishConfirmed(m *Message, wait time.Duration, block func(func()), done func(ok bool)) error {
+	var it outItem
+	ok, err := n.encode(m, &it)
+	if !ok || it.dst.empty() {
+		done(err == nil)
+		if !ok {
+			return err
+		}
+	} else {
+		it.confirm = &confirm{done: done}
+		it.confirm.left.Store(int32(it.dst.count()))
+	}
+	if n.enqueue(&it) {
+		return nil
+	}
+	err = n.publishWaited(m.Topic, it, wait, block)
+	if err != nil && it.confirm != nil {
+		done(false)
+	}
+	return err
 }
 
 // PublishWaiting is Publish for a caller that may wait: when the
@@ -229,6 +259,8 @@ type batches struct {
 	buf   [maxPeers][]byte
 	count [maxPeers]int
 	full  peerSet
+	// conf are the confirmed sends in each batch.
+	conf [maxPeers][]*confirm
 }
 
 // sendLoop takes queued messages into the batches, the only goroutine
@@ -276,6 +308,9 @@ func (n *Node) send(b *batches, it outItem) {
 			}
 			b.buf[slot] = append(b.buf[slot], rec...)
 			b.count[slot]++
+			if it.confirm != nil {
+				b.conf[slot] = append(b.conf[slot], it.confirm)
+			}
 			b.full.add(slot)
 		})
 		if cap(rec) <= maxPooledRecord {
@@ -312,13 +347,22 @@ func (n *Node) flush(b *batches, slot int) {
 	rt := &n.routes
 	rt.mu.RLock()
 	p := rt.slots[slot]
-	subject := ""
+	subject, peer := "", ""
 	if p != nil {
-		subject = p.subject
+		subject, peer = p.subject, p.name
 	}
 	rt.mu.RUnlock()
 	count := b.count[slot]
-	if subject != "" {
+	conf := b.conf[slot]
+	b.conf[slot] = nil // the confirmer keeps it
+	switch {
+	case subject == "":
+		for _, c := range conf {
+			c.settle(false)
+		}
+	case len(conf) > 0:
+		n.flushConfirmed(subject, peer, slot, b.buf[slot], conf)
+	default:
 		if err := n.nc.Publish(subject, b.buf[slot]); err != nil {
 			n.refused(err, count)
 		} else {

@@ -1,0 +1,247 @@
+package cluster
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Confirmed sends (PublishConfirmed): a message whose publisher waits
+// for it to be kept is confirmed once every node it went to has
+// committed what its delivery stored (the broker's Committed hook), so
+// that the publisher's acknowledgement means the persistent sessions of
+// other nodes hold it too, as it does for this node's. A batch holding
+// such a message carries a sequence number (hdrAck) and this node's ack
+// subject as its reply; the receiver answers each such batch once what
+// its delivery added is committed. A batch not answered within
+// confirmTimeout, or whose peer is gone, fails its messages: the
+// broker then refuses the publisher's acknowledgement, and the
+// publisher sends again.
+
+// hdrAck is a batch's sequence number among those this node sent the
+// receiver to confirm.
+const hdrAck = "Mqttd-Ack"
+
+// confirmTimeout bounds the wait for a receiver's answer: longer than a
+// commit under load, shorter than a client's patience.
+const confirmTimeout = 5 * time.Second
+
+// confirmSweep is how often unanswered batches are looked at.
+const confirmSweep = 250 * time.Millisecond
+
+func ackSubject(cluster, node string) string {
+	return string(appendLevel([]byte("mqttd."+cluster+".ack."), node))
+}
+
+// confirm is one message's wait: done is called once, with true when
+// every node it went to answered.
+type confirm struct {
+	left   atomic.Int32
+	failed atomic.Bool
+	done   func(ok bool)
+}
+
+func (c *confirm) settle(ok bool) {
+	if !ok {
+		c.failed.Store(true)
+	}
+	if c.left.Add(-1) == 0 {
+		c.done(!c.failed.Load())
+	}
+}
+
+// sentBatch is a batch sent for confirmation.
+type sentBatch struct {
+	seq  uint64
+	at   time.Time
+	msgs []*confirm
+}
+
+// confirmer is what this node waits for, per peer slot.
+type confirmer struct {
+	mu      sync.Mutex
+	next    uint64
+	peer    [maxPeers]string
+	waiting [maxPeers][]sentBatch
+	count   int // batches waiting
+	sweep   sync.Once
+	closed  bool // the sweeper is gone: nothing more waits
+	// timeout is confirmTimeout; tests shorten it.
+	timeout atomic.Int64
+}
+
+// registerConfirm records slot's batch of msgs, sent to peer, and
+// returns its sequence number; once the node is closing (the sweeper
+// gone), it fails them instead and returns 0.
+func (n *Node) registerConfirm(slot int, peer string, msgs []*confirm) uint64 {
+	cf := &n.confirms
+	cf.mu.Lock()
+	if cf.closed {
+		cf.mu.Unlock()
+		for _, c := range msgs {
+			c.settle(false)
+		}
+		return 0
+	}
+	cf.next++
+	seq := cf.next
+	if cf.peer[slot] != peer {
+		cf.failLocked(slot)
+		cf.peer[slot] = peer
+	}
+	cf.waiting[slot] = append(cf.waiting[slot], sentBatch{seq: seq, at: time.Now(), msgs: msgs})
+	cf.count++
+	cf.mu.Unlock()
+	cf.sweep.Do(func() { go n.sweepConfirms() })
+	return seq
+}
+
+// failLocked fails every batch waiting on slot. The caller holds cf.mu.
+func (cf *confirmer) failLocked(slot int) {
+	for _, b := range cf.waiting[slot] {
+		for _, c := range b.msgs {
+			c.settle(false)
+		}
+	}
+	cf.count -= len(cf.waiting[slot])
+	cf.waiting[slot] = nil
+}
+
+// settleLocked settles the batch seq of slot. The caller holds cf.mu.
+func (cf *confirmer) settleLocked(slot int, seq uint64, ok bool) {
+	w := cf.waiting[slot]
+	for i := range w {
+		if w[i].seq != seq {
+			continue
+		}
+		for _, c := range w[i].msgs {
+			c.settle(ok)
+		}
+		cf.waiting[slot] = append(w[:i:i], w[i+1:]...)
+		cf.count--
+		return
+	}
+}
+
+// onAck takes a receiver's answer "<seq> <node>", on nats.go's goroutine
+// of the ack subscription.
+func (n *Node) onAck(msg *nats.Msg) {
+	num, peer, ok := strings.Cut(string(msg.Data), " ")
+	seq, err := strconv.ParseUint(num, 10, 64)
+	if !ok || err != nil {
+		n.stats.malformed.Add(1)
+		return
+	}
+	cf := &n.confirms
+	cf.mu.Lock()
+	defer cf.mu.Unlock()
+	for slot := range cf.peer {
+		if cf.peer[slot] == peer && len(cf.waiting[slot]) > 0 {
+			cf.settleLocked(slot, seq, true)
+			n.stats.confirmed.Add(1)
+			return
+		}
+	}
+}
+
+// sweepConfirms fails, until Close, the batches not answered in time
+// and those of peers gone from the route table.
+func (n *Node) sweepConfirms() {
+	t := time.NewTicker(confirmSweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stopOut:
+			n.failAllConfirms()
+			return
+		case now := <-t.C:
+			n.sweepOnce(now)
+		}
+	}
+}
+
+func (n *Node) sweepOnce(now time.Time) {
+	cf := &n.confirms
+	cf.mu.Lock()
+	defer cf.mu.Unlock()
+	if cf.count == 0 {
+		return
+	}
+	timeout := time.Duration(cf.timeout.Load())
+	if timeout == 0 {
+		timeout = confirmTimeout
+	}
+	rt := &n.routes
+	for slot := range cf.waiting {
+		w := cf.waiting[slot]
+		if len(w) == 0 {
+			continue
+		}
+		rt.mu.RLock()
+		p := rt.slots[slot]
+		gone := p == nil || p.name != cf.peer[slot]
+		rt.mu.RUnlock()
+		if gone {
+			n.stats.confirmsFailed.Add(uint64(len(w)))
+			cf.failLocked(slot)
+			continue
+		}
+		for len(cf.waiting[slot]) > 0 && now.Sub(cf.waiting[slot][0].at) > timeout {
+			n.stats.confirmsFailed.Add(1)
+			cf.settleLocked(slot, cf.waiting[slot][0].seq, false)
+		}
+	}
+}
+
+func (n *Node) failAllConfirms() {
+	cf := &n.confirms
+	cf.mu.Lock()
+	defer cf.mu.Unlock()
+	cf.closed = true
+	for slot := range cf.waiting {
+		cf.failLocked(slot)
+	}
+}
+
+// SetCommitted sets what the node calls with each answer it owes a
+// sender: f(answer) runs answer once what the deliveries before the
+// call stored is committed (nil: at once, the node keeps nothing). Set
+// it before Watch.
+func (n *Node) SetCommitted(f func(answer func())) { n.committed = f }
+
+// answerBatch answers a batch to confirm once its deliveries are kept.
+func (n *Node) answerBatch(reply string, seq uint64) {
+	answer := func() {
+		data := strconv.AppendUint(nil, seq, 10)
+		data = append(append(data, ' '), n.name...)
+		_ = n.nc.Publish(reply, data)
+	}
+	if n.committed == nil {
+		answer()
+		return
+	}
+	n.committed(answer)
+}
+
+// flushConfirmed publishes a batch holding confirmed sends (conf),
+// asking peer to answer it.
+func (n *Node) flushConfirmed(subject, peer string, slot int, data []byte, conf []*confirm) {
+	seq := n.registerConfirm(slot, peer, conf)
+	if seq == 0 {
+		return
+	}
+	m := &nats.Msg{Subject: subject, Reply: n.ackTo, Data: data, Header: nats.Header{hdrAck: {strconv.FormatUint(seq, 10)}}}
+	if err := n.nc.PublishMsg(m); err != nil {
+		n.refused(err, len(conf))
+		cf := &n.confirms
+		cf.mu.Lock()
+		cf.settleLocked(slot, seq, false)
+		cf.mu.Unlock()
+		return
+	}
+	n.stats.batchesOut.Add(1)
+}

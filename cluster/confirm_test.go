@@ -1,0 +1,78 @@
+package cluster
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"mqttd/internal/natstest"
+)
+
+// TestPublishConfirmed: a confirmed send is confirmed once the receiving
+// node answers (after what it committed), not before; one to no node at
+// once; one whose receiver does not answer fails after confirmTimeout.
+func TestPublishConfirmed(t *testing.T) {
+	urls := natstest.Cluster(t, 1)
+	ra, rb := newRecorder(), newRecorder()
+	a := startNode(t, "A", ra, testLogger(t), urls[0])
+	b := startNode(t, "B", rb, testLogger(t), urls[0])
+	var mu sync.Mutex
+	var owed []func()
+	answering := true
+	b.SetCommitted(func(answer func()) {
+		mu.Lock()
+		defer mu.Unlock()
+		if answering {
+			owed = append(owed, answer)
+		}
+	})
+	b.Want("k/#")
+	b.Want("probe/B")
+	probe(t, a, "probe/B", rb)
+
+	done := make(chan bool, 4)
+	if err := a.PublishConfirmed(&Message{Topic: "k/1", QoS: 1}, time.Second, nil, func(ok bool) { done <- ok }); err != nil {
+		t.Fatal(err)
+	}
+	rb.until(t, "k/1")
+	select {
+	case ok := <-done:
+		t.Fatalf("confirmed (%v) before B answered", ok)
+	default:
+	}
+	mu.Lock()
+	for _, answer := range owed {
+		answer()
+	}
+	owed = nil
+	mu.Unlock()
+	if ok := <-done; !ok {
+		t.Fatal("B answered, but the send failed")
+	}
+
+	if err := a.PublishConfirmed(&Message{Topic: "nobody/wants", QoS: 1}, time.Second, nil, func(ok bool) { done <- ok }); err != nil {
+		t.Fatal(err)
+	}
+	if ok := <-done; !ok {
+		t.Fatal("a send to no node failed")
+	}
+
+	mu.Lock()
+	answering = false
+	mu.Unlock()
+	const timeout = 300 * time.Millisecond
+	a.confirms.timeout.Store(int64(timeout))
+	start := time.Now()
+	if err := a.PublishConfirmed(&Message{Topic: "k/2", QoS: 1}, time.Second, nil, func(ok bool) { done <- ok }); err != nil {
+		t.Fatal(err)
+	}
+	if ok := <-done; ok {
+		t.Fatal("a send B never answered was confirmed")
+	}
+	if d := time.Since(start); d < timeout {
+		t.Fatalf("failed after %v, before the timeout", d)
+	}
+	if st := a.Stats(); st.ConfirmsFailed != 1 {
+		t.Fatalf("stats: %d confirms failed, want 1", st.ConfirmsFailed)
+	}
+}
