@@ -144,6 +144,7 @@ func (s *Server) joinCluster() error {
 	}
 	node.SetWillPublisher(s.publishRecordedWill)
 	node.SetRetainedKeeper(s.keepRetained)
+	node.SetCommitted(s.answerCommitted)
 	node.Watch(cluster.Hooks{CutOff: s.clusterCutOff, Rejoined: func() { s.clusterRejoined(node) },
 		NodeDead: func(dead string) { s.takeDeadSessions(node, dead) }})
 	l.mu.Lock()
@@ -213,6 +214,8 @@ func (s *Server) toCluster(m *session.Message, owner *conn) bool {
 	}
 	var err error
 	switch {
+	case owner != nil && m.QoS > 0 && s.replicated() != nil:
+		err = s.toClusterConfirmed(node, &cm, owner)
 	case owner == nil || owner.committing:
 		err = node.Publish(&cm)
 	case m.QoS == 0:

@@ -3,6 +3,7 @@ package mqttd_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"testing"
 
@@ -116,5 +117,43 @@ func TestClusterReplicatedSessionsMovedAndRestored(t *testing.T) {
 	}
 	if p, ok := back.read().(*packets.Publish); !ok || string(p.Payload) != "kept" {
 		t.Fatalf("got %+v, want the message queued before the first restart", p)
+	}
+}
+
+// TestClusterConfirmedPublish: with replicated sessions, a QoS 1
+// message acknowledged to its publisher is committed by the node whose
+// persistent session it went to: the PUBACK waits for that node's
+// commit, and a node that does not confirm in time turns it into a
+// refusal (5.0: 0x80), which the publisher answers by sending again.
+func TestClusterConfirmedPublish(t *testing.T) {
+	t.Parallel()
+	urls := natstest.Cluster(t, 3)
+	dirs := []string{t.TempDir(), t.TempDir()}
+	a, b := startReplicated(t, urls, dirs, 0), startReplicated(t, urls, dirs, 1)
+	cp := expiringConnect("dev", 600)
+	cp.ProtocolName, cp.ProtocolVersion = "MQTT", packets.V5
+	dev := connectSubscribed(t, cp, b.addr, packets.Subscription{Filter: "t/#", Options: packets.SubOptions{QoS: 1}})
+	dev.send(&packets.Disconnect{})
+	awaitInterest(t, b.addr, a.addr)
+	pub, _ := connectReply(t, a.addr, packets.V5, &packets.Connect{ClientID: "pub", CleanStart: true})
+
+	release := b.srv.HoldCommits()
+	defer release()
+	pub.send(&packets.Publish{Topic: "t/1", QoS: 1, PacketID: 1, Payload: []byte("m1")})
+	pub.wait = 500 * time.Millisecond
+	if p, err := pub.tryRead(); err == nil {
+		t.Fatalf("got %+v while node 2 held its commits, want nothing", p)
+	}
+	pub.wait = 0
+	release()
+	expectAck(pub, packets.TypePuback, 1, 0)
+
+	a.srv.SetClusterConfirmTimeout(200 * time.Millisecond)
+	release2 := b.srv.HoldCommits()
+	defer release2()
+	pub.send(&packets.Publish{Topic: "t/2", QoS: 1, PacketID: 2, Payload: []byte("m2")})
+	expectAck(pub, packets.TypePuback, 2, packets.UnspecifiedError)
+	if st := a.srv.Stats(); st.StoreRefused == 0 {
+		t.Errorf("node 1's stats: no refusal counted")
 	}
 }

@@ -62,11 +62,19 @@ type heldAnswers struct {
 	pending []uint64
 	early   []uint64
 	applied uint64
+	// remote are the tickets of messages sent to other nodes that have
+	// not confirmed them yet (cluster_confirm.go), in the order sent.
+	remote []uint64
 }
 
 // pendingIn reports whether a covering unit in (from, to] still waits.
 // The caller holds h.mu.
 func (h *heldAnswers) pendingIn(from, to uint64) bool {
+	for _, t := range h.remote {
+		if t > from && t <= to {
+			return true
+		}
+	}
 	for _, t := range h.pending {
 		if t > from && t <= to {
 			return true

@@ -1,6 +1,9 @@
 package mqttd
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // WriterGoroutines returns the writers parked in s's pool and the pool's
 // goroutines, running or parked.
@@ -17,3 +20,17 @@ func (s *Server) SetTopicCountTimes(tick, idle time.Duration) {
 
 // TopicCounting says whether topics are being counted.
 func (s *Server) TopicCounting() bool { return s.busy.on.Load() }
+
+// HoldCommits stops s's commits until the returned function is first
+// called.
+func (s *Server) HoldCommits() (release func()) {
+	g := s.dur.commit.Begin()
+	var once sync.Once
+	return func() { once.Do(func() { s.dur.commit.End(g) }) }
+}
+
+// SetClusterConfirmTimeout sets how long s waits for other nodes to
+// confirm what its clients publish.
+func (s *Server) SetClusterConfirmTimeout(d time.Duration) {
+	s.clusterNode().SetConfirmTimeout(d)
+}

@@ -245,3 +245,7 @@ func (n *Node) flushConfirmed(subject, peer string, slot int, data []byte, conf 
 	}
 	n.stats.batchesOut.Add(1)
 }
+
+// SetConfirmTimeout sets how long a confirmed send waits for its
+// receivers' answers (0: confirmTimeout).
+func (n *Node) SetConfirmTimeout(d time.Duration) { n.confirms.timeout.Store(int64(d)) }

@@ -61,7 +61,7 @@ func TestPublishConfirmed(t *testing.T) {
 	answering = false
 	mu.Unlock()
 	const timeout = 300 * time.Millisecond
-	a.confirms.timeout.Store(int64(timeout))
+	a.SetConfirmTimeout(timeout)
 	start := time.Now()
 	if err := a.PublishConfirmed(&Message{Topic: "k/2", QoS: 1}, time.Second, nil, func(ok bool) { done <- ok }); err != nil {
 		t.Fatal(err)
