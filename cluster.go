@@ -145,6 +145,9 @@ func (s *Server) joinCluster() error {
 	node.SetWillPublisher(s.publishRecordedWill)
 	node.SetRetainedKeeper(s.keepRetained)
 	node.SetCommitted(s.answerCommitted)
+	if l.cfg.Sessions == cluster.SessionsReplicated {
+		node.HoldDeadRoutes(deadRouteGrace)
+	}
 	node.Watch(cluster.Hooks{CutOff: s.clusterCutOff, Rejoined: func() { s.clusterRejoined(node) },
 		NodeDead: func(dead string) { s.takeDeadSessions(node, dead) }})
 	l.mu.Lock()

@@ -362,3 +362,9 @@ func (s *Server) adoptReplicated(c *conn) error {
 	s.stats.clusterAdopted.Add(1)
 	return s.adoptMoved(c, &ms)
 }
+
+// deadRouteGrace is how long a dead node's routes outlive this node's
+// takeover of its sessions (cluster.Node.HoldDeadRoutes): the other
+// survivors' takeovers, and their new routes, reach this node in well
+// under it.
+const deadRouteGrace = 2 * time.Second

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"mqttd/internal/natstest"
+	"mqttd/internal/testutil"
 )
 
 // TestPublishConfirmed: a confirmed send is confirmed once the receiving
@@ -74,5 +75,63 @@ func TestPublishConfirmed(t *testing.T) {
 	}
 	if st := a.Stats(); st.ConfirmsFailed != 1 {
 		t.Fatalf("stats: %d confirms failed, want 1", st.ConfirmsFailed)
+	}
+}
+
+// TestDeadRoutesHeld: with HoldDeadRoutes, a node that dies keeps its
+// routes until the survivors took it over (Hooks.NodeDead) and a grace
+// passed: a confirmed send matching them meanwhile is not confirmed
+// (it would have gone to no node, and been), and one after is sent
+// plainly.
+func TestDeadRoutesHeld(t *testing.T) {
+	urls := natstest.Cluster(t, 1)
+	var published wills
+	dead := make(chan string, 1)
+	hookDone := make(chan struct{})
+	a, err := Start(Config{Name: "c1", NodeName: "A", NodeTimeout: time.Second, NATS: NATSConfig{URL: urls[0]}},
+		testLogger(t), newRecorder().deliver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	a.SetWillPublisher(func(data []byte) { published.add("A", string(data)) })
+	const grace = 300 * time.Millisecond
+	a.HoldDeadRoutes(grace)
+	a.Watch(Hooks{NodeDead: func(n string) {
+		dead <- n
+		<-hookDone // the takeover takes its time
+	}})
+	rb := newRecorder()
+	b, err := Start(Config{Name: "c1", NodeName: "B", NodeTimeout: time.Second, NATS: NATSConfig{URL: urls[0]}},
+		testLogger(t), rb.deliver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	b.Watch(Hooks{})
+	waitStore(t, a, b)
+	b.Want("k/#")
+	b.Want("probe/B")
+	probe(t, a, "probe/B", rb)
+
+	b.nc.Close() // B dies: no goodbye
+	if got := <-dead; got != "B" {
+		t.Fatalf("%s found dead, want B", got)
+	}
+	// Found dead, its takeover under way: B's routes still match.
+	done := make(chan bool, 2)
+	if err := a.PublishConfirmed(&Message{Topic: "k/1", QoS: 1}, time.Second, nil, func(ok bool) { done <- ok }); err != nil {
+		t.Fatal(err)
+	}
+	close(hookDone)
+	if ok := <-done; ok {
+		t.Fatal("a send matching a dead node's routes was confirmed")
+	}
+	testutil.WaitFor(t, "B's routes to go", func() bool { return !routed(a, "k/1", "B") })
+	if err := a.PublishConfirmed(&Message{Topic: "k/2", QoS: 1}, time.Second, nil, func(ok bool) { done <- ok }); err != nil {
+		t.Fatal(err)
+	}
+	if ok := <-done; !ok {
+		t.Fatal("a send to no node, after the dead node's routes went, failed")
 	}
 }

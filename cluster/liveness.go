@@ -189,10 +189,14 @@ func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*
 		}
 		s.dead = true
 		name, rev := string(e.Value()), e.Revision()
-		n.dropPeer(name)
+		n.markDead(name)
 		n.stats.deadNodes.Add(1)
 		n.log.Warn().Str("dead_node", name).Dur("node_timeout", n.timeout).Msg("cluster: node found dead: publishing its clients' wills")
 		n.run(func() {
+			if n.deadGrace > 0 {
+				// Taken over or not, its routes go in the end.
+				defer time.AfterFunc(n.deadGrace, func() { n.dropDead(name) })
+			}
 			if !n.sweepDead(name) {
 				return // another node, or this one once back, sweeps it
 			}

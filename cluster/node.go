@@ -170,6 +170,7 @@ type Node struct {
 	confirms  confirmer
 	committed func(answer func())
 	ackTo     string // ackSubject of this node
+	deadGrace time.Duration
 }
 
 // embedded is the NATS server a node runs in its process

@@ -114,6 +114,9 @@ type peer struct {
 	pendingBytes int
 	// all is set while the peer is taken to want every topic.
 	all bool
+	// dead is set while a node found dead keeps its routes for a while
+	// (HoldDeadRoutes): what matches them fails its confirmation.
+	dead bool
 }
 
 // startRoutes subscribes to the other nodes' announcements and to this
@@ -179,7 +182,8 @@ func (n *Node) summarize(kind byte) {
 }
 
 // routesLoop publishes the summary every summaryEvery and drops the
-// peers silent for NodeTimeout, until Close.
+// peers silent for NodeTimeout (with HoldDeadRoutes, marks them dead,
+// and drops them only if they are not found dead), until Close.
 func (n *Node) routesLoop() {
 	defer n.live.Done()
 	n.summarize(routeHello)
@@ -197,9 +201,17 @@ func (n *Node) routesLoop() {
 		now := time.Now()
 		rt.mu.Lock()
 		for _, p := range rt.peers {
-			if now.Sub(p.seen) > n.timeout {
+			silent := now.Sub(p.seen)
+			switch {
+			case silent <= n.timeout:
+			case n.deadGrace == 0 || silent > 2*n.timeout+n.deadGrace:
 				n.log.Info().Str("peer", p.name).Msg("cluster: node silent for node_timeout: its routes dropped")
 				rt.dropLocked(p)
+			case !p.dead:
+				// Held until its sessions are taken over (HoldDeadRoutes);
+				// dropped above if it is never found dead.
+				n.log.Info().Str("peer", p.name).Msg("cluster: node silent for node_timeout: its routes held until its sessions are taken over")
+				p.dead = true
 			}
 		}
 		rt.mu.Unlock()
@@ -207,6 +219,38 @@ func (n *Node) routesLoop() {
 }
 
 // dropPeer forgets node's routes: it was found dead.
+// HoldDeadRoutes makes a node found dead keep its routes for grace after
+// its takeover (Hooks.NodeDead) instead of losing them at once: a
+// confirmed send matching them fails, and its publisher sends it again,
+// by then to the nodes that took the dead node's sessions over, rather
+// than it going to no node and being confirmed. Call it before Watch.
+func (n *Node) HoldDeadRoutes(grace time.Duration) { n.deadGrace = grace }
+
+// markDead marks node's routes dead, or drops them without
+// HoldDeadRoutes.
+func (n *Node) markDead(node string) {
+	if n.deadGrace == 0 {
+		n.dropPeer(node)
+		return
+	}
+	rt := &n.routes
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if p := rt.peers[node]; p != nil {
+		p.dead = true
+	}
+}
+
+// dropDead drops node's routes if they are still those marked dead.
+func (n *Node) dropDead(node string) {
+	rt := &n.routes
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if p := rt.peers[node]; p != nil && p.dead {
+		rt.dropLocked(p)
+	}
+}
+
 func (n *Node) dropPeer(node string) {
 	rt := &n.routes
 	rt.mu.Lock()
@@ -235,6 +279,11 @@ func (n *Node) onRoutes(msg *nats.Msg) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	p := rt.peers[m.name]
+	if p != nil && p.dead {
+		// Back under its name: a new node, whatever it announced before.
+		rt.dropLocked(p)
+		p = nil
+	}
 	if m.kind == routeBye {
 		if p != nil {
 			rt.dropLocked(p)

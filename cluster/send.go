@@ -347,16 +347,20 @@ func (n *Node) flush(b *batches, slot int) {
 	rt := &n.routes
 	rt.mu.RLock()
 	p := rt.slots[slot]
-	subject, peer := "", ""
+	subject, peer, dead := "", "", false
 	if p != nil {
-		subject, peer = p.subject, p.name
+		subject, peer, dead = p.subject, p.name, p.dead
 	}
 	rt.mu.RUnlock()
 	count := b.count[slot]
 	conf := b.conf[slot]
 	b.conf[slot] = nil // the confirmer keeps it
 	switch {
-	case subject == "":
+	case dead && len(conf) > 0:
+		// Nobody answers: its sends wait until its routes go, then fail
+		// (confirm.go).
+		n.registerConfirm(slot, peer, conf)
+	case subject == "" || dead:
 		for _, c := range conf {
 			c.settle(false)
 		}
