@@ -21,7 +21,12 @@ const nodeTimeout = 2 * time.Second
 // cluster block.
 func startNode(t *testing.T, name, url string, extra ...string) *broker {
 	t.Helper()
-	dir := t.TempDir()
+	return startNodeIn(t, t.TempDir(), name, url, extra...)
+}
+
+// startNodeIn is startNode keeping its state in dir (a restart).
+func startNodeIn(t *testing.T, dir, name, url string, extra ...string) *broker {
+	t.Helper()
 	cfg := filepath.Join(dir, "mqttd.yaml")
 	yaml := fmt.Sprintf("cluster:\n  name: crash\n  node_name: %s\n  node_timeout: %v\n  nats:\n    url: %s\n",
 		name, nodeTimeout, url)
