@@ -2,6 +2,7 @@ package mqttd
 
 import (
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -228,57 +229,78 @@ func (s *Server) takeDeadSessions(node *cluster.Node, dead string) {
 	if js == nil {
 		return
 	}
-	var ids []string
+	var orphans []cluster.Orphan
 	if !node.Retry(func() bool {
 		var err error
-		ids, err = js.Orphans(dead)
+		orphans, err = js.Orphans(dead)
 		return err == nil || node.CutOff()
 	}) {
 		return
 	}
-	taken := 0
-	seen := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		if seen[id] || s.hasClient(id) {
-			continue
-		}
-		seen[id] = true
-		claim, ok, err := node.ClaimFrom(id, dead)
-		if err != nil || !ok {
-			continue
-		}
-		st, msgs, err := js.Adopt(id)
-		if err != nil || st == nil {
-			node.Release(id, claim.Rev)
-			continue
-		}
-		// Another node's message ids are not this node's.
-		fresh := make(map[uint64]*persistence.Message, len(msgs))
-		renamed := make(map[uint64]uint64, len(msgs))
-		for i := range st.Outbound {
-			o := &st.Outbound[i]
-			m := msgs[o.MessageID]
-			if m == nil {
-				continue
+	// A few at a time: each is a claim and a read of the stream, and the
+	// dead node's routes are held (deadRouteGrace) until all are done.
+	work := make(chan cluster.Orphan)
+	var taken atomic.Int64
+	var wg sync.WaitGroup
+	for range min(takeoverWorkers, len(orphans)) {
+		wg.Go(func() {
+			for o := range work {
+				if s.takeDeadSession(node, js, o, dead) {
+					taken.Add(1)
+				}
 			}
-			if renamed[o.MessageID] == 0 {
-				c := *m
-				c.ID = s.dur.msgIDs.Add(1)
-				fresh[c.ID] = &c
-				renamed[o.MessageID] = c.ID
-			}
-			o.MessageID = renamed[o.MessageID]
-		}
-		var b persistence.Batch
-		b.DeleteSession(id)
-		if s.restoreOne(st, fresh, &b) {
-			taken++
-		}
+		})
 	}
-	if taken > 0 {
-		s.stats.clusterAdopted.Add(uint64(taken))
-		s.log.Info().Str("dead_node", dead).Int("sessions", taken).Msg("cluster: persistent sessions of a dead node taken over")
+	for _, o := range orphans {
+		work <- o
 	}
+	close(work)
+	wg.Wait()
+	if n := taken.Load(); n > 0 {
+		s.stats.clusterAdopted.Add(uint64(n))
+		s.log.Info().Str("dead_node", dead).Int64("sessions", n).Msg("cluster: persistent sessions of a dead node taken over")
+	}
+}
+
+// takeoverWorkers is how many of a dead node's sessions a survivor takes
+// over at once.
+const takeoverWorkers = 4
+
+// takeDeadSession takes over one session of node dead, if this node
+// claims it first, and reports whether it did.
+func (s *Server) takeDeadSession(node *cluster.Node, js *cluster.SessionStore, o cluster.Orphan, dead string) bool {
+	if s.hasClient(o.ID) {
+		return false
+	}
+	claim, ok, err := node.ClaimFrom(o.ID, o.Username, dead)
+	if err != nil || !ok {
+		return false
+	}
+	st, msgs, err := js.Adopt(o.ID)
+	if err != nil || st == nil {
+		node.Release(o.ID, claim.Rev)
+		return false
+	}
+	// Another node's message ids are not this node's.
+	fresh := make(map[uint64]*persistence.Message, len(msgs))
+	renamed := make(map[uint64]uint64, len(msgs))
+	for i := range st.Outbound {
+		e := &st.Outbound[i]
+		m := msgs[e.MessageID]
+		if m == nil {
+			continue
+		}
+		if renamed[e.MessageID] == 0 {
+			c := *m
+			c.ID = s.dur.msgIDs.Add(1)
+			fresh[c.ID] = &c
+			renamed[e.MessageID] = c.ID
+		}
+		e.MessageID = renamed[e.MessageID]
+	}
+	var b persistence.Batch
+	b.DeleteSession(o.ID)
+	return s.restoreOne(st, fresh, &b)
 }
 
 // clientFrom makes a session, not yet in the registry, from a stored one:

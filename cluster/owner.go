@@ -525,11 +525,12 @@ func validReplicas(r int) error {
 	return nil
 }
 
-// ClaimFrom makes this node the owner of client id if node dead still
-// owns it, or nobody does: a survivor taking a dead node's sessions over
-// (the session's user stays the record's). It reports false, claiming
-// nothing, when another node has the id (its client reconnected there).
-func (n *Node) ClaimFrom(id, dead string) (Claim, bool, error) {
+// ClaimFrom makes this node the owner of client id, user's session, if
+// node dead still owns it, or nobody does: a survivor taking a dead
+// node's sessions over (a record's user stays its own). It reports
+// false, claiming nothing, when another node has the id (its client
+// reconnected there).
+func (n *Node) ClaimFrom(id, user, dead string) (Claim, bool, error) {
 	st := n.store.Load()
 	if st == nil {
 		return Claim{}, false, ErrNoStore
@@ -539,7 +540,7 @@ func (n *Node) ClaimFrom(id, dead string) (Claim, bool, error) {
 	key := ownerKey(id)
 	e, err := st.owners.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		rev, err := st.owners.Create(ctx, key, ownerValue(n.name, ""))
+		rev, err := st.owners.Create(ctx, key, ownerValue(n.name, user))
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return Claim{}, false, nil
 		}

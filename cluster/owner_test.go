@@ -301,10 +301,10 @@ func TestClaimFrom(t *testing.T) {
 	if _, err := n1.Claim("x", "alice", false); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := n2.ClaimFrom("x", "n3"); ok || err != nil {
+	if _, ok, err := n2.ClaimFrom("x", "alice", "n3"); ok || err != nil {
 		t.Fatalf("ClaimFrom a node that does not own x: %v, %v", ok, err)
 	}
-	c, ok, err := n2.ClaimFrom("x", "n1")
+	c, ok, err := n2.ClaimFrom("x", "alice", "n1")
 	if !ok || err != nil || c.Prev != "n1" || !n2.Owns("x") {
 		t.Fatalf("ClaimFrom the owner: %+v, %v, %v", c, ok, err)
 	}
@@ -312,7 +312,11 @@ func TestClaimFrom(t *testing.T) {
 	if c, err := n1.Claim("x", "alice", true); err != nil || !c.SameUser || c.Prev != "n2" {
 		t.Fatalf("alice back on n1: %+v, %v", c, err)
 	}
-	if _, ok, err := n2.ClaimFrom("nobody's", "n1"); !ok || err != nil || !n2.Owns("nobody's") {
+	if _, ok, err := n2.ClaimFrom("nobody's", "bob", "n1"); !ok || err != nil || !n2.Owns("nobody's") {
 		t.Fatalf("ClaimFrom of an id nobody owns: %v, %v", ok, err)
+	}
+	// bob's, as the session was: bob may take it on n1.
+	if c, err := n1.Claim("nobody's", "bob", true); err != nil || !c.SameUser {
+		t.Fatalf("bob claiming his session: %+v, %v", c, err)
 	}
 }

@@ -522,10 +522,16 @@ func (s *SessionStore) Sessions(skip func(id string) bool) (*persistence.Snapsho
 	return snap, nil
 }
 
-// Orphans lists the client ids of the sessions the stream holds as
-// node's: a dead node's, for the survivors to take over.
-func (s *SessionStore) Orphans(node string) ([]string, error) {
-	var ids []string
+// Orphan is a session the stream holds as a dead node's.
+type Orphan struct {
+	ID, Username string
+}
+
+// Orphans lists the sessions the stream holds as node's: a dead node's,
+// for the survivors to take over. A session is listed once.
+func (s *SessionStore) Orphans(node string) ([]Orphan, error) {
+	var found []Orphan
+	seen := make(map[string]bool)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 	defer cancel()
 	err := readAll(ctx, s.js, s.stream, s.prefix+"*.rec", func(subject string, data []byte) error {
@@ -536,10 +542,11 @@ func (s *SessionStore) Orphans(node string) ([]string, error) {
 		if err != nil {
 			return fmt.Errorf("%w: %s", err, subject)
 		}
-		if r.node == node {
-			ids = append(ids, r.session.ID)
+		if r.node == node && !seen[r.session.ID] {
+			seen[r.session.ID] = true
+			found = append(found, Orphan{ID: r.session.ID, Username: r.session.Username})
 		}
 		return nil
 	})
-	return ids, err
+	return found, err
 }
