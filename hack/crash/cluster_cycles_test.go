@@ -81,15 +81,13 @@ func (s *cycleSub) drain(t *testing.T, addr string, last int) {
 // SIGKILL and started again; between kills each subscriber reconnects
 // to a random live node and must get every message whose PUBACK the
 // publisher got, in order (at least once). CLUSTER_CYCLES sets the
-// cycles (default 2; the longer run, 20).
+// cycles (default 2; the longer run, 20), CRASH_SEED repeats a run.
 func TestClusterReplicatedCrashCycles(t *testing.T) {
 	cycles := 2
 	if v, err := strconv.Atoi(os.Getenv("CLUSTER_CYCLES")); err == nil && v > 0 {
 		cycles = v
 	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d (CLUSTER_CYCLES=%d)", seed, cycles)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng := seeded(t)
 	cn := &cycleNodes{t: t, urls: natstest.Cluster(t, 3), dirs: []string{t.TempDir(), t.TempDir(), t.TempDir()},
 		nodes: make([]*broker, 3), alive: make([]bool, 3)}
 	for i := range 3 {

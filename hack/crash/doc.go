@@ -18,7 +18,11 @@
 // TestNetsplit (issue 38) runs three cluster nodes, built with the
 // embedded NATS server, in network namespaces of their own, cuts one
 // node's link and heals it, and checks the cluster's netsplit rules. It
-// needs root and ip(8), and skips without them.
+// needs root and ip(8), and skips without them. The replicated sessions'
+// tests (cluster_sessions_test.go, cluster_cycles_test.go, issue 39) kill
+// nodes of a cluster keeping its persistent sessions in JetStream while a
+// publisher goes on, and check that every acknowledged message reaches
+// every persistent subscriber; CLUSTER_CYCLES=20 runs a longer campaign.
 //
 // By default the tests run a few kill cycles (well under a minute in all).
 // CRASH_CYCLES=200 runs a long campaign and CRASH_SEED=n repeats a run whose
