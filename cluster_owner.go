@@ -263,13 +263,17 @@ func (s *Server) adoptMoved(c *conn, ms *movedSession) error {
 		}
 		cl.sess.Restore(o, &s.queueBudget)
 		if stored {
-			var msgID uint64
+			// A QoS 2 entry past PUBREC came without its message (only its
+			// packet id is left to send), but the store keeps a message
+			// for every entry: an empty one.
+			var spm *persistence.Message
 			if o.Msg != nil {
-				spm := s.dur.stored(o.Msg)
-				b.PutMessage(spm)
-				msgID = spm.ID
+				spm = s.dur.stored(o.Msg)
+			} else {
+				spm = &persistence.Message{ID: s.dur.msgIDs.Add(1), QoS: 2}
 			}
-			b.PutOutbound(id, outboundOf(o, msgID))
+			b.PutMessage(spm)
+			b.PutOutbound(id, outboundOf(o, spm.ID))
 		}
 	}
 	for _, pid := range ms.AwaitingRel {

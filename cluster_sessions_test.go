@@ -157,3 +157,57 @@ func TestClusterConfirmedPublish(t *testing.T) {
 		t.Errorf("node 1's stats: no refusal counted")
 	}
 }
+
+// TestClusterTakeoverKeepsReleasedQoS2: a QoS 2 message past PUBREC
+// (only its PUBREL left to send) moves with its session and is stored
+// on the new node, which sends the PUBREL again.
+func TestClusterTakeoverKeepsReleasedQoS2(t *testing.T) {
+	t.Parallel()
+	urls := natstest.Cluster(t, 3)
+	for _, sessions := range []string{cluster.SessionsLocal, cluster.SessionsReplicated} {
+		t.Run(sessions, func(t *testing.T) {
+			var nodes []*broker
+			for i := range 2 {
+				cfg := &cluster.Config{Name: "rel" + sessions, NodeName: fmt.Sprintf("node%d", i+1), NATS: cluster.NATSConfig{URL: urls[i]},
+					Sessions: sessions}
+				nodes = append(nodes, startBroker(t, mqttd.Options{Cluster: cfg, DataDir: t.TempDir()}))
+				waitStore(t, nodes[i])
+			}
+			cp := expiringConnect("dev", 600)
+			cp.ProtocolName, cp.ProtocolVersion = "MQTT", packets.V5
+			dev := connectSubscribed(t, cp, nodes[0].addr, packets.Subscription{Filter: "t/#", Options: packets.SubOptions{QoS: 2}})
+			pub := connectRaw(t, nodes[0].addr, &packets.Connect{ClientID: "pub", CleanStart: true})
+			pub.send(&packets.Publish{Topic: "t/1", QoS: 1, PacketID: 1, Payload: []byte("m1")})
+			expectAck(pub, packets.TypePuback, 1, 0)
+			p, ok := dev.read().(*packets.Publish)
+			if !ok || p.QoS != 1 {
+				t.Fatalf("got %+v, want the QoS 1 message", p)
+			}
+			pub.send(&packets.Publish{Topic: "t/2", QoS: 2, PacketID: 2, Payload: []byte("m2")})
+			expectAck(pub, packets.TypePubrec, 2, 0)
+			pub.send(&packets.Pubrel{PacketID: 2})
+			expectAck(pub, packets.TypePubcomp, 2, 0)
+			p2, ok := dev.read().(*packets.Publish)
+			if !ok || p2.QoS != 2 {
+				t.Fatalf("got %+v, want the QoS 2 message", p2)
+			}
+			dev.send(&packets.Pubrec{PacketID: p2.PacketID})
+			expectAck(dev, packets.TypePubrel, p2.PacketID, 0)
+
+			moved, ack := connectReply(t, nodes[1].addr, packets.V5, expiringConnect("dev", 600))
+			if !ack.SessionPresent {
+				t.Fatalf("CONNACK %+v: want the session present", ack)
+			}
+			got := map[packets.Type]bool{}
+			for range 2 {
+				got[moved.read().Type()] = true
+			}
+			if !got[packets.TypePublish] || !got[packets.TypePubrel] {
+				t.Fatalf("on node 2 got %v, want the QoS 1 message again and the PUBREL", got)
+			}
+			if st := nodes[1].srv.Stats(); st.StoreErrors != 0 {
+				t.Fatalf("node 2: %d store errors: the moved session was not stored", st.StoreErrors)
+			}
+		})
+	}
+}
