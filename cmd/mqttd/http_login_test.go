@@ -85,7 +85,8 @@ func basic(user, password string) string {
 // TestAPILogins: over TLS, an admin of the ACL file is let in with its
 // password (reads, and actions with the action header, logged with its
 // name), a user who is not an admin gets 403, a wrong password or an
-// unknown user 401 with a Basic challenge (counted and logged); over plain
+// unknown user 401 with a Basic challenge (counted, logged and the next
+// one from the address slowed); over plain
 // HTTP on an address that is not loopback (exposed, here served on
 // 127.0.0.1 as the tests' only address) a password is refused without a
 // check, and on loopback it is taken.
@@ -134,6 +135,9 @@ func TestAPILogins(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), `"username":"alice"`) || strings.Contains(log.String(), "bob-pw") {
 		t.Errorf("the refused login's log line (with the user, without the password):\n%s", log.String())
+	}
+	if st := logins.passwd.Stats(); st.Delayed == 0 || st.Failed != 2 {
+		t.Errorf("password file stats %+v: want the login after a failure slowed (Delayed), 2 failed", st)
 	}
 	if code, _, body := request(t, client, "GET", hs.URL+"/metrics"); code != 200 ||
 		!strings.Contains(body, "mqttd_api_login_failures_total 2") {
