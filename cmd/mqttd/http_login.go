@@ -90,7 +90,9 @@ type apiLogins struct {
 	acl    *acl.Authorizer
 	failed prometheus.Counter
 	log    zerolog.Logger
-	warned atomic.Int64 // when a failure was last logged, unix nanoseconds
+	// When a failure, and a login refused unchecked for the queue,
+	// were last logged, unix nanoseconds.
+	warned, warnedBusy atomic.Int64
 }
 
 func newAPILogins(ac mqttd.AuthConfig, reg prometheus.Registerer, log zerolog.Logger) (*apiLogins, error) {
@@ -107,8 +109,12 @@ func newAPILogins(ac mqttd.AuthConfig, reg prometheus.Registerer, log zerolog.Lo
 		return nil, fmt.Errorf("auth.acl_file: %w", fileperm.Explain(err, ac.ACLFile))
 	}
 	l.passwd, l.acl = pw, rules
+	busy := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "mqttd_api_logins_busy_total",
+		Help: "Logins to the management API refused unchecked: as many were waiting for a password check as may.",
+	}, func() float64 { return float64(pw.Stats().Busy) })
 	if reg != nil {
-		reg.MustRegister(l.failed)
+		reg.MustRegister(l.failed, busy)
 	}
 	return l, nil
 }
@@ -130,10 +136,15 @@ func (l *apiLogins) login(r *http.Request, user, password string) (status int, w
 	err := l.passwd.Authenticate(auth.ClientInfo{Username: user, Remote: remoteOf(r)}, []byte(password))
 	switch {
 	case errors.Is(err, passwd.ErrBusy):
+		throttled(&l.warnedBusy, l.log.Warn().Str("remote", r.RemoteAddr).Str("username", user)).
+			Msg("API login refused unchecked: too many are waiting for a password check (logged at most every 10 s; " +
+				"mqttd_api_logins_busy_total counts them all)")
 		return http.StatusServiceUnavailable, "too many logins under way: try again"
 	case err != nil:
 		l.failed.Inc()
-		l.warn(r, user)
+		throttled(&l.warned, l.log.Warn().Str("remote", r.RemoteAddr).Str("username", user)).
+			Msg("API login refused: wrong user name or password (logged at most every 10 s; " +
+				"mqttd_api_login_failures_total counts them all)")
 		return http.StatusUnauthorized, "wrong user name or password"
 	case !l.acl.Admin(user):
 		return http.StatusForbidden, fmt.Sprintf("user %q is not an admin: the ACL file (auth.acl_file) gives the role "+
@@ -142,15 +153,15 @@ func (l *apiLogins) login(r *http.Request, user, password string) (status int, w
 	return 0, ""
 }
 
-// warn logs a refused login, at most every 10 s, without the password.
-func (l *apiLogins) warn(r *http.Request, user string) {
+// throttled is e, or nil (which logs nothing) when a line was logged
+// less than 10 s after *last; it then sets *last.
+func throttled(last *atomic.Int64, e *zerolog.Event) *zerolog.Event {
 	now := time.Now().UnixNano()
-	last := l.warned.Load()
-	if now-last < int64(10*time.Second) || !l.warned.CompareAndSwap(last, now) {
-		return
+	was := last.Load()
+	if now-was < int64(10*time.Second) || !last.CompareAndSwap(was, now) {
+		return nil
 	}
-	l.log.Warn().Str("remote", r.RemoteAddr).Str("username", user).
-		Msg("API login refused: wrong user name or password (logged at most every 10 s; mqttd_api_login_failures_total counts them all)")
+	return e
 }
 
 // remoteOf is the request's peer as the password file's failure delay
