@@ -161,7 +161,7 @@ func (g *guard) wrap(h http.HandlerFunc) http.Handler {
 // answers it: a token (metrics.token), an admin's password (HTTP Basic,
 // over TLS or on loopback only), or, on a loopback address without a
 // token set, nothing but a Host naming this machine.
-func (g *guard) admit(w http.ResponseWriter, r *http.Request) (who string, ok bool) {
+func (g *guard) admit(w http.ResponseWriter, r *http.Request) (by string, ok bool) {
 	scheme, _, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	basic := g.logins != nil && basicAllowed(g.exposed, r.TLS)
 	switch {
