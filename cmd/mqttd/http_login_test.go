@@ -252,7 +252,8 @@ func serverTLS(t *testing.T) *listeners.ServerTLS {
 // plain HTTP is not; mqttd ctl reaches it with --api-ca (MQTTD_API_CA)
 // and not without, as alice (an admin, her action logged with her name)
 // from MQTTD_API_PASSWORD or --api-password-file, and not as bob (403)
-// or with a wrong password (401); SIGHUP reads the certificate again.
+// or with a wrong password (401); SIGHUP reads the certificate and the
+// ACL file's admins again.
 func TestCommandHTTPS(t *testing.T) {
 	ca := testutil.NewCA(t, "test CA")
 	cert, key := ca.Issue(t, "server", time.Now().Add(time.Hour), true)
@@ -334,6 +335,11 @@ func TestCommandHTTPS(t *testing.T) {
 	}
 	before := serial()
 	ca.Issue(t, "server", time.Now().Add(2*time.Hour), true) // over the same files
+	if err := os.WriteFile(af, []byte("user bob\nadmin\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	sig <- syscall.SIGHUP
 	waitFor(t, "the new certificate served", func() bool { return serial() != before })
+	bob := map[string]string{"MQTTD_API": api, "MQTTD_API_CA": ca.File, "MQTTD_API_USER": "bob", "MQTTD_API_PASSWORD": "bob-pw"}
+	waitFor(t, "bob an admin after the ACL file's reload", func() bool { c, _, _ := ctlRun(t, bob, "overview"); return c == 0 })
 }
