@@ -215,3 +215,25 @@ func PeerCommonName(nc net.Conn) string {
 	}
 	return chains[0][0].Subject.CommonName
 }
+
+// ServerTLS is a Listener's TLS for another server, the management HTTP
+// address: the same files, policy (TLS 1.2 and later) and reload, so that
+// one SIGHUP renews every certificate the broker serves.
+type ServerTLS struct{ certs *certStore }
+
+// NewServerTLS loads cfg's files; it fails as Listen does on them.
+func NewServerTLS(cfg TLSConfig) (*ServerTLS, error) {
+	cs, err := newCertStore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &ServerTLS{certs: cs}, nil
+}
+
+// Config is the tls.Config to serve with (tls.NewListener): each
+// handshake takes the certificates current when its ClientHello arrives.
+func (s *ServerTLS) Config() *tls.Config { return s.certs.outer }
+
+// Reload reads the files again; when they do not load the previous
+// certificates stay and the error says why.
+func (s *ServerTLS) Reload() error { return s.certs.reload() }

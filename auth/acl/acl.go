@@ -1,6 +1,8 @@
 package acl
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,7 +67,17 @@ type Rules struct {
 	// usesU and usesC say some pattern substitutes the username or the
 	// client id, which makes a / or leading $ in it unsafe.
 	usesU, usesC bool
+	// admins are the users with an "admin" line in their section.
+	admins map[string]bool
 }
+
+// Admin reports whether the file gives user the admin role (a line
+// "admin" in its user section): mqttd's management API accepts its
+// password.
+func (rs *Rules) Admin(user string) bool { return user != "" && rs.admins[user] }
+
+// Admins returns, sorted, the users with the admin role.
+func (rs *Rules) Admins() []string { return slices.Sorted(maps.Keys(rs.admins)) }
 
 // Authorize answers r for client c: Publish and Will need write access to
 // the topic, Read (a message delivered to c) needs read access to it, and
@@ -142,6 +154,12 @@ func Open(path string) (*Authorizer, error) {
 func (a *Authorizer) Authorize(c auth.ClientInfo, r auth.Request) bool {
 	return a.rules.Load().Authorize(c, r)
 }
+
+// Admin reports whether the current rules give user the admin role.
+func (a *Authorizer) Admin(user string) bool { return a.rules.Load().Admin(user) }
+
+// Admins returns, sorted, the users the current rules make admins.
+func (a *Authorizer) Admins() []string { return a.rules.Load().Admins() }
 
 // Reload reads the file again and swaps the new rules in. If the file
 // cannot be read or parsed, the old rules stay and the error says why.

@@ -435,3 +435,46 @@ func TestReloadConcurrent(t *testing.T) {
 	default:
 	}
 }
+
+// TestAdmin: a line "admin" in a user's section gives that user the
+// admin role and no topic; anywhere else, or with words after it, it is
+// an error naming the line; a Mosquitto file without it gives nobody the
+// role.
+func TestAdmin(t *testing.T) {
+	rs := parse(t, "topic read public/#\nuser alice\nadmin\ntopic alice/#\nuser bob\ntopic bob/#\nuser carol\n  admin  \n")
+	for _, c := range []struct {
+		user string
+		want bool
+	}{{"alice", true}, {"carol", true}, {"bob", false}, {"", false}, {"mallory", false}} {
+		if got := rs.Admin(c.user); got != c.want {
+			t.Errorf("Admin(%q) = %v, want %v", c.user, got, c.want)
+		}
+	}
+	if got := strings.Join(rs.Admins(), ","); got != "alice,carol" {
+		t.Errorf("Admins() = %q", got)
+	}
+	run(t, rs, []check{
+		{alice, pub, "alice/x", true},
+		{alice, pub, "bob/x", false},
+		{who{"carol", "c1"}, read, "carol/x", false}, // admin grants no topic
+		{who{"carol", "c1"}, read, "public/x", false},
+	})
+	if plain := parse(t, "user alice\ntopic alice/#\n"); plain.Admin("alice") || len(plain.Admins()) != 0 {
+		t.Error("a file without admin lines gives the role")
+	}
+	for _, b := range []struct {
+		text string
+		line int
+	}{
+		{"admin", 1},
+		{"topic a\nadmin\nuser alice", 2},
+		{"user alice\nadmin yes", 2},
+		{"user alice\nadmins", 2},
+	} {
+		_, err := acl.Parse("bad.acl", strings.NewReader(b.text))
+		var pe *acl.ParseError
+		if !errors.As(err, &pe) || pe.Line != b.line {
+			t.Errorf("%q: %v, want a ParseError at line %d", b.text, err, b.line)
+		}
+	}
+}

@@ -8,7 +8,11 @@
 // adds a rule for every client, with %u replaced by the username and %c by
 // the client id. No access word means readwrite. Everything after the
 // access word is the filter, so filters may contain spaces. Lines starting
-// with # are comments. Any other line is an error naming the file and line,
+// with # are comments. One keyword is mqttd's own: a line "admin" in a
+// user's section gives that user the admin role (Rules.Admin), which the
+// management API asks about; it grants no topic, and Mosquitto would not
+// read a file that has it. Anywhere else (before any "user" line, or with
+// words after it) it is an error. Any other line is an error naming the file and line,
 // and a file with an error grants nothing: Parse returns no Rules and
 // Authorizer.Reload keeps the rules it had.
 //

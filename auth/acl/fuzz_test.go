@@ -16,6 +16,7 @@ func FuzzParse(f *testing.F) {
 	f.Add("# c\n  topic  write  x y \n", "", "id", "x y")
 	f.Add("pattern read %%u%c%\n", "+", "#", "%+#")
 	f.Add("user\n", "", "", "")
+	f.Add("admin\nuser u\nadmin\ntopic a\n", "u", "c", "a")
 	f.Fuzz(func(t *testing.T, text, user, id, topic string) {
 		rs, err := acl.Parse("fuzz", strings.NewReader(text))
 		if err != nil {
@@ -23,6 +24,9 @@ func FuzzParse(f *testing.F) {
 				t.Fatal("rules returned with an error")
 			}
 			return
+		}
+		if rs.Admin(user) && !strings.Contains(text, "admin") {
+			t.Fatalf("%q is an admin of a file without an admin line", user)
 		}
 		c := auth.ClientInfo{Username: user, ClientID: id}
 		for _, a := range []auth.Action{auth.Publish, auth.Subscribe, auth.Will, auth.Read} {

@@ -51,6 +51,7 @@ const blanks = " \t\n\v\f\r"
 func Parse(name string, r io.Reader) (*Rules, error) {
 	rs := &Rules{users: map[string]*section{}}
 	cur := &rs.anon // lines before any "user" line are the anonymous section
+	user := ""      // the user whose section cur is; "" for the anonymous one
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), maxLine)
 	n := 0
@@ -71,7 +72,13 @@ func Parse(name string, r io.Reader) (*Rules, error) {
 				s = &section{}
 				rs.users[rest] = s
 			}
-			cur = s
+			cur, user = s, rest
+		case "admin":
+			// mqttd's own keyword: the user may use the management API
+			// with its password (Mosquitto has no such line).
+			if err := rs.addAdmin(user, rest); err != nil {
+				return nil, &ParseError{name, n, err.Error()}
+			}
 		case "topic", "pattern":
 			ru, err := parseRule(rest, keyword == "pattern")
 			if err != nil {
@@ -92,6 +99,22 @@ func Parse(name string, r io.Reader) (*Rules, error) {
 		return nil, &ParseError{name, n + 1, err.Error()}
 	}
 	return rs, nil
+}
+
+// addAdmin gives user, the user of the current section, the admin role;
+// rest is what followed the keyword.
+func (rs *Rules) addAdmin(user, rest string) error {
+	if rest != "" {
+		return fmt.Errorf("admin takes nothing after it, got %q", rest)
+	}
+	if user == "" {
+		return fmt.Errorf("admin outside a user section: put it after a \"user NAME\" line")
+	}
+	if rs.admins == nil {
+		rs.admins = map[string]bool{}
+	}
+	rs.admins[user] = true
+	return nil
 }
 
 // cutField splits off the first word of s (which has no leading blanks)

@@ -15,6 +15,7 @@ import (
 	"mqttd/auth/acl"
 	"mqttd/auth/passwd"
 	"mqttd/internal/fileperm"
+	"mqttd/listeners"
 )
 
 // runCheckConfig is `mqttd check-config FILE`: it reads the file as the
@@ -53,6 +54,12 @@ func checkFiles(cfg config) error {
 			if _, err := tls.LoadX509KeyPair(lc.CertFile, lc.KeyFile); err != nil {
 				errs = append(errs, fmt.Errorf("listeners[%d].cert_file: %w", i, err))
 			}
+		}
+	}
+	if mc := cfg.Metrics; mc.Address != "" && mc.TLS.CertFile != "" {
+		tc := listeners.TLSConfig{CertFile: mc.TLS.CertFile, KeyFile: mc.TLS.KeyFile}
+		if _, err := listeners.NewServerTLS(tc); err != nil {
+			errs = append(errs, fmt.Errorf("metrics.tls: %w", fileperm.Explain(err, mc.TLS.CertFile)))
 		}
 	}
 	// A file named by several listeners is checked, and reported, once.

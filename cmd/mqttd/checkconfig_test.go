@@ -6,8 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"mqttd/auth/passwd"
+	"mqttd/internal/testutil"
 )
 
 // TestCheckConfig runs `mqttd check-config` on a file with one of each
@@ -111,5 +113,35 @@ func TestCheckConfigBridges(t *testing.T) {
 	run([]string{"check-config", bad}, noEnv, &stdout, &stderr, nil)
 	if want := `bridges.yaml:3: bridges[0].adresses: unknown setting (did you mean bridges[0].addresses?)`; !strings.Contains(stderr.String(), want) {
 		t.Errorf("missing %q in:\n%s", want, stderr.String())
+	}
+}
+
+// TestCheckConfigMetricsTLS: check-config loads metrics.tls's files as the
+// broker would, and refuses a certificate without its key; an ACL file
+// with an admin line is a good one.
+func TestCheckConfigMetricsTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testutil.NewCA(t, "test CA")
+	cert, key := ca.Issue(t, "server", time.Now().Add(time.Hour), true)
+	pf, af := loginFiles(t)
+	for _, tc := range []struct {
+		name, yaml string
+		code       int
+		says       string
+	}{
+		{"good", "metrics:\n  tls:\n    cert_file: " + cert + "\n    key_file: " + key + "\nauth:\n  password_file: " + pf + "\n  acl_file: " + af + "\n", 0, "ok"},
+		{"key is the certificate", "metrics:\n  tls:\n    cert_file: " + cert + "\n    key_file: " + cert + "\n", 1, "metrics.tls"},
+		{"missing", "metrics:\n  tls:\n    cert_file: " + filepath.Join(dir, "nope.pem") + "\n    key_file: " + key + "\n", 1, "metrics.tls"},
+		{"no key", "metrics:\n  tls:\n    cert_file: " + cert + "\n", 1, "metrics.tls: cert_file and key_file go together"},
+	} {
+		file := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(file, []byte(tc.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"check-config", file}, noEnv, &stdout, &stderr, nil)
+		if code != tc.code || !strings.Contains(stdout.String()+stderr.String(), tc.says) {
+			t.Errorf("%s: exit %d, %s%s; want %d saying %q", tc.name, code, stdout.String(), stderr.String(), tc.code, tc.says)
+		}
 	}
 }

@@ -37,8 +37,12 @@ type metricsConfig struct {
 	// "off" or "" serves none.
 	Address string `yaml:"address"`
 	// Token is the bearer token the JSON API and pprof require; without
-	// one they are served only on a loopback address.
+	// one (or an admin's password, see http_login.go) they are served only
+	// on a loopback address.
 	Token string `yaml:"token"`
+	// TLS serves the address over HTTPS with these files, read again on
+	// SIGHUP as the listeners' are.
+	TLS metricsTLS `yaml:"tls"`
 	// PProf serves /debug/pprof/ too.
 	PProf bool `yaml:"pprof"`
 	// MaxConnections bounds the open connections to the address; past it
@@ -47,6 +51,13 @@ type metricsConfig struct {
 	// IdleTimeout closes a keep-alive connection that sends no request
 	// for this long. 0 means 60s.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+}
+
+// metricsTLS is the metrics address's certificate and key (PEM): both,
+// or neither for plain HTTP.
+type metricsTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
 }
 
 const defaultDataDir = "data"
@@ -94,6 +105,8 @@ type cliFlags struct {
 	// The metrics address's token and pprof, over the config's metrics block.
 	metricsToken string
 	pprof        boolFlag
+	// The metrics address's certificate and key, over metrics.tls.
+	metricsTLSCert, metricsTLSKey string
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cliFlags, error) {
@@ -115,6 +128,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (cl
 	fs.StringVar(&f.logFormat, "log-format", getenv("MQTTD_LOG_FORMAT"), "console or json (default console; env MQTTD_LOG_FORMAT)")
 	fs.StringVar(&f.metricsAddr, "metrics", getenv("MQTTD_METRICS"), "HTTP `address` for /metrics, /healthz, /readyz and the JSON API /api/v1/ (off: none; env MQTTD_METRICS)")
 	fs.StringVar(&f.metricsToken, "metrics-token", getenv("MQTTD_METRICS_TOKEN"), "bearer `token` the JSON API and pprof require; without one they are served only when --metrics is a loopback address (env MQTTD_METRICS_TOKEN)")
+	fs.StringVar(&f.metricsTLSCert, "metrics-tls-cert", getenv("MQTTD_METRICS_TLS_CERT"), "certificate `file` (PEM): serve the --metrics address over HTTPS, with --metrics-tls-key (env MQTTD_METRICS_TLS_CERT)")
+	fs.StringVar(&f.metricsTLSKey, "metrics-tls-key", getenv("MQTTD_METRICS_TLS_KEY"), "private key `file` (PEM) of --metrics-tls-cert (env MQTTD_METRICS_TLS_KEY)")
 	f.pprof = boolFlag(getenv("MQTTD_PPROF"))
 	fs.Var(&f.pprof, "pprof", "serve /debug/pprof/ on the --metrics address too (env MQTTD_PPROF)")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
@@ -208,6 +223,7 @@ func (f cliFlags) setByFlag(key string) bool {
 		"log.format": f.logFormat != "", "auth.password_file": f.passwordFile != "", "auth.acl_file": f.aclFile != "",
 		"auth.allow_anonymous": f.allowAnonymous != "", "metrics.address": f.metricsAddr != "",
 		"metrics.token": f.metricsToken != "", "metrics.pprof": f.pprof != "",
+		"metrics.tls.cert_file": f.metricsTLSCert != "", "metrics.tls.key_file": f.metricsTLSKey != "",
 	}
 	for k, byFlag := range set {
 		if byFlag && (key == k || strings.HasPrefix(key, k+".") || strings.HasPrefix(key, k+"[")) {

@@ -20,12 +20,16 @@ import (
 	"unicode/utf8"
 
 	"mqttd"
+	"mqttd/listeners"
 )
 
 // mqttd ctl: the management API (http_api.go, http_admin.go) from a
-// terminal. It finds the broker through --api or MQTTD_API, and its
-// token in MQTTD_API_TOKEN or --token-file, never in a flag's value,
-// which other users of the machine could read in the process list.
+// terminal. It finds the broker through --api or MQTTD_API (https://
+// with --api-ca or MQTTD_API_CA to trust a certificate no system CA
+// signed), and its token in MQTTD_API_TOKEN or --token-file, or an
+// admin's password (for --user or MQTTD_API_USER) in MQTTD_API_PASSWORD
+// or --api-password-file, never in a flag's value, which other users of
+// the machine could read in the process list.
 
 // defaultAPI is where ctl looks for the broker: its default metrics
 // address.
@@ -35,7 +39,7 @@ const defaultAPI = "http://" + defaultMetricsAddress
 // for the client to be told.
 const ctlTimeout = 30 * time.Second
 
-const ctlUsage = `Usage: mqttd ctl [--api URL] [--token-file FILE] [--json] COMMAND
+const ctlUsage = `Usage: mqttd ctl [--api URL] [--api-ca FILE] [--token-file FILE | --user NAME --api-password-file FILE] [--json] COMMAND
 
 Commands:
   overview                      the broker at a glance
@@ -57,7 +61,9 @@ Commands:
   log-level LEVEL               set the log level (trace, debug, info, warn, error) until a restart
 
 The broker is found at --api URL, or MQTTD_API, or ` + defaultAPI + ` (its default --metrics address).
-A token (metrics.token) is read from MQTTD_API_TOKEN or --token-file FILE.
+An https:// URL is verified against the system's CAs, or those of --api-ca FILE (MQTTD_API_CA).
+A token (metrics.token) is read from MQTTD_API_TOKEN or --token-file FILE; or, as an admin user
+(--user NAME or MQTTD_API_USER), the password from MQTTD_API_PASSWORD or --api-password-file FILE.
 Tables are for people; --json prints the API's JSON. Exit status: 0 done, 1 an error
 (naming the URL and the HTTP status), 2 a bad command line.
 
@@ -67,14 +73,17 @@ Flags:
 // ctl is one run of mqttd ctl.
 type ctl struct {
 	api, token string
-	json       bool
-	out        io.Writer
-	client     *http.Client
+	// user and password are an admin's HTTP Basic credentials.
+	user, password string
+	json           bool
+	out            io.Writer
+	client         *http.Client
 }
 
 // ctlFlags are every command's flags, given before or after the command.
 type ctlFlags struct {
 	api, tokenFile         string
+	apiCA, user, pwFile    string
 	json, offline, discard bool
 	payload                bool
 	search                 string
@@ -97,16 +106,11 @@ func runCtl(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		c.api = cmp.Or(getenv("MQTTD_API"), defaultAPI)
 	}
 	c.api = strings.TrimSuffix(c.api, "/")
-	c.token = strings.TrimSpace(getenv("MQTTD_API_TOKEN"))
-	if f.tokenFile != "" {
-		b, err := os.ReadFile(f.tokenFile)
-		if err != nil {
-			fmt.Fprintln(stderr, "mqttd ctl: --token-file:", err)
-			return 1
-		}
-		c.token = strings.TrimSpace(string(b))
+	err = c.credentials(f, getenv)
+	if err == nil {
+		err = c.run(f)
 	}
-	if err := c.run(f); err != nil {
+	if err != nil {
 		var u *usageError
 		fmt.Fprintln(stderr, "mqttd ctl:", err)
 		if errors.As(err, &u) {
@@ -115,6 +119,60 @@ func runCtl(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return 1
 	}
 	return 0
+}
+
+// credentials sets up the client for f: the CA to trust, and the token
+// or the user and password, from the environment or files.
+func (c *ctl) credentials(f ctlFlags, getenv func(string) string) error {
+	if ca := cmp.Or(f.apiCA, getenv("MQTTD_API_CA")); ca != "" {
+		tc, err := listeners.ClientTLS(ca, "", "", "", nil, false)
+		if err != nil {
+			return fmt.Errorf("--api-ca: %w", err)
+		}
+		c.client.Transport = &http.Transport{TLSClientConfig: tc, Proxy: http.ProxyFromEnvironment}
+	}
+	var err error
+	c.token, err = secret(getenv("MQTTD_API_TOKEN"), f.tokenFile, "--token-file")
+	if err != nil {
+		return err
+	}
+	c.user = cmp.Or(f.user, getenv("MQTTD_API_USER"))
+	c.password, err = secret(getenv("MQTTD_API_PASSWORD"), f.pwFile, "--api-password-file")
+	switch {
+	case err != nil:
+		return err
+	case c.user == "" && c.password != "":
+		return &usageError{"a password without a user: set --user or MQTTD_API_USER"}
+	case c.user != "" && c.password == "":
+		return &usageError{"user " + strconv.Quote(c.user) + " without a password: set MQTTD_API_PASSWORD or --api-password-file"}
+	case c.user != "" && c.token != "":
+		return &usageError{"both a token and a user: give one"}
+	}
+	return nil
+}
+
+// secret is the value of a variable, or the first line of file when one
+// is given (flag names it in errors).
+func secret(env, file, flag string) (string, error) {
+	if file == "" {
+		return strings.TrimSpace(env), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flag, err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimSpace(line), nil
+}
+
+// authorize adds the credentials to req.
+func (c *ctl) authorize(req *http.Request) {
+	switch {
+	case c.token != "":
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	case c.user != "":
+		req.SetBasicAuth(c.user, c.password)
+	}
 }
 
 // usageError is a bad command line.
@@ -129,6 +187,9 @@ func parseCtlFlags(args []string, stderr io.Writer) (ctlFlags, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.api, "api", "", "the broker's management `URL` (env MQTTD_API; default "+defaultAPI+")")
 	fs.StringVar(&f.tokenFile, "token-file", "", "read the API token from `FILE` (else env MQTTD_API_TOKEN)")
+	fs.StringVar(&f.apiCA, "api-ca", "", "trust the CA certificates in `FILE` (PEM) for an https:// API, a self-signed one say (env MQTTD_API_CA)")
+	fs.StringVar(&f.user, "user", "", "log in as the admin user `NAME` (env MQTTD_API_USER), its password from MQTTD_API_PASSWORD or --api-password-file")
+	fs.StringVar(&f.pwFile, "api-password-file", "", "read the --user's password from the first line of `FILE` (else env MQTTD_API_PASSWORD)")
 	fs.BoolVar(&f.json, "json", false, "print the API's JSON")
 	fs.StringVar(&f.search, "search", "", "clients: those whose client id or username contains `TEXT`")
 	fs.BoolVar(&f.offline, "offline", false, "clients: the offline sessions only")
@@ -259,9 +320,7 @@ func (c *ctl) call(method, path string) ([]byte, error) {
 		return nil, err
 	}
 	req.Header.Set(actionHeader, "1")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
+	c.authorize(req)
 	resp, err := c.client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w%s", method, u, err, refusedHint(err))

@@ -22,9 +22,7 @@ func (c *ctl) watch(filter string, count int) error {
 	if err != nil {
 		return err
 	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
+	c.authorize(req)
 	// No timeout: the stream lasts as long as the watch.
 	resp, err := (&http.Client{Transport: c.client.Transport}).Do(req)
 	if err != nil {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,7 +30,9 @@ import (
 // JSON API under /api/v1/ (its reads in http_api.go, its actions in
 // http_admin.go) and, with metrics.pprof, the profiles under
 // /debug/pprof/, which show what clients do and cost the broker CPU, so
-// they need metrics.token unless the address is loopback.
+// they need metrics.token or an admin's password (http_login.go) unless
+// the address is loopback. With metrics.tls all of it is served over
+// HTTPS.
 
 // Pages of the JSON API: ?limit=N items (defaultPage when not given, at
 // most maxPage) after ?after=CURSOR.
@@ -49,8 +53,11 @@ type httpOptions struct {
 	// and pprof.
 	token string
 	// exposed is set when the address is not a loopback one: without a
-	// token the API and pprof are then not served at all.
+	// token, or an admin's password over TLS, the API and pprof are then
+	// not served at all.
 	exposed bool
+	// logins checks admins' passwords (HTTP Basic); nil: none are taken.
+	logins *apiLogins
 	// reload does what SIGHUP does (POST /api/v1/reload); nil: the
 	// action answers 501.
 	reload func() error
@@ -62,16 +69,32 @@ type httpOptions struct {
 }
 
 // httpOptionsFor decides from the address listened on (the one bound,
-// so that a host name or :port is judged by what it became) and returns
-// a warning for the log when the API cannot be used as configured.
-func httpOptionsFor(addr net.Addr, mc metricsConfig) (o httpOptions, warning string) {
+// so that a host name or :port is judged by what it became) and the files
+// loaded (nil: none), and returns a warning for the log when the API
+// cannot be used as configured.
+func httpOptionsFor(addr net.Addr, mc metricsConfig, f *httpFiles) (o httpOptions, warning string) {
 	ta, ok := addr.(*net.TCPAddr)
 	o = httpOptions{pprof: mc.PProf, token: mc.Token, exposed: !ok || !ta.IP.IsLoopback()}
-	if o.exposed && o.token == "" {
-		warning = "the metrics address is not a loopback address and metrics.token is not set: " +
-			"/api/v1/ and /debug/pprof/ answer 403; /metrics, /healthz and /readyz are open to whoever can reach it"
+	if f != nil {
+		o.logins = f.logins
 	}
-	return o, warning
+	if !o.exposed || o.token != "" {
+		return o, ""
+	}
+	switch {
+	case o.logins == nil:
+		warning = "the metrics address is not a loopback address and neither metrics.token nor auth.password_file " +
+			"with auth.acl_file (admins) is set: /api/v1/ and /debug/pprof/ answer 403"
+	case f.tls == nil:
+		warning = "the metrics address is not a loopback address, metrics.token is not set and admins' passwords " +
+			"are not taken over plain HTTP: /api/v1/ and /debug/pprof/ answer 403 until metrics.tls is set"
+	case len(o.logins.acl.Admins()) == 0:
+		warning = "the metrics address is not a loopback address, metrics.token is not set and auth.acl_file gives " +
+			"nobody the admin role (a line admin in a user's section): nobody can use /api/v1/ and /debug/pprof/"
+	default:
+		return o, ""
+	}
+	return o, warning + "; /metrics, /healthz and /readyz are open to whoever can reach it"
 }
 
 // newHTTPHandler serves the endpoints of the metrics address.
@@ -114,29 +137,94 @@ func newGuard(o httpOptions) *guard {
 	return &guard{httpOptions: o, tokenSum: sha256.Sum256([]byte(o.token))}
 }
 
+// whoKey is the context key of who a request let through is: the
+// username, "token" or "loopback".
+type whoKey struct{}
+
+// who is who sent r, as admit named them.
+func who(r *http.Request) string {
+	w, _ := r.Context().Value(whoKey{}).(string)
+	return w
+}
+
 func (g *guard) wrap(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case g.token != "":
-			if !g.tokenGiven(r) {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="mqttd"`)
-				writeError(w, http.StatusUnauthorized, "this needs the token of metrics.token: Authorization: Bearer TOKEN")
-				return
-			}
-		case g.exposed:
-			writeError(w, http.StatusForbidden, "not served: the metrics address is not a loopback address and "+
-				"metrics.token (--metrics-token, MQTTD_METRICS_TOKEN) is not set")
-			return
-		case !loopbackHost(r.Host):
-			// A web page whose host name its DNS turns into 127.0.0.1
-			// (DNS rebinding) would otherwise read the API through the
-			// browser of someone on this machine.
-			writeError(w, http.StatusForbidden, "Host %q is not localhost or a loopback address: "+
-				"without metrics.token only requests to those are served", r.Host)
+		by, ok := g.admit(w, r)
+		if !ok {
 			return
 		}
-		h(w, r)
+		h(w, r.WithContext(context.WithValue(r.Context(), whoKey{}, by)))
 	})
+}
+
+// admit decides whether r may use the API and says who sent it, or
+// answers it: a token (metrics.token), an admin's password (HTTP Basic,
+// over TLS or on loopback only), or, on a loopback address without a
+// token set, nothing but a Host naming this machine.
+func (g *guard) admit(w http.ResponseWriter, r *http.Request) (by string, ok bool) {
+	scheme, _, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	basic := g.logins != nil && basicAllowed(g.exposed, r.TLS)
+	switch {
+	case strings.EqualFold(scheme, "Basic") && g.logins != nil:
+		if !basic {
+			writeError(w, http.StatusForbidden, "a password over plain HTTP on a network address is refused (it crosses the "+
+				"network in clear): set metrics.tls (--metrics-tls-cert, --metrics-tls-key), or use metrics.token")
+			return "", false
+		}
+		user, password, _ := r.BasicAuth()
+		if code, why := g.logins.login(r, user, password); code != 0 {
+			if code == http.StatusUnauthorized {
+				g.challenge(w, basic)
+			}
+			writeError(w, code, "%s", why)
+			return "", false
+		}
+		return user, true
+	case g.token != "" && g.tokenGiven(r):
+		return "token", true
+	case g.token != "" || g.exposed && basic:
+		g.challenge(w, basic)
+		writeError(w, http.StatusUnauthorized, "this needs %s", g.credentials(basic))
+		return "", false
+	case g.exposed:
+		why := "metrics.token (--metrics-token, MQTTD_METRICS_TOKEN) is not set"
+		if g.logins != nil {
+			why += ", and admins' passwords are taken only over TLS (metrics.tls)"
+		}
+		writeError(w, http.StatusForbidden, "not served: the metrics address is not a loopback address and %s", why)
+		return "", false
+	case !loopbackHost(r.Host):
+		// A web page whose host name its DNS turns into 127.0.0.1
+		// (DNS rebinding) would otherwise read the API through the
+		// browser of someone on this machine.
+		writeError(w, http.StatusForbidden, "Host %q is not localhost or a loopback address: "+
+			"without metrics.token only requests to those are served", r.Host)
+		return "", false
+	}
+	return "loopback", true
+}
+
+// challenge names the credentials a 401 asks for; a browser asks its
+// user for a Basic one itself.
+func (g *guard) challenge(w http.ResponseWriter, basic bool) {
+	if g.token != "" {
+		w.Header().Add("WWW-Authenticate", `Bearer realm="mqttd"`)
+	}
+	if basic {
+		w.Header().Add("WWW-Authenticate", `Basic realm="mqttd", charset="UTF-8"`)
+	}
+}
+
+// credentials says in words what a 401 asks for.
+func (g *guard) credentials(basic bool) string {
+	var what []string
+	if g.token != "" {
+		what = append(what, "the token of metrics.token: Authorization: Bearer TOKEN")
+	}
+	if basic {
+		what = append(what, "the user name and password of an admin (auth.password_file, a line admin in auth.acl_file): HTTP Basic")
+	}
+	return strings.Join(what, ", or ")
 }
 
 // tokenGiven compares the request's bearer token with the configured one
@@ -197,13 +285,14 @@ func writeError(w http.ResponseWriter, code int, format string, args ...any) {
 
 // serveHTTP serves the metrics address, when one is configured, and
 // returns the server (nil without an address) and the address it bound;
-// reload is what POST /api/v1/reload does.
-func serveHTTP(mc metricsConfig, srv *mqttd.Server, reg *prometheus.Registry, log zerolog.Logger, reload func() error) (*http.Server, net.Addr, error) {
+// f are the files loadHTTPFiles loaded (nil: none), and reload is what
+// POST /api/v1/reload does.
+func serveHTTP(mc metricsConfig, f *httpFiles, srv *mqttd.Server, reg *prometheus.Registry, log zerolog.Logger, reload func() error) (*http.Server, net.Addr, error) {
 	l, err := listenMetrics(mc.Address, defaultMetricsAddress, log)
 	if l == nil {
 		return nil, nil, err
 	}
-	o, warning := httpOptionsFor(l.Addr(), mc)
+	o, warning := httpOptionsFor(l.Addr(), mc, f)
 	stopping := make(chan struct{})
 	o.reload, o.log, o.stopping = reload, log, stopping
 	if warning != "" {
@@ -216,7 +305,11 @@ func serveHTTP(mc metricsConfig, srv *mqttd.Server, reg *prometheus.Registry, lo
 	if idle == 0 {
 		idle = defaultHTTPIdleTimeout
 	}
-	ll := newLimitListener(l, maxConns, reg, log)
+	var ll net.Listener = newLimitListener(l, maxConns, reg, log)
+	if f != nil && f.tls != nil {
+		// The server's ReadHeaderTimeout bounds the handshake too.
+		ll = tls.NewListener(ll, f.tls.Config())
+	}
 	hs := &http.Server{
 		Handler:           newHTTPHandler(srv, reg, o),
 		ReadHeaderTimeout: httpReadTimeout,
@@ -241,6 +334,8 @@ func (f cliFlags) applyMetrics(mc *metricsConfig) error {
 		mc.Address = ""
 	}
 	setIf(&mc.Token, f.metricsToken)
+	setIf(&mc.TLS.CertFile, f.metricsTLSCert)
+	setIf(&mc.TLS.KeyFile, f.metricsTLSKey)
 	if f.pprof != "" {
 		on, err := strconv.ParseBool(string(f.pprof))
 		if err != nil {

@@ -17,12 +17,14 @@ import (
 // The JSON API's actions (POST, PUT, DELETE under /api/v1/): they change
 // what the broker holds, so besides what a read needs (guard.wrap) each
 // must not be something a web page can make a visitor's browser send
-// (CSRF). With a token, the Authorization header is that proof: a page
+// (CSRF). With the token, the Authorization header is that proof: a page
 // on another site cannot add it without the API answering a CORS
-// preflight, which it never does. Without one (a loopback address), the
-// request must carry actionHeader, which likewise needs a preflight,
-// and an Origin header, when sent, must name the host the request was
-// sent to. Every action taken is logged at info.
+// preflight, which it never does. Otherwise (on loopback without
+// credentials, or with an admin's password, which a browser sends by
+// itself once given) the request must carry actionHeader, which likewise
+// needs a preflight, and an Origin header, when sent, must name the host
+// the request was sent to. Every action taken is logged at info with who
+// took it: the admin's username, "token" or "loopback".
 
 // actionHeader is the header an action carries when no token is set.
 const actionHeader = "X-Mqttd-Action"
@@ -123,7 +125,7 @@ func setLogLevel(r *http.Request) (string, error) {
 func (g *guard) action(do func(r *http.Request) (string, error)) http.Handler {
 	return g.wrap(func(w http.ResponseWriter, r *http.Request) {
 		if why := g.crossSite(r); why != "" {
-			g.log.Info().Str("method", r.Method).Str("path", r.URL.Path).Str("remote", r.RemoteAddr).
+			g.log.Info().Str("method", r.Method).Str("path", r.URL.Path).Str("remote", r.RemoteAddr).Str("by", who(r)).
 				Str("refused", why).Msg("API action refused")
 			writeError(w, http.StatusForbidden, "%s", why)
 			return
@@ -133,7 +135,7 @@ func (g *guard) action(do func(r *http.Request) (string, error)) http.Handler {
 			writeError(w, actionStatus(err), "%v", err)
 			return
 		}
-		g.log.Info().Str("remote", r.RemoteAddr).Bool("token", g.token != "").Msg("API: " + did)
+		g.log.Info().Str("remote", r.RemoteAddr).Str("by", who(r)).Msg("API: " + did)
 		writeJSON(w, http.StatusOK, struct {
 			Done string `json:"done"`
 		}{did})
@@ -149,8 +151,11 @@ func (g *guard) crossSite(r *http.Request) string {
 			return fmt.Sprintf("Origin %q is not this API's (Host %q): actions are not served to other sites", origin, r.Host)
 		}
 	}
-	if g.token == "" && r.Header.Get(actionHeader) == "" {
-		return "an action needs the header " + actionHeader + ": 1 when metrics.token is not set " +
+	// A browser sends a Basic password it was given by itself, with any
+	// request to the address, even one a page on another site makes: only
+	// the token is proof that the request is not such a page's.
+	if who(r) != "token" && r.Header.Get(actionHeader) == "" {
+		return "an action needs the header " + actionHeader + ": 1 unless it carries metrics.token " +
 			"(so that a web page cannot send it from a visitor's browser)"
 	}
 	return ""

@@ -91,7 +91,7 @@ func TestHTTPActions(t *testing.T) {
 		t.Fatalf("after the kick: %+v %v, want the session offline", st, ok)
 	}
 	if line := log.String(); !strings.Contains(line, `"message":"API: disconnected client \"dev/1\""`) ||
-		!strings.Contains(line, `"token":false`) || !strings.Contains(line, `"remote":"127.0.0.1:`) {
+		!strings.Contains(line, `"by":"loopback"`) || !strings.Contains(line, `"remote":"127.0.0.1:`) {
 		t.Errorf("the action's log line: %s", line)
 	}
 	act(t, "POST", api+"/clients/dev%2F1/disconnect", 409)

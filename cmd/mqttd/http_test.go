@@ -442,7 +442,7 @@ func TestHTTPOptionsFor(t *testing.T) {
 		{&net.TCPAddr{IP: net.IPv4(192, 168, 1, 10), Port: 9183}, "", true, true},
 		{&net.TCPAddr{IP: net.IPv4(192, 168, 1, 10), Port: 9183}, "t", true, false},
 	} {
-		o, warning := httpOptionsFor(tc.addr, metricsConfig{Token: tc.token, PProf: true})
+		o, warning := httpOptionsFor(tc.addr, metricsConfig{Token: tc.token, PProf: true}, nil)
 		if o.exposed != tc.exposed || (warning != "") != tc.warns || o.token != tc.token || !o.pprof {
 			t.Errorf("%s (token %q): %+v, warning %q", tc.addr, tc.token, o, warning)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -37,6 +38,9 @@ func (mc metricsConfig) validate() error {
 	}
 	if mc.IdleTimeout < 0 {
 		return fmt.Errorf("metrics.idle_timeout: %s: want a duration (0: %s)", mc.IdleTimeout, defaultHTTPIdleTimeout)
+	}
+	if (mc.TLS.CertFile == "") != (mc.TLS.KeyFile == "") {
+		return errors.New("metrics.tls: cert_file and key_file go together (--metrics-tls-cert, --metrics-tls-key)")
 	}
 	return nil
 }

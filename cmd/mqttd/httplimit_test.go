@@ -23,7 +23,7 @@ import (
 func serveMetrics(t *testing.T, b *broker, mc metricsConfig) string {
 	t.Helper()
 	mc.Address = "127.0.0.1:0"
-	hs, addr, err := serveHTTP(mc, b.srv, b.reg, zerolog.Nop(), nil)
+	hs, addr, err := serveHTTP(mc, nil, b.srv, b.reg, zerolog.Nop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,8 +99,13 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 		log.Error().Err(err).Msg("cannot listen")
 		return 1
 	}
-	rl := &reloader{srv: srv, flags: f, running: cfg, log: log}
-	metricsSrv, metricsAddr, err := serveHTTP(cfg.Metrics, srv, reg, log, func() error { return rl.reload("an API request") })
+	files, err := loadHTTPFiles(cfg.Metrics, cfg.Auth.AuthConfig, reg, log)
+	if err != nil {
+		log.Error().Err(err).Msg("cannot serve metrics")
+		return 1
+	}
+	rl := &reloader{srv: srv, flags: f, running: cfg, log: log, http: files}
+	metricsSrv, metricsAddr, err := serveHTTP(cfg.Metrics, files, srv, reg, log, func() error { return rl.reload("an API request") })
 	if err != nil {
 		log.Error().Err(err).Str("address", cfg.Metrics.Address).Msg("cannot serve metrics")
 		return 1
@@ -174,8 +179,12 @@ func banner(w io.Writer, srv *mqttd.Server, cfg config, configFile string, newSt
 		}
 	}
 	if cfg.Metrics.Address != "" {
-		fmt.Fprintf(w, "  metrics on http://%s/metrics\n", cfg.Metrics.Address)
-		fmt.Fprintf(w, "  dashboard on http://%s/\n", cfg.Metrics.Address)
+		scheme := "http"
+		if cfg.Metrics.TLS.CertFile != "" {
+			scheme = "https"
+		}
+		fmt.Fprintf(w, "  metrics on %s://%s/metrics\n", scheme, cfg.Metrics.Address)
+		fmt.Fprintf(w, "  dashboard on %s://%s/\n", scheme, cfg.Metrics.Address)
 	}
 	durability := cfg.Durability
 	if durability == "" {

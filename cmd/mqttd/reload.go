@@ -28,6 +28,9 @@ type reloader struct {
 	// names them again until the restart.
 	running config
 	log     zerolog.Logger
+	// http are the metrics address's certificate and login files, read
+	// again with the broker's; nil: none.
+	http *httpFiles
 }
 
 // reload returns what failed: the files the broker read again, or the
@@ -42,6 +45,10 @@ func (r *reloader) reload(on string) error {
 		errs = append(errs, err)
 	} else {
 		r.log.Info().Msg("reloaded the password and ACL files and the listeners' certificates on " + on)
+	}
+	if err := r.http.reload(); err != nil {
+		r.log.Error().Err(err).Msg("reload of the metrics address's files on " + on + " failed")
+		errs = append(errs, err)
 	}
 	if r.flags.config == "" {
 		return errors.Join(errs...)

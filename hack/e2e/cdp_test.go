@@ -25,6 +25,9 @@ type browserPage struct {
 	t    *testing.T
 	conn *websocket.Conn
 	id   int
+	// onEvent, when set, is given the events that arrive while a
+	// command waits for its result (the test's calls poll often).
+	onEvent func(method string, params json.RawMessage)
 }
 
 // openPage starts Chromium on url with its DevTools protocol on a port
@@ -91,18 +94,26 @@ func openPage(t *testing.T, bin, url string) *browserPage {
 	return &browserPage{t: t, conn: conn}
 }
 
+// send sends a DevTools command without waiting for its result, and
+// returns its id.
+func (p *browserPage) send(method string, params any) (int, error) {
+	p.id++
+	p.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	return p.id, p.conn.WriteJSON(map[string]any{"id": p.id, "method": method, "params": params})
+}
+
 // call sends a DevTools command and decodes its result into result.
 func (p *browserPage) call(method string, params, result any) error {
-	p.id++
-	id := p.id
-	p.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if err := p.conn.WriteJSON(map[string]any{"id": id, "method": method, "params": params}); err != nil {
+	id, err := p.send(method, params)
+	if err != nil {
 		return err
 	}
 	p.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	for {
 		var msg struct {
 			ID     int             `json:"id"`
+			Method string          `json:"method"`
+			Params json.RawMessage `json:"params"`
 			Result json.RawMessage `json:"result"`
 			Error  *struct {
 				Message string `json:"message"`
@@ -111,7 +122,10 @@ func (p *browserPage) call(method string, params, result any) error {
 		if err := p.conn.ReadJSON(&msg); err != nil {
 			return err
 		}
-		if msg.ID != id { // an event
+		if msg.Method != "" && p.onEvent != nil {
+			p.onEvent(msg.Method, msg.Params)
+		}
+		if msg.ID != id { // an event, or the result of a command sent
 			continue
 		}
 		if msg.Error != nil {
@@ -192,4 +206,39 @@ func (p *browserPage) screenshot(dir, name string) {
 		p.t.Fatal(err)
 	}
 	p.t.Logf("screenshot: %s", path)
+}
+
+// answerLogins has the browser answer the HTTP authentication challenges
+// of requests to URLs matching pattern with user and password, as its
+// user would in the browser's own prompt (which headless Chromium does
+// not show); the other requests it lets through unchanged.
+func (p *browserPage) answerLogins(pattern, user, password string) {
+	p.t.Helper()
+	p.onEvent = func(method string, params json.RawMessage) {
+		var ev struct {
+			RequestID string `json:"requestId"`
+		}
+		if json.Unmarshal(params, &ev) != nil || ev.RequestID == "" {
+			return
+		}
+		switch method {
+		case "Fetch.requestPaused":
+			p.send("Fetch.continueRequest", map[string]any{"requestId": ev.RequestID})
+		case "Fetch.authRequired":
+			p.send("Fetch.continueWithAuth", map[string]any{"requestId": ev.RequestID, "authChallengeResponse": map[string]any{
+				"response": "ProvideCredentials", "username": user, "password": password}})
+		}
+	}
+	if err := p.call("Fetch.enable", map[string]any{"handleAuthRequests": true,
+		"patterns": []map[string]any{{"urlPattern": pattern}}}, nil); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// navigate loads url in the page.
+func (p *browserPage) navigate(url string) {
+	p.t.Helper()
+	if err := p.call("Page.navigate", map[string]any{"url": url}, nil); err != nil {
+		p.t.Fatal(err)
+	}
 }

@@ -252,6 +252,48 @@ func TestDashboardToken(t *testing.T) {
 	p.screenshot(t.ArtifactDir(), "dashboard-token")
 }
 
+// TestDashboardAdmin: with a token set and an admin in the password and
+// ACL files, the API's 401 challenges the browser for a Basic login; the
+// admin's user name and password, given to the browser as its user would
+// give them in its own prompt, let the dashboard show the clients and act
+// (a kick), with no token entered in the page.
+func TestDashboardAdmin(t *testing.T) {
+	bin := chromium(t)
+	mqttd := buildMQTTD(t)
+	dir := t.TempDir()
+	passwords, acl := filepath.Join(dir, "passwords"), filepath.Join(dir, "acl")
+	if out, err := exec.Command(mqttd, "passwd", "-c", "-b", passwords, "ann", "s3cret").CombinedOutput(); err != nil {
+		t.Fatalf("mqttd passwd: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(acl, []byte("user ann\nadmin\ntopic #\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := startMQTTD(t, mqttd, false, "--password-file", passwords, "--acl-file", acl, "--metrics-token", "unused-T0ken")
+	lost := make(chan error, 1)
+	pahoLogin(t, b.tcp, "adm-dev", "ann", "s3cret", lost)
+
+	p := openPage(t, bin, "about:blank")
+	p.answerLogins("*/api/v1/*", "ann", "s3cret")
+	p.navigate("http://" + b.api + "/")
+	waitClients(t, p, "adm-dev")
+	if kept := p.text(`String(sessionStorage.getItem('mqttd-token'))`); kept != "null" {
+		t.Errorf("sessionStorage keeps a token %q: the page was let in by the Basic login", kept)
+	}
+	clickTwice(t, p, `document.querySelector('#clients tr[data-id="adm-dev"] button.kick')`, "kick", lost)
+	// Polled through the page, whose requests wait for answerLogins
+	// while no command is under way.
+	testutil.WaitWithin(t, 10*time.Second, "the kick to end adm-dev's connection and the page to say so", func() bool {
+		said := strings.Contains(p.text(statusText), `disconnected client "adm-dev"`)
+		select {
+		case <-lost:
+			lost = nil
+		default:
+		}
+		return said && lost == nil
+	})
+	p.screenshot(t.ArtifactDir(), "dashboard-admin")
+}
+
 // TestDashboardLogin: the watch panel asks for a username and password
 // when the WebSocket listener refuses it without them, and subscribes
 // with the ones given; a dead letter (a message nobody subscribed to) is
