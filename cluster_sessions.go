@@ -8,7 +8,6 @@ import (
 
 	"mqttd/cluster"
 	"mqttd/persistence"
-	"mqttd/session"
 )
 
 // Replicated sessions (cluster.sessions: replicated; the store is
@@ -172,7 +171,7 @@ func (s *Server) restoreOne(ss *persistence.SessionState, msgs map[uint64]*persi
 		}
 		return false
 	}
-	cl, expired := s.clientFrom(ss, msgs, now)
+	cl, expired := s.clientFrom(ss, restoredMessages(msgs), now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.clients[id] != nil {
@@ -301,52 +300,6 @@ func (s *Server) takeDeadSession(node *cluster.Node, js *cluster.SessionStore, o
 	var b persistence.Batch
 	b.DeleteSession(o.ID)
 	return s.restoreOne(st, fresh, &b)
-}
-
-// clientFrom makes a session, not yet in the registry, from a stored one:
-// its subscriptions in the trie, its entries (the oldest sent again with
-// DUP), its inbound QoS 2 ids. The entries of expired messages are left
-// out and returned, for the store to drop.
-func (s *Server) clientFrom(ss *persistence.SessionState, msgs map[uint64]*persistence.Message, now time.Time) (*client, []uint64) {
-	var expired []uint64
-	id := ss.Session.ID
-	cl := &client{id: id, sess: session.New(id, s.sessionLimits(id))}
-	cl.who.Store(restoredWho(ss))
-	for _, sub := range ss.Subscriptions {
-		isNew, err := s.addSubscription(sub.Filter, cl, subOptsOf(sub))
-		if err != nil {
-			s.log.Warn().Err(err).Str("client_id", id).Str("filter", sub.Filter).Msg("stored subscription not restored")
-			continue
-		}
-		cl.sess.Subscribe(session.Subscription{Filter: sub.Filter, Options: sub.Options, ID: sub.ID})
-		if isNew {
-			s.stats.subscriptions.Add(1)
-		}
-	}
-	dup := s.opts.Limits.MaxInflight
-	for _, o := range ss.Outbound {
-		e := session.Outbound{Seq: o.Seq, QoS: o.QoS, Retain: o.Retain, SubIDs: o.SubIDs, Released: o.Released}
-		if !o.Released {
-			pm := msgs[o.MessageID]
-			if pm == nil {
-				expired = append(expired, o.Seq)
-				continue
-			}
-			if e.Msg = restoredMessage(pm); e.Msg.Expired(now) {
-				expired = append(expired, o.Seq)
-				continue
-			}
-			if o.QoS > 0 && dup > 0 {
-				e.Dup = true
-				dup--
-			}
-		}
-		cl.sess.Restore(e, &s.queueBudget)
-	}
-	for _, pid := range ss.AwaitingRel {
-		cl.sess.ReceiveQoS2(pid)
-	}
-	return cl, expired
 }
 
 // adoptReplicated takes c's session from the replicated store, where a

@@ -72,39 +72,11 @@ func (s *Server) restore() error {
 			}
 			continue
 		}
-		cl := &client{id: id, sess: session.New(id, s.sessionLimits(id)), stored: true}
-		cl.who.Store(restoredWho(ss))
+		cl, expired := s.clientFrom(ss, msg, now)
+		cl.stored = true
 		cl.sess.SetExpireAt(at)
-		for _, sub := range ss.Subscriptions {
-			isNew, err := s.addSubscription(sub.Filter, cl, subOptsOf(sub))
-			if err != nil {
-				s.log.Warn().Err(err).Str("client_id", id).Str("filter", sub.Filter).Msg("stored subscription not restored")
-				continue
-			}
-			cl.sess.Subscribe(session.Subscription{Filter: sub.Filter, Options: sub.Options, ID: sub.ID})
-			if isNew {
-				s.stats.subscriptions.Add(1)
-			}
-		}
-		// The oldest entries may have been sent before the broker stopped:
-		// they go again with DUP, as after a reconnect.
-		dup := s.opts.Limits.MaxInflight
-		for _, o := range ss.Outbound {
-			e := session.Outbound{Seq: o.Seq, QoS: o.QoS, Retain: o.Retain, SubIDs: o.SubIDs, Released: o.Released}
-			if !o.Released {
-				if e.Msg = msg(o.MessageID); e.Msg == nil || e.Msg.Expired(now) {
-					gone.DeleteOutbound(id, o.Seq)
-					continue
-				}
-				if o.QoS > 0 && dup > 0 {
-					e.Dup = true
-					dup--
-				}
-			}
-			cl.sess.Restore(e, &s.queueBudget)
-		}
-		for _, pid := range ss.AwaitingRel {
-			cl.sess.ReceiveQoS2(pid)
+		for _, seq := range expired {
+			gone.DeleteOutbound(id, seq)
 		}
 		s.clients[id] = cl
 		s.stats.sessions.Add(1)
@@ -162,4 +134,65 @@ func restoredMessage(pm *persistence.Message) *session.Message {
 	m.Expiry = pm.Expiry
 	m.SetStoreID(pm.ID)
 	return m
+}
+
+// clientFrom makes a session, not yet in the registry, from a stored one:
+// its subscriptions in the trie, its entries, its inbound QoS 2 ids. The
+// oldest entries may have been sent before: they go again with DUP, as
+// after a reconnect. msg gives an entry's message (nil: none); the
+// entries of messages missing or expired are left out and returned, for
+// the store to drop.
+func (s *Server) clientFrom(ss *persistence.SessionState, msg func(id uint64) *session.Message, now time.Time) (*client, []uint64) {
+	var expired []uint64
+	id := ss.Session.ID
+	cl := &client{id: id, sess: session.New(id, s.sessionLimits(id))}
+	cl.who.Store(restoredWho(ss))
+	for _, sub := range ss.Subscriptions {
+		isNew, err := s.addSubscription(sub.Filter, cl, subOptsOf(sub))
+		if err != nil {
+			s.log.Warn().Err(err).Str("client_id", id).Str("filter", sub.Filter).Msg("stored subscription not restored")
+			continue
+		}
+		cl.sess.Subscribe(session.Subscription{Filter: sub.Filter, Options: sub.Options, ID: sub.ID})
+		if isNew {
+			s.stats.subscriptions.Add(1)
+		}
+	}
+	dup := s.opts.Limits.MaxInflight
+	for _, o := range ss.Outbound {
+		e := session.Outbound{Seq: o.Seq, QoS: o.QoS, Retain: o.Retain, SubIDs: o.SubIDs, Released: o.Released}
+		if !o.Released {
+			if e.Msg = msg(o.MessageID); e.Msg == nil || e.Msg.Expired(now) {
+				expired = append(expired, o.Seq)
+				continue
+			}
+			if o.QoS > 0 && dup > 0 {
+				e.Dup = true
+				dup--
+			}
+		}
+		cl.sess.Restore(e, &s.queueBudget)
+	}
+	for _, pid := range ss.AwaitingRel {
+		cl.sess.ReceiveQoS2(pid)
+	}
+	return cl, expired
+}
+
+// restoredMessages gives the messages of msgs as the broker holds them,
+// one for each id however many entries refer to it.
+func restoredMessages(msgs map[uint64]*persistence.Message) func(id uint64) *session.Message {
+	made := make(map[uint64]*session.Message, len(msgs))
+	return func(id uint64) *session.Message {
+		if m, ok := made[id]; ok {
+			return m
+		}
+		pm := msgs[id]
+		if pm == nil {
+			return nil
+		}
+		m := restoredMessage(pm)
+		made[id] = m
+		return m
+	}
 }
