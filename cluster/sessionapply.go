@@ -30,16 +30,16 @@ func (s *SessionStore) Apply(b *persistence.Batch) error {
 	tx := sessionTx{s: s, at: make(map[string]int)}
 	for i := range b.Ops {
 		if err := tx.apply(&b.Ops[i]); err != nil {
-			tx.rollback()
+			tx.Rollback()
 			return err
 		}
 	}
 	if err := tx.writeRecords(); err != nil {
-		tx.rollback()
+		tx.Rollback()
 		return err
 	}
 	if err := s.write(tx.out, &tx.local); err != nil {
-		tx.rollback()
+		tx.Rollback()
 		return err
 	}
 	tx.collect()
@@ -65,11 +65,10 @@ func (s *SessionStore) write(out []stateMsg, local *persistence.Batch) error {
 	return errors.Join(err, localErr)
 }
 
-// sessionTx is one batch being applied to the index. Every change pushes
-// what reverts it.
+// sessionTx is one batch being applied to the index (Undo reverts it).
 type sessionTx struct {
-	s    *SessionStore
-	undo []func()
+	persistence.Undo
+	s *SessionStore
 	// out is what the batch writes to the stream, one message per
 	// subject: at maps a subject to its message's index, and a later
 	// write of the subject replaces the earlier.
@@ -83,12 +82,6 @@ type sessionTx struct {
 	// released are the messages whose count went down, or that were put:
 	// those at 0 at the end of the batch are dropped then.
 	released []uint64
-}
-
-func (tx *sessionTx) rollback() {
-	for i := len(tx.undo) - 1; i >= 0; i-- {
-		tx.undo[i]()
-	}
 }
 
 func (tx *sessionTx) collect() {
@@ -135,27 +128,27 @@ func (tx *sessionTx) apply(op *persistence.Op) error {
 	case persistence.OpPutSubscription:
 		sub := op.Subscription
 		sub.Filter = strings.Clone(sub.Filter)
-		setUndo(tx, ss.rec.subs, sub.Filter, sub, true)
+		persistence.SetUndo(&tx.Undo, ss.rec.subs, sub.Filter, sub, true)
 		tx.markDirty(op.SessionID)
 	case persistence.OpDeleteSubscription:
 		if _, ok := ss.rec.subs[op.Filter]; ok {
-			setUndo(tx, ss.rec.subs, op.Filter, persistence.Subscription{}, false)
+			persistence.SetUndo(&tx.Undo, ss.rec.subs, op.Filter, persistence.Subscription{}, false)
 			tx.markDirty(op.SessionID)
 		}
 	case persistence.OpPutOutbound:
 		return tx.putOutbound(ss, op.Outbound)
 	case persistence.OpDeleteOutbound:
 		if old, ok := ss.entries[op.Seq]; ok {
-			setUndo(tx, ss.entries, op.Seq, persistence.Outbound{}, false)
+			persistence.SetUndo(&tx.Undo, ss.entries, op.Seq, persistence.Outbound{}, false)
 			tx.unref(old.MessageID)
 			tx.emit(ss.subj.entry(op.Seq), nil)
 		}
 	case persistence.OpPutAwaitingRel:
-		setUndo(tx, ss.rels, op.PacketID, struct{}{}, true)
+		persistence.SetUndo(&tx.Undo, ss.rels, op.PacketID, struct{}{}, true)
 		tx.emit(ss.subj.rel(op.PacketID), []byte{ssVersion})
 	case persistence.OpDeleteAwaitingRel:
 		if _, ok := ss.rels[op.PacketID]; ok {
-			setUndo(tx, ss.rels, op.PacketID, struct{}{}, false)
+			persistence.SetUndo(&tx.Undo, ss.rels, op.PacketID, struct{}{}, false)
 			tx.emit(ss.subj.rel(op.PacketID), nil)
 		}
 	case persistence.OpPutWill:
@@ -168,23 +161,6 @@ func (tx *sessionTx) apply(op *persistence.Op) error {
 		}
 	}
 	return nil
-}
-
-// setUndo sets (put) or deletes (!put) m[k] and records how to restore it.
-func setUndo[K comparable, V any](tx *sessionTx, m map[K]V, k K, v V, put bool) {
-	old, had := m[k]
-	if put {
-		m[k] = v
-	} else {
-		delete(m, k)
-	}
-	tx.undo = append(tx.undo, func() {
-		if had {
-			m[k] = old
-		} else {
-			delete(m, k)
-		}
-	})
 }
 
 func (tx *sessionTx) markDirty(id string) {
@@ -201,7 +177,7 @@ func (tx *sessionTx) putMessage(m *persistence.Message) error {
 	if err != nil {
 		return err
 	}
-	setUndo(tx, tx.s.msgs, m.ID, &storedMessage{enc: enc}, true)
+	persistence.SetUndo(&tx.Undo, tx.s.msgs, m.ID, &storedMessage{enc: enc}, true)
 	tx.released = append(tx.released, m.ID)
 	return nil
 }
@@ -214,9 +190,9 @@ func (tx *sessionTx) putSession(rec persistence.Session) {
 		// Only the record is replaced: what the session holds stays.
 		old := ss.rec.session
 		ss.rec.session = rec
-		tx.undo = append(tx.undo, func() { ss.rec.session = old })
+		tx.Push(func() { ss.rec.session = old })
 	} else {
-		setUndo(tx, tx.s.sessions, rec.ID, &storedSession{
+		persistence.SetUndo(&tx.Undo, tx.s.sessions, rec.ID, &storedSession{
 			subj:    subjectsOf(tx.s.cfg.Cluster, rec.ID),
 			rec:     sessionRec{session: rec, node: tx.s.cfg.Node, subs: make(map[string]persistence.Subscription)},
 			entries: make(map[uint64]persistence.Outbound),
@@ -235,7 +211,7 @@ func (tx *sessionTx) deleteSession(id string) {
 	if ss == nil {
 		return
 	}
-	setUndo(tx, tx.s.sessions, id, nil, false)
+	persistence.SetUndo(&tx.Undo, tx.s.sessions, id, nil, false)
 	tx.emit(ss.subj.rec(), nil)
 	for seq, o := range ss.entries {
 		tx.unref(o.MessageID)
@@ -262,7 +238,7 @@ func (tx *sessionTx) putOutbound(ss *storedSession, o persistence.Outbound) erro
 	}
 	o.SubIDs = slices.Clone(o.SubIDs)
 	old, had := ss.entries[o.Seq]
-	setUndo(tx, ss.entries, o.Seq, o, true)
+	persistence.SetUndo(&tx.Undo, ss.entries, o.Seq, o, true)
 	// The new message is counted before the old one is let go: they may
 	// be the same.
 	tx.ref(o.MessageID)
@@ -294,7 +270,7 @@ func (tx *sessionTx) putRetained(topic string, id uint64) error {
 	}
 	topic = strings.Clone(topic)
 	old, had := tx.s.retained[topic]
-	setUndo(tx, tx.s.retained, topic, id, true)
+	persistence.SetUndo(&tx.Undo, tx.s.retained, topic, id, true)
 	tx.ref(id)
 	if had {
 		tx.unref(old)
@@ -308,7 +284,7 @@ func (tx *sessionTx) deleteRetained(topic string) {
 	if !had {
 		return
 	}
-	setUndo(tx, tx.s.retained, topic, 0, false)
+	persistence.SetUndo(&tx.Undo, tx.s.retained, topic, 0, false)
 	tx.unref(old)
 	tx.local.DeleteRetained(topic)
 }
@@ -316,7 +292,7 @@ func (tx *sessionTx) deleteRetained(topic string) {
 func (tx *sessionTx) setWill(ss *storedSession, w *persistence.Will) {
 	old := ss.rec.will
 	ss.rec.will = w
-	tx.undo = append(tx.undo, func() { ss.rec.will = old })
+	tx.Push(func() { ss.rec.will = old })
 	tx.markDirty(ss.rec.session.ID)
 }
 
@@ -326,7 +302,7 @@ func (tx *sessionTx) setWill(ss *storedSession, w *persistence.Will) {
 func (tx *sessionTx) ref(id uint64) {
 	m := tx.s.msgs[id]
 	m.refs++
-	tx.undo = append(tx.undo, func() { m.refs-- })
+	tx.Push(func() { m.refs-- })
 }
 
 func (tx *sessionTx) unref(id uint64) {
@@ -335,7 +311,7 @@ func (tx *sessionTx) unref(id uint64) {
 		return // an adopted entry's (Adopt)
 	}
 	m.refs--
-	tx.undo = append(tx.undo, func() { m.refs++ })
+	tx.Push(func() { m.refs++ })
 	tx.released = append(tx.released, id)
 }
 

@@ -57,7 +57,7 @@ func (m *Memory) Apply(b *Batch) error {
 	tx := memTx{m: m}
 	for i := range b.Ops {
 		if err := tx.apply(&b.Ops[i]); err != nil {
-			tx.rollback()
+			tx.Rollback()
 			return err
 		}
 	}
@@ -111,23 +111,14 @@ func (ms *memSession) state() SessionState {
 	return st
 }
 
-// memTx is one batch being applied. Every change pushes the function that
-// reverts it, which is simpler than validating a batch in a first pass:
-// whether an op is valid depends on the ops before it (a session put or
-// deleted earlier in the same batch).
+// memTx is one batch being applied (Undo reverts it).
 type memTx struct {
-	m    *Memory
-	undo []func()
+	Undo
+	m *Memory
 	// released are the messages whose count went down, or that were put,
 	// in this batch: those still at 0 at the end are dropped then and not
 	// at once, so that a later op of the batch may still refer to them.
 	released []uint64
-}
-
-func (tx *memTx) rollback() {
-	for i := len(tx.undo) - 1; i >= 0; i-- {
-		tx.undo[i]()
-	}
 }
 
 func (tx *memTx) collect() {
@@ -171,17 +162,17 @@ func (tx *memTx) applyToSession(op *Op) error {
 	case OpPutSubscription:
 		s := op.Subscription
 		s.Filter = strings.Clone(s.Filter)
-		setUndo(tx, ms.subs, s.Filter, s, true)
+		SetUndo(&tx.Undo, ms.subs, s.Filter, s, true)
 	case OpDeleteSubscription:
-		setUndo(tx, ms.subs, op.Filter, Subscription{}, false)
+		SetUndo(&tx.Undo, ms.subs, op.Filter, Subscription{}, false)
 	case OpPutOutbound:
 		return tx.putOutbound(ms, op.Outbound)
 	case OpDeleteOutbound:
 		tx.deleteOutbound(ms, op.Seq)
 	case OpPutAwaitingRel:
-		setUndo(tx, ms.rel, op.PacketID, struct{}{}, true)
+		SetUndo(&tx.Undo, ms.rel, op.PacketID, struct{}{}, true)
 	case OpDeleteAwaitingRel:
-		setUndo(tx, ms.rel, op.PacketID, struct{}{}, false)
+		SetUndo(&tx.Undo, ms.rel, op.PacketID, struct{}{}, false)
 	case OpPutWill:
 		if op.Will == nil {
 			return ErrBadOp
@@ -193,23 +184,6 @@ func (tx *memTx) applyToSession(op *Op) error {
 	return nil
 }
 
-// setUndo sets (put) or deletes (!put) m[k] and records how to restore it.
-func setUndo[K comparable, V any](tx *memTx, m map[K]V, k K, v V, put bool) {
-	old, had := m[k]
-	if put {
-		m[k] = v
-	} else {
-		delete(m, k)
-	}
-	tx.undo = append(tx.undo, func() {
-		if had {
-			m[k] = old
-		} else {
-			delete(m, k)
-		}
-	})
-}
-
 func (tx *memTx) putMessage(msg *Message) error {
 	if msg == nil {
 		return ErrBadOp
@@ -217,7 +191,7 @@ func (tx *memTx) putMessage(msg *Message) error {
 	if _, ok := tx.m.messages[msg.ID]; ok {
 		return nil
 	}
-	setUndo(tx, tx.m.messages, msg.ID, &memMessage{msg: cloneMessage(msg)}, true)
+	SetUndo(&tx.Undo, tx.m.messages, msg.ID, &memMessage{msg: cloneMessage(msg)}, true)
 	tx.released = append(tx.released, msg.ID)
 	return nil
 }
@@ -232,10 +206,10 @@ func (tx *memTx) putSession(s Session) error {
 		// Only the record is replaced: what the session holds stays.
 		old := ms.session
 		ms.session = s
-		tx.undo = append(tx.undo, func() { ms.session = old })
+		tx.Push(func() { ms.session = old })
 		return nil
 	}
-	setUndo(tx, tx.m.sessions, s.ID, &memSession{
+	SetUndo(&tx.Undo, tx.m.sessions, s.ID, &memSession{
 		session:  s,
 		subs:     make(map[string]Subscription),
 		outbound: make(map[uint64]Outbound),
@@ -251,7 +225,7 @@ func (tx *memTx) deleteSession(id string) {
 	if ms == nil {
 		return
 	}
-	setUndo(tx, tx.m.sessions, id, nil, false)
+	SetUndo(&tx.Undo, tx.m.sessions, id, nil, false)
 	for _, o := range ms.outbound {
 		tx.unref(o.MessageID)
 	}
@@ -263,7 +237,7 @@ func (tx *memTx) putOutbound(ms *memSession, o Outbound) error {
 	}
 	o.SubIDs = slices.Clone(o.SubIDs)
 	old, had := ms.outbound[o.Seq]
-	setUndo(tx, ms.outbound, o.Seq, o, true)
+	SetUndo(&tx.Undo, ms.outbound, o.Seq, o, true)
 	// Reference the new message before releasing the old one: they may be
 	// the same.
 	tx.ref(o.MessageID)
@@ -278,7 +252,7 @@ func (tx *memTx) deleteOutbound(ms *memSession, seq uint64) {
 	if !had {
 		return
 	}
-	setUndo(tx, ms.outbound, seq, Outbound{}, false)
+	SetUndo(&tx.Undo, ms.outbound, seq, Outbound{}, false)
 	tx.unref(old.MessageID)
 }
 
@@ -288,7 +262,7 @@ func (tx *memTx) putRetained(topic string, id uint64) error {
 	}
 	topic = strings.Clone(topic)
 	old, had := tx.m.retained[topic]
-	setUndo(tx, tx.m.retained, topic, id, true)
+	SetUndo(&tx.Undo, tx.m.retained, topic, id, true)
 	tx.ref(id)
 	if had {
 		tx.unref(old)
@@ -301,14 +275,14 @@ func (tx *memTx) deleteRetained(topic string) {
 	if !had {
 		return
 	}
-	setUndo(tx, tx.m.retained, topic, 0, false)
+	SetUndo(&tx.Undo, tx.m.retained, topic, 0, false)
 	tx.unref(old)
 }
 
 func (tx *memTx) setWill(ms *memSession, w *Will) {
 	old := ms.will
 	ms.will = w
-	tx.undo = append(tx.undo, func() { ms.will = old })
+	tx.Push(func() { ms.will = old })
 }
 
 // ref and unref are only called for messages present: the callers checked,
@@ -316,13 +290,13 @@ func (tx *memTx) setWill(ms *memSession, w *Will) {
 func (tx *memTx) ref(id uint64) {
 	mm := tx.m.messages[id]
 	mm.refs++
-	tx.undo = append(tx.undo, func() { mm.refs-- })
+	tx.Push(func() { mm.refs-- })
 }
 
 func (tx *memTx) unref(id uint64) {
 	mm := tx.m.messages[id]
 	mm.refs--
-	tx.undo = append(tx.undo, func() { mm.refs++ })
+	tx.Push(func() { mm.refs++ })
 	tx.released = append(tx.released, id)
 }
 
