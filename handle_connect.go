@@ -106,6 +106,11 @@ func (c *conn) acceptConnect(cp *packets.Connect, stamp uint32) error {
 		c.aliases.Store(&topicAliases{out: newOutAliases(n)})
 	}
 	c.expiry = s.sessionExpiry(c.version, cp)
+	if c.maxOut > 0 && (&packets.Connack{Properties: s.connackProperties(c, cp)}).Size(c.version) > int(c.maxOut) {
+		// No CONNACK fits: none is sent [MQTT-3.1.2-24].
+		s.stats.connectsRefused.Add(1)
+		return closing(CloseConnectRefused, fmt.Errorf("the client's Maximum Packet Size %d is smaller than the CONNACK", c.maxOut))
+	}
 	c.awaitPredecessor()
 	if s.cluster != nil && c.info.Listener != bridgeListener {
 		if err := c.claimInCluster(cp); errors.Is(err, cluster.ErrOtherUser) {

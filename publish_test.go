@@ -132,8 +132,9 @@ func TestRequestProblemInformation(t *testing.T) {
 	if ack := refused(connect("asked", 1, true, 0)); ack.Properties.ReasonString == "" {
 		t.Error("no Reason String on a refusal for a client that asked for them")
 	}
-	if ack := refused(connect("small", 1, true, 10)); ack.Properties.Has(packets.PropReasonString) {
-		t.Errorf("Reason String %q past the client's Maximum Packet Size of 10", ack.Properties.ReasonString)
+	// 24 bytes: the CONNACK fits [MQTT-3.1.2-24], a PUBACK with a Reason String not.
+	if ack := refused(connect("small", 1, true, 24)); ack.Properties.Has(packets.PropReasonString) {
+		t.Errorf("Reason String %q past the client's Maximum Packet Size of 24", ack.Properties.ReasonString)
 	}
 	quiet := connect("quiet", 0, true, 0)
 	if ack := refused(quiet); ack.Properties.Has(packets.PropReasonString) {

@@ -170,3 +170,23 @@ func specRow50Auth(t *testing.T, on ...serverOption) {
 		rc.expectClosed()
 	})
 }
+
+// TestConnackLargerThanClientMaximum: a 5.0 client whose Maximum Packet
+// Size no CONNACK fits is closed without one [MQTT-3.1.2-24] (Mosquitto's
+// 12-prop-maximum-packet-size-connect).
+func TestConnackLargerThanClientMaximum(t *testing.T) {
+	_, addr := startServer(t, mqttd.Options{})
+	rc := dialRaw(t, addr)
+	rc.v = packets.V5
+	cp := &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: "tiny", CleanStart: true}
+	cp.Properties.MaximumPacketSize = 2
+	cp.Properties.Set(packets.PropMaximumPacketSize)
+	rc.send(cp)
+	p, err := rc.tryRead()
+	if err == nil {
+		t.Fatalf("got %T %+v, want the connection closed without a CONNACK", p, p)
+	}
+	if isTimeoutErr(err) {
+		t.Fatal("connection still open")
+	}
+}
