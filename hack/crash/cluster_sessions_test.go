@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"mqttd/internal/natstest"
+	"mqttd/internal/testutil"
 	"mqttd/packets"
 )
 
@@ -101,13 +102,9 @@ func TestClusterReplicatedSessionsKilled(t *testing.T) {
 			t.Fatalf("on: message %d: %v", i, err)
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for storedEntries(t, js, "off") < n || storedEntries(t, js, "on") < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("stored entries: off %d, on %d, want %d each", storedEntries(t, js, "off"), storedEntries(t, js, "on"), n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitWithin(t, 20*time.Second, fmt.Sprintf("%d entries stored for each session", n), func() bool {
+		return storedEntries(t, js, "off") >= n && storedEntries(t, js, "on") >= n
+	})
 	nodes[2].stop(t, syscall.SIGKILL)
 	on.close(false)
 
