@@ -63,7 +63,8 @@ type heldAnswers struct {
 	early   []uint64
 	applied uint64
 	// remote are the tickets of messages sent to other nodes that have
-	// not confirmed them yet (cluster_confirm.go), in the order sent.
+	// not confirmed them yet (cluster_confirm.go), in the order sent:
+	// increasing, as pending.
 	remote []uint64
 }
 
@@ -73,6 +74,9 @@ func (h *heldAnswers) pendingIn(from, to uint64) bool {
 	for _, t := range h.remote {
 		if t > from && t <= to {
 			return true
+		}
+		if t > to {
+			break
 		}
 	}
 	for _, t := range h.pending {
