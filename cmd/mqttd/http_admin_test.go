@@ -19,9 +19,9 @@ import (
 	"mqttd/packets"
 )
 
-// do sends a request with the given headers (Host sets the Host header)
-// and body, and returns the status, the Allow header and the body.
-func do(t *testing.T, method, url, body string, header ...string) (code int, allow, text string) {
+// newRequest makes a request with the given headers (Host sets the Host
+// header) and body.
+func newRequest(t *testing.T, method, url, body string, header ...string) *http.Request {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
@@ -34,6 +34,14 @@ func do(t *testing.T, method, url, body string, header ...string) (code int, all
 			req.Header.Set(header[i], header[i+1])
 		}
 	}
+	return req
+}
+
+// do sends a request with the given headers (Host sets the Host header)
+// and body, and returns the status, the Allow header and the body.
+func do(t *testing.T, method, url, body string, header ...string) (code int, allow, text string) {
+	t.Helper()
+	req := newRequest(t, method, url, body, header...)
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatal(err)

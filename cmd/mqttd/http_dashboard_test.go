@@ -19,17 +19,7 @@ import (
 // response with its body read.
 func fetch(t *testing.T, method, url string, header ...string) (*http.Response, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		if header[i] == "Host" {
-			req.Host = header[i+1]
-		} else {
-			req.Header.Set(header[i], header[i+1])
-		}
-	}
+	req := newRequest(t, method, url, "", header...)
 	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableCompression: true}}
 	resp, err := c.Do(req)
 	if err != nil {
