@@ -288,7 +288,7 @@ var (
 
 // Open opens the backing file and tracks it.
 func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	fh, fl, errno := n.LoopbackNode.Open(ctx, flags)
+	fh, fl, errno := n.LoopbackNode.Open(ctx, readable(flags))
 	if errno != 0 {
 		return nil, 0, errno
 	}
@@ -297,12 +297,23 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 
 // Create creates the backing file and tracks it.
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	ino, fh, fl, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
+	ino, fh, fl, errno := n.LoopbackNode.Create(ctx, name, readable(flags), mode, out)
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
 	h, fl, errno := n.fs.wrap(fh, true, fl)
 	return ino, h, fl, errno
+}
+
+// readable turns a write-only open of a backing file into a read-write
+// one: a sync reads back what changed (file.sync), which a write-only
+// descriptor cannot (EBADF). The kernel still holds the program to the
+// mode it asked for.
+func readable(flags uint32) uint32 {
+	if flags&syscall.O_ACCMODE == syscall.O_WRONLY {
+		return flags&^syscall.O_ACCMODE | syscall.O_RDWR
+	}
+	return flags
 }
 
 // Setattr records a truncate made by path (with a handle, the handle's

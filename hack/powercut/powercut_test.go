@@ -107,6 +107,28 @@ func TestNeverSyncedFileIsEmpty(t *testing.T) {
 	}
 }
 
+// TestWriteOnlySync: a file opened write-only, as os.WriteFile and the
+// write-then-rename of a config or index file do, can be synced, and what
+// was synced survives the cut.
+func TestWriteOnlySync(t *testing.T) {
+	p, mnt, _ := mounted(t)
+	path := filepath.Join(mnt, "index.tmp")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, write(f, []byte("synced"), 0))
+	err = f.Sync()
+	f.Close() // before failing: an open file would hold the unmount
+	if err != nil {
+		t.Fatalf("sync of a write-only file: %v", err)
+	}
+	cut(t, p, mnt)
+	if got := readFile(t, path); string(got) != "synced" {
+		t.Errorf("after the cut: %q, want %q", got, "synced")
+	}
+}
+
 // TestTruncateAndFdatasync covers size changes: a truncate and a write
 // past the end without a sync are undone; a truncate followed by
 // fdatasync is kept.
