@@ -481,25 +481,31 @@ func (n *Node) OpenSessions(local persistence.Store) (*SessionStore, error) {
 func (s *SessionStore) Renumber(next func() uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The index is built anew: a new id may be an old one that entries
+	// not renamed yet still refer to.
+	msgs := make(map[uint64]*storedMessage, len(s.msgs))
+	for _, id := range s.retained {
+		if m := msgs[id]; m != nil {
+			m.refs++
+		} else {
+			msgs[id] = &storedMessage{enc: s.msgs[id].enc, refs: 1}
+		}
+	}
 	renamed := make(map[uint64]uint64)
 	for _, ss := range s.sessions {
 		for seq, o := range ss.entries {
 			id, ok := renamed[o.MessageID]
 			if !ok {
-				old := s.msgs[o.MessageID]
-				if old == nil {
-					continue
-				}
 				id = next()
 				renamed[o.MessageID] = id
-				s.msgs[id] = &storedMessage{enc: old.enc}
+				msgs[id] = &storedMessage{enc: s.msgs[o.MessageID].enc}
 			}
-			s.msgs[id].refs++
-			s.unrefIndex(o.MessageID)
+			msgs[id].refs++
 			o.MessageID = id
 			ss.entries[seq] = o
 		}
 	}
+	s.msgs = msgs
 }
 
 // Sessions is Load's snapshot of the index as it is, without reading

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"mqttd/internal/testutil"
@@ -281,5 +282,52 @@ func TestSessionRenumber(t *testing.T) {
 	got, err := openSessions(t, nc, "a", local).Load()
 	if err != nil || len(got.Sessions) != 1 || len(got.Messages) != 1 || len(got.Retained) != 0 {
 		t.Fatalf("after deleting y and the retained message: %+v, %v", got, err)
+	}
+}
+
+// TestSessionRenumberOverOldIDs: the new ids a restarted node gives the
+// stream's messages may be ids the stream used for others, not renamed
+// yet (the node's counter starts from its own file's, which holds no
+// session's messages): every entry keeps its own message.
+func TestSessionRenumberOverOldIDs(t *testing.T) {
+	urls := natstest.Cluster(t, 1)
+	nc := connect(t, urls[0])
+	local := persistence.NewMemory()
+	s := openSessions(t, nc, "a", local)
+	payloads := map[uint64]string{1: "retained", 2: "two", 3: "three", 4: "four"}
+	apply(t, s, func(b *persistence.Batch) {
+		b.PutSession(persistence.Session{ID: "x"})
+		b.PutSession(persistence.Session{ID: "y"})
+		for id, p := range payloads {
+			b.PutMessage(&persistence.Message{ID: id, Topic: "t", Payload: []byte(p), QoS: 1})
+		}
+		b.PutRetained("r", 1)
+		b.PutOutbound("x", persistence.Outbound{Seq: 1, MessageID: 2, QoS: 1})
+		b.PutOutbound("x", persistence.Outbound{Seq: 2, MessageID: 3, QoS: 1})
+		b.PutOutbound("y", persistence.Outbound{Seq: 1, MessageID: 3, QoS: 1})
+		b.PutOutbound("y", persistence.Outbound{Seq: 2, MessageID: 4, QoS: 1})
+	})
+	want := map[string][]string{"x": {"two", "three"}, "y": {"three", "four"}}
+	s2 := openSessions(t, nc, "a", local)
+	next := uint64(1) // the local file's last id: the retained message's
+	s2.Renumber(func() uint64 { next++; return next })
+	snap, err := s2.Sessions(func(string) bool { return false })
+	if err != nil {
+		t.Fatalf("sessions after renumbering: %v", err)
+	}
+	for _, ss := range snap.Sessions {
+		var got []string
+		for _, o := range ss.Outbound {
+			got = append(got, string(snap.Messages[o.MessageID].Payload))
+		}
+		if !slices.Equal(got, want[ss.Session.ID]) {
+			t.Errorf("%s's entries after renumbering: %q, want %q", ss.Session.ID, got, want[ss.Session.ID])
+		}
+	}
+	// Writing on refers to the new ids; the retained message is intact.
+	apply(t, s2, func(b *persistence.Batch) { b.DeleteSession("y") })
+	got, err := openSessions(t, nc, "a", local).Load()
+	if err != nil || len(got.Sessions) != 1 || got.Retained["r"] != 1 || string(got.Messages[1].Payload) != "retained" {
+		t.Fatalf("after deleting y: %+v, %v", got, err)
 	}
 }
