@@ -368,11 +368,13 @@ type ClusterState struct {
 	// Nodes is the nodes this one sees beating, itself included; CutOff
 	// reports this node cut off from the store (it closed its clients'
 	// connections). DeadNodes counts the nodes it found dead, WillsSwept
-	// the wills of their clients it published.
+	// the wills of their clients it published, LateBeats the nodes whose
+	// beats were late but that answered they were alive.
 	Nodes      int    `json:"nodes"`
 	CutOff     bool   `json:"cut_off"`
 	DeadNodes  uint64 `json:"dead_nodes"`
 	WillsSwept uint64 `json:"wills_swept"`
+	LateBeats  uint64 `json:"late_beats"`
 }
 
 // Cluster returns this node's state in its cluster, and false when the
@@ -400,6 +402,7 @@ func (s *Server) Cluster() (ClusterState, bool) {
 		st.PublishWaits, st.PublishWaited = ns.PublishWaits, ns.PublishWaited.Seconds()
 		st.StoreReady, st.TakeoversIn, st.TakeoversOut = ns.StoreReady && l.accepting.Load(), ns.Takeovers, ns.HandedOver
 		st.Nodes, st.CutOff, st.DeadNodes, st.WillsSwept = ns.NodesAlive, ns.CutOff, ns.DeadNodes, ns.WillsSwept
+		st.LateBeats = ns.LateBeats
 	}
 	st.Dropped = st.DroppedIn + st.DroppedOut
 	return st, true

@@ -39,7 +39,7 @@ type collector struct {
 	clusterPauses, clusterHeld                                          *prometheus.Desc
 	clusterWaits, clusterWaited                                         *prometheus.Desc
 	clusterStoreReady, clusterTakeovers, clusterRefused, clusterAdopted *prometheus.Desc
-	clusterNodes, clusterDeadNodes                                      *prometheus.Desc
+	clusterNodes, clusterDeadNodes, clusterLateBeats                    *prometheus.Desc
 }
 
 // statValue is one metric read from stats.
@@ -202,6 +202,7 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 	c.clusterTakeovers = prometheus.NewDesc("mqttd_cluster_takeovers_total", "Client ids taken over from other nodes (in) and given up to them (out).", []string{"direction"}, nil)
 	c.clusterNodes = prometheus.NewDesc("mqttd_cluster_nodes", "Nodes this node sees beating in the cluster, itself included.", nil, nil)
 	c.clusterDeadNodes = prometheus.NewDesc("mqttd_cluster_dead_nodes_total", "Nodes this node found dead (and swept the wills of).", nil, nil)
+	c.clusterLateBeats = prometheus.NewDesc("mqttd_cluster_late_beats_total", "Nodes whose beats were late in the store past node_timeout but that answered they were alive, so were not taken for dead.", nil, nil)
 	c.clusterRefused = prometheus.NewDesc("mqttd_cluster_refused_total", "Clients refused because this node could not claim their client id in the cluster.", nil, nil)
 	c.clusterAdopted = prometheus.NewDesc("mqttd_cluster_sessions_adopted_total", "Persistent sessions read from the replicated store for clients whose node was gone.", nil, nil)
 	c.dropped = prometheus.NewDesc("mqttd_messages_dropped_total", "Deliveries dropped, by reason.", []string{"reason"}, nil)
@@ -229,7 +230,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.bridgeConnected, c.bridgeQueued, c.bridgeQueuedB, c.bridgeInflight,
 		c.bridgeForwarded, c.bridgeConnects, c.bridgeFailures, c.bridgeDropped,
 		c.clusterConnected, c.clusterMessages, c.clusterFilters, c.clusterDropped, c.clusterReconnects,
-		c.clusterStoreReady, c.clusterTakeovers, c.clusterRefused, c.clusterAdopted, c.clusterNodes, c.clusterDeadNodes,
+		c.clusterStoreReady, c.clusterTakeovers, c.clusterRefused, c.clusterAdopted, c.clusterNodes, c.clusterDeadNodes, c.clusterLateBeats,
 		c.clusterPauses, c.clusterHeld, c.clusterWaits, c.clusterWaited,
 		c.clusterBatches, c.clusterRoutes, c.clusterResyncs} {
 		ch <- d
@@ -303,6 +304,7 @@ func (c *collector) collectCluster(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.clusterAdopted, prometheus.CounterValue, float64(st.Adopted))
 	ch <- prometheus.MustNewConstMetric(c.clusterNodes, prometheus.GaugeValue, float64(st.Nodes))
 	ch <- prometheus.MustNewConstMetric(c.clusterDeadNodes, prometheus.CounterValue, float64(st.DeadNodes))
+	ch <- prometheus.MustNewConstMetric(c.clusterLateBeats, prometheus.CounterValue, float64(st.LateBeats))
 }
 
 // collectBridges exports each bridge's state under its name.

@@ -64,9 +64,11 @@ type Stats struct {
 	CutOffs uint64
 	// NodesAlive is the nodes whose beats this node sees, itself
 	// included (0 before Watch); DeadNodes counts the nodes it found
-	// dead, WillsSwept the wills of dead nodes' clients it published.
-	NodesAlive            int
-	DeadNodes, WillsSwept uint64
+	// dead, WillsSwept the wills of dead nodes' clients it published,
+	// LateBeats the times a node's beats were late in the store but it
+	// answered that it was alive (so was not taken for dead).
+	NodesAlive                       int
+	DeadNodes, WillsSwept, LateBeats uint64
 	// RetainedKept counts the retained messages read from the replicated
 	// stream and handed to the keeper.
 	RetainedKept uint64
@@ -109,7 +111,7 @@ type counters struct {
 	out, in, droppedOut, tooLong, droppedIn, malformed, reconnects atomic.Uint64
 	batchesOut, batchesIn                                          atomic.Uint64
 	takeovers, handedOver                                          atomic.Uint64
-	cutOffs, deadNodes, willsSwept, retainedKept                   atomic.Uint64
+	cutOffs, deadNodes, willsSwept, lateBeats, retainedKept        atomic.Uint64
 	keptDropped, keptRetries                                       atomic.Uint64
 	confirmed, confirmsFailed                                      atomic.Uint64
 	releasesDropped                                                atomic.Uint64
@@ -150,6 +152,7 @@ func (n *Node) Stats() Stats {
 		CutOffs:         n.stats.cutOffs.Load(),
 		NodesAlive:      int(n.nodesAlive.Load()),
 		DeadNodes:       n.stats.deadNodes.Load(),
+		LateBeats:       n.stats.lateBeats.Load(),
 		WillsSwept:      n.stats.willsSwept.Load(),
 		RetainedKept:    n.stats.retainedKept.Load(),
 		ReleasesDropped: n.stats.releasesDropped.Load(),

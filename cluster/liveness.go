@@ -9,12 +9,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Liveness and wills. Each node beats in the nodes bucket every
 // NodeTimeout/5; a node that sees another's record unchanged for
-// NodeTimeout takes it for dead and sweeps its wills: the wills bucket
+// NodeTimeout, and that does not answer when asked over core NATS
+// whether it is alive (aliveSubject), takes it for dead and sweeps its
+// wills: the wills bucket
 // holds a record per connected client with a will, under its node's
 // name, and whichever node takes a record out first (compare-and-swap on
 // its revision) publishes that will, so it is published once in the
@@ -54,6 +57,7 @@ func willsBucket(cluster string) string { return "mqttd_" + cluster + "_wills" }
 
 // seen is what a node knows of another's beats.
 type seen struct {
+	name string
 	rev  uint64
 	at   time.Time
 	dead bool
@@ -177,7 +181,7 @@ func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*
 		}
 		s := others[k]
 		if s == nil || s.rev != e.Revision() {
-			others[k] = &seen{rev: e.Revision(), at: now}
+			others[k] = &seen{name: string(e.Value()), rev: e.Revision(), at: now}
 			alive++
 			continue
 		}
@@ -187,21 +191,34 @@ func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*
 			}
 			continue
 		}
-		s.dead = true
 		name, rev := string(e.Value()), e.Revision()
+		if n.answers(name) {
+			// Its beats are late in the store (a leader election, a
+			// replica behind) while it serves its clients: taking its
+			// sessions and wills now would make two owners.
+			s.at = now
+			alive++
+			n.stats.lateBeats.Add(1)
+			n.log.Warn().Str("late_node", name).Dur("node_timeout", n.timeout).
+				Msg("cluster: a node's beats are late in the store, but it answers: not taken for dead")
+			continue
+		}
+		s.dead = true
 		n.markDead(name)
 		n.stats.deadNodes.Add(1)
 		n.log.Warn().Str("dead_node", name).Dur("node_timeout", n.timeout).Msg("cluster: node found dead: publishing its clients' wills")
 		n.run(func() {
-			if n.deadGrace > 0 {
-				// Taken over or not, its routes go in the end.
-				defer time.AfterFunc(n.deadGrace, func() { n.dropDead(name) })
-			}
 			if !n.sweepDead(name) {
-				return // another node, or this one once back, sweeps it
+				// Another node sweeps it, and its routes go when its
+				// record does; or this one is cut off, and its routes
+				// stay held: its sessions may have been taken by no one.
+				return
 			}
 			if f := n.hooks.NodeDead; f != nil {
 				f(name)
+			}
+			if n.deadGrace > 0 {
+				time.AfterFunc(n.deadGrace, func() { n.dropDead(name) })
 			}
 			// Forgotten once swept, so that a node coming back under
 			// the name starts anew.
@@ -211,10 +228,42 @@ func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*
 		})
 	}
 	n.nodesAlive.Store(int64(alive + 1))
-	for k := range others {
-		if !contains(keys, k) {
-			delete(others, k)
+	for k, s := range others {
+		if contains(keys, k) {
+			continue
 		}
+		if n.deadGrace > 0 {
+			// Swept and forgotten (by this node or another, which may
+			// have done it before this one found it dead): its sessions
+			// are taken over, and its routes go once the nodes that took
+			// them had time to say so.
+			n.markDead(s.name)
+			time.AfterFunc(n.deadGrace, func() { n.dropDead(s.name) })
+		}
+		delete(others, k)
+	}
+}
+
+// aliveSubject is where node answers that it is alive and not cut off.
+func aliveSubject(cluster, node string) string {
+	return string(appendLevel([]byte("mqttd."+cluster+".alive."), node))
+}
+
+// aliveTimeout bounds the wait for a node's answer that it is alive.
+const aliveTimeout = time.Second
+
+// answers asks node whether it is alive and not cut off.
+func (n *Node) answers(node string) bool {
+	_, err := n.nc.Request(aliveSubject(n.cluster, node), nil, aliveTimeout)
+	return err == nil
+}
+
+// onAlive answers another node asking whether this one is alive, unless
+// it is cut off: it has closed its clients' connections then, and its
+// sessions are the others' to take.
+func (n *Node) onAlive(m *nats.Msg) {
+	if !n.cut.Load() {
+		_ = m.Respond(nil)
 	}
 }
 

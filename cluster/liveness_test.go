@@ -119,6 +119,46 @@ func TestDeadNodeWillsPublishedOnce(t *testing.T) {
 	}
 }
 
+// TestLateBeatsNotDead: a node whose beats come later than another's
+// node_timeout (a JetStream leader election, a replica behind), but that
+// answers when asked, is not taken for dead; once it is gone, it is.
+func TestLateBeatsNotDead(t *testing.T) {
+	urls := natstest.Cluster(t, 3)
+	var published wills
+	dead := make(chan string, 4)
+	n1 := startWatched(t, "n1", urls[0], &published, Hooks{NodeDead: func(n string) { dead <- n }})
+	// n2 beats every 6 s: to n1 (node_timeout 1 s) its record is stale
+	// five seconds in six.
+	n2, err := Start(Config{Name: "c1", NodeName: "n2", NodeTimeout: 30 * time.Second, NATS: NATSConfig{URL: urls[1]}},
+		testLogger(t), newRecorder().deliver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n2.Close() })
+	n2.Watch(Hooks{})
+	waitStore(t, n1, n2)
+	deadline := time.Now().Add(20 * time.Second)
+	for n1.Stats().LateBeats < 2 {
+		select {
+		case got := <-dead:
+			t.Fatalf("%s taken for dead while it answers", got)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n1 never found n2's beats late within 20 s: %+v", n1.Stats())
+		}
+	}
+	n2.nc.Close()
+	select {
+	case got := <-dead:
+		if got != "n2" {
+			t.Fatalf("node %s found dead, want n2", got)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("n2 not found dead within 15 s of closing its connection")
+	}
+}
+
 // TestTakeWill: a will record is taken once, at the revision it was
 // put; a dropped one is gone.
 func TestTakeWill(t *testing.T) {
