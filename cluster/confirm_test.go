@@ -94,6 +94,11 @@ func TestDeadRoutesHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.Close() })
+	// Run before a.Close: a test failing before letting the hook go
+	// would have the cleanup wait for it.
+	var release sync.Once
+	letGo := func() { release.Do(func() { close(hookDone) }) }
+	t.Cleanup(letGo)
 	a.SetWillPublisher(func(data []byte) { published.add("A", string(data)) })
 	const grace = 300 * time.Millisecond
 	a.HoldDeadRoutes(grace)
@@ -115,15 +120,26 @@ func TestDeadRoutesHeld(t *testing.T) {
 	probe(t, a, "probe/B", rb)
 
 	b.nc.Close() // B dies: no goodbye
+	died := time.Now()
 	if got := <-dead; got != "B" {
 		t.Fatalf("%s found dead, want B", got)
 	}
-	// Found dead, its takeover under way: B's routes still match.
+	// Found dead, its takeover under way: B's routes still match, however
+	// long the takeover takes (here, longer than a silence of twice the
+	// node timeout and the grace).
 	done := make(chan bool, 2)
 	if err := a.PublishConfirmed(&Message{Topic: "k/1", QoS: 1}, time.Second, nil, func(ok bool) { done <- ok }); err != nil {
 		t.Fatal(err)
 	}
-	close(hookDone)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for time.Since(died) < 2*time.Second+grace+2*summaryEvery {
+		if !routed(a, "k/1", "B") {
+			t.Fatalf("B's routes dropped %v after it died, its takeover not done", time.Since(died))
+		}
+		<-tick.C
+	}
+	letGo()
 	if ok := <-done; ok {
 		t.Fatal("a send matching a dead node's routes was confirmed")
 	}

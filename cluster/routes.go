@@ -182,8 +182,12 @@ func (n *Node) summarize(kind byte) {
 }
 
 // routesLoop publishes the summary every summaryEvery and drops the
-// peers silent for NodeTimeout (with HoldDeadRoutes, marks them dead,
-// and drops them only if they are not found dead), until Close.
+// peers silent for NodeTimeout, until Close. With HoldDeadRoutes it
+// marks them dead instead: they go once found dead and taken over
+// (watchOthers), or when they speak again. Dropping them for silence
+// alone could come before the takeover has announced their sessions'
+// subscriptions from their new nodes (this node cut off meanwhile, or
+// JetStream electing leaders), and a confirmed send would match no node.
 func (n *Node) routesLoop() {
 	defer n.live.Done()
 	n.summarize(routeHello)
@@ -204,12 +208,10 @@ func (n *Node) routesLoop() {
 			silent := now.Sub(p.seen)
 			switch {
 			case silent <= n.timeout:
-			case n.deadGrace == 0 || silent > 2*n.timeout+n.deadGrace:
+			case n.deadGrace == 0:
 				n.log.Info().Str("peer", p.name).Msg("cluster: node silent for node_timeout: its routes dropped")
 				rt.dropLocked(p)
 			case !p.dead:
-				// Held until its sessions are taken over (HoldDeadRoutes);
-				// dropped above if it is never found dead.
 				n.log.Info().Str("peer", p.name).Msg("cluster: node silent for node_timeout: its routes held until its sessions are taken over")
 				p.dead = true
 			}
