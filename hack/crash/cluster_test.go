@@ -71,7 +71,13 @@ func awaitRoute(t *testing.T, pub, sub *conn, topic string) {
 // 10 s.
 func dialUntilServed(t *testing.T, addr string, cp *packets.Connect) *conn {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	return dialServedWithin(t, addr, cp, 10*time.Second)
+}
+
+// dialServedWithin is dialUntilServed for up to d.
+func dialServedWithin(t *testing.T, addr string, cp *packets.Connect, d time.Duration) *conn {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -80,7 +86,7 @@ func dialUntilServed(t *testing.T, addr string, cp *packets.Connect) *conn {
 			return c
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s not served within 10 s: %v", cp.ClientID, err)
+			t.Fatalf("%s not served within %v: %v", cp.ClientID, d, err)
 		}
 		<-tick.C
 	}
