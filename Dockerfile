@@ -19,7 +19,7 @@ COPY . .
 # Stamped as hack/release does; left empty, `mqttd version` says "dev".
 ARG VERSION=
 ARG COMMIT=
-RUN CGO_ENABLED=0 go build -trimpath \
+RUN CGO_ENABLED=0 go build -trimpath -tags nethttpomithttp2 \
         -ldflags "-s -w -X main.releaseVersion=${VERSION} -X main.releaseCommit=${COMMIT}" \
         -o /out/mqttd ./cmd/mqttd \
     && hack/notices >/out/copyright \

@@ -54,6 +54,16 @@ func TestValidateNamesEachProblem(t *testing.T) {
 			t.Errorf("want an error containing %q, got %v", tc.want, errs)
 		}
 	}
+	for name, ok := range map[string]bool{
+		"": false, strings.Repeat("a", 64): true, strings.Repeat("a", 65): false, "Az09_.-": true,
+		"a\n": false, "a/b": false, "é": false, "a+": false, "a:": false, "@": false, "[": false, "`": false, "{": false,
+	} {
+		c := valid()
+		c.Name = name
+		if errs := Validate([]Config{c}); (len(errs) == 0) != ok {
+			t.Errorf("name %q: %v, want valid %v", name, errs, ok)
+		}
+	}
 	if errs := Validate([]Config{valid(), valid()}); len(errs) != 1 || !strings.Contains(errs[0].Error(), "names two bridges") {
 		t.Errorf("two bridges of one name: %v", errs)
 	}

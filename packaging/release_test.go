@@ -213,7 +213,7 @@ func checkBinary(t *testing.T, bin, goarch, goarm string, machine elf.Machine) {
 	for _, s := range bi.Settings {
 		settings[s.Key] = s.Value
 	}
-	want := map[string]string{"GOOS": "linux", "GOARCH": goarch, "CGO_ENABLED": "0", "-trimpath": "true"}
+	want := map[string]string{"GOOS": "linux", "GOARCH": goarch, "CGO_ENABLED": "0", "-trimpath": "true", "-tags": "nethttpomithttp2"}
 	if goarm != "" {
 		want["GOARM"] = goarm
 	}

@@ -11,7 +11,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -118,11 +117,7 @@ func newHTTPHandler(srv *mqttd.Server, reg *prometheus.Registry, o httpOptions) 
 	api := &apiHandler{srv: srv, o: o}
 	api.routes(mux, g)
 	if o.pprof {
-		mux.Handle("/debug/pprof/", g.wrap(pprof.Index))
-		mux.Handle("/debug/pprof/cmdline", g.wrap(pprof.Cmdline))
-		mux.Handle("/debug/pprof/profile", g.wrap(pprof.Profile))
-		mux.Handle("/debug/pprof/symbol", g.wrap(pprof.Symbol))
-		mux.Handle("/debug/pprof/trace", g.wrap(pprof.Trace))
+		pprofRoutes(mux, g)
 	}
 	return mux
 }

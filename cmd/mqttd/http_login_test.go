@@ -286,6 +286,16 @@ func TestCommandHTTPS(t *testing.T) {
 	if code, _, body := request(t, client, "GET", "https://"+addr+"/healthz"); code != 200 || body != "ok\n" {
 		t.Errorf("https /healthz: %d %q", code, body)
 	}
+	// The release leaves net/http's HTTP/2 out (hack/release): a client
+	// offering h2 must be answered in HTTP/1.1.
+	if conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool(), NextProtos: []string{"h2", "http/1.1"}}); err != nil {
+		t.Errorf("TLS with ALPN h2: %v", err)
+	} else {
+		if p := conn.ConnectionState().NegotiatedProtocol; p == "h2" {
+			t.Errorf("the metrics address negotiated %q, want HTTP/1.1", p)
+		}
+		conn.Close()
+	}
 	if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
