@@ -90,7 +90,7 @@ func (s *Server) replicateSessions(node *cluster.Node) bool {
 		s.log.Warn().Err(err).Msg("cluster: sessions not moved to the replicated store; trying again")
 		return false
 	}
-	restored := s.restoreReplicated(back)
+	restored := s.restoreReplicated(node, js, back)
 	s.log.Info().Int("moved", moved).Int("restored", restored).Msg("cluster: persistent sessions kept in the replicated store")
 	return true
 }
@@ -141,11 +141,22 @@ func moveSessions(local persistence.Store, js *cluster.SessionStore) (int, error
 
 // restoreReplicated gives the broker the sessions the replicated store
 // holds as this node's (a previous run's), offline as at a start
-// (restore), and returns how many.
-func (s *Server) restoreReplicated(snap *persistence.Snapshot) int {
+// (restore), and returns how many. Each is claimed back first: while
+// this node was down another may have found it dead and taken the
+// session over, or its client reconnected elsewhere; the stream's
+// record names this node until the new owner writes it.
+func (s *Server) restoreReplicated(node *cluster.Node, js *cluster.SessionStore, snap *persistence.Snapshot) int {
 	n := 0
 	for i := range snap.Sessions {
-		if s.restoreOne(&snap.Sessions[i], snap.Messages, nil) {
+		ss := &snap.Sessions[i]
+		id := ss.Session.ID
+		// A store error restores it unclaimed, as before claims: its
+		// client's CONNECT claims it.
+		if _, ok, err := node.ClaimFrom(id, ss.Session.Username, node.Name()); err == nil && !ok {
+			js.Forget(id)
+			continue
+		}
+		if s.restoreOne(ss, snap.Messages, nil) {
 			n++
 		}
 	}

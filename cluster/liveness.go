@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -192,6 +193,12 @@ func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*
 			continue
 		}
 		name, rev := string(e.Value()), e.Revision()
+		// The fence is read before the question: a next life of the
+		// node that claims anything after it has answered by then.
+		fence, err := ownersFence(ctx, st)
+		if err != nil {
+			continue
+		}
 		if n.answers(name) {
 			// Its beats are late in the store (a leader election, a
 			// replica behind) while it serves its clients: taking its
@@ -204,6 +211,7 @@ func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*
 			continue
 		}
 		s.dead = true
+		n.setFence(name, fence)
 		n.markDead(name)
 		n.stats.deadNodes.Add(1)
 		n.log.Warn().Str("dead_node", name).Dur("node_timeout", n.timeout).Msg("cluster: node found dead: publishing its clients' wills")
@@ -242,6 +250,41 @@ func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*
 		}
 		delete(others, k)
 	}
+}
+
+// ownersFence is the owners bucket's last revision.
+func ownersFence(ctx context.Context, st *kvStore) (uint64, error) {
+	status, err := st.owners.Status(ctx)
+	if err != nil {
+		return 0, err
+	}
+	bs, ok := status.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return 0, fmt.Errorf("cluster: owners bucket status of type %T", status)
+	}
+	return bs.StreamInfo().State.LastSeq, nil
+}
+
+// setFence records the owners bucket's revision before node was found
+// dead (ClaimFrom).
+func (n *Node) setFence(node string, rev uint64) {
+	n.fenceMu.Lock()
+	defer n.fenceMu.Unlock()
+	if n.fences == nil {
+		n.fences = make(map[string]uint64)
+	}
+	n.fences[node] = rev
+}
+
+// fence is the revision past which ClaimFrom takes nothing from node:
+// none for a node not found dead here (this node's own previous life).
+func (n *Node) fence(node string) uint64 {
+	n.fenceMu.Lock()
+	defer n.fenceMu.Unlock()
+	if f, ok := n.fences[node]; ok {
+		return f
+	}
+	return math.MaxUint64
 }
 
 // aliveSubject is where node answers that it is alive and not cut off.

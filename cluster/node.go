@@ -171,6 +171,12 @@ type Node struct {
 	committed func(answer func())
 	ackTo     string // ackSubject of this node
 	deadGrace time.Duration
+
+	// fences are, for each node found dead, the owners bucket's last
+	// revision before it was (liveness.go): ClaimFrom takes no record
+	// written since, by the node's next life or a reconnecting client.
+	fenceMu sync.Mutex
+	fences  map[string]uint64
 }
 
 // embedded is the NATS server a node runs in its process

@@ -527,9 +527,11 @@ func validReplicas(r int) error {
 
 // ClaimFrom makes this node the owner of client id, user's session, if
 // node dead still owns it, or nobody does: a survivor taking a dead
-// node's sessions over (a record's user stays its own). It reports
-// false, claiming nothing, when another node has the id (its client
-// reconnected there).
+// node's sessions over (a record's user stays its own), or a node
+// restarted taking back its own. It reports false, claiming nothing,
+// when another node has the id (its client reconnected there), or when
+// dead was found dead and its record was written since (the dead node
+// started again and took it back).
 func (n *Node) ClaimFrom(id, user, dead string) (Claim, bool, error) {
 	st := n.store.Load()
 	if st == nil {
@@ -554,7 +556,7 @@ func (n *Node) ClaimFrom(id, user, dead string) (Claim, bool, error) {
 		return Claim{}, false, storeErr(err)
 	}
 	prev, user := parseOwner(e.Value())
-	if prev != dead {
+	if prev != dead || e.Revision() > n.fence(dead) {
 		return Claim{}, false, nil
 	}
 	rev, err := st.owners.Update(ctx, key, ownerValue(n.name, user), e.Revision())

@@ -320,3 +320,33 @@ func TestClaimFrom(t *testing.T) {
 		t.Fatalf("bob claiming his session: %+v, %v", c, err)
 	}
 }
+
+// TestClaimFromFenced: a survivor that found a node dead takes none of
+// the records the node's next life claimed back since (a restart
+// restoring its sessions), whose name is the same; the records it did
+// not claim back, it takes.
+func TestClaimFromFenced(t *testing.T) {
+	urls := natstest.Cluster(t, 1)
+	n1 := startNode(t, "n1", newRecorder(), testLogger(t), urls[0])
+	n2 := startNode(t, "n2", newRecorder(), testLogger(t), urls[0])
+	waitStore(t, n1, n2)
+	for _, id := range []string{"back", "left"} {
+		if _, err := n1.Claim(id, "alice", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fence, err := ownersFence(context.Background(), n2.store.Load())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2.setFence("n1", fence) // n2 finds n1 dead
+	if _, ok, err := n1.ClaimFrom("back", "alice", "n1"); !ok || err != nil {
+		t.Fatalf("n1 claiming back its own: %v, %v", ok, err)
+	}
+	if _, ok, err := n2.ClaimFrom("back", "alice", "n1"); ok || err != nil {
+		t.Fatalf("ClaimFrom of a record n1's next life claimed back: %v, %v; want false", ok, err)
+	}
+	if _, ok, err := n2.ClaimFrom("left", "alice", "n1"); !ok || err != nil {
+		t.Fatalf("ClaimFrom of a record of n1 before it died: %v, %v; want true", ok, err)
+	}
+}
