@@ -292,22 +292,38 @@ func aliveSubject(cluster, node string) string {
 	return string(appendLevel([]byte("mqttd."+cluster+".alive."), node))
 }
 
-// aliveTimeout bounds the wait for a node's answer that it is alive.
-const aliveTimeout = time.Second
+// aliveTimeout bounds the wait for a node's answer that it is alive,
+// aliveTries the times it is asked when it does not answer in time (a
+// node busy on a loaded machine answers late, and taking it for dead
+// then would make two owners of its sessions).
+const (
+	aliveTimeout = time.Second
+	aliveTries   = 3
+)
 
 // answers asks node whether it is alive and not cut off.
 func (n *Node) answers(node string) bool {
-	_, err := n.nc.Request(aliveSubject(n.cluster, node), nil, aliveTimeout)
-	return err == nil
+	for range aliveTries {
+		m, err := n.nc.Request(aliveSubject(n.cluster, node), nil, aliveTimeout)
+		switch {
+		case err == nil:
+			return len(m.Data) == 0
+		case !errors.Is(err, nats.ErrTimeout):
+			return false // no responders: nothing listens for it
+		}
+	}
+	return false
 }
 
-// onAlive answers another node asking whether this one is alive, unless
-// it is cut off: it has closed its clients' connections then, and its
-// sessions are the others' to take.
+// onAlive answers another node asking whether this one is alive: an
+// empty answer, or "cut" while it is cut off (it has closed its
+// clients' connections then, and its sessions are the others' to take).
 func (n *Node) onAlive(m *nats.Msg) {
-	if !n.cut.Load() {
-		_ = m.Respond(nil)
+	var cut []byte
+	if n.cut.Load() {
+		cut = []byte("cut")
 	}
+	_ = m.Respond(cut)
 }
 
 // sweepDead sweeps a dead node's wills, again each second while the
