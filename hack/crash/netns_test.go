@@ -243,8 +243,9 @@ const (
 
 // startNSNode runs bin (an mqttd built with -tags natsserver) in n's
 // namespace as node name of cluster "split", its embedded NATS server
-// routed to peers, with node_timeout timeout.
-func startNSNode(t *testing.T, bin string, n *labNode, name string, peers []*labNode, timeout time.Duration) *nsBroker {
+// routed to peers, with node_timeout timeout; extra are more lines of its
+// cluster block.
+func startNSNode(t *testing.T, bin string, n *labNode, name string, peers []*labNode, timeout time.Duration, extra ...string) *nsBroker {
 	t.Helper()
 	dir := t.TempDir()
 	var routes []string
@@ -254,6 +255,9 @@ func startNSNode(t *testing.T, bin string, n *labNode, name string, peers []*lab
 	yaml := fmt.Sprintf("cluster:\n  name: split\n  node_name: %s\n  node_timeout: %v\n  nats:\n    embedded:\n"+
 		"      listen: %s\n      cluster: %s:%d\n      routes: [%s]\n",
 		name, timeout, nsNATS, n.ip, nsRoute, strings.Join(routes, ", "))
+	for _, line := range extra {
+		yaml += "  " + line + "\n"
+	}
 	cfg := filepath.Join(dir, "mqttd.yaml")
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
