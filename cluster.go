@@ -45,6 +45,10 @@ type clusterLink struct {
 	// (cluster_sessions.go).
 	swap     *switchStore
 	sessions atomic.Pointer[cluster.SessionStore]
+	// taking are the ids whose sessions this node is taking over from a
+	// dead or departed node, each closed once done (takeDeadSession).
+	takingMu sync.Mutex
+	taking   map[string]chan struct{}
 	// accepting is set once the node has claimed its kept sessions and
 	// swept its own wills after binding the store (clusterRejoined), and
 	// cleared while it is cut off: CONNECTs are refused meanwhile.
@@ -170,10 +174,23 @@ func (s *Server) leaveCluster() {
 	l.mu.Lock()
 	node := l.node.Swap(nil)
 	l.mu.Unlock()
-	if node != nil {
-		if err := node.Close(); err != nil {
-			s.log.Warn().Err(err).Msg("leaving the cluster")
-		}
+	if node == nil {
+		return
+	}
+	if s.replicated() != nil {
+		// The node's goodbye has the others take its sessions over at
+		// once: nothing may be written to them from here after it.
+		// What waits for a commit from now on fails (the connection
+		// to NATS is closed), and its clients are not acknowledged.
+		d := s.dur
+		g := d.commit.Begin()
+		held := make(chan struct{})
+		d.commit.Wait(g-1, func() { close(held) })
+		<-held
+		defer d.commit.End(g)
+	}
+	if err := node.Close(); err != nil {
+		s.log.Warn().Err(err).Msg("leaving the cluster")
 	}
 }
 

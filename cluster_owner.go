@@ -61,6 +61,11 @@ func (c *conn) claimInCluster(cp *packets.Connect) error {
 	var err, moveErr error
 	c.mayBlock(func() {
 		if claim, err = node.Claim(id, c.info.Username, refuse); err == nil {
+			if claim.Prev == node.Name() {
+				// This node may be taking the session over from a
+				// dead node: its client is back first.
+				s.cluster.awaitTakeover(id)
+			}
 			state, moveErr = node.Handover(claim, id, cp.CleanStart)
 		}
 	})
@@ -122,6 +127,7 @@ func (c *conn) refuseUnclaimed(err error) error {
 // node; unless clean, the session is returned, encoded, for the new
 // owner. It runs on the cluster connection's goroutine.
 func (s *Server) handOver(id string, clean, sameUser bool) []byte {
+	s.cluster.awaitTakeover(id)
 	state, _ := s.relinquish(id, !clean, clean, sameUser)
 	if s.replicated() != nil {
 		// What this node wrote of the session is in the replicated store

@@ -282,6 +282,7 @@ func (s *Server) takeDeadSession(node *cluster.Node, js *cluster.SessionStore, o
 	if s.hasClient(o.ID) {
 		return false
 	}
+	defer s.cluster.takingOver(o.ID)()
 	claim, ok, err := node.ClaimFrom(o.ID, o.Username, dead)
 	if err != nil || !ok {
 		return false
@@ -312,6 +313,48 @@ func (s *Server) takeDeadSession(node *cluster.Node, js *cluster.SessionStore, o
 	b.DeleteSession(o.ID)
 	return s.restoreOne(st, fresh, &b)
 }
+
+// takingOver notes that id's session is being taken over here until the
+// function it returns is called: a handover asked meanwhile, its client
+// back on another node, waits for it (awaitTakeover) rather than find
+// no session and have the client start afresh.
+func (l *clusterLink) takingOver(id string) (done func()) {
+	ch := make(chan struct{})
+	l.takingMu.Lock()
+	if l.taking == nil {
+		l.taking = make(map[string]chan struct{})
+	}
+	l.taking[id] = ch
+	l.takingMu.Unlock()
+	return func() {
+		l.takingMu.Lock()
+		delete(l.taking, id)
+		l.takingMu.Unlock()
+		close(ch)
+	}
+}
+
+// awaitTakeover waits, up to takeoverWait, for a takeover of id's
+// session under way here to end.
+func (l *clusterLink) awaitTakeover(id string) {
+	l.takingMu.Lock()
+	ch := l.taking[id]
+	l.takingMu.Unlock()
+	if ch == nil {
+		return
+	}
+	t := time.NewTimer(takeoverWait)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	}
+}
+
+// takeoverWait bounds a handover's wait for a takeover of the same
+// session: a claim and a read of the stream, each bounded by the
+// store's timeout.
+const takeoverWait = 10 * time.Second
 
 // adoptReplicated takes c's session from the replicated store, where a
 // node that died (or nobody) left it: a client reconnecting with clean

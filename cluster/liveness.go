@@ -120,6 +120,9 @@ func (n *Node) beat() {
 		select {
 		case <-n.stopLive:
 			return
+		case name := <-n.gone:
+			n.left(st, name)
+			continue
 		case <-tick.C:
 		}
 		now := time.Now()
@@ -215,25 +218,7 @@ func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*
 		n.markDead(name)
 		n.stats.deadNodes.Add(1)
 		n.log.Warn().Str("dead_node", name).Dur("node_timeout", n.timeout).Msg("cluster: node found dead: publishing its clients' wills")
-		n.run(func() {
-			if !n.sweepDead(name) {
-				// Another node sweeps it, and its routes go when its
-				// record does; or this one is cut off, and its routes
-				// stay held: its sessions may have been taken by no one.
-				return
-			}
-			if f := n.hooks.NodeDead; f != nil {
-				f(name)
-			}
-			if n.deadGrace > 0 {
-				time.AfterFunc(n.deadGrace, func() { n.dropDead(name) })
-			}
-			// Forgotten once swept, so that a node coming back under
-			// the name starts anew.
-			ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-			defer cancel()
-			_ = st.nodes.Purge(ctx, nodeKey(name), jetstream.LastRevision(rev))
-		})
+		n.run(func() { n.takeOver(st, name, rev) })
 	}
 	n.nodesAlive.Store(int64(alive + 1))
 	for k, s := range others {
@@ -324,6 +309,51 @@ func (n *Node) onAlive(m *nats.Msg) {
 		cut = []byte("cut")
 	}
 	_ = m.Respond(cut)
+}
+
+// takeOver sweeps the wills of node name, found dead or gone, runs the
+// NodeDead hook (the broker takes its sessions over), lets its held
+// routes go after the grace, and forgets its beat record at revision rev.
+func (n *Node) takeOver(st *kvStore, name string, rev uint64) {
+	if !n.sweepDead(name) {
+		// Another node sweeps it, and its routes go when its record
+		// does; or this one is cut off, and its routes stay held: its
+		// sessions may have been taken by no one.
+		return
+	}
+	if f := n.hooks.NodeDead; f != nil {
+		f(name)
+	}
+	if n.deadGrace > 0 {
+		time.AfterFunc(n.deadGrace, func() { n.dropDead(name) })
+	}
+	// Forgotten once swept, so that a node coming back under the name
+	// starts anew.
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	_ = st.nodes.Purge(ctx, nodeKey(name), jetstream.LastRevision(rev))
+}
+
+// left takes over a node that said goodbye (its Close) when routes are
+// held (HoldDeadRoutes, replicated sessions): its persistent sessions
+// are taken over at once, not after node_timeout, and until they are,
+// its routes stay held, so that a confirmed send for them is refused
+// rather than going to no node. A node whose store does not answer
+// leaves it to the watch, which finds the node dead.
+func (n *Node) left(st *kvStore, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	e, err := st.nodes.Get(ctx, nodeKey(name))
+	if err != nil {
+		return
+	}
+	fence, err := ownersFence(ctx, st)
+	if err != nil {
+		return
+	}
+	n.setFence(name, fence)
+	n.log.Info().Str("left_node", name).Msg("cluster: node left: taking its sessions over")
+	n.run(func() { n.takeOver(st, name, e.Revision()) })
 }
 
 // sweepDead sweeps a dead node's wills, again each second while the

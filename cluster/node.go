@@ -177,6 +177,9 @@ type Node struct {
 	// written since, by the node's next life or a reconnecting client.
 	fenceMu sync.Mutex
 	fences  map[string]uint64
+	// gone takes the names of nodes that said goodbye to the liveness
+	// goroutine, which takes them over (left).
+	gone chan string
 }
 
 // embedded is the NATS server a node runs in its process
@@ -238,6 +241,7 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 		replicas:       cfg.Replicas,
 		retainedLimits: cfg.Retained,
 		stopLive:       make(chan struct{}),
+		gone:           make(chan string, 16),
 		kept:           make(chan keptMsg, keptQueue),
 		stopKeep:       make(chan struct{}),
 		keeperDone:     make(chan struct{}),

@@ -287,7 +287,15 @@ func (n *Node) onRoutes(msg *nats.Msg) {
 		p = nil
 	}
 	if m.kind == routeBye {
-		if p != nil {
+		switch {
+		case p == nil:
+		case n.deadGrace > 0:
+			p.dead = true
+			select {
+			case n.gone <- m.name:
+			default: // the watch finds it dead
+			}
+		default:
 			rt.dropLocked(p)
 		}
 		return
