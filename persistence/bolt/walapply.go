@@ -208,8 +208,9 @@ func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64) error {
 			}
 			return false
 		}
+		a := newApplier(tx, s.path)
 		for _, rec := range recs {
-			a := newApplier(tx, s.path)
+			a.next()
 			err := eachOp(rec, skipped, func(op *walOp) error {
 				var err error
 				if op.op.Kind == persistence.OpPutMessage {
