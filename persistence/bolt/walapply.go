@@ -170,13 +170,47 @@ func (s *Store) applyLog(end int64) error {
 			}
 			recs, last, off = [][]byte{payload}, seq, next
 		}
-		if err := s.applyRecords(w, recs, last); err != nil {
+		if err := s.applyRecords(w, recs, last, w.overwrites(last-uint64(len(recs))+1, last)); err != nil {
 			return err
 		}
 		w.applied.Store(from + off)
 		w.appliedSeq = last
+		w.dropOverwrites(last)
 	}
 	return nil
+}
+
+// noteOverwrite lists record seq, just written, as one that puts an
+// outbound entry over one the store held.
+func (w *wal) noteOverwrite(seq uint64) {
+	w.omu.Lock()
+	w.over = append(w.over, seq)
+	w.omu.Unlock()
+}
+
+// overwrites returns, for the records first to last, whether record i of
+// them (counted from 0) puts an outbound entry over one the store held.
+func (w *wal) overwrites(first, last uint64) func(i int) bool {
+	w.omu.Lock()
+	defer w.omu.Unlock()
+	lo, _ := slices.BinarySearch(w.over, first)
+	hi, _ := slices.BinarySearch(w.over, last+1)
+	if lo == hi {
+		return func(int) bool { return false }
+	}
+	over := slices.Clone(w.over[lo:hi])
+	return func(i int) bool {
+		_, found := slices.BinarySearch(over, first+uint64(i))
+		return found
+	}
+}
+
+// dropOverwrites forgets the records up to last, applied.
+func (w *wal) dropOverwrites(last uint64) {
+	w.omu.Lock()
+	n, _ := slices.BinarySearch(w.over, last+1)
+	w.over = append(w.over[:0], w.over[n:]...)
+	w.omu.Unlock()
 }
 
 // read reads n bytes of the log at off into w.rbuf, which it keeps for
@@ -195,9 +229,10 @@ func (w *wal) read(off, n int64) ([]byte, error) {
 // applyRecords applies records, the last of which is last, in one bbolt
 // transaction that also records last. Each record is finished (its counts
 // written, the messages it left unreferenced dropped) before the next, so
-// that the next meets the state Apply checked it against.
-func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64) error {
-	skip := s.canc.cancelled(recs)
+// that the next meets the state Apply checked it against. overwrites is
+// as cancelled has it.
+func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64, overwrites func(i int) bool) error {
+	skip := s.canc.cancelled(recs, overwrites)
 	err := s.updateTx(func(tx *bbolt.Tx) error {
 		n := int32(0) // the op's place among the chunk's, as cancelled counts them
 		skipped := func() bool {
@@ -266,6 +301,7 @@ type cancelEntry struct {
 	sess int32
 	seq  uint64
 	at   int32
+	made bool // a put Apply took with no entry in the store (see cancelled)
 	msg  uint64
 }
 
@@ -302,17 +338,28 @@ func room(s []cancelEntry, n int) []cancelEntry {
 // the operations a chunk need not apply: the entries of a message put and
 // deleted again within the chunk (a message its subscribers, or a
 // bridge's remote, acknowledged within walApplyAfter), and the message,
-// when nothing else in the chunk refers to it. The deletes still run, for
-// entries the file held before the chunk. The file ends as it would have,
-// and so does every record in between, as far as the records that follow
-// can tell: the message's count goes up and down by the same puts and
-// deletes, and no record finds it missing that would have found it (each
-// record is finished before the next, and a message nothing refers to at
-// the end of a record is dropped). nil when nothing is cancelled. It
-// reads the records without decoding what it does not need: a chunk's
-// worth of records is read again for the apply. The result is valid
-// until the next call.
-func (c *canceller) cancelled(recs [][]byte) []int32 {
+// when nothing else in the chunk refers to it. The file ends as it would
+// have, and so does every record in between, as far as the records that
+// follow can tell: the message's count goes up and down by the same puts
+// and deletes, and no record finds it missing that would have found it
+// (each record is finished before the next, and a message nothing refers
+// to at the end of a record is dropped).
+//
+// A delete runs, for an entry the file may hold, unless the last put or
+// delete of its entry before it in the chunk is a put cancelled here that
+// made the entry (the store held none when Apply took it): then the file
+// holds none, and the delete would only look. That holds by induction
+// over the chunk's operations: where Apply's state has no entry the file
+// has none either, as a put cancelled only leaves one out, a delete that
+// runs or a DeleteSession removes it, and a delete cancelled meets none.
+// overwrites(i) reports whether record i may hold a put over an entry
+// the store held; nil when that is not known (a replay): no delete is
+// cancelled then.
+//
+// nil when nothing is cancelled. It reads the records without decoding
+// what it does not need: a chunk's worth of records is read again for the
+// apply. The result is valid until the next call.
+func (c *canceller) cancelled(recs [][]byte, overwrites func(i int) bool) []int32 {
 	if c.sessions == nil {
 		c.sessions = make(map[string]int32)
 		c.msgs = make(map[uint64]cancelUses)
@@ -340,14 +387,15 @@ func (c *canceller) cancelled(recs [][]byte) []int32 {
 		return n
 	}
 	n := int32(0)
-	for _, rec := range recs {
+	for i, rec := range recs {
+		made := overwrites != nil && !overwrites(i)
 		scanOps(rec, func(o *opScan) {
 			n++
 			switch o.kind {
 			case persistence.OpDeleteOutbound:
 				dels = append(dels, cancelEntry{sess: number(o.session), seq: o.seq, at: n})
 			case persistence.OpPutOutbound:
-				puts = append(puts, cancelEntry{sess: number(o.session), seq: o.seq, at: n, msg: o.msg})
+				puts = append(puts, cancelEntry{sess: number(o.session), seq: o.seq, at: n, msg: o.msg, made: made})
 			case persistence.OpPutRetained:
 				u := c.msgs[o.msg]
 				u.refs++
@@ -369,10 +417,15 @@ func (c *canceller) cancelled(recs [][]byte) []int32 {
 		}
 		return cmp.Compare(a.at, b.at)
 	}
+	// Both in key order (a queue's puts are already), walked side by side.
 	slices.SortFunc(dels, byKey)
+	slices.SortFunc(puts, byKey)
+	j := 0
 	for _, p := range puts {
 		// The last delete of p's entry is the last of its run.
-		j, _ := slices.BinarySearchFunc(dels, cancelEntry{sess: p.sess, seq: p.seq + 1}, byKey)
+		for j < len(dels) && (dels[j].sess < p.sess || dels[j].sess == p.sess && dels[j].seq <= p.seq) {
+			j++
+		}
 		undone := j > 0 && dels[j-1].sess == p.sess && dels[j-1].seq == p.seq && dels[j-1].at > p.at
 		u := c.msgs[p.msg]
 		if undone {
@@ -392,6 +445,26 @@ func (c *canceller) cancelled(recs [][]byte) []int32 {
 	for _, m := range messages {
 		if gone(m.msg) {
 			skip = append(skip, m.at)
+		}
+	}
+	if overwrites != nil {
+		k := 0
+		for i, d := range dels {
+			// puts[k-1] is the last put before d, of d's entry or another.
+			for k < len(puts) && byKey(puts[k], d) < 0 {
+				k++
+			}
+			if k == 0 {
+				continue
+			}
+			p := puts[k-1]
+			if p.sess != d.sess || p.seq != d.seq || !p.made || !gone(p.msg) {
+				continue
+			}
+			if i > 0 && dels[i-1].sess == d.sess && dels[i-1].seq == d.seq && dels[i-1].at > p.at {
+				continue // a delete between them
+			}
+			skip = append(skip, d.at)
 		}
 	}
 	slices.Sort(skip)
