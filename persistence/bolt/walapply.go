@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -93,7 +94,7 @@ func (s *Store) checkpointLocked(need int) error {
 		if end-w.applied.Load() < walSmallRest {
 			break
 		}
-		if err := s.applyLog(end); err != nil {
+		if err := s.applyLog(end, true); err != nil {
 			return err
 		}
 	}
@@ -113,7 +114,7 @@ func (s *Store) checkpointLocked(need int) error {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if err := s.applyLog(w.off); err != nil {
+	if err := s.applyLog(w.off, false); err != nil {
 		return err
 	}
 	if !due {
@@ -134,9 +135,12 @@ func (s *Store) checkpointLocked(need int) error {
 
 // applyLog applies the records up to end to the file, in transactions of
 // at most walApplyChunk bytes of records (or one longer record), each
-// read when it is applied. The caller holds s.amu.
-func (s *Store) applyLog(end int64) error {
+// read when it is applied. With yield it lets other goroutines run every
+// walYieldEvery (not while it holds up Apply: they would wait for it).
+// The caller holds s.amu.
+func (s *Store) applyLog(end int64, yield bool) error {
 	w := s.wal
+	s.yield.start(yield)
 	for from := w.applied.Load(); from < end; from = w.applied.Load() {
 		buf, err := w.read(from, min(end-from, walApplyChunk))
 		if err != nil {
@@ -213,6 +217,28 @@ func (w *wal) dropOverwrites(last uint64) {
 	w.omu.Unlock()
 }
 
+// walYieldEvery is how long the checkpoint runs before it lets the other
+// goroutines run, between two records: on one core a chunk's transaction
+// ran in the scheduler's slices of 10-25 ms, and a publisher whose read,
+// commit or PUBACK came up meanwhile waited for the slice's end.
+const walYieldEvery = time.Millisecond
+
+// yielder is the checkpoint's clock for walYieldEvery.
+type yielder struct {
+	on    bool
+	since time.Time
+}
+
+func (y *yielder) start(on bool) { y.on, y.since = on, time.Now() }
+
+// maybe yields when on and walYieldEvery has passed since the last time.
+func (y *yielder) maybe() {
+	if y.on && time.Since(y.since) >= walYieldEvery {
+		runtime.Gosched()
+		y.since = time.Now()
+	}
+}
+
 // read reads n bytes of the log at off into w.rbuf, which it keeps for
 // the next read (see trim).
 func (w *wal) read(off, n int64) ([]byte, error) {
@@ -232,7 +258,7 @@ func (w *wal) read(off, n int64) ([]byte, error) {
 // that the next meets the state Apply checked it against. overwrites is
 // as cancelled has it.
 func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64, overwrites func(i int) bool) error {
-	skip := s.canc.cancelled(recs, overwrites)
+	skip := s.canc.cancelled(recs, overwrites, s.yield.maybe)
 	err := s.updateTx(func(tx *bbolt.Tx) error {
 		n := int32(0) // the op's place among the chunk's, as cancelled counts them
 		skipped := func() bool {
@@ -245,6 +271,7 @@ func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64, overwrites func
 		}
 		a := newApplier(tx, s.path)
 		for _, rec := range recs {
+			s.yield.maybe()
 			a.next()
 			err := eachOp(rec, skipped, func(op *walOp) error {
 				var err error
@@ -359,7 +386,9 @@ func room(s []cancelEntry, n int) []cancelEntry {
 // nil when nothing is cancelled. It reads the records without decoding
 // what it does not need: a chunk's worth of records is read again for the
 // apply. The result is valid until the next call.
-func (c *canceller) cancelled(recs [][]byte, overwrites func(i int) bool) []int32 {
+//
+// between, if not nil, is called after each record is read.
+func (c *canceller) cancelled(recs [][]byte, overwrites func(i int) bool, between func()) []int32 {
 	if c.sessions == nil {
 		c.sessions = make(map[string]int32)
 		c.msgs = make(map[uint64]cancelUses)
@@ -404,6 +433,9 @@ func (c *canceller) cancelled(recs [][]byte, overwrites func(i int) bool) []int3
 				messages = append(messages, cancelEntry{at: n, msg: o.msg})
 			}
 		})
+		if between != nil {
+			between()
+		}
 	}
 	if len(dels) == 0 {
 		return nil

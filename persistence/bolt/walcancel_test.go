@@ -83,7 +83,7 @@ func TestWALCancelsAckedEntries(t *testing.T) {
 	both(func(b *persistence.Batch) { b.PutOutbound("a", out(5, 4)) })                       // 15: kept, not deleted
 	both(func(b *persistence.Batch) { b.DeleteOutbound("a", 4) })
 
-	got := new(canceller).cancelled(logRecords(t, path)[1:], nil) // the records the next checkpoint applies
+	got := new(canceller).cancelled(logRecords(t, path)[1:], nil, nil) // the records the next checkpoint applies
 	if want := []int32{1, 2}; !slices.Equal(got, want) {
 		t.Errorf("cancelled ops %v, want %v (message 4 is referenced by an entry kept)", got, want)
 	}
@@ -176,7 +176,7 @@ func pendingCancelled(t *testing.T, s *Store, path string) (skip []int32, delete
 	if len(recs) == 0 {
 		return nil, 0
 	}
-	skip = slices.Clone(new(canceller).cancelled(recs, s.wal.overwrites(first, first+uint64(len(recs))-1)))
+	skip = slices.Clone(new(canceller).cancelled(recs, s.wal.overwrites(first, first+uint64(len(recs))-1), nil))
 	n, left := int32(0), skip
 	for _, rec := range recs {
 		scanOps(rec, func(o *opScan) {
