@@ -85,7 +85,7 @@ func BenchmarkCheckpointAcked(b *testing.B) {
 // BenchmarkCheckpointQueued measures the checkpoint of a bridge's queue
 // while its uplink is down: each message put with its entry, none
 // deleted, a checkpoint per 10,000 messages (about 2 MiB of the log at
-// 200 bytes a message, two chunks). Per message applied.
+// 200 bytes a message: half a chunk). Per message applied.
 func BenchmarkCheckpointQueued(b *testing.B) { benchCheckpointBacklog(b, 0) }
 
 // BenchmarkCheckpointBacklog measures the checkpoint of a backlogged

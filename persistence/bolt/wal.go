@@ -82,7 +82,7 @@ const (
 // transaction holds every page it changes in memory until it commits,
 // and half a full log applied at once held some 100 MB. A variable for
 // the tests, which make logs of a few chunks.
-var walApplyChunk int64 = 1 << 20
+var walApplyChunk int64 = 4 << 20
 
 var (
 	keyWALSeq  = []byte("walseq")

@@ -306,7 +306,7 @@ func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64, overwrites func
 }
 
 // canceller is cancelled's scratch, kept from one chunk to the next of a
-// checkpoint (a chunk of 1 MiB holds thousands of entries), and
+// checkpoint (a chunk of 4 MiB holds tens of thousands of entries), and
 // the sizes the last checkpoint needed, to make the next one's at once:
 // grown from nothing by appends, they took a third of the pass.
 type canceller struct {
