@@ -1,9 +1,11 @@
 package bolt
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"runtime/debug"
+	"slices"
 
 	"go.etcd.io/bbolt"
 
@@ -100,9 +102,13 @@ func (s *Store) updateTx(fn func(tx *bbolt.Tx) error) (err error) {
 	return s.db.Update(fn)
 }
 
-// applier is one batch being applied.
+// applier is one batch being applied, or the records of a log's chunk
+// one after another (next).
 type applier struct {
 	messages, refs, retained, sessions, subs, out, rel, wills *bbolt.Bucket
+	// Lookups go through a cursor per bucket, kept for the transaction:
+	// a Get makes a cursor and grows its stack from nothing each time.
+	msgC, refsC, outC *bbolt.Cursor
 
 	path string // for errors
 	// counts are the reference counts the batch touched, read on first
@@ -114,12 +120,13 @@ type applier struct {
 	// something refers to them then: a message delivered and acknowledged
 	// within one batch costs no write.
 	added map[uint64][]byte // encoded
+	ids   []uint64          // finish's scratch
 }
 
 type count struct{ was, now uint64 }
 
 func newApplier(tx *bbolt.Tx, path string) *applier {
-	return &applier{
+	a := &applier{
 		path:     path,
 		messages: tx.Bucket(bucketMessages),
 		refs:     tx.Bucket(bucketRefs),
@@ -132,6 +139,24 @@ func newApplier(tx *bbolt.Tx, path string) *applier {
 		counts:   make(map[uint64]*count),
 		added:    make(map[uint64][]byte),
 	}
+	a.msgC, a.refsC, a.outC = a.messages.Cursor(), a.refs.Cursor(), a.out.Cursor()
+	return a
+}
+
+// next readies a for the next batch of the same transaction, once the
+// last is finished.
+func (a *applier) next() {
+	clear(a.counts)
+	clear(a.added)
+}
+
+// get is Bucket.Get through c, a cursor of the bucket. The buckets hold
+// no buckets, so a key found has its value.
+func get(c *bbolt.Cursor, key []byte) []byte {
+	if k, v := c.Seek(key); bytes.Equal(k, key) {
+		return v
+	}
+	return nil
 }
 
 func (a *applier) apply(op *persistence.Op) error {
@@ -221,7 +246,7 @@ func (a *applier) putEncodedMessage(id uint64, v []byte) error {
 
 // stored reports whether message id is in the store or put by the batch.
 func (a *applier) stored(id uint64) bool {
-	return a.added[id] != nil || a.messages.Get(idKey(id)) != nil
+	return a.added[id] != nil || get(a.msgC, idKey(id)) != nil
 }
 
 func (a *applier) putSession(s *persistence.Session) error {
@@ -294,7 +319,7 @@ func (a *applier) putOutbound(id string, o *persistence.Outbound) error {
 		return err
 	}
 	k := outKey(id, o.Seq)
-	old := a.out.Get(k)
+	old := get(a.outC, k)
 	var oldID uint64
 	if old != nil {
 		prev, err := decodeOutbound(o.Seq, old)
@@ -316,7 +341,7 @@ func (a *applier) putOutbound(id string, o *persistence.Outbound) error {
 }
 
 func (a *applier) deleteOutbound(k []byte) error {
-	v := a.out.Get(k)
+	v := get(a.outC, k)
 	if v == nil {
 		return nil
 	}
@@ -324,7 +349,8 @@ func (a *applier) deleteOutbound(k []byte) error {
 	if err != nil {
 		return recordErr(a.path, bucketOut, k, err)
 	}
-	if err := a.out.Delete(k); err != nil {
+	// At the entry already: no second search.
+	if err := a.outC.Delete(); err != nil {
 		return err
 	}
 	return a.unref(o.MessageID)
@@ -382,7 +408,7 @@ func (a *applier) count(id uint64) (*count, error) {
 		return c, nil
 	}
 	k := idKey(id)
-	n, err := decodeCount(a.refs.Get(k))
+	n, err := decodeCount(get(a.refsC, k))
 	if err != nil {
 		return nil, recordErr(a.path, bucketRefs, k, err)
 	}
@@ -412,9 +438,16 @@ func (a *applier) unref(id uint64) error {
 }
 
 // finish writes the counts the batch changed and drops the messages left
-// without references.
+// without references, in the order of their keys: puts of new messages
+// then append where bbolt's node ends rather than shift it.
 func (a *applier) finish() error {
-	for id, c := range a.counts {
+	a.ids = a.ids[:0]
+	for id := range a.counts {
+		a.ids = append(a.ids, id)
+	}
+	slices.Sort(a.ids)
+	for _, id := range a.ids {
+		c := a.counts[id]
 		k := idKey(id)
 		var err error
 		v := a.added[id]

@@ -24,6 +24,9 @@ type shadow struct {
 	// which are dropped at its end if nothing refers to them.
 	undo    []undo
 	touched map[uint64]struct{}
+	// overwrote is set when the batch puts an outbound entry over one
+	// the store holds (see wal.over).
+	overwrote bool
 }
 
 type undoKind uint8
@@ -170,6 +173,7 @@ func (sh *shadow) check(op *persistence.Op) error {
 		sh.setOut(op.SessionID, out, op.Outbound.Seq, op.Outbound.MessageID, true)
 		sh.ref(op.Outbound.MessageID)
 		if had {
+			sh.overwrote = true
 			return sh.unref(old)
 		}
 	case persistence.OpDeleteOutbound:
@@ -244,6 +248,7 @@ func (sh *shadow) commit() {
 	clear(sh.touched)
 	clear(sh.undo)
 	sh.undo = sh.undo[:0]
+	sh.overwrote = false
 }
 
 // rollback undoes the batch.
@@ -284,4 +289,5 @@ func (sh *shadow) rollback() {
 	clear(sh.touched)
 	clear(sh.undo)
 	sh.undo = sh.undo[:0]
+	sh.overwrote = false
 }

@@ -149,8 +149,9 @@ type Store struct {
 	// (under amu).
 	failErr error
 	failAt  time.Time
-	// canc is the checkpoint's scratch (under amu).
-	canc canceller
+	// canc is the checkpoint's scratch, yield its clock (under amu).
+	canc  canceller
+	yield yielder
 
 	// hashedSchema is set once the file is marked schemaHashed.
 	hashedSchema atomic.Bool

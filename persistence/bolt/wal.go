@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -109,6 +110,15 @@ type wal struct {
 	applied    atomic.Int64
 	appliedSeq uint64
 	rbuf       []byte
+
+	// over lists, in order, the records written since the log was opened
+	// and not yet applied that put an outbound entry over one the store
+	// held: the checkpoint cancels the delete of an entry that a put it
+	// cancels made only when it knows the put made it (see cancelled).
+	// omu, a leaf, guards it: Apply adds to it under wmu, the checkpoint
+	// reads it under amu alone.
+	omu  sync.Mutex
+	over []uint64
 }
 
 // openWAL opens the log, or makes it, and applies to the bbolt file what
@@ -281,7 +291,9 @@ func (s *Store) replay(w *wal) (goOn bool, err error) {
 				size += len(recs[n])
 				n++
 			}
-			if err := s.applyRecords(w, recs[:n], w.appliedSeq+uint64(n)); err != nil {
+			// Not knowing which records put over an entry, it cancels
+			// no delete.
+			if err := s.applyRecords(w, recs[:n], w.appliedSeq+uint64(n), nil); err != nil {
 				return false, fmt.Errorf("bolt: %s: replaying the log: %w", w.path, err)
 			}
 			w.appliedSeq += uint64(n)
@@ -429,6 +441,9 @@ func (s *Store) logApply(b *persistence.Batch) error {
 				s.walErr.CompareAndSwap(nil, &err)
 				s.wmu.Unlock()
 				return err
+			}
+			if s.shadow.overwrote {
+				w.noteOverwrite(w.seq)
 			}
 			s.shadow.commit()
 			hurry := w.off-w.applied.Load() >= w.size/2

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -93,7 +94,7 @@ func (s *Store) checkpointLocked(need int) error {
 		if end-w.applied.Load() < walSmallRest {
 			break
 		}
-		if err := s.applyLog(end); err != nil {
+		if err := s.applyLog(end, true); err != nil {
 			return err
 		}
 	}
@@ -113,7 +114,7 @@ func (s *Store) checkpointLocked(need int) error {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if err := s.applyLog(w.off); err != nil {
+	if err := s.applyLog(w.off, false); err != nil {
 		return err
 	}
 	if !due {
@@ -134,9 +135,12 @@ func (s *Store) checkpointLocked(need int) error {
 
 // applyLog applies the records up to end to the file, in transactions of
 // at most walApplyChunk bytes of records (or one longer record), each
-// read when it is applied. The caller holds s.amu.
-func (s *Store) applyLog(end int64) error {
+// read when it is applied. With yield it lets other goroutines run every
+// walYieldEvery (not while it holds up Apply: they would wait for it).
+// The caller holds s.amu.
+func (s *Store) applyLog(end int64, yield bool) error {
 	w := s.wal
+	s.yield.start(yield)
 	for from := w.applied.Load(); from < end; from = w.applied.Load() {
 		buf, err := w.read(from, min(end-from, walApplyChunk))
 		if err != nil {
@@ -170,13 +174,69 @@ func (s *Store) applyLog(end int64) error {
 			}
 			recs, last, off = [][]byte{payload}, seq, next
 		}
-		if err := s.applyRecords(w, recs, last); err != nil {
+		if err := s.applyRecords(w, recs, last, w.overwrites(last-uint64(len(recs))+1, last)); err != nil {
 			return err
 		}
 		w.applied.Store(from + off)
 		w.appliedSeq = last
+		w.dropOverwrites(last)
 	}
 	return nil
+}
+
+// noteOverwrite lists record seq, just written, as one that puts an
+// outbound entry over one the store held.
+func (w *wal) noteOverwrite(seq uint64) {
+	w.omu.Lock()
+	w.over = append(w.over, seq)
+	w.omu.Unlock()
+}
+
+// overwrites returns, for the records first to last, whether record i of
+// them (counted from 0) puts an outbound entry over one the store held.
+func (w *wal) overwrites(first, last uint64) func(i int) bool {
+	w.omu.Lock()
+	defer w.omu.Unlock()
+	lo, _ := slices.BinarySearch(w.over, first)
+	hi, _ := slices.BinarySearch(w.over, last+1)
+	if lo == hi {
+		return func(int) bool { return false }
+	}
+	over := slices.Clone(w.over[lo:hi])
+	return func(i int) bool {
+		_, found := slices.BinarySearch(over, first+uint64(i))
+		return found
+	}
+}
+
+// dropOverwrites forgets the records up to last, applied.
+func (w *wal) dropOverwrites(last uint64) {
+	w.omu.Lock()
+	n, _ := slices.BinarySearch(w.over, last+1)
+	w.over = append(w.over[:0], w.over[n:]...)
+	w.omu.Unlock()
+}
+
+// walYieldEvery is how long the checkpoint runs before it lets the other
+// goroutines run, between two records: on one core a chunk's transaction
+// ran in the scheduler's slices of 10-25 ms, and a publisher whose read,
+// commit or PUBACK came up meanwhile waited for the slice's end.
+const walYieldEvery = time.Millisecond
+
+// yielder is the checkpoint's clock for walYieldEvery.
+type yielder struct {
+	on    bool
+	since time.Time
+}
+
+func (y *yielder) start(on bool) { y.on, y.since = on, time.Now() }
+
+// maybe yields when on and walYieldEvery has passed since the last time.
+func (y *yielder) maybe() {
+	if y.on && time.Since(y.since) >= walYieldEvery {
+		runtime.Gosched()
+		y.since = time.Now()
+	}
 }
 
 // read reads n bytes of the log at off into w.rbuf, which it keeps for
@@ -195,9 +255,10 @@ func (w *wal) read(off, n int64) ([]byte, error) {
 // applyRecords applies records, the last of which is last, in one bbolt
 // transaction that also records last. Each record is finished (its counts
 // written, the messages it left unreferenced dropped) before the next, so
-// that the next meets the state Apply checked it against.
-func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64) error {
-	skip := s.canc.cancelled(recs)
+// that the next meets the state Apply checked it against. overwrites is
+// as cancelled has it.
+func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64, overwrites func(i int) bool) error {
+	skip := s.canc.cancelled(recs, overwrites, s.yield.maybe)
 	err := s.updateTx(func(tx *bbolt.Tx) error {
 		n := int32(0) // the op's place among the chunk's, as cancelled counts them
 		skipped := func() bool {
@@ -208,8 +269,10 @@ func (s *Store) applyRecords(w *wal, recs [][]byte, last uint64) error {
 			}
 			return false
 		}
+		a := newApplier(tx, s.path)
 		for _, rec := range recs {
-			a := newApplier(tx, s.path)
+			s.yield.maybe()
+			a.next()
 			err := eachOp(rec, skipped, func(op *walOp) error {
 				var err error
 				if op.op.Kind == persistence.OpPutMessage {
@@ -265,6 +328,7 @@ type cancelEntry struct {
 	sess int32
 	seq  uint64
 	at   int32
+	made bool // a put Apply took with no entry in the store (see cancelled)
 	msg  uint64
 }
 
@@ -301,17 +365,30 @@ func room(s []cancelEntry, n int) []cancelEntry {
 // the operations a chunk need not apply: the entries of a message put and
 // deleted again within the chunk (a message its subscribers, or a
 // bridge's remote, acknowledged within walApplyAfter), and the message,
-// when nothing else in the chunk refers to it. The deletes still run, for
-// entries the file held before the chunk. The file ends as it would have,
-// and so does every record in between, as far as the records that follow
-// can tell: the message's count goes up and down by the same puts and
-// deletes, and no record finds it missing that would have found it (each
-// record is finished before the next, and a message nothing refers to at
-// the end of a record is dropped). nil when nothing is cancelled. It
-// reads the records without decoding what it does not need: a chunk's
-// worth of records is read again for the apply. The result is valid
-// until the next call.
-func (c *canceller) cancelled(recs [][]byte) []int32 {
+// when nothing else in the chunk refers to it. The file ends as it would
+// have, and so does every record in between, as far as the records that
+// follow can tell: the message's count goes up and down by the same puts
+// and deletes, and no record finds it missing that would have found it
+// (each record is finished before the next, and a message nothing refers
+// to at the end of a record is dropped).
+//
+// A delete runs, for an entry the file may hold, unless the last put or
+// delete of its entry before it in the chunk is a put cancelled here that
+// made the entry (the store held none when Apply took it): then the file
+// holds none, and the delete would only look. That holds by induction
+// over the chunk's operations: where Apply's state has no entry the file
+// has none either, as a put cancelled only leaves one out, a delete that
+// runs or a DeleteSession removes it, and a delete cancelled meets none.
+// overwrites(i) reports whether record i may hold a put over an entry
+// the store held; nil when that is not known (a replay): no delete is
+// cancelled then.
+//
+// nil when nothing is cancelled. It reads the records without decoding
+// what it does not need: a chunk's worth of records is read again for the
+// apply. The result is valid until the next call.
+//
+// between, if not nil, is called after each record is read.
+func (c *canceller) cancelled(recs [][]byte, overwrites func(i int) bool, between func()) []int32 {
 	if c.sessions == nil {
 		c.sessions = make(map[string]int32)
 		c.msgs = make(map[uint64]cancelUses)
@@ -339,14 +416,15 @@ func (c *canceller) cancelled(recs [][]byte) []int32 {
 		return n
 	}
 	n := int32(0)
-	for _, rec := range recs {
+	for i, rec := range recs {
+		made := overwrites != nil && !overwrites(i)
 		scanOps(rec, func(o *opScan) {
 			n++
 			switch o.kind {
 			case persistence.OpDeleteOutbound:
 				dels = append(dels, cancelEntry{sess: number(o.session), seq: o.seq, at: n})
 			case persistence.OpPutOutbound:
-				puts = append(puts, cancelEntry{sess: number(o.session), seq: o.seq, at: n, msg: o.msg})
+				puts = append(puts, cancelEntry{sess: number(o.session), seq: o.seq, at: n, msg: o.msg, made: made})
 			case persistence.OpPutRetained:
 				u := c.msgs[o.msg]
 				u.refs++
@@ -355,6 +433,9 @@ func (c *canceller) cancelled(recs [][]byte) []int32 {
 				messages = append(messages, cancelEntry{at: n, msg: o.msg})
 			}
 		})
+		if between != nil {
+			between()
+		}
 	}
 	if len(dels) == 0 {
 		return nil
@@ -368,10 +449,15 @@ func (c *canceller) cancelled(recs [][]byte) []int32 {
 		}
 		return cmp.Compare(a.at, b.at)
 	}
+	// Both in key order (a queue's puts are already), walked side by side.
 	slices.SortFunc(dels, byKey)
+	slices.SortFunc(puts, byKey)
+	j := 0
 	for _, p := range puts {
 		// The last delete of p's entry is the last of its run.
-		j, _ := slices.BinarySearchFunc(dels, cancelEntry{sess: p.sess, seq: p.seq + 1}, byKey)
+		for j < len(dels) && (dels[j].sess < p.sess || dels[j].sess == p.sess && dels[j].seq <= p.seq) {
+			j++
+		}
 		undone := j > 0 && dels[j-1].sess == p.sess && dels[j-1].seq == p.seq && dels[j-1].at > p.at
 		u := c.msgs[p.msg]
 		if undone {
@@ -391,6 +477,26 @@ func (c *canceller) cancelled(recs [][]byte) []int32 {
 	for _, m := range messages {
 		if gone(m.msg) {
 			skip = append(skip, m.at)
+		}
+	}
+	if overwrites != nil {
+		k := 0
+		for i, d := range dels {
+			// puts[k-1] is the last put before d, of d's entry or another.
+			for k < len(puts) && byKey(puts[k], d) < 0 {
+				k++
+			}
+			if k == 0 {
+				continue
+			}
+			p := puts[k-1]
+			if p.sess != d.sess || p.seq != d.seq || !p.made || !gone(p.msg) {
+				continue
+			}
+			if i > 0 && dels[i-1].sess == d.sess && dels[i-1].seq == d.seq && dels[i-1].at > p.at {
+				continue // a delete between them
+			}
+			skip = append(skip, d.at)
 		}
 	}
 	slices.Sort(skip)
