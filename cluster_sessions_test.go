@@ -29,24 +29,34 @@ func startReplicated(t *testing.T, urls []string, dirs []string, i int) *broker 
 	return b
 }
 
-// TestClusterReplicatedSessionOutlivesNode: a persistent session whose
-// node stops, with messages queued for it there, is found whole on
-// another node: session present, its subscription, its messages.
-func TestClusterReplicatedSessionOutlivesNode(t *testing.T) {
-	t.Parallel()
+// devOnNode1 starts three nodes with replicated sessions, makes dev's
+// persistent session (5.0, expiry 600 s, t/# at QoS 1) on node 1,
+// offline, its subscription known on node 3, and returns the nodes and
+// a 5.0 publisher on node 3.
+func devOnNode1(t *testing.T) ([]*broker, *rawConn) {
+	t.Helper()
 	urls := natstest.Cluster(t, 3)
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	nodes := make([]*broker, 3)
 	for i := range nodes {
 		nodes[i] = startReplicated(t, urls, dirs, i)
 	}
-	a, b, c := nodes[0], nodes[1].addr, nodes[2].addr
 	cp := expiringConnect("dev", 600)
 	cp.ProtocolName, cp.ProtocolVersion = "MQTT", packets.V5
-	dev := connectSubscribed(t, cp, a.addr, packets.Subscription{Filter: "t/#", Options: packets.SubOptions{QoS: 1}})
+	dev := connectSubscribed(t, cp, nodes[0].addr, packets.Subscription{Filter: "t/#", Options: packets.SubOptions{QoS: 1}})
 	dev.send(&packets.Disconnect{})
-	awaitInterest(t, a.addr, c)
-	pub, _ := connectReply(t, c, packets.V5, &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: "pub", CleanStart: true})
+	awaitInterest(t, nodes[0].addr, nodes[2].addr)
+	pub, _ := connectReply(t, nodes[2].addr, packets.V5, &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: "pub", CleanStart: true})
+	return nodes, pub
+}
+
+// TestClusterReplicatedSessionOutlivesNode: a persistent session whose
+// node stops, with messages queued for it there, is found whole on
+// another node: session present, its subscription, its messages.
+func TestClusterReplicatedSessionOutlivesNode(t *testing.T) {
+	t.Parallel()
+	nodes, pub := devOnNode1(t)
+	a, b := nodes[0], nodes[1].addr
 	for i := range 3 {
 		pub.send(&packets.Publish{Topic: "t/x", QoS: 1, PacketID: uint16(i + 1), Payload: fmt.Appendf(nil, "m%d", i)})
 		expectAck(pub, packets.TypePuback, uint16(i+1), 0)
@@ -65,7 +75,7 @@ func TestClusterReplicatedSessionOutlivesNode(t *testing.T) {
 		}
 		moved.send(&packets.Puback{PacketID: p.PacketID})
 	}
-	awaitInterest(t, b, c)
+	awaitInterest(t, b, nodes[2].addr)
 	// Refused while node 1's routes are held, after it left.
 	publishUntilAcked(t, pub, &packets.Publish{Topic: "t/x", QoS: 1, PacketID: 9, Payload: []byte("after")})
 	if p, ok := moved.read().(*packets.Publish); !ok || string(p.Payload) != "after" {
@@ -109,19 +119,8 @@ func publishUntilAcked(t *testing.T, pub *rawConn, p *packets.Publish) int {
 // node, gets every message acknowledged.
 func TestClusterReplicatedLeaveHandsSessionsOver(t *testing.T) {
 	t.Parallel()
-	urls := natstest.Cluster(t, 3)
-	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	nodes := make([]*broker, 3)
-	for i := range nodes {
-		nodes[i] = startReplicated(t, urls, dirs, i)
-	}
-	a, b, c := nodes[0], nodes[1].addr, nodes[2].addr
-	cp := expiringConnect("dev", 600)
-	cp.ProtocolName, cp.ProtocolVersion = "MQTT", packets.V5
-	dev := connectSubscribed(t, cp, a.addr, packets.Subscription{Filter: "t/#", Options: packets.SubOptions{QoS: 1}})
-	dev.send(&packets.Disconnect{})
-	awaitInterest(t, a.addr, c)
-	pub, _ := connectReply(t, c, packets.V5, &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: "pub", CleanStart: true})
+	nodes, pub := devOnNode1(t)
+	a, b := nodes[0], nodes[1].addr
 	a.stop()
 	// Refused until node 2 or 3 has taken dev's session over: the
 	// default node_timeout (15 s) would find node 1 dead only later.

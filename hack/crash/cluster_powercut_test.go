@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"mqttd/hack/powercut"
 	"mqttd/internal/natstest"
 	"mqttd/packets"
 )
@@ -25,12 +24,7 @@ import (
 // reconnects, gets every message whose PUBACK or PUBCOMP its publisher
 // got (runCycles). CLUSTER_CUTS sets the cycles (default 2).
 func TestClusterReplicatedPowerCut(t *testing.T) {
-	backing, mnt := t.TempDir(), t.TempDir()
-	p, err := powercut.New(backing)
-	if err != nil {
-		t.Fatal(err)
-	}
-	powercut.MountOrSkip(t, p, mnt)
+	mnt, cut := powerCutDir(t)
 	bin := natsBinary(t)
 	var clientPorts, routePorts, routes []string
 	for range 3 {
@@ -76,22 +70,9 @@ func TestClusterReplicatedPowerCut(t *testing.T) {
 		serving(i, b)
 	}
 	restarted = true
-	var dropped powercut.CutStats
 	runCycles(t, cn, seeded(t), envInt(t, "CLUSTER_CUTS", 2), func() int {
 		cn.kill(t, 2)
-		if err := p.Unmount(); err != nil {
-			t.Fatal(err)
-		}
-		cs, err := p.Cut()
-		if err != nil {
-			t.Fatal(err)
-		}
-		dropped.Files += cs.Files
-		dropped.Bytes += cs.Bytes
-		if err := p.Mount(mnt); err != nil {
-			t.Fatal(err)
-		}
+		cut()
 		return 2
 	})
-	t.Logf("the power cuts threw away %d bytes of unsynced writes in %d files", dropped.Bytes, dropped.Files)
 }

@@ -19,13 +19,7 @@ import (
 // the number of cuts (default 3). It is skipped, saying why, where FUSE
 // cannot be mounted.
 func TestPowerCut(t *testing.T) {
-	backing, mnt := t.TempDir(), t.TempDir()
-	p, err := powercut.New(backing)
-	if err != nil {
-		t.Fatal(err)
-	}
-	powercut.MountOrSkip(t, p, mnt)
-	var dropped powercut.CutStats
+	mnt, cut := powerCutDir(t)
 	runScenario(t, scenario{
 		cycles:   envInt(t, "CRASH_CYCLES", 3),
 		perCycle: 300,
@@ -34,19 +28,41 @@ func TestPowerCut(t *testing.T) {
 		crash: func(t *testing.T, b *broker) {
 			t.Helper()
 			b.stop(t, syscall.SIGKILL)
-			if err := p.Unmount(); err != nil {
-				t.Fatal(err)
-			}
-			cs, err := p.Cut()
-			if err != nil {
-				t.Fatal(err)
-			}
-			dropped.Files += cs.Files
-			dropped.Bytes += cs.Bytes
-			if err := p.Mount(mnt); err != nil {
-				t.Fatal(err)
-			}
+			cut()
 		},
 	})
-	t.Logf("the power cuts threw away %d bytes of unsynced writes in %d files", dropped.Bytes, dropped.Files)
+}
+
+// powerCutDir mounts the power-cut filesystem for the test, skipping it
+// where FUSE cannot be mounted, and returns the mount and cut, which
+// throws away every write not synced since the last cut (the processes
+// that used the files must be gone); what the cuts threw away is logged
+// at the end.
+func powerCutDir(t *testing.T) (mnt string, cut func()) {
+	t.Helper()
+	backing, mnt := t.TempDir(), t.TempDir()
+	p, err := powercut.New(backing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	powercut.MountOrSkip(t, p, mnt)
+	var dropped powercut.CutStats
+	t.Cleanup(func() {
+		t.Logf("the power cuts threw away %d bytes of unsynced writes in %d files", dropped.Bytes, dropped.Files)
+	})
+	return mnt, func() {
+		t.Helper()
+		if err := p.Unmount(); err != nil {
+			t.Fatal(err)
+		}
+		cs, err := p.Cut()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dropped.Files += cs.Files
+		dropped.Bytes += cs.Bytes
+		if err := p.Mount(mnt); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -28,31 +28,71 @@ func logRecords(t *testing.T, path string) [][]byte {
 	return recs
 }
 
+// twins are a store and persistence.Memory given the same batches.
+type twins struct {
+	t    *testing.T
+	path string
+	s    *Store
+	mem  *persistence.Memory
+}
+
+func newTwins(t *testing.T) *twins {
+	path := filepath.Join(t.TempDir(), "store.db")
+	return &twins{t: t, path: path, s: mustOpen(t, path, Options{}), mem: persistence.NewMemory()}
+}
+
+// apply applies the batch fill makes to both.
+func (w *twins) apply(fill func(b *persistence.Batch)) {
+	w.t.Helper()
+	var b persistence.Batch
+	fill(&b)
+	if err := w.s.Apply(&b); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.mem.Apply(&b); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// checkpointMatches checkpoints the store, which must then Load what
+// Memory holds.
+func (w *twins) checkpointMatches() {
+	w.t.Helper()
+	if err := w.s.checkpoint(0); err != nil {
+		w.t.Fatal(err)
+	}
+	if got, want := normalise(load(w.t, w.s)), normalise(must(w.mem.Load())); !reflect.DeepEqual(got, want) {
+		w.t.Fatalf("after the checkpoint:\n Store  %+v\n Memory %+v", got, want)
+	}
+}
+
+// replayMatches crashes the store and opens it again (a replay of its
+// log): it must Load what Memory holds.
+func (w *twins) replayMatches() {
+	w.t.Helper()
+	crash(w.t, w.s)
+	w.s = mustOpen(w.t, w.path, Options{})
+	defer w.s.Close()
+	if got, want := normalise(load(w.t, w.s)), normalise(must(w.mem.Load())); !reflect.DeepEqual(got, want) {
+		w.t.Fatalf("after a replay:\n Store  %+v\n Memory %+v", got, want)
+	}
+}
+
+func msg(id uint64) *persistence.Message {
+	return &persistence.Message{ID: id, Topic: "t", Payload: []byte{byte(id)}, QoS: 1}
+}
+
+func out(seq, id uint64) persistence.Outbound {
+	return persistence.Outbound{Seq: seq, MessageID: id, QoS: 1}
+}
+
 // TestWALCancelsAckedEntries: a chunk of the log in which entries are put
 // and deleted again is applied without those puts, nor their message when
 // nothing else in the chunk refers to it; the file then holds what
 // persistence.Memory does, after a checkpoint and after a replay.
 func TestWALCancelsAckedEntries(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "store.db")
-	s := mustOpen(t, path, Options{})
-	mem := persistence.NewMemory()
-	both := func(fill func(b *persistence.Batch)) {
-		t.Helper()
-		var b persistence.Batch
-		fill(&b)
-		if err := s.Apply(&b); err != nil {
-			t.Fatal(err)
-		}
-		if err := mem.Apply(&b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	msg := func(id uint64) *persistence.Message {
-		return &persistence.Message{ID: id, Topic: "t", Payload: []byte{byte(id)}, QoS: 1}
-	}
-	out := func(seq, id uint64) persistence.Outbound {
-		return persistence.Outbound{Seq: seq, MessageID: id, QoS: 1}
-	}
+	w := newTwins(t)
+	s, path, both := w.s, w.path, w.apply
 	both(func(b *persistence.Batch) {
 		b.PutSession(persistence.Session{ID: "a", Expiry: 60})
 		b.PutSession(persistence.Session{ID: "b", Expiry: 60})
@@ -87,22 +127,11 @@ func TestWALCancelsAckedEntries(t *testing.T) {
 	if want := []int32{1, 2}; !slices.Equal(got, want) {
 		t.Errorf("cancelled ops %v, want %v (message 4 is referenced by an entry kept)", got, want)
 	}
-	if err := s.checkpoint(0); err != nil {
-		t.Fatal(err)
-	}
-	want := normalise(must(mem.Load()))
-	if got := normalise(load(t, s)); !reflect.DeepEqual(got, want) {
-		t.Fatalf("after the checkpoint:\n Store  %+v\n Memory %+v", got, want)
-	}
+	w.checkpointMatches()
 	if _, ok := load(t, s).Messages[1]; ok {
 		t.Error("message 1, put and let go within the chunk, was stored")
 	}
-	crash(t, s)
-	s = mustOpen(t, path, Options{})
-	defer s.Close()
-	if got := normalise(load(t, s)); !reflect.DeepEqual(got, want) {
-		t.Fatalf("after a replay:\n Store  %+v\n Memory %+v", got, want)
-	}
+	w.replayMatches()
 }
 
 // TestScanOpsReadsAsEachOp: scanOps, which cancelled reads records with,
@@ -199,26 +228,8 @@ func pendingCancelled(t *testing.T, s *Store, path string) (skip []int32, delete
 // after another delete still runs. The file then holds what
 // persistence.Memory does, after the checkpoint and after a replay.
 func TestWALCancelsDeletesOfEntriesItMade(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "store.db")
-	s := mustOpen(t, path, Options{})
-	mem := persistence.NewMemory()
-	both := func(fill func(b *persistence.Batch)) {
-		t.Helper()
-		var b persistence.Batch
-		fill(&b)
-		if err := s.Apply(&b); err != nil {
-			t.Fatal(err)
-		}
-		if err := mem.Apply(&b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	msg := func(id uint64) *persistence.Message {
-		return &persistence.Message{ID: id, Topic: "t", Payload: []byte{byte(id)}, QoS: 1}
-	}
-	out := func(seq, id uint64) persistence.Outbound {
-		return persistence.Outbound{Seq: seq, MessageID: id, QoS: 1}
-	}
+	w := newTwins(t)
+	s, path, both := w.s, w.path, w.apply
 	both(func(b *persistence.Batch) {
 		b.PutSession(persistence.Session{ID: "a", Expiry: 60})
 		b.PutMessage(msg(9))
@@ -247,19 +258,8 @@ func TestWALCancelsDeletesOfEntriesItMade(t *testing.T) {
 	if want := []int32{1, 2, 3, 4, 5, 7, 8, 9}; !slices.Equal(got, want) {
 		t.Errorf("cancelled ops %v, want %v", got, want)
 	}
-	if err := s.checkpoint(0); err != nil {
-		t.Fatal(err)
-	}
-	want := normalise(must(mem.Load()))
-	if got := normalise(load(t, s)); !reflect.DeepEqual(got, want) {
-		t.Fatalf("after the checkpoint:\n Store  %+v\n Memory %+v", got, want)
-	}
-	crash(t, s)
-	s = mustOpen(t, path, Options{})
-	defer s.Close()
-	if got := normalise(load(t, s)); !reflect.DeepEqual(got, want) {
-		t.Fatalf("after a replay:\n Store  %+v\n Memory %+v", got, want)
-	}
+	w.checkpointMatches()
+	w.replayMatches()
 }
 
 // TestWALCancelledAgainstMemory applies random batches to a Sync store
