@@ -40,8 +40,10 @@ const DefaultNodeTimeout = 15 * time.Second
 // Hooks are what the broker does when the cluster's membership changes;
 // each runs on a goroutine of its own, one at a time.
 type Hooks struct {
-	// NodeDead is called once for a node found dead, after its wills were
-	// swept (SweepWills).
+	// NodeDead is called for a node found dead, after its wills were
+	// swept (SweepWills), and, with HoldDeadRoutes, for a node that said
+	// goodbye (then again if it is found dead later: a second call finds
+	// nothing left to take).
 	NodeDead func(node string)
 	// CutOff is called when this node has failed to reach the store for
 	// NodeTimeout; Rejoined when it can again (and once its store is
@@ -338,22 +340,26 @@ func (n *Node) takeOver(st *kvStore, name string, rev uint64) {
 // held (HoldDeadRoutes, replicated sessions): its persistent sessions
 // are taken over at once, not after node_timeout, and until they are,
 // its routes stay held, so that a confirmed send for them is refused
-// rather than going to no node. A node whose store does not answer
-// leaves it to the watch, which finds the node dead.
+// rather than going to no node. Its wills are not swept: it takes them
+// out itself as it closes (the broker, not the clients, ended those
+// connections), and the watch sweeps what a node that died while
+// closing left, finding it dead. A store that does not answer leaves
+// the sessions to that too.
 func (n *Node) left(st *kvStore, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	e, err := st.nodes.Get(ctx, nodeKey(name))
-	if err != nil {
-		return
-	}
 	fence, err := ownersFence(ctx, st)
 	if err != nil {
 		return
 	}
 	n.setFence(name, fence)
 	n.log.Info().Str("left_node", name).Msg("cluster: node left: taking its sessions over")
-	n.run(func() { n.takeOver(st, name, e.Revision()) })
+	n.run(func() {
+		if f := n.hooks.NodeDead; f != nil {
+			f(name)
+		}
+		time.AfterFunc(n.deadGrace, func() { n.dropDead(name) })
+	})
 }
 
 // sweepDead sweeps a dead node's wills, again each second while the
