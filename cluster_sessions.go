@@ -287,6 +287,11 @@ func (s *Server) takeDeadSession(node *cluster.Node, js *cluster.SessionStore, o
 	if err != nil || !ok {
 		return false
 	}
+	// A node taken for dead that is alive after all (it answered no
+	// question in time) gives the session up, its writes to it synced
+	// first, rather than keep it beside this node; a dead one does not
+	// answer.
+	_, _ = node.Handover(claim, o.ID, false)
 	st, msgs, err := js.Adopt(o.ID)
 	if err != nil || st == nil {
 		node.Release(o.ID, claim.Rev)

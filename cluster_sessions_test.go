@@ -159,6 +159,35 @@ func TestClusterReplicatedLeaveHandsSessionsOver(t *testing.T) {
 	}
 }
 
+// TestClusterReplicatedTakenForDeadAlive: a node that takes another's
+// sessions over while that node is alive (taken for dead: its beats late,
+// its answers too) has them handed over, so that one node holds each;
+// the client then finds its session, and its messages, on either.
+func TestClusterReplicatedTakenForDeadAlive(t *testing.T) {
+	t.Parallel()
+	nodes, pub := devOnNode1(t)
+	a, b := nodes[0], nodes[1]
+	publishUntilAcked(t, pub, &packets.Publish{Topic: "t/x", QoS: 1, PacketID: 1, Payload: []byte("before")})
+	b.srv.TakeDeadSessions("node1")
+	if !b.srv.HoldsSession("dev") || a.srv.HoldsSession("dev") {
+		t.Fatalf("after node 2's takeover: node 1 holds dev %v, node 2 %v; want node 2 alone",
+			a.srv.HoldsSession("dev"), b.srv.HoldsSession("dev"))
+	}
+	awaitInterest(t, b.addr, nodes[2].addr)
+	publishUntilAcked(t, pub, &packets.Publish{Topic: "t/x", QoS: 1, PacketID: 2, Payload: []byte("after")})
+	dev, ack := connectReply(t, a.addr, packets.V5, expiringConnect("dev", 600))
+	if !ack.SessionPresent {
+		t.Fatalf("CONNACK on node 1 %+v: want the session present", ack)
+	}
+	for _, want := range []string{"before", "after"} {
+		p, ok := dev.read().(*packets.Publish)
+		if !ok || string(p.Payload) != want {
+			t.Fatalf("got %+v, want %s", p, want)
+		}
+		dev.send(&packets.Puback{PacketID: p.PacketID})
+	}
+}
+
 // TestClusterReplicatedSessionsMovedAndRestored: a node that kept its
 // sessions in its own store moves them to the replicated store when it
 // starts with cluster.sessions: replicated, and takes them back from

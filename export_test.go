@@ -21,6 +21,13 @@ func (s *Server) SetTopicCountTimes(tick, idle time.Duration) {
 // TopicCounting says whether topics are being counted.
 func (s *Server) TopicCounting() bool { return s.busy.on.Load() }
 
+// TakeDeadSessions runs s's takeover of node dead's replicated sessions,
+// as when it finds the node dead.
+func (s *Server) TakeDeadSessions(dead string) { s.takeDeadSessions(s.clusterNode(), dead) }
+
+// HoldsSession reports whether s's registry has client id's session.
+func (s *Server) HoldsSession(id string) bool { return s.hasClient(id) }
+
 // HoldCommits stops s's commits until the returned function is first
 // called.
 func (s *Server) HoldCommits() (release func()) {
