@@ -71,7 +71,10 @@ func dialStuckSubscriber(t *testing.T, addr, id, topic string) net.Conn {
 func TestAttackNonReadingSubscribers(t *testing.T) {
 	const subscribers, messages = 200, 8
 	start := time.Now()
-	srv, addr := startServer(t, mqttd.Options{})
+	// Copying a 1 MiB message into 200 outboxes takes seconds under
+	// -race on a busy machine, while the publisher's next one waits in
+	// its socket: the frame timeout (30 s) is not what is measured.
+	srv, addr := startServer(t, mqttd.Options{Limits: mqttd.Limits{FrameTimeout: 2 * time.Minute}})
 	payload, buf := payloadOf(bigPayload), encodeBuf()
 	conns := make([]net.Conn, 0, subscribers)
 	heap := attackBaseline(t, addr)
