@@ -133,6 +133,20 @@ func (p *FS) Cut() (CutStats, error) {
 	return cs, err
 }
 
+// CutAt is the power cut as a crash test makes it: the filesystem is
+// unmounted (the processes that used its files must be gone), cut, and
+// mounted on dir again.
+func (p *FS) CutAt(dir string) (CutStats, error) {
+	if err := p.Unmount(); err != nil {
+		return CutStats{}, err
+	}
+	cs, err := p.Cut()
+	if err != nil {
+		return cs, err
+	}
+	return cs, p.Mount(dir)
+}
+
 // revert writes the durable content back over what changed since the last
 // sync and cuts the file to its durable size.
 func (f *file) revert(path string, size int64, cs *CutStats) error {

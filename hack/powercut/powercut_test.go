@@ -29,18 +29,12 @@ func mounted(t *testing.T) (p *FS, mnt, backing string) {
 	return p, mnt, backing
 }
 
-// cut is the power cut as the crash tests do it: unmount (the processes
-// using the files are gone), Cut, mount again.
+// cut is CutAt, the power cut as the crash tests make it, failing the
+// test on an error.
 func cut(t *testing.T, p *FS, mnt string) CutStats {
 	t.Helper()
-	if err := p.Unmount(); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := p.Cut()
+	cs, err := p.CutAt(mnt)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Mount(mnt); err != nil {
 		t.Fatal(err)
 	}
 	return cs
