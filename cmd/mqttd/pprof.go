@@ -83,46 +83,35 @@ func pprofCmdline(w http.ResponseWriter, _ *http.Request) {
 	io.WriteString(w, strings.Join(os.Args, "\x00"))
 }
 
-// pprofCPU samples the CPU for ?seconds= (30 when absent or not a
-// positive integer) and answers the profile.
-func pprofCPU(w http.ResponseWriter, r *http.Request) {
-	sec, err := strconv.ParseInt(r.URL.Query().Get("seconds"), 10, 64)
-	if err != nil || sec <= 0 {
-		sec = 30
-	}
-	d, ok := pprofDuration(w, float64(sec))
-	if !ok {
-		return
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Disposition", `attachment; filename="profile"`)
-	if err := pprof.StartCPUProfile(w); err != nil {
-		pprofError(w, http.StatusInternalServerError, "could not enable CPU profiling: "+err.Error())
-		return
-	}
-	pprofSleep(r, d)
-	pprof.StopCPUProfile()
-}
+// pprofCPU samples the CPU for ?seconds= (30 by default) and answers
+// the profile.
+var pprofCPU = pprofRecording("profile", 30, pprof.StartCPUProfile, pprof.StopCPUProfile)
 
-// pprofTrace records the execution trace for ?seconds= (1 when absent or
-// not a positive number) and answers it.
-func pprofTrace(w http.ResponseWriter, r *http.Request) {
-	sec, err := strconv.ParseFloat(r.URL.Query().Get("seconds"), 64)
-	if err != nil || !(sec > 0) {
-		sec = 1
+// pprofTrace records the execution trace for ?seconds= (1 by default)
+// and answers it.
+var pprofTrace = pprofRecording("trace", 1, trace.Start, trace.Stop)
+
+// pprofRecording serves a recording made between start and stop over
+// ?seconds= (def when absent or not a positive number), as file name.
+func pprofRecording(name string, def float64, start func(io.Writer) error, stop func()) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sec, err := strconv.ParseFloat(r.URL.Query().Get("seconds"), 64)
+		if err != nil || !(sec > 0) {
+			sec = def
+		}
+		d, ok := pprofDuration(w, sec)
+		if !ok {
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name))
+		if err := start(w); err != nil {
+			pprofError(w, http.StatusInternalServerError, "could not start the "+name+": "+err.Error())
+			return
+		}
+		pprofSleep(r, d)
+		stop()
 	}
-	d, ok := pprofDuration(w, sec)
-	if !ok {
-		return
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Disposition", `attachment; filename="trace"`)
-	if err := trace.Start(w); err != nil {
-		pprofError(w, http.StatusInternalServerError, "could not enable tracing: "+err.Error())
-		return
-	}
-	pprofSleep(r, d)
-	trace.Stop()
 }
 
 // pprofDuration is sec as a duration, or answers 400 when the response
