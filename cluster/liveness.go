@@ -64,6 +64,9 @@ type seen struct {
 	rev  uint64
 	at   time.Time
 	dead bool
+	// again: found dead before, its takeover given up (handBack), so
+	// not counted again.
+	again bool
 }
 
 // Watch starts the node's beats and its watch over the others, calling
@@ -176,6 +179,7 @@ func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*
 	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
 		return
 	}
+	n.takeHandedBack(others, now)
 	alive := 0
 	for _, k := range keys {
 		if k == nodeKey(n.name) {
@@ -218,7 +222,9 @@ func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*
 		s.dead = true
 		n.setFence(name, fence)
 		n.markDead(name)
-		n.stats.deadNodes.Add(1)
+		if !s.again {
+			n.stats.deadNodes.Add(1)
+		}
 		n.log.Warn().Str("dead_node", name).Dur("node_timeout", n.timeout).Msg("cluster: node found dead: publishing its clients' wills")
 		n.run(func() { n.takeOver(st, name, rev) })
 	}
@@ -236,6 +242,29 @@ func (n *Node) watchOthers(ctx context.Context, st *kvStore, others map[string]*
 			time.AfterFunc(n.deadGrace, func() { n.dropDead(s.name) })
 		}
 		delete(others, k)
+	}
+}
+
+// handBack has the watch take node name, found dead here, for dead
+// afresh: its takeover was given up.
+func (n *Node) handBack(name string) {
+	n.handBackMu.Lock()
+	n.handedBack = append(n.handedBack, name)
+	n.handBackMu.Unlock()
+}
+
+// takeHandedBack clears the dead mark of the nodes handed back, so that
+// the watch finds them dead again after node_timeout while their
+// records stay unchanged (no node swept them meanwhile).
+func (n *Node) takeHandedBack(others map[string]*seen, now time.Time) {
+	n.handBackMu.Lock()
+	names := n.handedBack
+	n.handedBack = nil
+	n.handBackMu.Unlock()
+	for _, name := range names {
+		if s := others[nodeKey(name)]; s != nil && s.dead {
+			s.dead, s.at, s.again = false, now, true
+		}
 	}
 }
 
@@ -318,9 +347,12 @@ func (n *Node) onAlive(m *nats.Msg) {
 // routes go after the grace, and forgets its beat record at revision rev.
 func (n *Node) takeOver(st *kvStore, name string, rev uint64) {
 	if !n.sweepDead(name) {
-		// Another node sweeps it, and its routes go when its record
-		// does; or this one is cut off, and its routes stay held: its
-		// sessions may have been taken by no one.
+		// Cut off (or closing): its routes stay held, as its sessions may
+		// have been taken by no one. Another node may sweep it, and its
+		// routes go when its record does; but every other node may have
+		// been cut off as well, and then none would ever take it over.
+		// So the watch takes it for dead afresh once this node is back.
+		n.handBack(name)
 		return
 	}
 	if f := n.hooks.NodeDead; f != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"mqttd/internal/natstest"
+	"mqttd/internal/testutil"
 )
 
 // startWatched starts a node with a short node timeout whose swept wills
@@ -226,5 +227,76 @@ func TestCutOff(t *testing.T) {
 	}
 	if st := n.Stats(); !st.CutOff || st.CutOffs != 1 || !n.CutOff() {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestTakeoverCutOffRetried: a node cut off from the store while it
+// sweeps a dead node's wills gives the takeover up, and takes the dead
+// node over once the store answers again, as no other node did
+// meanwhile: its wills are each published once, its takeover runs.
+func TestTakeoverCutOffRetried(t *testing.T) {
+	servers := natstest.Start(t, 1)
+	url := servers.URLs()[0]
+	down := make(chan struct{})
+	var once sync.Once
+	var published wills
+	dead := make(chan string, 4)
+	a, err := Start(Config{Name: "c1", NodeName: "A", NodeTimeout: time.Second, NATS: NATSConfig{URL: url}},
+		testLogger(t), newRecorder().deliver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	a.SetWillPublisher(func(data []byte) {
+		published.add("A", string(data))
+		// The store goes away after the first will is taken: the
+		// second's take fails, and A is cut off before it can retry.
+		once.Do(func() {
+			srv := servers.Server(0)
+			srv.Shutdown()
+			srv.WaitForShutdown()
+			close(down)
+		})
+	})
+	a.Watch(Hooks{NodeDead: func(n string) { dead <- n }})
+	b, err := Start(Config{Name: "c1", NodeName: "B", NodeTimeout: time.Second, NATS: NATSConfig{URL: url}},
+		testLogger(t), newRecorder().deliver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	b.Watch(Hooks{})
+	waitStore(t, a, b)
+	for _, will := range []string{"will1", "will2"} {
+		if _, err := b.PutWill("dev-"+will, []byte(will)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.nc.Close() // B dies: no goodbye
+	select {
+	case <-down:
+	case <-time.After(30 * time.Second):
+		t.Fatal("A did not sweep B's wills within 30 s of B's death")
+	}
+	testutil.WaitWithin(t, 30*time.Second, "A cut off", a.CutOff)
+	select {
+	case n := <-dead:
+		t.Fatalf("%s taken over with a will left in a store out of reach", n)
+	default:
+	}
+	servers.Restart(0)
+	select {
+	case n := <-dead:
+		if n != "B" {
+			t.Fatalf("%s taken over, want B", n)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("B not taken over within 30 s of the store's return")
+	}
+	if got, want := strings.Join(published.list(), " "), "will1@A will2@A"; got != want {
+		t.Fatalf("wills published %q, want %q", got, want)
+	}
+	if st := a.Stats(); st.DeadNodes != 1 {
+		t.Fatalf("dead nodes counted %d, want 1", st.DeadNodes)
 	}
 }

@@ -180,6 +180,11 @@ type Node struct {
 	// gone takes the names of nodes that said goodbye to the liveness
 	// goroutine, which takes them over (left).
 	gone chan string
+	// handedBack lists the dead nodes whose takeover this node gave up,
+	// cut off from the store while sweeping them: the watch finds them
+	// dead afresh once the store answers (takeOver).
+	handBackMu sync.Mutex
+	handedBack []string
 }
 
 // embedded is the NATS server a node runs in its process
@@ -317,6 +322,12 @@ func (n *Node) options() []nats.Option {
 		nats.NoEcho(),
 		nats.Timeout(2 * time.Second),
 		nats.MaxReconnects(-1),
+		// Nothing is kept to be sent once reconnected: a store operation
+		// or a confirmed send that timed out meanwhile, and that its caller
+		// counted as failed (a will taken out, never published; an owner
+		// record written after its claim gave up), would otherwise take
+		// effect later. Publishes fail at once while disconnected.
+		nats.ReconnectBufSize(-1),
 		nats.CustomReconnectDelay(reconnectDelay),
 		nats.PingInterval(5 * time.Second),
 		nats.MaxPingsOutstanding(2),

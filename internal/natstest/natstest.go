@@ -30,6 +30,8 @@ type Servers struct {
 	t       testing.TB
 	servers []*server.Server
 	urls    []string
+	dir     string
+	routes  []*url.URL
 }
 
 // Cluster starts n nats-servers clustered over routes on 127.0.0.1 (ports
@@ -49,11 +51,11 @@ func Start(t testing.TB, n int) *Servers {
 	// Made before the servers' cleanup is registered, so removed after
 	// the servers stop writing to it.
 	dir := t.TempDir()
-	servers, err := Launch(dir, n)
+	servers, routes, err := launch(dir, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Servers{t: t, servers: servers}
+	s := &Servers{t: t, servers: servers, dir: dir, routes: routes}
 	t.Cleanup(s.shutdownAll)
 	for _, srv := range servers {
 		s.urls = append(s.urls, srv.ClientURL())
@@ -66,8 +68,14 @@ func Start(t testing.TB, n int) *Servers {
 // does, and returns them, or stops what it started and returns why not.
 // The caller stops them (Stop) and removes dir.
 func Launch(dir string, n int) ([]*server.Server, error) {
+	servers, _, err := launch(dir, n)
+	return servers, err
+}
+
+// launch is Launch, returning the servers' route URLs as well.
+func launch(dir string, n int) ([]*server.Server, []*url.URL, error) {
 	if n < 1 {
-		return nil, fmt.Errorf("natstest: a cluster of %d servers", n)
+		return nil, nil, fmt.Errorf("natstest: a cluster of %d servers", n)
 	}
 	// A JetStream cluster needs every server's routes configured from
 	// the start: the route ports are picked before any server starts.
@@ -75,7 +83,7 @@ func Launch(dir string, n int) ([]*server.Server, error) {
 	for i := range routes {
 		port, err := freePort()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		routes[i] = &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", port)}
 	}
@@ -84,16 +92,16 @@ func Launch(dir string, n int) ([]*server.Server, error) {
 		srv, err := server.NewServer(serverOptions(i, n, dir, routes))
 		if err != nil {
 			Stop(servers)
-			return nil, fmt.Errorf("natstest: server %d: %w", i, err)
+			return nil, nil, fmt.Errorf("natstest: server %d: %w", i, err)
 		}
 		srv.Start()
 		servers = append(servers, srv)
 	}
 	if err := waitReady(servers); err != nil {
 		Stop(servers)
-		return nil, err
+		return nil, nil, err
 	}
-	return servers, nil
+	return servers, routes, nil
 }
 
 func serverOptions(i, n int, dir string, routes []*url.URL) *server.Options {
@@ -209,6 +217,40 @@ func (s *Servers) Shutdown(i int) {
 			}
 			<-tick.C
 		}
+	}
+}
+
+// Restart starts server i again after Shutdown, on its client and route
+// ports and with its JetStream files, as a failed machine comes back,
+// and waits until it accepts clients and is routed to the other running
+// servers. Its former clients reconnect to it.
+func (s *Servers) Restart(i int) {
+	s.t.Helper()
+	u, err := url.Parse(s.urls[i])
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	opts := serverOptions(i, len(s.servers), s.dir, s.routes)
+	if opts.Port, err = strconv.Atoi(u.Port()); err != nil {
+		s.t.Fatal(err)
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		s.t.Fatalf("natstest: server %d again: %v", i, err)
+	}
+	srv.Start()
+	s.servers[i] = srv
+	if !srv.ReadyForConnections(readyTimeout) {
+		s.t.Fatalf("natstest: server %d not ready again within %v", i, readyTimeout)
+	}
+	var running []*server.Server
+	for _, o := range s.servers {
+		if o.Running() {
+			running = append(running, o)
+		}
+	}
+	if err := waitMeshed(running); err != nil {
+		s.t.Fatal(err)
 	}
 }
 
