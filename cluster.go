@@ -182,12 +182,7 @@ func (s *Server) leaveCluster() {
 		// once: nothing may be written to them from here after it.
 		// What waits for a commit from now on fails (the connection
 		// to NATS is closed), and its clients are not acknowledged.
-		d := s.dur
-		g := d.commit.Begin()
-		held := make(chan struct{})
-		d.commit.Wait(g-1, func() { close(held) })
-		<-held
-		defer d.commit.End(g)
+		defer s.dur.commit.Hold()()
 	}
 	if err := node.Close(); err != nil {
 		s.log.Warn().Err(err).Msg("leaving the cluster")

@@ -71,12 +71,12 @@ func (s *Server) replicateSessions(node *cluster.Node) bool {
 		return false
 	}
 	d := s.dur
-	g := d.commit.Begin()
-	held := make(chan struct{})
-	d.commit.Wait(g-1, func() { close(held) })
-	<-held
-	js.Renumber(func() uint64 { return d.msgIDs.Add(1) })
-	moved, err := moveSessions(local, js)
+	release := d.commit.Hold()
+	err = js.Renumber(func() uint64 { return d.msgIDs.Add(1) })
+	moved := 0
+	if err == nil {
+		moved, err = moveSessions(local, js)
+	}
 	var back *persistence.Snapshot
 	if err == nil {
 		back, err = js.Sessions(s.hasClient)
@@ -85,7 +85,7 @@ func (s *Server) replicateSessions(node *cluster.Node) bool {
 		l.swap.cur.Store(&storeRef{js})
 		l.sessions.Store(js)
 	}
-	d.commit.End(g)
+	release()
 	if err != nil {
 		s.log.Warn().Err(err).Msg("cluster: sessions not moved to the replicated store; trying again")
 		return false

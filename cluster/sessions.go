@@ -477,10 +477,23 @@ func (n *Node) OpenSessions(local persistence.Store) (*SessionStore, error) {
 // (or another node's), which the broker may have given messages of its
 // own since it started. Retained messages keep theirs (the local store's,
 // which the broker restored). Call it before the broker stores anything
-// here.
-func (s *SessionStore) Renumber(next func() uint64) {
+// here. It changes nothing, and returns an error, when an entry or a
+// retained topic refers to a message the stream does not hold.
+func (s *SessionStore) Renumber(next func() uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for _, id := range s.retained {
+		if s.msgs[id] == nil {
+			return fmt.Errorf("cluster: session store: no message %d", id)
+		}
+	}
+	for _, ss := range s.sessions {
+		for _, o := range ss.entries {
+			if s.msgs[o.MessageID] == nil {
+				return fmt.Errorf("cluster: session store: no message %d", o.MessageID)
+			}
+		}
+	}
 	// The index is built anew: a new id may be an old one that entries
 	// not renamed yet still refer to.
 	msgs := make(map[uint64]*storedMessage, len(s.msgs))
@@ -506,6 +519,7 @@ func (s *SessionStore) Renumber(next func() uint64) {
 		}
 	}
 	s.msgs = msgs
+	return nil
 }
 
 // Sessions is Load's snapshot of the index as it is, without reading

@@ -259,7 +259,9 @@ func TestSessionRenumber(t *testing.T) {
 	})
 	s2 := openSessions(t, nc, "a", local)
 	next := uint64(100)
-	s2.Renumber(func() uint64 { next++; return next })
+	if err := s2.Renumber(func() uint64 { next++; return next }); err != nil {
+		t.Fatal(err)
+	}
 	snap, err := s2.Sessions(func(string) bool { return false })
 	if err != nil || len(snap.Sessions) != 2 {
 		t.Fatalf("%+v, %v", snap, err)
@@ -310,7 +312,9 @@ func TestSessionRenumberOverOldIDs(t *testing.T) {
 	want := map[string][]string{"x": {"two", "three"}, "y": {"three", "four"}}
 	s2 := openSessions(t, nc, "a", local)
 	next := uint64(1) // the local file's last id: the retained message's
-	s2.Renumber(func() uint64 { next++; return next })
+	if err := s2.Renumber(func() uint64 { next++; return next }); err != nil {
+		t.Fatal(err)
+	}
 	snap, err := s2.Sessions(func(string) bool { return false })
 	if err != nil {
 		t.Fatalf("sessions after renumbering: %v", err)

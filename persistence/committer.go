@@ -250,6 +250,17 @@ func (c *Committer) Begin() (group uint64) {
 	return group
 }
 
+// Hold opens a group and returns once every unit added before it is
+// applied: until release, nothing added meanwhile is committed, so the
+// caller can change what commits write to (or stop them reaching it).
+func (c *Committer) Hold() (release func()) {
+	g := c.Begin()
+	held := make(chan struct{})
+	c.Wait(g-1, func() { close(held) })
+	<-held
+	return func() { c.End(g) }
+}
+
 // End closes a group Begin opened.
 func (c *Committer) End(group uint64) {
 	c.mu.Lock()

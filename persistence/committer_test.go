@@ -318,6 +318,40 @@ func TestCommitterGroup(t *testing.T) {
 	}
 }
 
+// TestCommitterHold: Hold returns only once what was added before it is
+// applied, and what is added while it holds waits for its release.
+func TestCommitterHold(t *testing.T) {
+	g := &gate{Store: persistence.NewMemory(), entered: make(chan int, 10), release: make(chan struct{}, 10)}
+	c := persistence.NewCommitter(g)
+	c.Add(session("before"), nil)
+	held := make(chan func())
+	go func() { held <- c.Hold() }()
+	if n := <-g.entered; n != 1 {
+		t.Fatalf("first commit of %d operations, want the one before Hold", n)
+	}
+	select {
+	case <-held:
+		t.Fatal("Hold returned before what came before it was applied")
+	default:
+	}
+	g.release <- struct{}{}
+	release := <-held
+	during := c.Add(session("during"), nil)
+	done := make(chan struct{})
+	c.Wait(during, func() { close(done) })
+	select {
+	case n := <-g.entered:
+		t.Fatalf("a commit of %d operations while held", n)
+	default:
+	}
+	release()
+	if n := <-g.entered; n != 1 {
+		t.Errorf("commit of %d operations after the release, want 1", n)
+	}
+	g.release <- struct{}{}
+	<-done
+}
+
 // TestCommitterOverlappingGroups: a group opened while another is open,
 // which then closes first, must not let a commit split the other's units
 // (its last ones come after the second group's start).

@@ -219,8 +219,13 @@ func (w *wal) dropOverwrites(last uint64) {
 
 // walYieldEvery is how long the checkpoint runs before it lets the other
 // goroutines run, between two records: on one core a chunk's transaction
-// ran in the scheduler's slices of 10-25 ms, and a publisher whose read,
-// commit or PUBACK came up meanwhile waited for the slice's end.
+// ran in the scheduler's slices of 10-25 ms, and a publisher whose
+// commit or PUBACK came up meanwhile waited for the slice's end. The
+// yield lets only goroutines already runnable go first: with one P the
+// scheduler takes the checkpoint back without polling the network, so a
+// socket that became readable still waits for sysmon's poll (every 10
+// ms), and bbolt's commit of a chunk yields nowhere (docs/perf-log.md,
+// "the uplink-down p99 and the scheduler").
 const walYieldEvery = time.Millisecond
 
 // yielder is the checkpoint's clock for walYieldEvery.
