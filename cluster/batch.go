@@ -171,12 +171,12 @@ func decodeRecord(b []byte, m *Message, origin string) ([]byte, error) {
 		raw = append([]byte(nil), raw...)
 		p := new(packets.Properties)
 		n, err := p.Decode(raw, packets.TypePublish, false)
-		if err != nil || n != len(raw) || p.Present&noTravel != 0 || len(p.SubscriptionIDs) > 0 {
+		// No properties travel as a length of 0 (appendProps): an empty
+		// set spelt out is not what a node sends.
+		if err != nil || n != len(raw) || p.Present&noTravel != 0 || len(p.SubscriptionIDs) > 0 || p.Size() <= 1 {
 			return nil, errBatch
 		}
-		if p.Size() > 1 {
-			m.Properties = p
-		}
+		m.Properties = p
 	}
 	return b, nil
 }
