@@ -377,6 +377,13 @@ type ClusterState struct {
 	// replicated store for clients whose node was gone (cluster.sessions:
 	// replicated).
 	Adopted uint64 `json:"sessions_adopted"`
+	// StoreCommits counts the commits that wrote to the replicated store
+	// (cluster.sessions: replicated), StoreRoundTrips the atomic batches
+	// they sent, each confirmed by a quorum of its replicas (one a commit
+	// of up to 1,000 records), StoreRecords the records written.
+	StoreCommits    uint64 `json:"store_commits"`
+	StoreRoundTrips uint64 `json:"store_round_trips"`
+	StoreRecords    uint64 `json:"store_records"`
 	// Nodes is the nodes this one sees beating, itself included; CutOff
 	// reports this node cut off from the store (it closed its clients'
 	// connections). DeadNodes counts the nodes it found dead, WillsSwept
@@ -402,6 +409,10 @@ func (s *Server) Cluster() (ClusterState, bool) {
 	l.mu.Unlock()
 	st.MessagesIn, st.DroppedIn = s.stats.clusterIn.Load(), s.stats.clusterDropped.Load()
 	st.Refused, st.Adopted = s.stats.clusterRefused.Load(), s.stats.clusterAdopted.Load()
+	if js := l.sessions.Load(); js != nil {
+		w := js.Writes()
+		st.StoreCommits, st.StoreRoundTrips, st.StoreRecords = w.Commits, w.RoundTrips, w.Records
+	}
 	if node != nil {
 		ns := node.Stats()
 		st.Node, st.Connected = node.Name(), ns.Connected

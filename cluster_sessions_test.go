@@ -62,6 +62,12 @@ func TestClusterReplicatedSessionOutlivesNode(t *testing.T) {
 		expectAck(pub, packets.TypePuback, uint16(i+1), 0)
 	}
 	testutil.WaitFor(t, "node 1 to queue the messages", func() bool { return a.srv.Stats().Queued == 3 })
+	// Each acknowledged once the stream held it: commits of one round
+	// trip each at least, a record a message at least.
+	if st, _ := a.srv.Cluster(); st.StoreCommits < 1 || st.StoreRoundTrips < st.StoreCommits || st.StoreRecords < 3 {
+		t.Errorf("node 1's writes to the stream: %d commits, %d round trips, %d records; want at least 1, as many as the commits, 3",
+			st.StoreCommits, st.StoreRoundTrips, st.StoreRecords)
+	}
 	a.stop()
 
 	moved, ack := connectReply(t, b, packets.V5, expiringConnect("dev", 600))

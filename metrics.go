@@ -40,6 +40,7 @@ type collector struct {
 	clusterWaits, clusterWaited                                         *prometheus.Desc
 	clusterStoreReady, clusterTakeovers, clusterRefused, clusterAdopted *prometheus.Desc
 	clusterNodes, clusterDeadNodes, clusterLateBeats                    *prometheus.Desc
+	clusterStoreWrites                                                  *prometheus.Desc
 }
 
 // statValue is one metric read from stats.
@@ -203,6 +204,7 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 	c.clusterNodes = prometheus.NewDesc("mqttd_cluster_nodes", "Nodes this node sees beating in the cluster, itself included.", nil, nil)
 	c.clusterDeadNodes = prometheus.NewDesc("mqttd_cluster_dead_nodes_total", "Nodes this node found dead (and swept the wills of).", nil, nil)
 	c.clusterLateBeats = prometheus.NewDesc("mqttd_cluster_late_beats_total", "Nodes whose beats were late in the store past node_timeout but that answered they were alive, so were not taken for dead.", nil, nil)
+	c.clusterStoreWrites = prometheus.NewDesc("mqttd_cluster_store_writes_total", "Writes to the replicated sessions' store (cluster.sessions: replicated): the commits that wrote to it, the round trips they took (atomic batches, each confirmed by a quorum of the replicas), the records written.", []string{"kind"}, nil)
 	c.clusterRefused = prometheus.NewDesc("mqttd_cluster_refused_total", "Clients refused because this node could not claim their client id in the cluster.", nil, nil)
 	c.clusterAdopted = prometheus.NewDesc("mqttd_cluster_sessions_adopted_total", "Persistent sessions read from the replicated store for clients whose node was gone.", nil, nil)
 	c.dropped = prometheus.NewDesc("mqttd_messages_dropped_total", "Deliveries dropped, by reason.", []string{"reason"}, nil)
@@ -230,7 +232,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.bridgeConnected, c.bridgeQueued, c.bridgeQueuedB, c.bridgeInflight,
 		c.bridgeForwarded, c.bridgeConnects, c.bridgeFailures, c.bridgeDropped,
 		c.clusterConnected, c.clusterMessages, c.clusterFilters, c.clusterDropped, c.clusterReconnects,
-		c.clusterStoreReady, c.clusterTakeovers, c.clusterRefused, c.clusterAdopted, c.clusterNodes, c.clusterDeadNodes, c.clusterLateBeats,
+		c.clusterStoreReady, c.clusterTakeovers, c.clusterRefused, c.clusterAdopted, c.clusterNodes, c.clusterDeadNodes, c.clusterLateBeats, c.clusterStoreWrites,
 		c.clusterPauses, c.clusterHeld, c.clusterWaits, c.clusterWaited,
 		c.clusterBatches, c.clusterRoutes, c.clusterResyncs} {
 		ch <- d
@@ -305,6 +307,9 @@ func (c *collector) collectCluster(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.clusterNodes, prometheus.GaugeValue, float64(st.Nodes))
 	ch <- prometheus.MustNewConstMetric(c.clusterDeadNodes, prometheus.CounterValue, float64(st.DeadNodes))
 	ch <- prometheus.MustNewConstMetric(c.clusterLateBeats, prometheus.CounterValue, float64(st.LateBeats))
+	ch <- prometheus.MustNewConstMetric(c.clusterStoreWrites, prometheus.CounterValue, float64(st.StoreCommits), "commits")
+	ch <- prometheus.MustNewConstMetric(c.clusterStoreWrites, prometheus.CounterValue, float64(st.StoreRoundTrips), "round_trips")
+	ch <- prometheus.MustNewConstMetric(c.clusterStoreWrites, prometheus.CounterValue, float64(st.StoreRecords), "records")
 }
 
 // collectBridges exports each bridge's state under its name.

@@ -48,19 +48,37 @@ type streamAck struct {
 	} `json:"error"`
 }
 
+// StoreWrites counts a SessionStore's writes to the stream: Commits
+// (the batches of the broker's commits that wrote to it), RoundTrips
+// (atomic batches sent, each confirmed by a quorum of the stream's
+// replicas: one per commit of at most maxAtomic records, and one more
+// for each sent again) and Records (the stream messages written).
+type StoreWrites struct {
+	Commits, RoundTrips, Records uint64
+}
+
+// storeWrites is StoreWrites as the writes count it.
+type storeWrites struct {
+	commits, roundTrips, records atomic.Uint64
+}
+
 // publishAtomic writes msgs in order, in atomic batches of at most
 // maxAtomic messages, each confirmed once a quorum of the stream's
 // replicas holds it, and returns the last batch's acknowledgement. A
 // commit nobody answered (the stream's interest not yet reached this
 // server, a leader being elected) is sent again whole under a new id
-// until timeout: a batch not committed was dropped whole.
-func publishAtomic(nc *nats.Conn, prefix string, msgs []stateMsg, timeout time.Duration) error {
+// until timeout: a batch not committed was dropped whole. It counts
+// what it sends in w.
+func publishAtomic(nc *nats.Conn, prefix string, msgs []stateMsg, timeout time.Duration, w *storeWrites) error {
 	deadline := time.Now().Add(timeout)
+	w.commits.Add(1)
 	for len(msgs) > 0 {
 		n := min(len(msgs), maxAtomic)
 		for {
+			w.roundTrips.Add(1)
 			err := sendAtomic(nc, prefix, msgs[:n], time.Until(deadline))
 			if err == nil {
+				w.records.Add(uint64(n))
 				break
 			}
 			if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {

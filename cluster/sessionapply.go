@@ -53,14 +53,14 @@ func (s *SessionStore) write(out []stateMsg, local *persistence.Batch) error {
 	case local.Len() == 0 && len(out) == 0:
 		return nil
 	case local.Len() == 0:
-		return publishAtomic(s.nc, s.batchID, out, s.cfg.Timeout)
+		return publishAtomic(s.nc, s.batchID, out, s.cfg.Timeout, &s.writes)
 	case len(out) == 0:
 		return s.local.Apply(local)
 	}
 	var wg sync.WaitGroup
 	var localErr error
 	wg.Go(func() { localErr = s.local.Apply(local) })
-	err := publishAtomic(s.nc, s.batchID, out, s.cfg.Timeout)
+	err := publishAtomic(s.nc, s.batchID, out, s.cfg.Timeout, &s.writes)
 	wg.Wait()
 	return errors.Join(err, localErr)
 }

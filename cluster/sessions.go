@@ -44,12 +44,18 @@ type SessionStore struct {
 	prefix  string
 	stream  string
 	batchID string // this store's batch id prefix
+	writes  storeWrites
 
 	mu       sync.Mutex
 	sessions map[string]*storedSession
 	msgs     map[uint64]*storedMessage
 	retained map[string]uint64
 	closed   bool
+}
+
+// Writes returns what the store has written to the stream.
+func (s *SessionStore) Writes() StoreWrites {
+	return StoreWrites{Commits: s.writes.commits.Load(), RoundTrips: s.writes.roundTrips.Load(), Records: s.writes.records.Load()}
 }
 
 // SessionStoreConfig says which sessions a SessionStore keeps, where.
