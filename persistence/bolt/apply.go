@@ -140,6 +140,10 @@ func newApplier(tx *bbolt.Tx, path string) *applier {
 		added:    make(map[uint64][]byte),
 	}
 	a.msgC, a.refsC, a.outC = a.messages.Cursor(), a.refs.Cursor(), a.out.Cursor()
+	// Their keys grow (message IDs, and Seqs within a session): bbolt's
+	// default split leaves such pages half full, which doubled the pages
+	// a queued message costs to write.
+	a.messages.FillPercent, a.refs.FillPercent, a.out.FillPercent = 1, 1, 1
 	return a
 }
 

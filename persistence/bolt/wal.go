@@ -80,9 +80,12 @@ const (
 
 // walApplyChunk bounds the records one bbolt transaction applies: a
 // transaction holds every page it changes in memory until it commits,
-// and half a full log applied at once held some 100 MB. A variable for
-// the tests, which make logs of a few chunks.
-var walApplyChunk int64 = 4 << 20
+// and half a full log applied at once held some 100 MB. Its commit
+// (spill, a write a page, fdatasync) yields nowhere: with one P, a 4 MiB
+// chunk's held the publishers up for 10-20 ms, where 1 MiB's costs a few
+// (docs/perf-log.md, "twenty-fifth session"). A variable for the tests,
+// which make logs of a few chunks.
+var walApplyChunk int64 = 1 << 20
 
 var (
 	keyWALSeq  = []byte("walseq")
