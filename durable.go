@@ -385,3 +385,13 @@ func (s *Server) probeStore() {
 	b.DeleteSession(probeSession)
 	s.dur.commit.Submit(&b, func(error) { h.probing.Store(false) })
 }
+
+// storeForYield returns the broker's bbolt store, whose checkpoint polls
+// the engine's sockets when it yields (bolt.Store.SetYield).
+func (s *Server) storeForYield() (*bolt.Store, bool) {
+	if s.dur == nil {
+		return nil, false
+	}
+	st, ok := s.dur.store.(*bolt.Store)
+	return st, ok
+}

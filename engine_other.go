@@ -18,6 +18,8 @@ func newPoller() (*poller, error) { return nil, nil }
 
 func (*poller) Close() {}
 
+func (*poller) Poll() {}
+
 type idleWheel struct{}
 
 type readerPool struct{}

@@ -347,6 +347,9 @@ func (s *Server) Serve() error {
 		return err
 	}
 	s.poller = pl
+	if st, ok := s.storeForYield(); ok && pl != nil {
+		st.SetYield(pl.Poll)
+	}
 	s.idle.start()
 	s.expiry.start(s)
 	s.memory.start(s)
@@ -491,6 +494,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// Every connection has closed its outbox, so no writer starts
 		// any more; the idle wheel starts none once it has stopped.
 		s.idle.close()
+		if st, ok := s.storeForYield(); ok {
+			st.SetYield(nil)
+		}
 		s.poller.Close()
 		s.expiry.close()
 		s.memory.close()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -307,5 +308,36 @@ func TestShutdownWriteAndWaitReadable(t *testing.T) {
 	b := make([]byte, 8)
 	if n, err := f.Read(b); err != nil || string(b[:n]) != "more" {
 		t.Fatalf("read %q, %v", b[:n], err)
+	}
+}
+
+// TestPollWakesFromTheCaller: Poll hands a watcher its event on the
+// caller's goroutine. With one P and no yield between the write and the
+// Poll, the poller's goroutine cannot have run, so the report is Poll's;
+// after Close, Poll fetches nothing.
+func TestPollWakesFromTheCaller(t *testing.T) {
+	_, w, pl, cli := served(t)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	if _, err := cli.Write([]byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	pl.Poll()
+	select {
+	case hup := <-w.readable:
+		if hup {
+			t.Error("bytes were reported as a hang-up")
+		}
+	default:
+		t.Fatal("Poll reported nothing: the bytes wait for the runtime's poll")
+	}
+	pl.Close()
+	if _, err := cli.Write([]byte("def")); err != nil {
+		t.Fatal(err)
+	}
+	pl.Poll()
+	select {
+	case <-w.readable:
+		t.Error("Poll after Close reported bytes")
+	default:
 	}
 }

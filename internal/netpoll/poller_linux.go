@@ -47,6 +47,13 @@ type Poller[W Watcher] struct {
 	// a pointer where a map entry cost ~30 bytes.
 	watched []W
 	done    chan struct{}
+
+	// pollMu is Poll's: its scratch, and closed, which Close sets so that
+	// no Poll reads a descriptor number the process may have given again.
+	pollMu     sync.Mutex
+	closed     bool
+	pollEvents []unix.EpollEvent
+	pollWoken  []ready[W]
 }
 
 // EPOLLET is bit 31: package syscall declares it negative on some
@@ -188,12 +195,39 @@ func (pl *Poller[W]) wake(events []unix.EpollEvent, woken []ready[W]) []ready[W]
 	return woken
 }
 
+// Poll fetches the events waiting now, without blocking, and wakes their
+// watchers, as the poller's goroutine does once the runtime polls the
+// network. With one P the runtime polls it only when no goroutine is
+// runnable, or every 10 ms: a long computation calls Poll between its
+// pieces (before it yields) so that sockets wait for a piece, not for
+// sysmon. It does nothing while another Poll runs, or after Close.
+func (pl *Poller[W]) Poll() {
+	if !pl.pollMu.TryLock() {
+		return
+	}
+	defer pl.pollMu.Unlock()
+	if pl.closed {
+		return
+	}
+	if pl.pollEvents == nil {
+		pl.pollEvents = make([]unix.EpollEvent, 64)
+	}
+	n, err := rawEpollPoll(pl.epfd, pl.pollEvents)
+	if err != nil || n == 0 {
+		return
+	}
+	pl.pollWoken = pl.wake(pl.pollEvents[:n], pl.pollWoken)
+}
+
 // Close stops the poller goroutine and releases the epoll descriptor; a
 // nil Poller has nothing to close.
 func (pl *Poller[W]) Close() {
 	if pl == nil {
 		return
 	}
+	pl.pollMu.Lock()
+	pl.closed = true
+	pl.pollMu.Unlock()
 	pl.file.Close()
 	<-pl.done
 }

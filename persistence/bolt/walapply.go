@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -218,27 +219,46 @@ func (w *wal) dropOverwrites(last uint64) {
 }
 
 // walYieldEvery is how long the checkpoint runs before it lets the other
-// goroutines run, between two records: on one core a chunk's transaction
-// ran in the scheduler's slices of 10-25 ms, and a publisher whose
-// commit or PUBACK came up meanwhile waited for the slice's end. The
-// yield lets only goroutines already runnable go first: with one P the
-// scheduler takes the checkpoint back without polling the network, so a
-// socket that became readable still waits for sysmon's poll (every 10
-// ms), and bbolt's commit of a chunk yields nowhere (docs/perf-log.md,
-// "the uplink-down p99 and the scheduler").
-const walYieldEvery = time.Millisecond
+// goroutines run, between two records. On one P a publisher's turn is
+// several hand-offs (its commit's fdatasync returning, the PUBACKs
+// written, its next PUBLISH read), each waiting for the checkpoint's next
+// yield, and the checkpoint's writes make that fdatasync a few ms: with
+// a yield every millisecond a turn took ~8 ms (docs/perf-log.md,
+// "twenty-fifth session"). The yield lets only goroutines already
+// runnable go first: with one P the scheduler takes the checkpoint back
+// without polling the network, hence SetYield; and bbolt's commit of a
+// chunk yields nowhere (walApplyChunk).
+const walYieldEvery = 200 * time.Microsecond
 
-// yielder is the checkpoint's clock for walYieldEvery.
+// yielder is the checkpoint's clock for walYieldEvery, and what it calls
+// before it yields (SetYield).
 type yielder struct {
 	on    bool
 	since time.Time
+	poll  atomic.Pointer[func()]
 }
 
 func (y *yielder) start(on bool) { y.on, y.since = on, time.Now() }
 
+// SetYield has the checkpoint call poll each time it lets the other
+// goroutines run, or no longer when poll is nil. A program that polls its
+// sockets itself sets it: with one P the runtime polls the network only
+// when no goroutine is runnable, or every 10 ms (sysmon), and a
+// checkpoint is runnable from its start to its end.
+func (s *Store) SetYield(poll func()) {
+	if poll == nil {
+		s.yield.poll.Store(nil)
+		return
+	}
+	s.yield.poll.Store(&poll)
+}
+
 // maybe yields when on and walYieldEvery has passed since the last time.
 func (y *yielder) maybe() {
 	if y.on && time.Since(y.since) >= walYieldEvery {
+		if poll := y.poll.Load(); poll != nil {
+			(*poll)()
+		}
 		runtime.Gosched()
 		y.since = time.Now()
 	}

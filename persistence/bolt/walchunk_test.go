@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"mqttd/persistence"
 )
@@ -60,5 +62,44 @@ func TestWALAppliesInChunks(t *testing.T) {
 		if m := snap.Messages[snap.Retained[topic]]; m == nil || !bytes.Equal(m.Payload, want) {
 			t.Fatalf("retained message %s did not come back", topic)
 		}
+	}
+}
+
+// TestCheckpointYieldPolls: a checkpoint long enough to yield calls the
+// function SetYield gave it each time (the broker polls its sockets
+// there), and none once SetYield(nil) took it back.
+func TestCheckpointYieldPolls(t *testing.T) {
+	s := mustOpen(t, filepath.Join(t.TempDir(), "store.db"), Options{})
+	defer s.Close()
+	var polls atomic.Int32
+	payload := make([]byte, 64)
+	fill := func(from int) { // 4,000 messages, 100 a record: about 500 KB of the log
+		for r := from; r < from+4000; r += 100 {
+			apply(t, s, func(b *persistence.Batch) {
+				for i := r; i < r+100; i++ {
+					topic := fmt.Sprintf("t/%d", i)
+					b.PutMessage(&persistence.Message{ID: uint64(i + 1), Topic: topic, Payload: payload})
+					b.PutRetained(topic, uint64(i+1))
+				}
+			})
+		}
+	}
+	s.SetYield(func() { polls.Add(1) })
+	fill(0)
+	start := time.Now()
+	if err := s.checkpoint(0); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); polls.Load() == 0 && took > 2*walYieldEvery {
+		t.Fatalf("a checkpoint of %v never called the yield's poll", took)
+	}
+	s.SetYield(nil)
+	before := polls.Load()
+	fill(4000)
+	if err := s.checkpoint(0); err != nil {
+		t.Fatal(err)
+	}
+	if n := polls.Load() - before; n != 0 {
+		t.Errorf("the poll was called %d times after SetYield(nil)", n)
 	}
 }
