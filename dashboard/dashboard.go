@@ -9,7 +9,6 @@
 package dashboard
 
 import (
-	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
 	"embed"
@@ -26,10 +25,13 @@ import (
 //go:embed static
 var static embed.FS
 
-// asset is one file as served.
+// asset is one file as served. Its bytes are read from the embedded file
+// at each request rather than kept: embed.FS.ReadFile copies them to the
+// heap, ~140 KB an idle broker held for a page seldom loaded.
 type asset struct {
-	body []byte
-	// gzipped: body is stored gzipped (a name ending in .gz, served
+	name string // in static
+	size int64
+	// gzipped: the file is stored gzipped (a name ending in .gz, served
 	// without it) and sent as is to a browser that takes gzip.
 	gzipped bool
 	ctype   string
@@ -54,17 +56,23 @@ var assets = sync.OnceValue(func() map[string]*asset {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		body, err := static.ReadFile(name)
-		if err != nil {
-			return err
-		}
 		served, gzipped := strings.CutSuffix(strings.TrimPrefix(name, "static"), ".gz")
 		ctype, ok := contentTypes[path.Ext(served)]
 		if !ok {
 			return nil
 		}
-		sum := sha256.Sum256(body)
-		m[served] = &asset{body: body, gzipped: gzipped, ctype: ctype, etag: `"` + hex.EncodeToString(sum[:12]) + `"`}
+		f, err := static.Open(name)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		h := sha256.New()
+		size, err := io.Copy(h, f)
+		if err != nil {
+			return err
+		}
+		sum := h.Sum(nil)
+		m[served] = &asset{name: name, size: size, gzipped: gzipped, ctype: ctype, etag: `"` + hex.EncodeToString(sum[:12]) + `"`}
 		return nil
 	})
 	if err != nil {
@@ -101,7 +109,7 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	// The files change with the binary, under the same names: a browser
 	// keeps them but asks each time whether they changed (304 if not).
 	h.Set("Cache-Control", "no-cache")
-	body, etag := a.body, a.etag
+	etag := a.etag
 	if a.gzipped {
 		h.Set("Vary", "Accept-Encoding")
 		if acceptsGzip(r) {
@@ -115,20 +123,26 @@ func serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	if a.gzipped && h.Get("Content-Encoding") == "" {
-		writeGunzipped(w, r, body)
+	f, err := static.Open(a.name)
+	if err != nil { // embedded: cannot happen
+		http.Error(w, "dashboard: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	h.Set("Content-Length", strconv.Itoa(len(body)))
+	defer f.Close()
+	if a.gzipped && h.Get("Content-Encoding") == "" {
+		writeGunzipped(w, r, f)
+		return
+	}
+	h.Set("Content-Length", strconv.FormatInt(a.size, 10))
 	if r.Method == http.MethodGet {
-		w.Write(body)
+		io.Copy(w, f)
 	}
 }
 
 // writeGunzipped sends a gzipped file to a client that does not take
 // gzip (curl without --compressed, some proxies).
-func writeGunzipped(w http.ResponseWriter, r *http.Request, body []byte) {
-	zr, err := gzip.NewReader(bytes.NewReader(body))
+func writeGunzipped(w http.ResponseWriter, r *http.Request, body io.Reader) {
+	zr, err := gzip.NewReader(body)
 	if err != nil {
 		http.Error(w, "dashboard: a stored file is not gzip: "+err.Error(), http.StatusInternalServerError)
 		return
