@@ -38,8 +38,10 @@ const commitDelay = 300 * time.Microsecond
 type durable struct {
 	store  persistence.Store
 	commit *persistence.Committer
-	// own is set when the broker opened the store and closes it.
+	// own is set when the broker opened the store and closes it; file
+	// is then that store, also when replicated sessions swap another in.
 	own    bool
+	file   *bolt.Store
 	msgIDs atomic.Uint64 // the last message id given (session.Message.StoreID)
 }
 
@@ -66,7 +68,7 @@ func openStore(o Options) (*durable, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &durable{store: st, own: true}, nil
+	return &durable{store: st, own: true, file: st}, nil
 }
 
 // parseDurability reads Options.Durability.
@@ -386,12 +388,12 @@ func (s *Server) probeStore() {
 	s.dur.commit.Submit(&b, func(error) { h.probing.Store(false) })
 }
 
-// storeForYield returns the broker's bbolt store, whose checkpoint polls
-// the engine's sockets when it yields (bolt.Store.SetYield).
+// storeForYield returns the bbolt store the broker opened, whose
+// checkpoint polls the engine's sockets when it yields
+// (bolt.Store.SetYield); a store an embedding program passed is its own.
 func (s *Server) storeForYield() (*bolt.Store, bool) {
-	if s.dur == nil {
+	if s.dur == nil || s.dur.file == nil {
 		return nil, false
 	}
-	st, ok := s.dur.store.(*bolt.Store)
-	return st, ok
+	return s.dur.file, true
 }

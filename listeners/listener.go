@@ -154,6 +154,9 @@ type Listener struct {
 
 // Listen opens the listener cfg describes.
 func Listen(cfg Config) (*Listener, error) {
+	if cfg.ProxyProtocol && !canPeek {
+		return nil, fmt.Errorf("proxy_protocol: %w on this system (it needs MSG_PEEK)", errors.ErrUnsupported)
+	}
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = DefaultHandshakeTimeout
 	}

@@ -7,8 +7,11 @@ import (
 	"net"
 )
 
-// peekByte needs MSG_PEEK, which this build does not use: a listener
-// with trusted PROXY networks refuses its connections with the error.
+// canPeek says whether peekByte works: Listen refuses the PROXY protocol
+// where it does not.
+const canPeek = false
+
+// peekByte needs MSG_PEEK, which this build does not use.
 func peekByte(net.Conn) (byte, error) {
 	return 0, errors.ErrUnsupported
 }

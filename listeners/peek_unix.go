@@ -9,6 +9,10 @@ import (
 	"syscall"
 )
 
+// canPeek says whether peekByte works: Listen refuses the PROXY protocol
+// where it does not.
+const canPeek = true
+
 // peekByte returns the first byte the client sent without taking it from
 // the socket, waiting for it until the read deadline.
 func peekByte(nc net.Conn) (byte, error) {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -312,15 +311,19 @@ func TestShutdownWriteAndWaitReadable(t *testing.T) {
 }
 
 // TestPollWakesFromTheCaller: Poll hands a watcher its event on the
-// caller's goroutine. With one P and no yield between the write and the
-// Poll, the poller's goroutine cannot have run, so the report is Poll's;
-// after Close, Poll fetches nothing.
+// caller's goroutine, from a poller whose own goroutine never runs. After
+// Close it reads nothing, not even from another poller given the same
+// descriptor number.
 func TestPollWakesFromTheCaller(t *testing.T) {
-	_, w, pl, cli := served(t)
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	pl, _, err := open[*watcher]()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, w, cli := unpolled(t, pl)
 	if _, err := cli.Write([]byte("abc")); err != nil {
 		t.Fatal(err)
 	}
+	waitBytes(t, f)
 	pl.Poll()
 	select {
 	case hup := <-w.readable:
@@ -328,16 +331,65 @@ func TestPollWakesFromTheCaller(t *testing.T) {
 			t.Error("bytes were reported as a hang-up")
 		}
 	default:
-		t.Fatal("Poll reported nothing: the bytes wait for the runtime's poll")
+		t.Fatal("Poll reported nothing")
 	}
+	close(pl.done) // as run does when it ends: Close waits for it
 	pl.Close()
-	if _, err := cli.Write([]byte("def")); err != nil {
+
+	// A new poller likely gets the closed one's number.
+	pl2, _, err := open[*watcher]()
+	if err != nil {
 		t.Fatal(err)
 	}
-	pl.Poll()
+	defer pl2.file.Close()
+	if pl2.epfd != pl.epfd {
+		t.Skipf("the new poller has descriptor %d, not the closed one's %d", pl2.epfd, pl.epfd)
+	}
+	f2, w2, cli2 := unpolled(t, pl2)
+	if _, err := cli2.Write([]byte("def")); err != nil {
+		t.Fatal(err)
+	}
+	waitBytes(t, f2)
+	pl.Poll() // closed: must not take pl2's event
+	pl2.Poll()
+	select {
+	case <-w2.readable:
+	default:
+		t.Fatal("the closed poller's Poll took the event of the poller now at its descriptor")
+	}
 	select {
 	case <-w.readable:
-		t.Error("Poll after Close reported bytes")
+		t.Error("the closed poller reported bytes after Close")
 	default:
+	}
+}
+
+// unpolled watches the server end of a new loopback connection with pl,
+// and returns it, its watcher and the client end.
+func unpolled(t *testing.T, pl *Poller[*watcher]) (*FD, *watcher, net.Conn) {
+	t.Helper()
+	srvEnd, cli := testutil.TCPPair(t)
+	f := fdOf(t, srvEnd)
+	w := &watcher{fd: f, readable: make(chan bool, 16)}
+	if err := pl.Add(f.Num(), w); err != nil {
+		t.Fatal(err)
+	}
+	return f, w, cli
+}
+
+// waitBytes waits until f's socket has bytes to read: on a loaded machine
+// loopback delivery may finish after the peer's write returned.
+func waitBytes(t *testing.T, f *FD) {
+	t.Helper()
+	fds := []unix.PollFd{{Fd: int32(f.Num()), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 10_000)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			t.Fatalf("no bytes within 10 s (%v)", err)
+		}
+		return
 	}
 }

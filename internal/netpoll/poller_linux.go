@@ -72,23 +72,32 @@ const (
 
 // New starts a poller and its goroutine.
 func New[W Watcher]() (*Poller[W], error) {
+	pl, raw, err := open[W]()
+	if err != nil {
+		return nil, err
+	}
+	go pl.run(raw)
+	return pl, nil
+}
+
+// open makes a poller whose goroutine is yet to start (run).
+func open[W Watcher]() (*Poller[W], syscall.RawConn, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("epoll_create1: %w", err)
+		return nil, nil, fmt.Errorf("epoll_create1: %w", err)
 	}
 	// Non-blocking, so that os.NewFile hands it to the network poller.
 	if err := unix.SetNonblock(epfd, true); err != nil {
 		unix.Close(epfd)
-		return nil, fmt.Errorf("epoll: %w", err)
+		return nil, nil, fmt.Errorf("epoll: %w", err)
 	}
 	pl := &Poller[W]{epfd: epfd, file: os.NewFile(uintptr(epfd), "epoll"), done: make(chan struct{})}
 	raw, err := pl.file.SyscallConn()
 	if err != nil {
 		pl.file.Close()
-		return nil, fmt.Errorf("epoll: %w", err)
+		return nil, nil, fmt.Errorf("epoll: %w", err)
 	}
-	go pl.run(raw)
-	return pl, nil
+	return pl, raw, nil
 }
 
 // Add watches fd for w. Bytes already waiting are reported at once.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -240,6 +241,22 @@ type yielder struct {
 
 func (y *yielder) start(on bool) { y.on, y.since = on, time.Now() }
 
+// callPoll calls poll, which runs inside a bbolt transaction: a panic
+// there would be taken for the file's damage (updateTx's guard), and the
+// store would refuse every write until restarted. It is the caller's
+// bug, not the store's: the poll is dropped and the panic raised again
+// outside the guard, with where it came from.
+func (y *yielder) callPoll(poll func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			y.poll.Store(nil)
+			msg := fmt.Sprintf("bolt: the checkpoint's poll panicked: %v\n%s", r, debug.Stack())
+			go panic(msg)
+		}
+	}()
+	poll()
+}
+
 // SetYield has the checkpoint call poll each time it lets the other
 // goroutines run, or no longer when poll is nil. A program that polls its
 // sockets itself sets it: with one P the runtime polls the network only
@@ -257,7 +274,7 @@ func (s *Store) SetYield(poll func()) {
 func (y *yielder) maybe() {
 	if y.on && time.Since(y.since) >= walYieldEvery {
 		if poll := y.poll.Load(); poll != nil {
-			(*poll)()
+			y.callPoll(*poll)
 		}
 		runtime.Gosched()
 		y.since = time.Now()
