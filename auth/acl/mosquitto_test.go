@@ -17,6 +17,7 @@ import (
 
 	"mqttd/auth"
 	"mqttd/auth/acl"
+	"mqttd/internal/testutil"
 	"mqttd/topictrie"
 )
 
@@ -64,25 +65,11 @@ func mosquittoTools(t *testing.T) (broker, pub, sub string) {
 	return paths[0], paths[1], paths[2]
 }
 
-// freePort returns a loopback port nothing listens on now.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return port
-}
-
 // startMosquitto runs the broker with aclPath on a free loopback port and
 // returns the port once it accepts connections.
 func startMosquitto(t *testing.T, ctx context.Context, bin, aclPath string) string {
 	t.Helper()
-	port := freePort(t)
+	port := strconv.Itoa(testutil.FreePort(t))
 	conf := filepath.Join(t.TempDir(), "mosquitto.conf")
 	// "user root" keeps a broker started as root from dropping to the
 	// mosquitto user, who could not read the test's private directory; run

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -403,7 +402,7 @@ func TestImportSampleIsMosquittos(t *testing.T) {
 	dir := t.TempDir()
 	var ports [3]int
 	for i := range ports {
-		ports[i] = freeTCPPort(t)
+		ports[i] = testutil.FreePort(t)
 	}
 	path := writeGateway(t, dir, "127.0.0.1", ports, [2]string{"127.0.0.1:1", "127.0.0.1:2"})
 	conf, err := os.ReadFile(path)
@@ -451,18 +450,6 @@ func TestImportSampleIsMosquittos(t *testing.T) {
 			t.Fatalf("mosquitto neither ran nor refused within 10s:\n%s", strings.Join(log, "\n"))
 		}
 	}
-}
-
-// freeTCPPort is a loopback port nothing listens on, for a program that
-// takes no port 0.
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // TestImportBridgeDefaults: what Mosquitto's bridge does by default is

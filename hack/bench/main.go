@@ -24,7 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
+	"mqttd/internal/freeport"
 	"os"
 	"strings"
 	"time"
@@ -241,13 +241,6 @@ func printTable(path, subject string, out io.Writer) error {
 	return writeTable(f, out, subject)
 }
 
-// freePort asks the kernel for an unused loopback port. Another process
-// could take it before the caller binds it; the scripts accept that race.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort is an unused loopback port (freeport.Pick). Another process
+// could still take it before the caller binds it.
+func freePort() (int, error) { return freeport.Pick() }

@@ -7,17 +7,15 @@ package natstest
 
 import (
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"mqttd/internal/freeport"
 )
 
 // ClusterName is the NATS cluster name of the servers Start starts.
@@ -184,48 +182,12 @@ func FreePort(t testing.TB) int {
 	return port
 }
 
-// freePort picks a free port below the kernel's ephemeral range, where
-// no connection's source port and no listener on port 0 is ever given:
-// a port from port 0, free when picked, was at times taken by one of the
-// many connections the other tests make before nats-server bound it,
-// which then never became ready (TestCutOff waited its minute out).
-// Picked at random, so that test processes running side by side seldom
-// try the same one.
 func freePort() (int, error) {
-	low := ephemeralLow()
-	for range 200 {
-		port := freePortFloor + rand.IntN(low-freePortFloor)
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue // taken
-		}
-		ln.Close()
-		return port, nil
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Pick()
 	if err != nil {
 		return 0, fmt.Errorf("natstest: %w", err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// freePortFloor is where freePort starts looking: above the well-known
-// and the usual fixed service ports, and the examples' (18xxx).
-const freePortFloor = 20000
-
-// ephemeralLow is the first port of Linux's ephemeral range
-// (ip_local_port_range), or its usual 32768 where that cannot be read.
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if low, err := strconv.Atoi(f[0]); err == nil && low > freePortFloor+1000 {
-				return low
-			}
-		}
-	}
-	return 32768
+	return port, nil
 }
 
 // URLs are the servers' client URLs, in order.

@@ -1,6 +1,7 @@
 // Package testutil holds what the tests of every package share: waiting
 // for a condition with a deadline, measuring the heap, and certificates
-// for TLS listeners. Only tests import it; it imports nothing of mqttd.
+// for TLS listeners. Only tests import it; of mqttd it imports only
+// internal/freeport.
 package testutil
 
 import (
@@ -19,7 +20,21 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"mqttd/internal/freeport"
 )
+
+// FreePort is a loopback port nothing listens on now, below the kernel's
+// ephemeral range (freeport.Pick), for a program that must be told its
+// port before it starts.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	port, err := freeport.Pick()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
 
 // WaitFor polls cond every 2 ms until it holds, failing the test after
 // 10 s with what it waited for. Call it from the test's goroutine.
