@@ -614,3 +614,41 @@ func delayedCommitter(t *testing.T) *persistence.Committer {
 	c.SetDelay(time.Hour)
 	return c
 }
+
+// nopVoider is an Owner that is told of its voided units and does
+// nothing with it.
+type nopVoider struct{}
+
+func (nopVoider) StoreFailed(uint64, error) {}
+func (nopVoider) Voided(uint64)             {}
+
+// BenchmarkCommitterCancel measures what durable1 makes of each message
+// while its subscriber acknowledges within the commit's wait: a window
+// of 100 messages, each put with its outbound entry as the publisher's
+// unit, then the 100 entries' deletes, each cancelling its put and
+// voiding its unit, then the round's commit, left with nothing to write.
+// Per message.
+func BenchmarkCommitterCancel(b *testing.B) {
+	c := persistence.NewCommitter(persistence.NewMemory())
+	c.SetDelay(time.Second) // never reached: the deletes come first
+	var owner nopVoider
+	payload := make([]byte, 64)
+	var put, del persistence.Batch
+	b.ReportAllocs()
+	id := uint64(0)
+	for done := 0; done < b.N; done += 100 {
+		for range 100 {
+			id++
+			put.Reset()
+			put.PutMessage(&persistence.Message{ID: id, Topic: "bench/durable", Payload: payload, QoS: 1})
+			put.PutOutbound("bench-sub", persistence.Outbound{Seq: id, MessageID: id, QoS: 1})
+			c.Add(&put, owner)
+		}
+		for seq := id - 99; seq <= id; seq++ {
+			del.Reset()
+			del.DeleteOutbound("bench-sub", seq)
+			c.Add(&del, nil)
+		}
+		c.Sync()
+	}
+}
