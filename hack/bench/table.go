@@ -43,6 +43,7 @@ var tableMetrics = map[string][]metric{
 		{"cpu_us_per_msg", "broker CPU µs/msg (lower is better)"},
 		{"p50_us", "p50 µs (lower is better)"},
 		{"p99_us", "p99 µs (lower is better)"},
+		{"p999_us", "p99.9 µs (lower is better)"},
 		{"rss_per_conn", "RSS bytes/device (lower is better)"},
 		{"rss_burst_per_conn", "RSS bytes/device as the burst left it"},
 		{"loss_pct", "loss %"},

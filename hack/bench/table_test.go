@@ -54,8 +54,8 @@ func TestWriteTableThreeBrokersDeviceAndTransport(t *testing.T) {
 		"broker=mosquitto round=1 scenario=qos1 rate=100 loss_pct=0.00",
 		"broker=mqttd round=1 scenario=qos1 rate=600 loss_pct=0.00",
 		"broker=flashmq round=1 scenario=qos1 rate=400 loss_pct=0.00",
-		"broker=mosquitto round=1 scenario=device devices=5000 rate=1000 cpu_us_per_msg=40 p50_us=100 p99_us=300 rss_per_conn=1000 loss_pct=0.00",
-		"broker=mqttd round=1 scenario=device devices=5000 rate=1000 cpu_us_per_msg=20 p50_us=90 p99_us=250 rss_per_conn=2000 loss_pct=0.00",
+		"broker=mosquitto round=1 scenario=device devices=5000 rate=1000 cpu_us_per_msg=40 p50_us=100 p99_us=300 p999_us=900 rss_per_conn=1000 loss_pct=0.00",
+		"broker=mqttd round=1 scenario=device devices=5000 rate=1000 cpu_us_per_msg=20 p50_us=90 p99_us=250 p999_us=600 rss_per_conn=2000 loss_pct=0.00",
 		"broker=flashmq round=1 scenario=device devices=5000 rate=1000 cpu_us_per_msg=10 p50_us=80 p99_us=200 rss_per_conn=1000 loss_pct=0.00",
 		"broker=mqttd round=1 scenario=device devices=10000 rate=10000 cpu_us_per_msg=15 p50_us=120 p99_us=400 rss_per_conn=2000 loss_pct=0.00",
 		"broker=mosquitto round=1 scenario=qos1 rate=50 loss_pct=0.00 transport=tls",
@@ -78,6 +78,7 @@ func TestWriteTableThreeBrokersDeviceAndTransport(t *testing.T) {
 		"device n=5000 rate=1000 broker CPU µs/msg (lower is better) 40 (n=1) 20 (n=1) 10 (n=1) 0.50 2.00",
 		"device n=5000 rate=1000 RSS bytes/device (lower is better) 1000 (n=1) 2000 (n=1) 1000 (n=1) 2.00 2.00",
 		"device n=10000 rate=10000 p50 µs (lower is better) - 120 (n=1) - - -",
+		"device n=5000 rate=1000 p99.9 µs (lower is better) 900 (n=1) 600 (n=1) - 0.67 -",
 	} {
 		if !slices.Contains(rows, want) {
 			t.Errorf("no row %q in:\n%s", want, out.String())
