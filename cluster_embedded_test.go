@@ -8,7 +8,6 @@ import (
 
 	"mqttd"
 	"mqttd/cluster"
-	"mqttd/internal/natstest"
 	"mqttd/internal/testutil"
 	"mqttd/packets"
 )
@@ -21,7 +20,7 @@ func TestClusterEmbedded(t *testing.T) {
 	t.Parallel()
 	routes := make([]string, 3)
 	for i := range routes {
-		routes[i] = fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+		routes[i] = fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	}
 	nodes := make([]*broker, 3)
 	for i := range nodes {

@@ -4,10 +4,9 @@ package cluster
 
 import (
 	"fmt"
+	"mqttd/internal/testutil"
 	"testing"
 	"time"
-
-	"mqttd/internal/natstest"
 )
 
 func startEmbeddedNode(t *testing.T, name, cluster string, r *recorder, routes ...string) *Node {
@@ -28,8 +27,8 @@ func startEmbeddedNode(t *testing.T, name, cluster string, r *recorder, routes .
 
 func TestEmbeddedServersRouted(t *testing.T) {
 	r1, r2 := newRecorder(), newRecorder()
-	a1 := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
-	a2 := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	a1 := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	a2 := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	n1 := startEmbeddedNode(t, "E1", a1, r1, a2)
 	if n1.RouteAddr() != a1 {
 		t.Fatalf("RouteAddr %q, want %s", n1.RouteAddr(), a1)

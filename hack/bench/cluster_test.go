@@ -118,7 +118,7 @@ func slowCluster(t *testing.T, delay time.Duration) []string {
 	// JetStream's servers must know their routes from the start: the
 	// ports are picked first, and each server's route goes through a
 	// proxy to the other.
-	ports := []int{natstest.FreePort(t), natstest.FreePort(t)}
+	ports := []int{testutil.FreePort(t), testutil.FreePort(t)}
 	var urls []string
 	for i := range 2 {
 		opts := &server.Options{ServerName: fmt.Sprintf("slow-%d", i), Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,

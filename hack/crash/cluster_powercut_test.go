@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"mqttd/internal/natstest"
+	"mqttd/internal/testutil"
 	"mqttd/packets"
 )
 
@@ -28,8 +28,8 @@ func TestClusterReplicatedPowerCut(t *testing.T) {
 	bin := natsBinary(t)
 	var clientPorts, routePorts, routes []string
 	for range 3 {
-		clientPorts = append(clientPorts, fmt.Sprint(natstest.FreePort(t)))
-		rp := fmt.Sprint(natstest.FreePort(t))
+		clientPorts = append(clientPorts, fmt.Sprint(testutil.FreePort(t)))
+		rp := fmt.Sprint(testutil.FreePort(t))
 		routePorts = append(routePorts, rp)
 		routes = append(routes, "127.0.0.1:"+rp)
 	}

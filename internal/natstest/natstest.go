@@ -171,17 +171,6 @@ func waitJetStream(servers []*server.Server) error {
 	}
 }
 
-// FreePort returns a TCP port of 127.0.0.1 free a moment ago, for a
-// server that must know its peers' ports before they start.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return port
-}
-
 func freePort() (int, error) {
 	port, err := freeport.Pick()
 	if err != nil {
