@@ -32,6 +32,7 @@ const tombstoneTTL = "1s"
 type stateMsg struct {
 	subject string
 	data    []byte
+	ttl     string // Nats-TTL: "" none, or tombstoneTTL when data is nil
 }
 
 // batchIDs numbers this process's batches; a batch id must be unique
@@ -101,8 +102,11 @@ func sendAtomic(nc *nats.Conn, prefix string, msgs []stateMsg, timeout time.Dura
 		m.Data = e.data
 		m.Header.Set("Nats-Batch-Id", id)
 		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
-		if e.data == nil {
+		switch {
+		case e.data == nil:
 			m.Header.Set("Nats-TTL", tombstoneTTL)
+		case e.ttl != "":
+			m.Header.Set("Nats-TTL", e.ttl)
 		}
 		if i < len(msgs)-1 {
 			if err := nc.PublishMsg(m); err != nil {

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"mqttd/persistence"
 )
@@ -92,13 +94,17 @@ func (tx *sessionTx) collect() {
 	}
 }
 
-func (tx *sessionTx) emit(subject string, data []byte) {
+func (tx *sessionTx) emit(subject string, data []byte) { tx.emitTTL(subject, data, "") }
+
+// emitTTL is emit of a record that expires after ttl (Nats-TTL's
+// format); "": never, or a deleted record's tombstoneTTL.
+func (tx *sessionTx) emitTTL(subject string, data []byte, ttl string) {
 	if i, ok := tx.at[subject]; ok {
-		tx.out[i].data = data
+		tx.out[i].data, tx.out[i].ttl = data, ttl
 		return
 	}
 	tx.at[subject] = len(tx.out)
-	tx.out = append(tx.out, stateMsg{subject: subject, data: data})
+	tx.out = append(tx.out, stateMsg{subject: subject, data: data, ttl: ttl})
 }
 
 func (tx *sessionTx) apply(op *persistence.Op) error {
@@ -144,13 +150,18 @@ func (tx *sessionTx) apply(op *persistence.Op) error {
 			tx.emit(ss.subj.entry(op.Seq), nil)
 		}
 	case persistence.OpPutAwaitingRel:
-		persistence.SetUndo(&tx.Undo, ss.rels, op.PacketID, struct{}{}, true)
-		tx.emit(ss.subj.rel(op.PacketID), []byte{ssVersion})
+		return tx.putRel(ss, op)
 	case persistence.OpDeleteAwaitingRel:
 		if _, ok := ss.rels[op.PacketID]; ok {
-			persistence.SetUndo(&tx.Undo, ss.rels, op.PacketID, struct{}{}, false)
+			persistence.SetUndo(&tx.Undo, ss.rels, op.PacketID, nil, false)
 			tx.emit(ss.subj.rel(op.PacketID), nil)
 		}
+	case persistence.OpPutStamp:
+		persistence.SetUndo(&tx.Undo, ss.stamps, op.Stamp, op.Expiry, true)
+		// The record goes with its expiry: the stream drops it then,
+		// whatever happens to the session.
+		ttl := max(1, (time.Until(time.Unix(0, op.Expiry))+time.Second-1)/time.Second)
+		tx.emitTTL(ss.subj.stamp(op.Stamp), appendStamp(nil, op.Expiry), strconv.FormatInt(int64(ttl), 10)+"s")
 	case persistence.OpPutWill:
 		w := *op.Will
 		w.Message = cloneMessage(&op.Will.Message)
@@ -196,7 +207,8 @@ func (tx *sessionTx) putSession(rec persistence.Session) {
 			subj:    subjectsOf(tx.s.cfg.Cluster, rec.ID),
 			rec:     sessionRec{session: rec, node: tx.s.cfg.Node, subs: make(map[string]persistence.Subscription)},
 			entries: make(map[uint64]persistence.Outbound),
-			rels:    make(map[uint16]struct{}),
+			rels:    make(map[uint16]*persistence.Forward),
+			stamps:  make(map[persistence.Stamp]int64),
 		}, true)
 	}
 	tx.markDirty(rec.ID)
@@ -220,6 +232,39 @@ func (tx *sessionTx) deleteSession(id string) {
 	for pid := range ss.rels {
 		tx.emit(ss.subj.rel(pid), nil)
 	}
+	for stamp := range ss.stamps {
+		tx.emit(ss.subj.stamp(stamp), nil)
+	}
+}
+
+// putRel records an inbound QoS 2 id, a Forward of its message when op
+// carries one.
+func (tx *sessionTx) putRel(ss *storedSession, op *persistence.Op) error {
+	var f *persistence.Forward
+	if op.Message != nil {
+		f = &persistence.Forward{PacketID: op.PacketID, Stamp: op.Stamp, Message: cloneMessage(op.Message)}
+	}
+	data, err := appendRel(nil, f)
+	if err != nil {
+		return err
+	}
+	if err := tx.fits(data, "awaiting-rel id", uint64(op.PacketID)); err != nil {
+		return err
+	}
+	persistence.SetUndo(&tx.Undo, ss.rels, op.PacketID, f, true)
+	tx.emit(ss.subj.rel(op.PacketID), data)
+	return nil
+}
+
+// fits refuses a record larger than the NATS servers take in a message:
+// the committer then fails its unit alone.
+func (tx *sessionTx) fits(data []byte, what string, n uint64) error {
+	// The batch's headers and subject take well under a kilobyte.
+	if max := tx.s.nc.MaxPayload() - 1024; int64(len(data)) > max {
+		return fmt.Errorf("%w: %s %d: %d bytes, over what the NATS servers take in a message (max_payload, less 1 KiB: %d)",
+			persistence.ErrBadOp, what, n, len(data), max)
+	}
+	return nil
 }
 
 func (tx *sessionTx) putOutbound(ss *storedSession, o persistence.Outbound) error {
@@ -231,10 +276,8 @@ func (tx *sessionTx) putOutbound(ss *storedSession, o persistence.Outbound) erro
 	if err != nil {
 		return fmt.Errorf("%w: outbound %d", err, o.Seq)
 	}
-	// The batch's headers and subject take well under a kilobyte.
-	if max := tx.s.nc.MaxPayload() - 1024; int64(len(data)) > max {
-		return fmt.Errorf("%w: outbound %d: %d bytes, over what the NATS servers take in a message (max_payload, less 1 KiB: %d)",
-			persistence.ErrBadOp, o.Seq, len(data), max)
+	if err := tx.fits(data, "outbound", o.Seq); err != nil {
+		return err
 	}
 	o.SubIDs = slices.Clone(o.SubIDs)
 	old, had := ss.entries[o.Seq]

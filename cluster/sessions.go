@@ -75,7 +75,8 @@ type storedSession struct {
 	subj    sessionSubjects
 	rec     sessionRec
 	entries map[uint64]persistence.Outbound
-	rels    map[uint16]struct{}
+	rels    map[uint16]*persistence.Forward // nil: a plain id
+	stamps  map[persistence.Stamp]int64     // to its expiry
 }
 
 // storedMessage is a message some entry or retained topic refers to.
@@ -186,7 +187,7 @@ func (s *SessionStore) readOwn(ctx context.Context) error {
 	renamed := make(map[string]uint64)
 	for _, st := range own {
 		ss := &storedSession{subj: subjectsOf(s.cfg.Cluster, st.rec.session.ID), rec: *st.rec,
-			entries: make(map[uint64]persistence.Outbound), rels: st.rels}
+			entries: make(map[uint64]persistence.Outbound), rels: st.rels, stamps: st.stamps}
 		for seq, e := range st.entries {
 			if m := s.msgs[e.o.MessageID]; m != nil && !bytes.Equal(m.enc, e.msg) {
 				id, ok := renamed[string(e.msg)]
@@ -238,7 +239,8 @@ func (s *SessionStore) readRetained() error {
 type readSession struct {
 	rec     *sessionRec
 	entries map[uint64]storedEntry
-	rels    map[uint16]struct{}
+	rels    map[uint16]*persistence.Forward
+	stamps  map[persistence.Stamp]int64
 }
 
 type storedEntry struct {
@@ -249,13 +251,14 @@ type storedEntry struct {
 // collect adds a message of the stream to the sessions being read. An
 // empty message is a record deleted; a damaged one is an error.
 func collect(found map[string]*readSession, prefix, subject string, data []byte) error {
-	key, kind, n := parseSubject(prefix, subject)
+	key, kind, n, stamp := parseSubject(prefix, subject)
 	if kind == kindUnknown {
 		return fmt.Errorf("%w: subject %q", errRecord, subject)
 	}
 	st := found[key]
 	if st == nil {
-		st = &readSession{entries: make(map[uint64]storedEntry), rels: make(map[uint16]struct{})}
+		st = &readSession{entries: make(map[uint64]storedEntry), rels: make(map[uint16]*persistence.Forward),
+			stamps: make(map[persistence.Stamp]int64)}
 		found[key] = st
 	}
 	if len(data) == 0 {
@@ -266,6 +269,8 @@ func collect(found map[string]*readSession, prefix, subject string, data []byte)
 			delete(st.entries, n)
 		case kindRel:
 			delete(st.rels, uint16(n))
+		case kindStamp:
+			delete(st.stamps, stamp)
 		}
 		return nil
 	}
@@ -286,7 +291,17 @@ func collect(found map[string]*readSession, prefix, subject string, data []byte)
 		}
 		st.entries[n] = storedEntry{o: o, msg: entryMessage(data)}
 	case kindRel:
-		st.rels[uint16(n)] = struct{}{}
+		f, err := decodeRel(uint16(n), data)
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, subject)
+		}
+		st.rels[uint16(n)] = f
+	case kindStamp:
+		expiry, err := decodeStamp(data)
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, subject)
+		}
+		st.stamps[stamp] = expiry
 	}
 	return nil
 }
@@ -357,6 +372,17 @@ func (ss *storedSession) state() persistence.SessionState {
 	}
 	slices.SortFunc(st.Outbound, func(a, b persistence.Outbound) int { return cmpU64(a.Seq, b.Seq) })
 	st.AwaitingRel = slices.Sorted(maps.Keys(ss.rels))
+	for _, f := range ss.rels {
+		if f != nil {
+			st.Forwards = append(st.Forwards, persistence.Forward{PacketID: f.PacketID, Stamp: f.Stamp, Message: cloneMessage(&f.Message)})
+		}
+	}
+	now := time.Now().UnixNano()
+	for stamp, expiry := range ss.stamps {
+		if expiry > now {
+			st.Stamps = append(st.Stamps, persistence.SeenStamp{Stamp: stamp, Expiry: expiry})
+		}
+	}
 	if w := ss.rec.will; w != nil {
 		cw := *w
 		cw.Message = cloneMessage(&w.Message)
@@ -383,6 +409,10 @@ func cloneMessage(m *persistence.Message) persistence.Message {
 	c.Properties = m.Properties.Clone()
 	return c
 }
+
+// KeepsForwards makes the store a persistence.ForwardKeeper: its
+// sessions may be taken over by a node that sends their messages again.
+func (s *SessionStore) KeepsForwards() {}
 
 // Close closes the local store; the NATS connection is the caller's.
 func (s *SessionStore) Close() error {
@@ -421,7 +451,7 @@ func (s *SessionStore) Adopt(id string) (*persistence.SessionState, map[uint64]*
 		}
 		msgs[m.ID] = m
 	}
-	ss := &storedSession{subj: subj, rec: *st.rec, entries: make(map[uint64]persistence.Outbound), rels: st.rels}
+	ss := &storedSession{subj: subj, rec: *st.rec, entries: make(map[uint64]persistence.Outbound), rels: st.rels, stamps: st.stamps}
 	ss.rec.node = s.cfg.Node
 	state := ss.state()
 	for seq, e := range st.entries {

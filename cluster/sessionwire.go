@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -20,6 +22,8 @@ import (
 //	                                    subscriptions and delayed will
 //	mqttd.<cluster>.ss.<key>.m.<seq>    an outbound entry with its message
 //	mqttd.<cluster>.ss.<key>.rel.<pid>  an inbound QoS 2 id awaiting PUBREL
+//	mqttd.<cluster>.ss.<key>.st.<stamp> a stamp of a message it stored
+//	                                    (32 hex digits: node, then seq)
 //
 // <key> is ownerKey's (base64url of the id, or a hash of a long one, whose
 // record then holds the id). A record's new state is a new message on its
@@ -36,7 +40,9 @@ import (
 //	entry  flags (QoS in bits 0-1, retain, released), uvarint MessageID,
 //	       uvarint PacketID, uvarint n, n × uvarint subscription ID, then
 //	       the message (persistence's encoding)
-//	rel    nothing more
+//	rel    nothing more; or, a Forward: the stamp (node, seq: 8 bytes
+//	       each, big-endian), then the message (persistence's encoding)
+//	st     varint Expiry; the record expires with it (Nats-TTL)
 
 // ssVersion is every record's first byte; a node refuses another.
 const ssVersion = 1
@@ -73,6 +79,10 @@ func (p sessionSubjects) entry(s uint64) string { return string(p) + "m." + strc
 func (p sessionSubjects) rel(id uint16) string {
 	return string(p) + "rel." + strconv.FormatUint(uint64(id), 10)
 }
+func (p sessionSubjects) stamp(s persistence.Stamp) string {
+	b := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(make([]byte, 0, 16), s.Node), s.Seq)
+	return string(p) + "st." + hex.EncodeToString(b)
+}
 
 // recordKind is what a subject of the stream holds.
 type recordKind uint8
@@ -82,36 +92,101 @@ const (
 	kindRec
 	kindEntry
 	kindRel
+	kindStamp
 )
 
 // parseSubject splits a subject of the stream (under prefix) into its
-// session key, kind and number (seq or packet id).
-func parseSubject(prefix, subject string) (key string, kind recordKind, n uint64) {
+// session key, kind and number (seq or packet id), or stamp.
+func parseSubject(prefix, subject string) (key string, kind recordKind, n uint64, stamp persistence.Stamp) {
 	rest, ok := strings.CutPrefix(subject, prefix)
 	if !ok {
-		return "", kindUnknown, 0
+		return "", kindUnknown, 0, stamp
 	}
 	key, rest, ok = strings.Cut(rest, ".")
 	if !ok || key == "" {
-		return "", kindUnknown, 0
+		return "", kindUnknown, 0, stamp
 	}
 	if rest == "rec" {
-		return key, kindRec, 0
+		return key, kindRec, 0, stamp
 	}
 	what, num, ok := strings.Cut(rest, ".")
 	if !ok {
-		return "", kindUnknown, 0
+		return "", kindUnknown, 0, stamp
+	}
+	if what == "st" {
+		b, err := hex.DecodeString(num)
+		if err != nil || len(b) != 16 || strings.ToLower(num) != num {
+			return "", kindUnknown, 0, stamp
+		}
+		stamp = persistence.Stamp{Node: binary.BigEndian.Uint64(b), Seq: binary.BigEndian.Uint64(b[8:])}
+		if stamp.IsZero() {
+			return "", kindUnknown, 0, stamp
+		}
+		return key, kindStamp, 0, stamp
 	}
 	v, err := strconv.ParseUint(num, 10, 64)
 	switch {
 	case err != nil:
-		return "", kindUnknown, 0
+		return "", kindUnknown, 0, stamp
 	case what == "m":
-		return key, kindEntry, v
+		return key, kindEntry, v, stamp
 	case what == "rel" && v > 0 && v <= 65535:
-		return key, kindRel, v
+		return key, kindRel, v, stamp
 	}
-	return "", kindUnknown, 0
+	return "", kindUnknown, 0, stamp
+}
+
+// appendRel appends an inbound QoS 2 id's record: f's stamp and message
+// when it is a Forward (not nil).
+func appendRel(b []byte, f *persistence.Forward) ([]byte, error) {
+	b = append(b, ssVersion)
+	if f == nil {
+		return b, nil
+	}
+	b = binary.BigEndian.AppendUint64(b, f.Stamp.Node)
+	b = binary.BigEndian.AppendUint64(b, f.Stamp.Seq)
+	return persistence.AppendMessage(b, &f.Message)
+}
+
+// decodeRel decodes the record of id: nil for a plain one. b is the
+// record's own memory, which the message's payload keeps.
+func decodeRel(id uint16, b []byte) (*persistence.Forward, error) {
+	d := decoder{b: b}
+	d.version()
+	if d.bad {
+		return nil, errRecord
+	}
+	if len(d.b) == 0 {
+		return nil, nil
+	}
+	if len(d.b) < 16 {
+		return nil, errRecord
+	}
+	f := &persistence.Forward{PacketID: id,
+		Stamp: persistence.Stamp{Node: binary.BigEndian.Uint64(d.b), Seq: binary.BigEndian.Uint64(d.b[8:])}}
+	if f.Stamp.IsZero() {
+		return nil, errRecord
+	}
+	if err := persistence.DecodeMessage(d.b[16:], &f.Message); err != nil {
+		return nil, fmt.Errorf("%w: %w", errRecord, err)
+	}
+	return f, nil
+}
+
+// appendStamp appends a stamp's record.
+func appendStamp(b []byte, expiry int64) []byte {
+	return binary.AppendVarint(append(b, ssVersion), expiry)
+}
+
+// decodeStamp decodes a stamp's record into its expiry.
+func decodeStamp(b []byte) (int64, error) {
+	d := decoder{b: b}
+	d.version()
+	expiry := d.varint()
+	if d.bad || len(d.b) != 0 {
+		return 0, errRecord
+	}
+	return expiry, nil
 }
 
 // sessionRec is what a rec record holds.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Memory is a Store that keeps everything in memory: for tests, and for a
@@ -26,7 +27,8 @@ type memSession struct {
 	session  Session
 	subs     map[string]Subscription
 	outbound map[uint64]Outbound
-	rel      map[uint16]struct{}
+	rel      map[uint16]*Forward // nil: no message to forward
+	stamps   map[Stamp]int64     // to its expiry
 	will     *Will
 }
 
@@ -45,6 +47,10 @@ func NewMemory() *Memory {
 		messages: make(map[uint64]*memMessage),
 	}
 }
+
+// KeepsForwards makes Memory a ForwardKeeper, as the reference the
+// contract suite holds the other stores to.
+func (m *Memory) KeepsForwards() {}
 
 // Close does nothing; the state is kept.
 func (m *Memory) Close() error { return nil }
@@ -70,6 +76,7 @@ func (m *Memory) Apply(b *Batch) error {
 func (m *Memory) Load() (*Snapshot, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	now := time.Now().UnixNano()
 	snap := &Snapshot{
 		Sessions: make([]SessionState, 0, len(m.sessions)),
 		Retained: maps.Clone(m.retained),
@@ -83,7 +90,7 @@ func (m *Memory) Load() (*Snapshot, error) {
 		snap.Messages[id] = &c
 	}
 	for _, ms := range m.sessions {
-		snap.Sessions = append(snap.Sessions, ms.state())
+		snap.Sessions = append(snap.Sessions, ms.state(now))
 	}
 	slices.SortFunc(snap.Sessions, func(a, b SessionState) int {
 		return strings.Compare(a.Session.ID, b.Session.ID)
@@ -91,7 +98,7 @@ func (m *Memory) Load() (*Snapshot, error) {
 	return snap, nil
 }
 
-func (ms *memSession) state() SessionState {
+func (ms *memSession) state(now int64) SessionState {
 	st := SessionState{Session: ms.session}
 	for _, s := range ms.subs {
 		st.Subscriptions = append(st.Subscriptions, s)
@@ -105,6 +112,16 @@ func (ms *memSession) state() SessionState {
 	}
 	slices.SortFunc(st.Outbound, func(a, b Outbound) int { return cmp.Compare(a.Seq, b.Seq) })
 	st.AwaitingRel = slices.Sorted(maps.Keys(ms.rel))
+	for _, f := range ms.rel {
+		if f != nil {
+			st.Forwards = append(st.Forwards, Forward{PacketID: f.PacketID, Stamp: f.Stamp, Message: cloneMessage(&f.Message)})
+		}
+	}
+	for stamp, expiry := range ms.stamps {
+		if expiry > now {
+			st.Stamps = append(st.Stamps, SeenStamp{stamp, expiry})
+		}
+	}
 	if ms.will != nil {
 		st.Will = cloneWill(ms.will)
 	}
@@ -147,7 +164,7 @@ func (tx *memTx) apply(op *Op) error {
 		tx.deleteRetained(op.Topic)
 		return nil
 	case OpPutSubscription, OpDeleteSubscription, OpPutOutbound, OpDeleteOutbound,
-		OpPutAwaitingRel, OpDeleteAwaitingRel, OpPutWill, OpDeleteWill:
+		OpPutAwaitingRel, OpDeleteAwaitingRel, OpPutWill, OpDeleteWill, OpPutStamp:
 		return tx.applyToSession(op)
 	}
 	return ErrBadOp
@@ -170,9 +187,15 @@ func (tx *memTx) applyToSession(op *Op) error {
 	case OpDeleteOutbound:
 		tx.deleteOutbound(ms, op.Seq)
 	case OpPutAwaitingRel:
-		SetUndo(&tx.Undo, ms.rel, op.PacketID, struct{}{}, true)
+		var f *Forward
+		if op.Message != nil {
+			f = &Forward{PacketID: op.PacketID, Stamp: op.Stamp, Message: cloneMessage(op.Message)}
+		}
+		SetUndo(&tx.Undo, ms.rel, op.PacketID, f, true)
 	case OpDeleteAwaitingRel:
-		SetUndo(&tx.Undo, ms.rel, op.PacketID, struct{}{}, false)
+		SetUndo(&tx.Undo, ms.rel, op.PacketID, nil, false)
+	case OpPutStamp:
+		tx.putStamp(ms, op.Stamp, op.Expiry)
 	case OpPutWill:
 		if op.Will == nil {
 			return ErrBadOp
@@ -213,7 +236,8 @@ func (tx *memTx) putSession(s Session) error {
 		session:  s,
 		subs:     make(map[string]Subscription),
 		outbound: make(map[uint64]Outbound),
-		rel:      make(map[uint16]struct{}),
+		rel:      make(map[uint16]*Forward),
+		stamps:   make(map[Stamp]int64),
 	}, true)
 	return nil
 }
@@ -277,6 +301,20 @@ func (tx *memTx) deleteRetained(topic string) {
 	}
 	SetUndo(&tx.Undo, tx.m.retained, topic, 0, false)
 	tx.unref(old)
+}
+
+// putStamp keeps stamp until expiry; every 256th stamp a session takes
+// has its expired ones swept first, so that they do not pile up.
+func (tx *memTx) putStamp(ms *memSession, stamp Stamp, expiry int64) {
+	if len(ms.stamps)%256 == 255 {
+		now := time.Now().UnixNano()
+		for s, e := range ms.stamps {
+			if e <= now {
+				SetUndo(&tx.Undo, ms.stamps, s, 0, false)
+			}
+		}
+	}
+	SetUndo(&tx.Undo, ms.stamps, stamp, expiry, true)
 }
 
 func (tx *memTx) setWill(ms *memSession, w *Will) {

@@ -81,6 +81,34 @@ type Outbound struct {
 	Released bool
 }
 
+// Stamp identifies an inbound QoS 2 message among a cluster's nodes: the
+// node that took it (a number drawn at the node's start) and a counter
+// there. A copy sent again between nodes keeps it, so that a session
+// that stored the message once knows it the second time. The zero Stamp
+// is none.
+type Stamp struct{ Node, Seq uint64 }
+
+// IsZero reports whether s is no stamp.
+func (s Stamp) IsZero() bool { return s == Stamp{} }
+
+// Forward is an inbound QoS 2 message whose copies to a cluster's other
+// nodes are not yet known to be kept there: the node holding its
+// publisher's session sends them again, under the same stamp, when the
+// publisher sends the packet id again.
+type Forward struct {
+	PacketID uint16
+	Stamp    Stamp
+	Message  Message
+}
+
+// SeenStamp is the stamp of a message a session stored, kept until
+// Expiry (unix nanoseconds) so that a copy sent again is not stored
+// twice.
+type SeenStamp struct {
+	Stamp  Stamp
+	Expiry int64
+}
+
 // Will is a will waiting for its Will Delay Interval.
 type Will struct {
 	Message Message
@@ -97,6 +125,12 @@ type SessionState struct {
 	Outbound []Outbound
 	// AwaitingRel are the inbound QoS 2 packet ids waiting for PUBREL.
 	AwaitingRel []uint16
+	// Forwards are those of AwaitingRel whose message is still to be
+	// confirmed by other nodes, in any order.
+	Forwards []Forward
+	// Stamps are the unexpired stamps of the messages it stored, in any
+	// order; expired ones are not given back.
+	Stamps []SeenStamp
 	// Will is nil when none waits.
 	Will *Will
 }
@@ -149,7 +183,8 @@ const (
 	// OpDeleteOutbound removes the entry Op.Seq of Op.SessionID.
 	OpDeleteOutbound
 	// OpPutAwaitingRel records the inbound QoS 2 packet id Op.PacketID of
-	// Op.SessionID.
+	// Op.SessionID; with Op.Message set, as a Forward of that message
+	// under Op.Stamp, replacing what the id had.
 	OpPutAwaitingRel
 	// OpDeleteAwaitingRel removes it.
 	OpDeleteAwaitingRel
@@ -162,7 +197,18 @@ const (
 	OpPutWill
 	// OpDeleteWill removes the will of Op.SessionID.
 	OpDeleteWill
+	// OpPutStamp records that Op.SessionID stored the message of
+	// Op.Stamp, until Op.Expiry (unix nanoseconds): Load gives it back
+	// until then. A store that is not a ForwardKeeper refuses it.
+	OpPutStamp
 )
+
+// ForwardKeeper is a Store that keeps Forwards and stamps (OpPutStamp);
+// another refuses them (ErrBadOp). Only a cluster's replicated store
+// needs them: they matter where another node may send a message again.
+type ForwardKeeper interface {
+	KeepsForwards()
+}
 
 // Op is one change. Which fields count depends on Kind.
 type Op struct {
@@ -178,6 +224,8 @@ type Op struct {
 	MessageID    uint64
 	Message      *Message
 	Will         *Will
+	Stamp        Stamp
+	Expiry       int64
 	// Handed marks an OpDeleteOutbound of an entry handed to another
 	// session rather than acknowledged: it never cancels the waiting put
 	// it follows (Committer), so what acknowledged that put still waits
@@ -249,6 +297,18 @@ func PutAwaitingRel(session string, id uint16) Op {
 	return Op{Kind: OpPutAwaitingRel, SessionID: session, PacketID: id}
 }
 
+// PutForward records an inbound QoS 2 packet id awaiting PUBREL whose
+// message m is still to be confirmed by other nodes, under stamp.
+func PutForward(session string, id uint16, stamp Stamp, m *Message) Op {
+	return Op{Kind: OpPutAwaitingRel, SessionID: session, PacketID: id, Stamp: stamp, Message: m}
+}
+
+// PutStamp records that session stored the message of stamp, until
+// expiry.
+func PutStamp(session string, stamp Stamp, expiry int64) Op {
+	return Op{Kind: OpPutStamp, SessionID: session, Stamp: stamp, Expiry: expiry}
+}
+
 // DeleteAwaitingRel removes it.
 func DeleteAwaitingRel(session string, id uint16) Op {
 	return Op{Kind: OpDeleteAwaitingRel, SessionID: session, PacketID: id}
@@ -307,6 +367,16 @@ func (b *Batch) PutAwaitingRel(session string, id uint16) {
 	b.Ops = append(b.Ops, PutAwaitingRel(session, id))
 }
 
+// PutForward appends PutForward(session, id, stamp, m).
+func (b *Batch) PutForward(session string, id uint16, stamp Stamp, m *Message) {
+	b.Ops = append(b.Ops, PutForward(session, id, stamp, m))
+}
+
+// PutStamp appends PutStamp(session, stamp, expiry).
+func (b *Batch) PutStamp(session string, stamp Stamp, expiry int64) {
+	b.Ops = append(b.Ops, PutStamp(session, stamp, expiry))
+}
+
 // DeleteAwaitingRel appends DeleteAwaitingRel(session, id).
 func (b *Batch) DeleteAwaitingRel(session string, id uint16) {
 	b.Ops = append(b.Ops, DeleteAwaitingRel(session, id))
@@ -347,7 +417,8 @@ func Malformed(err error) bool {
 }
 
 // Valid reports ErrBadOp for an operation no store can apply: an unknown
-// kind, a nil Message or Will, an empty session ID (OpPutSession keys on
+// kind, a nil Message or Will, a Forward or stamp without a stamp, an
+// empty session ID (OpPutSession keys on
 // Session.ID) or retained topic (MQTT has no empty topic names). Keys of
 // any length are valid: a store that cannot key a record by a long one
 // keys it otherwise (persistence/bolt hashes it). Stores call it on each
@@ -370,8 +441,16 @@ func (op *Op) Valid() error {
 		if op.Will == nil {
 			return ErrBadOp
 		}
+	case OpPutStamp:
+		if op.Stamp.IsZero() {
+			return ErrBadOp
+		}
+	case OpPutAwaitingRel:
+		if op.Message != nil && op.Stamp.IsZero() {
+			return ErrBadOp
+		}
 	case OpDeleteSession, OpPutSubscription, OpDeleteSubscription, OpPutOutbound, OpDeleteOutbound,
-		OpPutAwaitingRel, OpDeleteAwaitingRel, OpDeleteWill:
+		OpDeleteAwaitingRel, OpDeleteWill:
 	default:
 		return ErrBadOp
 	}

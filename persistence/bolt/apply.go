@@ -163,8 +163,17 @@ func get(c *bbolt.Cursor, key []byte) []byte {
 	return nil
 }
 
+// validOp is op.Valid for this store, which keeps neither Forwards nor
+// stamps: only a cluster's replicated store does (persistence.ForwardKeeper).
+func validOp(op *persistence.Op) error {
+	if op.Kind == persistence.OpPutStamp || op.Kind == persistence.OpPutAwaitingRel && op.Message != nil {
+		return fmt.Errorf("%w: a bbolt store keeps no forwards or stamps", persistence.ErrBadOp)
+	}
+	return op.Valid()
+}
+
 func (a *applier) apply(op *persistence.Op) error {
-	if err := op.Valid(); err != nil {
+	if err := validOp(op); err != nil {
 		return err
 	}
 	switch op.Kind {
@@ -496,6 +505,7 @@ var kindNames = [...]string{
 	persistence.OpDeleteRetained:     "DeleteRetained",
 	persistence.OpPutWill:            "PutWill",
 	persistence.OpDeleteWill:         "DeleteWill",
+	persistence.OpPutStamp:           "PutStamp",
 }
 
 func kindName(k persistence.OpKind) string {

@@ -468,7 +468,7 @@ func (s *Store) buildRecord(b *persistence.Batch) ([]byte, error) {
 	buf := append(s.wal.buf[:0], make([]byte, walRecordHeader)...)
 	for i := range b.Ops {
 		op := &b.Ops[i]
-		err := op.Valid()
+		err := validOp(op)
 		if err == nil && op.Kind == persistence.OpPutMessage {
 			if _, stored := s.shadow.refs[op.Message.ID]; stored {
 				continue // the first stays, as the applier has it

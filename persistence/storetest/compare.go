@@ -118,6 +118,11 @@ func normalise(st persistence.SessionState) persistence.SessionState {
 	st.Subscriptions = slices.SortedFunc(slices.Values(st.Subscriptions),
 		func(a, b persistence.Subscription) int { return strings.Compare(a.Filter, b.Filter) })
 	st.AwaitingRel = slices.Sorted(slices.Values(st.AwaitingRel))
+	st.Forwards = slices.SortedFunc(slices.Values(st.Forwards),
+		func(a, b persistence.Forward) int { return cmp.Compare(a.PacketID, b.PacketID) })
+	st.Stamps = slices.SortedFunc(slices.Values(st.Stamps), func(a, b persistence.SeenStamp) int {
+		return cmp.Or(cmp.Compare(a.Stamp.Node, b.Stamp.Node), cmp.Compare(a.Stamp.Seq, b.Stamp.Seq))
+	})
 	return st
 }
 

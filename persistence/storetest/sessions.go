@@ -190,6 +190,51 @@ func testAwaitingRel(t *testing.T, h *harness) {
 	h.check(snap(nil, nil, stA, stB))
 }
 
+// testForwardsAndStamps: a ForwardKeeper gives back each awaiting-rel id's
+// Forward (a plain put of the id clears it) and the unexpired stamps, and
+// a deleted session takes them with it; another store refuses both.
+func testForwardsAndStamps(t *testing.T, h *harness) {
+	h.do(func(b *persistence.Batch) { b.PutSession(session("a")) })
+	s1, s2 := persistence.Stamp{Node: 7, Seq: 1}, persistence.Stamp{Node: 7, Seq: 2}
+	farFuture := time.Now().Add(time.Hour).UnixNano()
+	m := richMessage(0)
+	if _, ok := h.s.(persistence.ForwardKeeper); !ok {
+		h.fail(persistence.ErrBadOp, func(b *persistence.Batch) { b.PutForward("a", 1, s1, m) })
+		h.fail(persistence.ErrBadOp, func(b *persistence.Batch) { b.PutStamp("a", s1, farFuture) })
+		return
+	}
+	h.fail(persistence.ErrBadOp, func(b *persistence.Batch) { b.PutStamp("a", persistence.Stamp{}, farFuture) })
+	h.fail(persistence.ErrBadOp, func(b *persistence.Batch) {
+		b.PutForward("a", 1, persistence.Stamp{}, m)
+	})
+	h.fail(persistence.ErrNoSession, func(b *persistence.Batch) { b.PutStamp("b", s1, farFuture) })
+	past := time.Now().Add(-time.Minute).UnixNano()
+	h.do(func(b *persistence.Batch) {
+		b.PutForward("a", 1, s1, m)
+		b.PutForward("a", 2, s2, m)
+		b.PutStamp("a", s1, farFuture)
+		b.PutStamp("a", s2, past)
+		b.PutAwaitingRel("a", 3)
+	})
+	st := persistence.SessionState{Session: session("a"), AwaitingRel: []uint16{1, 2, 3},
+		Forwards: []persistence.Forward{{PacketID: 1, Stamp: s1, Message: *m}, {PacketID: 2, Stamp: s2, Message: *m}},
+		Stamps:   []persistence.SeenStamp{{Stamp: s1, Expiry: farFuture}}}
+	h.check(snap(nil, nil, st))
+
+	// Forwarded: the id stays, its message goes.
+	h.do(func(b *persistence.Batch) { b.PutAwaitingRel("a", 2) })
+	st.Forwards = st.Forwards[:1]
+	h.check(snap(nil, nil, st))
+
+	h.do(func(b *persistence.Batch) { b.DeleteAwaitingRel("a", 1) })
+	st.AwaitingRel, st.Forwards = []uint16{2, 3}, nil
+	h.check(snap(nil, nil, st))
+
+	h.do(func(b *persistence.Batch) { b.DeleteSession("a") })
+	h.do(func(b *persistence.Batch) { b.PutSession(session("a")) })
+	h.check(snap(nil, nil, bare(session("a"))))
+}
+
 func testWills(t *testing.T, h *harness) {
 	// The will's message ID is stored nowhere: a will holds its own copy.
 	w1 := &persistence.Will{Message: *richMessage(42), At: time.Date(2030, 1, 1, 0, 0, 0, 1, time.UTC).UnixNano()}

@@ -72,6 +72,7 @@ func Run(t *testing.T, o Opener) {
 		{"MessageReleasedAndRetakenInBatch", testMessageRetaken},
 		{"Retained", testRetained},
 		{"AwaitingRel", testAwaitingRel},
+		{"ForwardsAndStamps", testForwardsAndStamps},
 		{"Wills", testWills},
 		{"Atomic", testAtomic},
 		{"InvalidOps", testInvalidOps},
