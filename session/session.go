@@ -65,7 +65,8 @@ type Session struct {
 	seq    uint64 // the Seq the next entry gets
 
 	q           *queues
-	awaitingRel map[uint16]struct{}
+	awaitingRel map[uint16]*Forward // nil: nothing to send again
+	stamps      *stamps
 	subs        []Subscription
 	// subIndex finds a filter's place in subs once there are more than
 	// subIndexMin: a client with thousands of subscriptions must not make
@@ -329,7 +330,7 @@ func (s *Session) Clear(b *QueueBudget) {
 	s.lim.inflight.Add(-int64(s.live))
 	s.lim.subBytes.Add(-s.subBytes)
 	s.q, s.live, s.subBytes = nil, 0, 0
-	s.awaitingRel, s.subs, s.subIndex = nil, nil, nil
+	s.awaitingRel, s.stamps, s.subs, s.subIndex = nil, nil, nil, nil
 }
 
 // enter puts o, whose packet id is free, into the window. Its DUP flag
@@ -553,9 +554,9 @@ func (s *Session) ReceiveQoS2(id uint16) (isNew bool, err error) {
 		return false, ErrAwaitingRelFull
 	}
 	if s.awaitingRel == nil {
-		s.awaitingRel = make(map[uint16]struct{})
+		s.awaitingRel = make(map[uint16]*Forward)
 	}
-	s.awaitingRel[id] = struct{}{}
+	s.awaitingRel[id] = nil
 	return true, nil
 }
 
