@@ -11,6 +11,7 @@ import (
 
 	"mqttd/cluster"
 	"mqttd/packets"
+	"mqttd/persistence"
 	"mqttd/session"
 )
 
@@ -220,15 +221,11 @@ func (s *Server) toCluster(m *session.Message, owner *conn) bool {
 	if node == nil {
 		return false
 	}
-	cm := cluster.Message{Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, Retain: m.Retain, Origin: m.Origin}
-	if m.Properties != nil || m.Expiry != 0 {
-		// The other nodes count a message's expiry from when it reaches
-		// them: it travels as what is left of it.
-		p := forwardProperties(m, nil)
-		cm.Properties = &p
-	}
 	var err error
+	cm := clusterMessage(m)
 	switch {
+	case owner != nil && owner.fwd != nil && m.QoS == 2:
+		return s.stampForward(node, m, owner)
 	case owner != nil && m.QoS > 0 && s.replicated() != nil:
 		err = s.toClusterConfirmed(node, &cm, owner)
 	case owner == nil || owner.committing:
@@ -239,6 +236,19 @@ func (s *Server) toCluster(m *session.Message, owner *conn) bool {
 		err = node.PublishWaiting(&cm, clusterWait, owner.mayBlock)
 	}
 	return err == nil
+}
+
+// clusterMessage is m as it goes to the other nodes. It shares m's topic
+// and payload.
+func clusterMessage(m *session.Message) cluster.Message {
+	cm := cluster.Message{Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, Retain: m.Retain, Origin: m.Origin}
+	if m.Properties != nil || m.Expiry != 0 {
+		// The other nodes count a message's expiry from when it reaches
+		// them: it travels as what is left of it.
+		p := forwardProperties(m, nil)
+		cm.Properties = &p
+	}
+	return cm
 }
 
 // clusterWait bounds how long a client's QoS 1 or 2 message waits for
@@ -284,9 +294,9 @@ func (s *Server) fromCluster(cm *cluster.Message) {
 		s.toShareGroup(m, cm.Group, cm.Filter)
 		return
 	}
-	r.remote, r.noShares = true, true
+	r.remote, r.noShares, r.stamp = true, true, cm.Stamp
 	s.routeWith(r, m, nil)
-	r.remote, r.noShares = false, false
+	r.remote, r.noShares, r.stamp = false, false, persistence.Stamp{}
 	r.msg = session.Message{}
 	routerPool.Put(r)
 }
@@ -384,6 +394,14 @@ type ClusterState struct {
 	StoreCommits    uint64 `json:"store_commits"`
 	StoreRoundTrips uint64 `json:"store_round_trips"`
 	StoreRecords    uint64 `json:"store_records"`
+	// QoS2Resent counts the QoS 2 messages routed again under their stamp
+	// (their publisher sent them again before the nodes confirmed them),
+	// QoS2Duplicates the copies a session did not take again, remembering
+	// their stamp, StampsEvicted the stamps a session forgot before their
+	// time, past its bound (cluster_qos2.go).
+	QoS2Resent     uint64 `json:"qos2_resent"`
+	QoS2Duplicates uint64 `json:"qos2_duplicates"`
+	StampsEvicted  uint64 `json:"stamps_evicted"`
 	// Nodes is the nodes this one sees beating, itself included; CutOff
 	// reports this node cut off from the store (it closed its clients'
 	// connections). DeadNodes counts the nodes it found dead, WillsSwept
@@ -409,6 +427,8 @@ func (s *Server) Cluster() (ClusterState, bool) {
 	l.mu.Unlock()
 	st.MessagesIn, st.DroppedIn = s.stats.clusterIn.Load(), s.stats.clusterDropped.Load()
 	st.Refused, st.Adopted = s.stats.clusterRefused.Load(), s.stats.clusterAdopted.Load()
+	st.QoS2Resent, st.QoS2Duplicates = s.stats.qos2Resent.Load(), s.stats.qos2Duplicates.Load()
+	st.StampsEvicted = s.stats.stampsEvicted.Load()
 	if js := l.sessions.Load(); js != nil {
 		w := js.Writes()
 		st.StoreCommits, st.StoreRoundTrips, st.StoreRecords = w.Commits, w.RoundTrips, w.Records

@@ -29,6 +29,10 @@ type movedSession struct {
 	Subscriptions []persistence.Subscription `json:",omitempty"`
 	Outbound      []movedEntry               `json:",omitempty"`
 	AwaitingRel   []uint16                   `json:",omitempty"`
+	// Forwards and Stamps are its state of exactly once between nodes
+	// (cluster_qos2.go).
+	Forwards []persistence.Forward   `json:",omitempty"`
+	Stamps   []persistence.SeenStamp `json:",omitempty"`
 }
 
 // movedEntry is one of a moved session's entries, with its message (none
@@ -218,7 +222,7 @@ func exportLocked(cl *client) movedSession {
 		}
 		ms.Outbound = append(ms.Outbound, e)
 	}
-	ms.AwaitingRel = cl.sess.AwaitingRelIDs()
+	ms.AwaitingRel, ms.Forwards, ms.Stamps = relStateLocked(cl)
 	return ms
 }
 
@@ -282,10 +286,9 @@ func (s *Server) adoptMoved(c *conn, ms *movedSession) error {
 			b.PutOutbound(id, outboundOf(o, spm.ID))
 		}
 	}
-	for _, pid := range ms.AwaitingRel {
-		if _, err := cl.sess.ReceiveQoS2(pid); err == nil && stored {
-			b.PutAwaitingRel(id, pid)
-		}
+	took := restoreRelLocked(cl, ms.AwaitingRel, ms.Forwards, ms.Stamps)
+	if stored {
+		putRelState(&b, id, took, ms.Forwards, ms.Stamps)
 	}
 	s.mu.Lock()
 	if old := s.clients[id]; old != nil {

@@ -125,9 +125,7 @@ func moveSessions(local persistence.Store, js *cluster.SessionStore) (int, error
 				b.PutOutbound(id, o)
 			}
 		}
-		for _, pid := range ss.AwaitingRel {
-			b.PutAwaitingRel(id, pid)
-		}
+		putRelState(&b, id, ss.AwaitingRel, ss.Forwards, ss.Stamps)
 		if ss.Will != nil {
 			b.PutWill(id, ss.Will)
 		}
@@ -209,9 +207,7 @@ func (s *Server) restoreOne(ss *persistence.SessionState, msgs map[uint64]*persi
 				b.PutOutbound(id, o)
 			}
 		}
-		for _, pid := range ss.AwaitingRel {
-			b.PutAwaitingRel(id, pid)
-		}
+		putRelState(b, id, ss.AwaitingRel, ss.Forwards, ss.Stamps)
 		if ss.Will != nil {
 			b.PutWill(id, ss.Will)
 		}
@@ -378,7 +374,8 @@ func (s *Server) adoptReplicated(c *conn) error {
 	if err != nil || st == nil {
 		return err
 	}
-	ms := movedSession{Session: st.Session, Subscriptions: st.Subscriptions, AwaitingRel: st.AwaitingRel}
+	ms := movedSession{Session: st.Session, Subscriptions: st.Subscriptions, AwaitingRel: st.AwaitingRel,
+		Forwards: st.Forwards, Stamps: st.Stamps}
 	dup := s.opts.Limits.MaxInflight
 	for _, o := range st.Outbound {
 		e := movedEntry{Seq: o.Seq, QoS: o.QoS, Retain: o.Retain, SubIDs: o.SubIDs, Released: o.Released}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"mqttd/cluster"
+	"mqttd/persistence"
 	"mqttd/session"
 	"mqttd/topictrie"
 )
@@ -59,8 +60,11 @@ func splitShare(filter string) (group, topic string, ok bool) {
 func (s *Server) routeClustered(r *router, m *session.Message, owner *conn) (clients int) {
 	sent := owner.fromHere() && s.toCluster(m, owner)
 	r.noShares = sent
+	if owner != nil && owner.fwd != nil {
+		r.stamp = owner.fwd.stamp // the local deliveries remember it too
+	}
 	clients = s.routeWith(r, m, owner)
-	r.noShares = false
+	r.noShares, r.stamp = false, persistence.Stamp{}
 	if sent {
 		// Another node's subscribers are not counted: none is told
 		// there were no matching subscribers when some may be there.

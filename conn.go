@@ -56,6 +56,10 @@ type conn struct {
 	// persistence group open, which stops every commit: it must not wait
 	// for the cluster's outgoing queue (toCluster). The reader's own.
 	committing bool
+	// fwd is set while the reader routes a new QoS 2 message of a stored
+	// session in a cluster with replicated sessions, for toCluster to
+	// stamp it (cluster_qos2.go). The reader's own.
+	fwd *qos2Forward
 	// lingerDue: the reader told the client why it ends the connection
 	// with a DISCONNECT, and reads what is still in flight before the
 	// close (linger.go). The reader's own.

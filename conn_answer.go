@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"mqttd/packets"
+	"mqttd/persistence"
 )
 
 // Answers held until their commit: the acknowledgements (PUBACK, PUBREC,
@@ -323,10 +324,13 @@ func (c *conn) releaseWith(t uint64, settle func(h *heldAnswers)) {
 	}
 	if len(refusedQoS2) > 0 {
 		// Refused, the packet id is free again [MQTT-4.3.3-9]: the client
-		// may use it for a new message.
+		// may use it for a new message, which a stored id would make
+		// taken for this one sent again once the session is read back.
 		c.cl.mu.Lock()
 		for _, id := range refusedQoS2 {
-			c.cl.sess.Pubrel(id)
+			if c.cl.sess.Pubrel(id) && c.cl.stored {
+				c.srv.dur.oneLocked(persistence.DeleteAwaitingRel(c.cl.id, id), nil)
+			}
 		}
 		c.cl.mu.Unlock()
 	}

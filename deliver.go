@@ -30,7 +30,7 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 	if s.readCheck && !s.mayRead(cl, m, qos, retain) {
 		return
 	}
-	if qos == 0 && len(subIDs) == 0 && s.deliverQoS0(cl, retain, enc) {
+	if qos == 0 && len(subIDs) == 0 && enc.stamp.IsZero() && s.deliverQoS0(cl, retain, enc) {
 		return
 	}
 	if full := s.deliverToSession(cl, enc.kept(), qos, retain, subIDs, enc, clock); full != nil {
@@ -56,6 +56,11 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 		fit, _ := tc.fit()
 		canSend = fit >= m.Size()
 	}
+	stamp := session.Stamp(enc.stamp)
+	if !stamp.IsZero() && cl.sess.Seen(stamp, enc.stampNow) {
+		s.stats.qos2Duplicates.Add(1) // it has the message already
+		return nil
+	}
 	var now time.Time // the session reads it only for m's expiry
 	if m.Expiry != 0 {
 		now = clock()
@@ -72,6 +77,9 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 			}
 		}
 	}
+	if !stamp.IsZero() && (r == session.Send || r == session.Queued) && cl.sess.Remember(stamp, enc.stampExpiry, enc.stampNow) {
+		s.stats.stampsEvicted.Add(1)
+	}
 	if cl.stored && (r == session.Send && o.QoS > 0 || r == session.Queued) {
 		if enc.stored == nil {
 			enc.stored = s.dur.stored(m)
@@ -80,7 +88,7 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 		if o.QoS == 2 && r == session.Queued {
 			then = s.stableThen(cl, o.Seq)
 		}
-		s.dur.deliveredLocked(cl, o, enc.stored, enc.owner, then)
+		s.dur.deliveredLocked(cl, o, enc.stored, enc.owner, then, enc.stamp, enc.stampExpiry)
 	}
 	switch r {
 	case session.Send:
@@ -338,6 +346,11 @@ type encoded struct {
 	stallUntil time.Time
 	stored     *persistence.Message
 	owner      *conn
+	// stamp is the message's across a cluster's nodes (cluster_qos2.go),
+	// zero for none; stampNow is when it is routed and stampExpiry when
+	// the sessions it reaches forget it (unix nanos).
+	stamp                 persistence.Stamp
+	stampNow, stampExpiry int64
 }
 
 func (e *encoded) reset(m *session.Message, owner *conn) {
@@ -345,6 +358,14 @@ func (e *encoded) reset(m *session.Message, owner *conn) {
 	e.valid = [2][2]bool{}
 	e.stallUntil = time.Time{}
 	e.stored, e.owner = nil, owner
+	e.stamp = persistence.Stamp{}
+}
+
+// stamped marks the message routed as stamp's.
+func (e *encoded) stamped(stamp persistence.Stamp) {
+	e.stamp = stamp
+	e.stampNow = time.Now().UnixNano()
+	e.stampExpiry = e.stampNow + int64(stampTTL)
 }
 
 // kept returns the message routed, copied on first use to a heap object

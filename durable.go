@@ -179,16 +179,23 @@ func outboundOf(o session.Outbound, msgID uint64) persistence.Outbound {
 // deliveredLocked writes an entry a stored session took (sent or
 // queued); pm is the message's stored form when the caller has it. then,
 // if not nil, is called once it is stored. The caller holds cl.mu.
-func (d *durable) deliveredLocked(cl *client, o session.Outbound, pm *persistence.Message, owner *conn, then func()) {
+func (d *durable) deliveredLocked(cl *client, o session.Outbound, pm *persistence.Message, owner *conn, then func(),
+	stamp persistence.Stamp, stampExpiry int64) {
 	if pm == nil {
 		pm = d.stored(o.Msg)
 	}
-	ops := [2]persistence.Op{
+	ops := [3]persistence.Op{
 		persistence.PutMessage(pm), // kept once: a message already stored stays as it is
 		persistence.PutOutbound(cl.id, outboundOf(o, pm.ID)),
 	}
 	ops[1].Remote = cl.bridge.Load() != nil
-	b := persistence.Batch{Ops: ops[:]}
+	b := persistence.Batch{Ops: ops[:2]}
+	if !stamp.IsZero() {
+		// With the entry, so that the session never holds one without
+		// the other.
+		ops[2] = persistence.PutStamp(cl.id, stamp, stampExpiry)
+		b.Ops = ops[:]
+	}
 	if then == nil {
 		d.add(&b, owner, true)
 		return

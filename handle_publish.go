@@ -176,6 +176,7 @@ func (c *conn) publishQoS2(p *packets.Publish, v verdict, borrowed bool) error {
 	cl.mu.Lock()
 	isNew, err := cl.sess.ReceiveQoS2(p.PacketID)
 	group := uint64(0)
+	var resend *session.Forward
 	if isNew && cl.stored {
 		// The packet id and what the message changes in every session it
 		// reaches are stored together or not at all: with the id alone, a
@@ -183,6 +184,11 @@ func (c *conn) publishQoS2(p *packets.Publish, v verdict, borrowed bool) error {
 		// it would be routed twice.
 		group = c.srv.dur.commit.Begin()
 		c.srv.dur.oneLocked(persistence.PutAwaitingRel(cl.id, p.PacketID), c)
+		if c.srv.replicated() != nil {
+			c.fwd = &qos2Forward{pid: p.PacketID}
+		}
+	} else if !isNew && err == nil && c.srv.replicated() != nil {
+		resend = cl.sess.ForwardOf(p.PacketID) // not yet confirmed by the nodes
 	}
 	cl.mu.Unlock()
 	end := func() {
@@ -200,11 +206,19 @@ func (c *conn) publishQoS2(p *packets.Publish, v verdict, borrowed bool) error {
 		c.committing = group != 0
 		v = c.routeAcked(p, borrowed)
 		c.committing = false
+		if f := c.fwd; f != nil {
+			c.fwd = nil
+			if !f.stamp.IsZero() && v.code < 0x80 {
+				c.srv.forwardNew(c, cl, f)
+			}
+		}
 		if v.code >= 0x80 {
 			cl.mu.Lock()
 			c.pubrelLocked(p.PacketID)
 			cl.mu.Unlock()
 		}
+	} else if resend != nil {
+		c.srv.resendForward(c, cl, p.PacketID, resend)
 	}
 	end() // before answer, which may wait for a commit
 	c.answerAck(&packets.Ack{Type: packets.TypePubrec, PacketID: p.PacketID, ReasonCode: c.ackCode(v.code), Properties: c.ackProblem(v)})

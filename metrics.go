@@ -40,7 +40,7 @@ type collector struct {
 	clusterWaits, clusterWaited                                         *prometheus.Desc
 	clusterStoreReady, clusterTakeovers, clusterRefused, clusterAdopted *prometheus.Desc
 	clusterNodes, clusterDeadNodes, clusterLateBeats                    *prometheus.Desc
-	clusterStoreWrites                                                  *prometheus.Desc
+	clusterStoreWrites, clusterQoS2                                     *prometheus.Desc
 }
 
 // statValue is one metric read from stats.
@@ -205,6 +205,7 @@ func newCollector(st *stats, queue *session.QueueBudget, sess *session.Limits, o
 	c.clusterDeadNodes = prometheus.NewDesc("mqttd_cluster_dead_nodes_total", "Nodes this node found dead (and swept the wills of).", nil, nil)
 	c.clusterLateBeats = prometheus.NewDesc("mqttd_cluster_late_beats_total", "Nodes whose beats were late in the store past node_timeout but that answered they were alive, so were not taken for dead.", nil, nil)
 	c.clusterStoreWrites = prometheus.NewDesc("mqttd_cluster_store_writes_total", "Writes to the replicated sessions' store (cluster.sessions: replicated): the commits that wrote to it, the round trips they took (atomic batches, each confirmed by a quorum of the replicas), the records written.", []string{"kind"}, nil)
+	c.clusterQoS2 = prometheus.NewDesc("mqttd_cluster_qos2_total", "Exactly once for QoS 2 between nodes (cluster.sessions: replicated): messages routed again under their stamp, their publisher having sent them again before the nodes confirmed them (resent); copies a session did not take again, remembering their stamp (duplicate); stamps a session forgot before their time, past its bound (stamp_evicted).", []string{"event"}, nil)
 	c.clusterRefused = prometheus.NewDesc("mqttd_cluster_refused_total", "Clients refused because this node could not claim their client id in the cluster.", nil, nil)
 	c.clusterAdopted = prometheus.NewDesc("mqttd_cluster_sessions_adopted_total", "Persistent sessions read from the replicated store for clients whose node was gone.", nil, nil)
 	c.dropped = prometheus.NewDesc("mqttd_messages_dropped_total", "Deliveries dropped, by reason.", []string{"reason"}, nil)
@@ -233,7 +234,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.bridgeForwarded, c.bridgeConnects, c.bridgeFailures, c.bridgeDropped,
 		c.clusterConnected, c.clusterMessages, c.clusterFilters, c.clusterDropped, c.clusterReconnects,
 		c.clusterStoreReady, c.clusterTakeovers, c.clusterRefused, c.clusterAdopted, c.clusterNodes, c.clusterDeadNodes, c.clusterLateBeats, c.clusterStoreWrites,
-		c.clusterPauses, c.clusterHeld, c.clusterWaits, c.clusterWaited,
+		c.clusterQoS2, c.clusterPauses, c.clusterHeld, c.clusterWaits, c.clusterWaited,
 		c.clusterBatches, c.clusterRoutes, c.clusterResyncs} {
 		ch <- d
 	}
@@ -310,6 +311,9 @@ func (c *collector) collectCluster(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.clusterStoreWrites, prometheus.CounterValue, float64(st.StoreCommits), "commits")
 	ch <- prometheus.MustNewConstMetric(c.clusterStoreWrites, prometheus.CounterValue, float64(st.StoreRoundTrips), "round_trips")
 	ch <- prometheus.MustNewConstMetric(c.clusterStoreWrites, prometheus.CounterValue, float64(st.StoreRecords), "records")
+	ch <- prometheus.MustNewConstMetric(c.clusterQoS2, prometheus.CounterValue, float64(st.QoS2Resent), "resent")
+	ch <- prometheus.MustNewConstMetric(c.clusterQoS2, prometheus.CounterValue, float64(st.QoS2Duplicates), "duplicate")
+	ch <- prometheus.MustNewConstMetric(c.clusterQoS2, prometheus.CounterValue, float64(st.StampsEvicted), "stamp_evicted")
 }
 
 // collectBridges exports each bridge's state under its name.

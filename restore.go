@@ -173,9 +173,7 @@ func (s *Server) clientFrom(ss *persistence.SessionState, msg func(id uint64) *s
 		}
 		cl.sess.Restore(e, &s.queueBudget)
 	}
-	for _, pid := range ss.AwaitingRel {
-		cl.sess.ReceiveQoS2(pid)
-	}
+	restoreRelLocked(cl, ss.AwaitingRel, ss.Forwards, ss.Stamps)
 	return cl, expired
 }
 

@@ -64,6 +64,9 @@ type router struct {
 	// noShares leaves the share groups out: they get the message through
 	// the cluster (cluster_share.go). plain says matches were matched so.
 	noShares, plain bool
+	// stamp is the message's across a cluster's nodes, zero when it has
+	// none (cluster_qos2.go): each session it reaches remembers it.
+	stamp persistence.Stamp
 }
 
 // clock returns the time the message is being routed at. Reading the
@@ -140,6 +143,9 @@ func (s *Server) routeWith(r *router, m *session.Message, owner *conn) (clients 
 	s.matchInto(r, m.Topic)
 	r.enc.reset(m, owner)
 	r.enc.borrowed = m == &r.msg
+	if !r.stamp.IsZero() {
+		r.enc.stamped(r.stamp)
+	}
 	r.now = time.Time{}
 	topictrie.ForEachDelivery(r.matches, func(run []topictrie.Sub[*client, subOpts]) {
 		if s.deliverRun(r, m, run) {

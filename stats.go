@@ -37,6 +37,14 @@ type stats struct {
 	// clusterAdopted counts sessions taken from the replicated store for
 	// a client whose previous node was gone.
 	clusterAdopted atomic.Uint64
+	// qos2Resent counts the QoS 2 messages routed again under their stamp
+	// (their publisher sent them again before the nodes confirmed them),
+	// qos2Duplicates the copies a session did not take again, its stamp
+	// remembered, and stampsEvicted the stamps forgotten before their
+	// time, a session past session.MaxStamps (cluster_qos2.go).
+	qos2Resent     atomic.Uint64
+	qos2Duplicates atomic.Uint64
+	stampsEvicted  atomic.Uint64
 	retained       atomic.Int64
 	retainedBytes  atomic.Int64 // Message.Size of the retained messages
 	queued         atomic.Int64 // messages waiting in session queues

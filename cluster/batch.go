@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"mqttd/packets"
+	"mqttd/persistence"
 )
 
 // Messages between nodes travel in batches: the sending goroutine
@@ -20,10 +21,11 @@ import (
 // goroutine and one subject per destination keep each topic's order.
 //
 // A batch is a version byte, then records: a flags byte (QoS in bits 0-1,
-// retain in bit 2), then, each a uvarint length and its bytes, the
-// topic, the publisher's client id (for No Local), the 5.0 properties as
-// a PUBLISH encodes them (no length prefix of their own; empty: none),
-// and the payload.
+// retain in bit 2, stamped in bit 3), the stamp when stamped (node and
+// seq, 8 bytes each, big-endian), then, each a uvarint length and its
+// bytes, the topic, the publisher's client id (for No Local), the 5.0
+// properties as a PUBLISH encodes them (no length prefix of their own;
+// empty: none), and the payload.
 
 // batchVersion is a batch's first byte; a node refuses another.
 const batchVersion = 1
@@ -32,6 +34,12 @@ const batchVersion = 1
 // NATS message of at most about this much, well under NATS's default
 // max_payload of 1 MiB. A record larger goes alone.
 const batchMax = 48 << 10
+
+// Record flags. Bits 0-1 are the QoS.
+const (
+	recRetain  = 1 << 2
+	recStamped = 1 << 3
+)
 
 // errBatch is what every malformed batch decodes to.
 var errBatch = errors.New("cluster: malformed batch")
@@ -43,9 +51,16 @@ func appendRecord(b []byte, m *Message) ([]byte, error) {
 	}
 	flags := m.QoS
 	if m.Retain {
-		flags |= 4
+		flags |= recRetain
+	}
+	if !m.Stamp.IsZero() {
+		flags |= recStamped
 	}
 	b = append(b, flags)
+	if flags&recStamped != 0 {
+		b = binary.BigEndian.AppendUint64(b, m.Stamp.Node)
+		b = binary.BigEndian.AppendUint64(b, m.Stamp.Seq)
+	}
 	b = appendField(b, m.Topic)
 	b = appendField(b, m.Origin)
 	var err error
@@ -89,6 +104,12 @@ func countBatch(data []byte) (int, error) {
 	}
 	count := 0
 	for b := data[1:]; len(b) > 0; count++ {
+		if b[0]&recStamped != 0 {
+			if len(b) < 17 {
+				return 0, errBatch
+			}
+			b = b[16:]
+		}
 		b = b[1:]
 		for range 4 {
 			var ok bool
@@ -143,17 +164,26 @@ func decodeCounted(data []byte, count int, ms []Message) ([]Message, error) {
 // its origin is the same (a publisher's messages come in runs).
 func decodeRecord(b []byte, m *Message, origin string) ([]byte, error) {
 	flags := b[0]
-	if flags&^7 != 0 || flags&3 == 3 {
+	if flags&^15 != 0 || flags&3 == 3 {
 		return nil, errBatch
 	}
-	topic, b, _ := cutBytes(b[1:])
+	b = b[1:]
+	m.Stamp = persistence.Stamp{}
+	if flags&recStamped != 0 {
+		m.Stamp = persistence.Stamp{Node: binary.BigEndian.Uint64(b), Seq: binary.BigEndian.Uint64(b[8:])}
+		if m.Stamp.IsZero() || flags&3 != 2 {
+			return nil, errBatch
+		}
+		b = b[16:]
+	}
+	topic, b, _ := cutBytes(b)
 	from, b, _ := cutBytes(b)
 	raw, b, _ := cutBytes(b)
 	payload, b, _ := cutBytes(b)
 	if len(topic) == 0 || len(from) > 65535 {
 		return nil, errBatch
 	}
-	m.Topic, m.QoS, m.Retain = unsafe.String(&topic[0], len(topic)), flags&3, flags&4 != 0
+	m.Topic, m.QoS, m.Retain = unsafe.String(&topic[0], len(topic)), flags&3, flags&recRetain != 0
 	if !validTopic(m.Topic) {
 		return nil, errBatch
 	}

@@ -3,6 +3,8 @@ package cluster
 import (
 	"fmt"
 	"testing"
+
+	"mqttd/persistence"
 )
 
 // testBatch returns a batch of count records on topics t/0, t/1, ...,
@@ -83,5 +85,27 @@ func TestDeliverBatchSliceBounded(t *testing.T) {
 	}
 	if cap(n.decoded) > maxReusedRecords {
 		t.Fatalf("kept a slice of %d messages, bound %d", cap(n.decoded), maxReusedRecords)
+	}
+}
+
+// TestBatchStamp: a QoS 2 message's stamp travels in its record; another
+// message in the batch has none, and a stamp on anything but QoS 2 is
+// refused.
+func TestBatchStamp(t *testing.T) {
+	st := persistence.Stamp{Node: 1 << 60, Seq: 42}
+	b, err := appendRecord([]byte{batchVersion}, &Message{Topic: "a", QoS: 2, Stamp: st, Origin: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err = appendRecord(b, &Message{Topic: "b", QoS: 2}); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := decodeBatch(b)
+	if err != nil || len(ms) != 2 || ms[0].Stamp != st || !ms[1].Stamp.IsZero() || ms[0].Origin != "p" {
+		t.Fatalf("decoded %+v (%v)", ms, err)
+	}
+	bad, _ := appendRecord([]byte{batchVersion}, &Message{Topic: "a", QoS: 1, Stamp: st})
+	if _, err := decodeBatch(bad); err != errBatch {
+		t.Fatalf("a stamped QoS 1 record decoded: %v", err)
 	}
 }

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"mqttd/packets"
+	"mqttd/persistence"
 	"mqttd/topictrie"
 )
 
@@ -42,6 +45,9 @@ type Message struct {
 	// Group and Filter are set on a message received through a shared
 	// subscription (WantShared): it is for that share group only.
 	Group, Filter string
+	// Stamp is a QoS 2 message's (NewStamp), which a copy sent again
+	// keeps; zero: none.
+	Stamp persistence.Stamp
 }
 
 // Bounds of the outgoing queue between Publish and the NATS connection,
@@ -89,8 +95,12 @@ var (
 type Node struct {
 	name    string
 	cluster string
-	log     zerolog.Logger
-	deliver func(*Message)
+	// stampNode and stamps make NewStamp's stamps: a number drawn at the
+	// node's start, and a counter.
+	stampNode uint64
+	stamps    atomic.Uint64
+	log       zerolog.Logger
+	deliver   func(*Message)
 	// decoded is the delivery goroutine's room for a batch's messages,
 	// reused (deliverBatch).
 	decoded []Message
@@ -226,16 +236,17 @@ func Start(cfg Config, log zerolog.Logger, deliver func(*Message)) (*Node, error
 		cfg.NodeTimeout = DefaultNodeTimeout
 	}
 	n := &Node{
-		name:     cfg.NodeName,
-		cluster:  cfg.Name,
-		log:      log.With().Str("component", "cluster").Str("node", cfg.NodeName).Logger(),
-		deliver:  deliver,
-		out:      make(chan outItem, OutQueueMessages),
-		in:       make(chan *nats.Msg, InQueueMessages),
-		batches:  make(chan inBatch, inBatches),
-		stopOut:  make(chan struct{}),
-		stopIn:   make(chan struct{}),
-		ncClosed: make(chan struct{}),
+		stampNode: newStampNode(),
+		name:      cfg.NodeName,
+		cluster:   cfg.Name,
+		log:       log.With().Str("component", "cluster").Str("node", cfg.NodeName).Logger(),
+		deliver:   deliver,
+		out:       make(chan outItem, OutQueueMessages),
+		in:        make(chan *nats.Msg, InQueueMessages),
+		batches:   make(chan inBatch, inBatches),
+		stopOut:   make(chan struct{}),
+		stopIn:    make(chan struct{}),
+		ncClosed:  make(chan struct{}),
 
 		storeDone: make(chan struct{}),
 		owned:     ownership{ids: map[string]uint64{}},
@@ -434,4 +445,22 @@ func (n *Node) droppedIn() uint64 {
 		}
 	}
 	return d
+}
+
+// newStampNode draws a node's stamp number: random, so that no two
+// starts of any node share one, and never 0 (no stamp).
+func newStampNode() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if v := binary.BigEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
+// NewStamp returns a stamp no other message of the cluster has, for an
+// inbound QoS 2 message (persistence.Stamp).
+func (n *Node) NewStamp() persistence.Stamp {
+	return persistence.Stamp{Node: n.stampNode, Seq: n.stamps.Add(1)}
 }

@@ -9,6 +9,7 @@ import (
 
 	"mqttd/internal/natstest"
 	"mqttd/internal/testutil"
+	"mqttd/persistence"
 )
 
 // TestRouteTrieMatch: the route trie matches as MQTT filters do, '#'
@@ -206,8 +207,10 @@ func TestRouteSnapshotInParts(t *testing.T) {
 func FuzzDecodeBatch(f *testing.F) {
 	good, _ := appendRecord([]byte{batchVersion}, &Message{Topic: "a/b", Payload: []byte("x"), QoS: 1, Retain: true, Origin: "o", Properties: fullProps()})
 	two, _ := appendRecord(append([]byte(nil), good...), &Message{Topic: "c"})
+	stamped, _ := appendRecord([]byte{batchVersion}, &Message{Topic: "q", QoS: 2, Stamp: persistence.Stamp{Node: 9, Seq: 1}})
 	f.Add(good)
 	f.Add(two)
+	f.Add(stamped)
 	f.Add([]byte{batchVersion})
 	f.Add([]byte{batchVersion, 3, 1, 'a', 0, 0, 0})
 	f.Add([]byte{batchVersion, 0, 1, '+', 0, 0, 0})

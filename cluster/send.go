@@ -388,3 +388,18 @@ func (n *Node) refused(err error, count int) {
 			Msg("cluster: NATS refused a message, not sent to other nodes")
 	}
 }
+
+// Wants reports whether another node, or a share group, wants a message
+// on topic now (the route table).
+func (n *Node) Wants(topic string) bool {
+	if strings.HasPrefix(topic, "$") || n.closed.Load() {
+		return false
+	}
+	var dst peerSet
+	rt := &n.routes
+	rt.mu.RLock()
+	shared := rt.trie.match(topic, &dst)
+	dst.union(&rt.everything)
+	rt.mu.RUnlock()
+	return shared || !dst.empty()
+}

@@ -77,16 +77,26 @@ func dialUntilServed(t *testing.T, addr string, cp *packets.Connect) *conn {
 // dialServedWithin is dialUntilServed for up to d.
 func dialServedWithin(t *testing.T, addr string, cp *packets.Connect, d time.Duration) *conn {
 	t.Helper()
+	c, _, err := dialServed(addr, cp, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// dialServed connects to addr until a CONNACK accepts the connection,
+// for up to d, and returns the CONNACK's session present flag.
+func dialServed(addr string, cp *packets.Connect, d time.Duration) (*conn, bool, error) {
 	deadline := time.Now().Add(d)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		c, _, err := dial(addr, packets.V311, cp)
+		c, present, err := dial(addr, packets.V311, cp)
 		if err == nil {
-			return c
+			return c, present, nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s not served within %v: %v", cp.ClientID, d, err)
+			return nil, false, fmt.Errorf("%s not served within %v: %w", cp.ClientID, d, err)
 		}
 		<-tick.C
 	}
