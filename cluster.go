@@ -224,8 +224,9 @@ func (s *Server) toCluster(m *session.Message, owner *conn) bool {
 	var err error
 	cm := clusterMessage(m)
 	switch {
-	case owner != nil && owner.fwd != nil && m.QoS == 2:
-		return s.stampForward(node, m, owner)
+	case owner != nil && owner.fwd != nil && m.QoS == 2 && node.Wants(m.Topic):
+		s.stampForward(node, m, owner)
+		return true
 	case owner != nil && m.QoS > 0 && s.replicated() != nil:
 		err = s.toClusterConfirmed(node, &cm, owner)
 	case owner == nil || owner.committing:
@@ -294,7 +295,12 @@ func (s *Server) fromCluster(cm *cluster.Message) {
 		s.toShareGroup(m, cm.Group, cm.Filter)
 		return
 	}
-	r.remote, r.noShares, r.stamp = true, true, cm.Stamp
+	r.remote, r.noShares = true, true
+	if s.replicated() != nil {
+		// Stamps are kept only by the replicated store: before this node
+		// has it (clusterRejoined), its deliveries are at least once.
+		r.stamp = cm.Stamp
+	}
 	s.routeWith(r, m, nil)
 	r.remote, r.noShares, r.stamp = false, false, persistence.Stamp{}
 	r.msg = session.Message{}

@@ -1,6 +1,7 @@
 package mqttd
 
 import (
+	"sync/atomic"
 	"time"
 
 	"mqttd/cluster"
@@ -29,6 +30,10 @@ import (
 // publisher's node went away does not store it twice, nor does a session
 // of the publisher's own node taken over elsewhere.
 //
+// Only a PUBLISH with DUP set is taken as the message sent again
+// [MQTT-3.3.1-1]: a 5.0 client refused with 0x80 may reuse the packet id
+// for a new message before this node has let go of the id.
+//
 // Not covered: a copy sent again more than stampTTL after the first (a
 // publisher back later than that, or a session past MaxStamps stamps
 // within it) may be delivered twice, as at least once allows; a share
@@ -51,27 +56,41 @@ type qos2Forward struct {
 }
 
 // stampForward stamps m, which owner's reader routes as a new QoS 2
-// message of a stored session, when another node wants it, leaving its
-// sending for after the store holds it (forwardNew); it reports whether
-// it will go.
-func (s *Server) stampForward(node *cluster.Node, m *session.Message, owner *conn) bool {
-	if !node.Wants(m.Topic) {
-		return false
-	}
+// message of a stored session that another node wants, leaving its
+// sending for after the store holds it (forwardNew). A retained one
+// that no node wants goes to the retained stream at once, unstamped.
+func (s *Server) stampForward(node *cluster.Node, m *session.Message, owner *conn) {
 	owner.fwd.stamp, owner.fwd.msg = node.NewStamp(), m
-	return true
 }
 
 // forwardNew keeps the stamped message f of c's client as the Forward of
 // its packet id, in the persistence group its routing opened, and sends
-// it to the other nodes once that is stored (sendForward).
+// it to the other nodes once that is stored (sendForward); not at all
+// when the store failed it, which refuses the message.
 func (s *Server) forwardNew(c *conn, cl *client, f *qos2Forward) {
 	fw := &session.Forward{Stamp: session.Stamp(f.stamp), Msg: f.msg}
+	u := &forwardUnit{c: c}
 	cl.mu.Lock()
 	cl.sess.SetForward(f.pid, fw)
-	s.dur.oneLocked(persistence.PutForward(cl.id, f.pid, f.stamp, s.dur.stored(f.msg)), c)
+	ops := [1]persistence.Op{persistence.PutForward(cl.id, f.pid, f.stamp, s.dur.stored(f.msg))}
+	c.holdAnswers()
+	s.dur.track(c, s.dur.commit.Add(&persistence.Batch{Ops: ops[:]}, u), true)
 	cl.mu.Unlock()
-	s.sendForward(c, cl, f.pid, fw)
+	s.sendForward(c, cl, f.pid, fw, u)
+}
+
+// forwardUnit is the Owner of a Forward's unit: told that it failed, it
+// tells the connection, whose answer it covers, and keeps it, for the
+// copies not to be sent.
+type forwardUnit struct {
+	c      *conn
+	failed atomic.Bool
+}
+
+// StoreFailed implements persistence.Owner.
+func (u *forwardUnit) StoreFailed(ticket uint64, err error) {
+	u.failed.Store(true)
+	u.c.StoreFailed(ticket, err)
 }
 
 // resendForward routes fw, the Forward of packet id pid that c's client
@@ -87,14 +106,15 @@ func (s *Server) resendForward(c *conn, cl *client, pid uint16, fw *session.Forw
 	s.routeWith(r, fw.Msg, c)
 	r.stamp, r.noShares = persistence.Stamp{}, false
 	routerPool.Put(r)
-	s.sendForward(c, cl, pid, fw)
+	s.sendForward(c, cl, pid, fw, nil)
 }
 
 // sendForward sends fw, the Forward of c's client's packet id pid, to the
 // nodes that want it once everything added to the store before is
-// applied, and holds c's next answer until they confirm it; then the
-// Forward is done with (forwarded).
-func (s *Server) sendForward(c *conn, cl *client, pid uint16, fw *session.Forward) {
+// applied, unless stored (the unit that stored it, nil when it was
+// before) failed, and holds c's next answer until they confirm it; then
+// the Forward is done with (forwarded).
+func (s *Server) sendForward(c *conn, cl *client, pid uint16, fw *session.Forward, stored *forwardUnit) {
 	node := s.clusterNode()
 	if node == nil {
 		return
@@ -111,6 +131,10 @@ func (s *Server) sendForward(c *conn, cl *client, pid uint16, fw *session.Forwar
 	cm := clusterMessage(fw.Msg)
 	cm.Stamp = persistence.Stamp(fw.Stamp)
 	d.commit.Wait(t, func() {
+		if stored != nil && stored.failed.Load() {
+			c.confirmed(t, false)
+			return
+		}
 		// On the committer's goroutine: nothing here may wait for room.
 		_ = node.PublishConfirmed(&cm, 0, nil, func(ok bool) {
 			if ok {

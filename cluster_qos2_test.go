@@ -1,6 +1,7 @@
 package mqttd_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,52 +12,61 @@ import (
 // TestClusterQoS2SentAgainOnce: a QoS 2 message whose node did not get
 // the other node's confirmation in time (held commits) is refused (the
 // 3.1.1 connection closed) while that node does take it. Its publisher
-// connects again and sends it again (DUP): the message is routed again
-// under its stamp, the node that has it does not take it twice, and the
-// flow completes. The subscriber gets it once, then the next message.
+// connects again, to the same node or to the subscriber's (which takes
+// its session, with the message's Forward, over), and sends it again
+// (DUP): the message is routed again under its stamp, the subscriber's
+// session, remembering it, does not take it twice, and the flow
+// completes. The subscriber gets it once, then the next message.
 func TestClusterQoS2SentAgainOnce(t *testing.T) {
 	t.Parallel()
-	urls := natstest.Cluster(t, 3)
-	dirs := []string{t.TempDir(), t.TempDir()}
-	a, b := startReplicated(t, urls, dirs, 0), startReplicated(t, urls, dirs, 1)
-	cp := expiringConnect("dev", 600)
-	cp.ProtocolName, cp.ProtocolVersion = "MQTT", packets.V5
-	dev := connectSubscribed(t, cp, b.addr, packets.Subscription{Filter: "t/#", Options: packets.SubOptions{QoS: 2}})
-	dev.send(&packets.Disconnect{})
-	awaitInterest(t, b.addr, a.addr)
+	for _, again := range []int{0, 1} {
+		t.Run(fmt.Sprintf("on node %d", again+1), func(t *testing.T) {
+			t.Parallel()
+			urls := natstest.Cluster(t, 3)
+			dirs := []string{t.TempDir(), t.TempDir()}
+			nodes := []*broker{startReplicated(t, urls, dirs, 0), startReplicated(t, urls, dirs, 1)}
+			a, b := nodes[0], nodes[1]
+			cp := expiringConnect("dev", 600)
+			cp.ProtocolName, cp.ProtocolVersion = "MQTT", packets.V5
+			dev := connectSubscribed(t, cp, b.addr, packets.Subscription{Filter: "t/#", Options: packets.SubOptions{QoS: 2}})
+			dev.send(&packets.Disconnect{})
+			awaitInterest(t, b.addr, a.addr)
 
-	pub := connectRawSession(t, a.addr, "pub", false, false)
-	a.srv.SetClusterConfirmTimeout(200 * time.Millisecond)
-	release := b.srv.HoldCommits()
-	m1 := &packets.Publish{Topic: "t/1", QoS: 2, PacketID: 1, Payload: []byte("m1")}
-	pub.send(m1)
-	pub.expectClosed()
-	release()
+			pub := connectRawSession(t, a.addr, "pub", false, false)
+			a.srv.SetClusterConfirmTimeout(200 * time.Millisecond)
+			release := b.srv.HoldCommits()
+			m1 := &packets.Publish{Topic: "t/1", QoS: 2, PacketID: 1, Payload: []byte("m1")}
+			pub.send(m1)
+			pub.expectClosed()
+			release()
 
-	pub = connectRawSession(t, a.addr, "pub", false, true)
-	m1.Dup = true
-	pub.send(m1)
-	expectAck(pub, packets.TypePubrec, 1, 0)
-	pub.send(&packets.Pubrel{PacketID: 1})
-	expectAck(pub, packets.TypePubcomp, 1, 0)
-	pub.send(&packets.Publish{Topic: "t/2", QoS: 2, PacketID: 2, Payload: []byte("m2")})
-	expectAck(pub, packets.TypePubrec, 2, 0)
-	pub.send(&packets.Pubrel{PacketID: 2})
-	expectAck(pub, packets.TypePubcomp, 2, 0)
+			pub = connectRawSession(t, nodes[again].addr, "pub", false, true)
+			m1.Dup = true
+			pub.send(m1)
+			expectAck(pub, packets.TypePubrec, 1, 0)
+			pub.send(&packets.Pubrel{PacketID: 1})
+			expectAck(pub, packets.TypePubcomp, 1, 0)
+			pub.send(&packets.Publish{Topic: "t/2", QoS: 2, PacketID: 2, Payload: []byte("m2")})
+			expectAck(pub, packets.TypePubrec, 2, 0)
+			pub.send(&packets.Pubrel{PacketID: 2})
+			expectAck(pub, packets.TypePubcomp, 2, 0)
 
-	dev, ack := connectReply(t, b.addr, packets.V5, expiringConnect("dev", 600))
-	if !ack.SessionPresent {
-		t.Fatalf("CONNACK %+v: want the session present", ack)
-	}
-	for _, want := range []string{"m1", "m2"} {
-		p, ok := dev.read().(*packets.Publish)
-		if !ok || string(p.Payload) != want {
-			t.Fatalf("got %+v, want %s once, in order", p, want)
-		}
-	}
-	sa, _ := a.srv.Cluster()
-	sb, _ := b.srv.Cluster()
-	if sa.QoS2Resent != 1 || sb.QoS2Duplicates != 1 {
-		t.Errorf("resent %d on node 1, %d copies not taken again on node 2; want 1 and 1", sa.QoS2Resent, sb.QoS2Duplicates)
+			dev, ack := connectReply(t, b.addr, packets.V5, expiringConnect("dev", 600))
+			if !ack.SessionPresent {
+				t.Fatalf("CONNACK %+v: want the session present", ack)
+			}
+			for _, want := range []string{"m1", "m2"} {
+				p, ok := dev.read().(*packets.Publish)
+				if !ok || string(p.Payload) != want {
+					t.Fatalf("got %+v, want %s once, in order", p, want)
+				}
+			}
+			resent, _ := nodes[again].srv.Cluster()
+			sb, _ := b.srv.Cluster()
+			if resent.QoS2Resent != 1 || sb.QoS2Duplicates != 1 {
+				t.Errorf("resent %d on node %d, %d copies not taken again on node 2; want 1 and 1",
+					resent.QoS2Resent, again+1, sb.QoS2Duplicates)
+			}
+		})
 	}
 }

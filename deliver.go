@@ -33,21 +33,36 @@ func (s *Server) deliver(cl *client, m *session.Message, qos byte, retain bool, 
 	if qos == 0 && len(subIDs) == 0 && enc.stamp.IsZero() && s.deliverQoS0(cl, retain, enc) {
 		return
 	}
-	if full := s.deliverToSession(cl, enc.kept(), qos, retain, subIDs, enc, clock); full != nil {
-		full.Msg("message dropped: the session queue is full (limits.max_queued, limits.max_queued_bytes; for a bridge's " +
-			"session its max_queued_messages, max_queued_bytes and queue_policy) or all queues are (limits.max_queued_bytes_total); " +
-			"logged at most every 10 s, mqttd_messages_dropped_total{reason=queue_full} counts them all")
+	if w := s.deliverToSession(cl, enc.kept(), qos, retain, subIDs, enc, clock); w.ev != nil {
+		w.ev.Msg(w.msg)
 	}
 }
 
+// queueFullMsg is the warning of a message dropped for a full queue.
+const queueFullMsg = "message dropped: the session queue is full (limits.max_queued, limits.max_queued_bytes; for a bridge's " +
+	"session its max_queued_messages, max_queued_bytes and queue_policy) or all queues are (limits.max_queued_bytes_total); " +
+	"logged at most every 10 s, mqttd_messages_dropped_total{reason=queue_full} counts them all"
+
+// stampsMsg is the warning of a stamp a session forgot before its time.
+const stampsMsg = "a session forgot the stamp of a QoS 2 message from another node before its time (more than max_stamps " +
+	"within stamp_ttl): a copy sent again may be delivered twice; logged at most every 10 s, " +
+	"mqttd_cluster_qos2_total{event=stamp_evicted} counts them all"
+
+// warning is a log event due, with its message, to be written once the
+// lock held while it was found is released.
+type warning struct {
+	ev  *zerolog.Event
+	msg string
+}
+
 // deliverToSession is deliver through the session, under the client's lock,
-// which it takes. When a queue-full warning is due it returns the event
-// to log, for the caller to write once the lock is released.
-func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, retain bool, subIDs []uint32, enc *encoded, clock func() time.Time) (warn *zerolog.Event) {
+// which it takes. When a warning is due (a queue full, a stamp forgotten)
+// it returns it, for the caller to write once the lock is released.
+func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, retain bool, subIDs []uint32, enc *encoded, clock func() time.Time) (w warning) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if cl.dropped {
-		return nil // its subscriptions are on their way out of the trie
+		return w // its subscriptions are on their way out of the trie
 	}
 	tc := cl.conn
 	online := tc != nil
@@ -59,7 +74,7 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 	stamp := session.Stamp(enc.stamp)
 	if !stamp.IsZero() && cl.sess.Seen(stamp, enc.stampNow) {
 		s.stats.qos2Duplicates.Add(1) // it has the message already
-		return nil
+		return w
 	}
 	var now time.Time // the session reads it only for m's expiry
 	if m.Expiry != 0 {
@@ -79,6 +94,9 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 	}
 	if !stamp.IsZero() && (r == session.Send || r == session.Queued) && cl.sess.Remember(stamp, enc.stampExpiry, enc.stampNow) {
 		s.stats.stampsEvicted.Add(1)
+		if !s.stampsWarned.limited() {
+			w = warning{s.log.Warn().Str("client_id", cl.id).Int("max_stamps", session.MaxStamps).Dur("stamp_ttl", stampTTL), stampsMsg}
+		}
 	}
 	if cl.stored && (r == session.Send && o.QoS > 0 || r == session.Queued) {
 		if enc.stored == nil {
@@ -88,7 +106,11 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 		if o.QoS == 2 && r == session.Queued {
 			then = s.stableThen(cl, o.Seq)
 		}
-		s.dur.deliveredLocked(cl, o, enc.stored, enc.owner, then, enc.stamp, enc.stampExpiry)
+		if stamp.IsZero() {
+			s.dur.deliveredLocked(cl, o, enc.stored, enc.owner, then)
+		} else {
+			s.dur.stampedLocked(cl, o, enc.stored, enc.owner, then, enc.stamp, enc.stampExpiry)
+		}
 	}
 	switch r {
 	case session.Send:
@@ -108,8 +130,8 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 		s.stats.dropped[dropQueueFull].Add(1)
 		s.dlq.add(letterQueueFull, m, qos, cl.id, 0)
 		if !s.queueWarned.limited() {
-			return s.log.Warn().Str("client_id", cl.id).Str("topic", m.Topic).Int("queued", cl.sess.Queued()).
-				Int("queued_bytes", cl.sess.QueuedBytes()).Int64("all_queued_bytes", s.queueBudget.Bytes())
+			return warning{s.log.Warn().Str("client_id", cl.id).Str("topic", m.Topic).Int("queued", cl.sess.Queued()).
+				Int("queued_bytes", cl.sess.QueuedBytes()).Int64("all_queued_bytes", s.queueBudget.Bytes()), queueFullMsg}
 		}
 	case session.DropQoS0:
 		s.stats.dropped[dropOfflineQoS0].Add(1)
@@ -118,10 +140,10 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 		s.dlq.add(letterExpired, m, qos, cl.id, 0)
 	}
 	if madeRoom && !s.queueWarned.limited() {
-		return s.log.Warn().Str("client_id", cl.id).Str("topic", m.Topic).Str("queue_policy", bridge.DropOldest).
-			Int("queued", cl.sess.Queued()).Int("queued_bytes", cl.sess.QueuedBytes()).Int64("all_queued_bytes", s.queueBudget.Bytes())
+		return warning{s.log.Warn().Str("client_id", cl.id).Str("topic", m.Topic).Str("queue_policy", bridge.DropOldest).
+			Int("queued", cl.sess.Queued()).Int("queued_bytes", cl.sess.QueuedBytes()).Int64("all_queued_bytes", s.queueBudget.Bytes()), queueFullMsg}
 	}
-	return nil
+	return w
 }
 
 // maxStall bounds how long a publisher waits for subscribers' outboxes to

@@ -179,34 +179,51 @@ func outboundOf(o session.Outbound, msgID uint64) persistence.Outbound {
 // deliveredLocked writes an entry a stored session took (sent or
 // queued); pm is the message's stored form when the caller has it. then,
 // if not nil, is called once it is stored. The caller holds cl.mu.
-func (d *durable) deliveredLocked(cl *client, o session.Outbound, pm *persistence.Message, owner *conn, then func(),
-	stamp persistence.Stamp, stampExpiry int64) {
+func (d *durable) deliveredLocked(cl *client, o session.Outbound, pm *persistence.Message, owner *conn, then func()) {
 	if pm == nil {
 		pm = d.stored(o.Msg)
 	}
-	ops := [3]persistence.Op{
+	ops := [2]persistence.Op{
 		persistence.PutMessage(pm), // kept once: a message already stored stays as it is
 		persistence.PutOutbound(cl.id, outboundOf(o, pm.ID)),
 	}
 	ops[1].Remote = cl.bridge.Load() != nil
-	b := persistence.Batch{Ops: ops[:2]}
-	if !stamp.IsZero() {
-		// With the entry, so that the session never holds one without
-		// the other.
-		ops[2] = persistence.PutStamp(cl.id, stamp, stampExpiry)
-		b.Ops = ops[:]
+	d.addDelivered(&persistence.Batch{Ops: ops[:]}, owner, then)
+}
+
+// stampedLocked is deliveredLocked for a stamped message (cluster_qos2.go):
+// the stamp is stored with the entry, so that the session never holds
+// one without the other. Apart, and not inlined, so that the third
+// operation takes room on a reader's stack only for stamped messages.
+//
+//go:noinline
+func (d *durable) stampedLocked(cl *client, o session.Outbound, pm *persistence.Message, owner *conn, then func(), stamp persistence.Stamp, expiry int64) {
+	if pm == nil {
+		pm = d.stored(o.Msg)
 	}
+	ops := [3]persistence.Op{
+		persistence.PutMessage(pm),
+		persistence.PutOutbound(cl.id, outboundOf(o, pm.ID)),
+		persistence.PutStamp(cl.id, stamp, expiry),
+	}
+	ops[1].Remote = cl.bridge.Load() != nil
+	d.addDelivered(&persistence.Batch{Ops: ops[:]}, owner, then)
+}
+
+// addDelivered adds a delivery's unit b, with then to call once it is
+// applied (nil: none).
+func (d *durable) addDelivered(b *persistence.Batch, owner *conn, then func()) {
 	if then == nil {
-		d.add(&b, owner, true)
+		d.add(b, owner, true)
 		return
 	}
 	if owner == nil {
-		d.commit.AddThen(&b, nil, then)
+		d.commit.AddThen(b, nil, then)
 		d.commit.Flush()
 		return
 	}
 	owner.holdAnswers()
-	d.track(owner, d.commit.AddThen(&b, owner, then), true)
+	d.track(owner, d.commit.AddThen(b, owner, then), true)
 }
 
 // stableThen is what lets a held QoS 2 entry of cl go once it is stored

@@ -187,7 +187,7 @@ func (c *conn) publishQoS2(p *packets.Publish, v verdict, borrowed bool) error {
 		if c.srv.replicated() != nil {
 			c.fwd = &qos2Forward{pid: p.PacketID}
 		}
-	} else if !isNew && err == nil && c.srv.replicated() != nil {
+	} else if !isNew && err == nil && p.Dup && c.srv.replicated() != nil {
 		resend = cl.sess.ForwardOf(p.PacketID) // not yet confirmed by the nodes
 	}
 	cl.mu.Unlock()

@@ -122,6 +122,7 @@ type Server struct {
 	userPropsWarned throttle // unix nanos of the last user-properties warning
 	incomingWarned  throttle // unix nanos of the last incoming-bytes warning
 	tooLargeWarned  throttle // of the last packet refused for limits.max_packet_size
+	stampsWarned    throttle // of the last stamp a session forgot before its time
 	// lingering counts the connections in endLinger (linger.go), and
 	// lingerWarned is the last time one was closed at once for it.
 	lingering        atomic.Int32

@@ -157,11 +157,7 @@ func (tx *sessionTx) apply(op *persistence.Op) error {
 			tx.emit(ss.subj.rel(op.PacketID), nil)
 		}
 	case persistence.OpPutStamp:
-		persistence.SetUndo(&tx.Undo, ss.stamps, op.Stamp, op.Expiry, true)
-		// The record goes with its expiry: the stream drops it then,
-		// whatever happens to the session.
-		ttl := max(1, (time.Until(time.Unix(0, op.Expiry))+time.Second-1)/time.Second)
-		tx.emitTTL(ss.subj.stamp(op.Stamp), appendStamp(nil, op.Expiry), strconv.FormatInt(int64(ttl), 10)+"s")
+		tx.putStamp(ss, op.Stamp.Stamp, op.Stamp.Expiry)
 	case persistence.OpPutWill:
 		w := *op.Will
 		w.Message = cloneMessage(&op.Will.Message)
@@ -232,9 +228,30 @@ func (tx *sessionTx) deleteSession(id string) {
 	for pid := range ss.rels {
 		tx.emit(ss.subj.rel(pid), nil)
 	}
-	for stamp := range ss.stamps {
-		tx.emit(ss.subj.stamp(stamp), nil)
+	now := time.Now().UnixNano()
+	for stamp, expiry := range ss.stamps {
+		if expiry > now { // the stream dropped the others
+			tx.emit(ss.subj.stamp(stamp), nil)
+		}
 	}
+}
+
+// putStamp records a stamp of ss, its record expiring with it: the
+// stream drops it then, whatever happens to the session. Every 256th
+// stamp the session takes, the index lets go of its expired ones (the
+// stream has dropped them), so that it holds no more than the stream.
+func (tx *sessionTx) putStamp(ss *storedSession, stamp persistence.Stamp, expiry int64) {
+	now := time.Now()
+	if len(ss.stamps)%256 == 255 {
+		for st, e := range ss.stamps {
+			if e <= now.UnixNano() {
+				persistence.SetUndo(&tx.Undo, ss.stamps, st, 0, false)
+			}
+		}
+	}
+	persistence.SetUndo(&tx.Undo, ss.stamps, stamp, expiry, true)
+	ttl := max(1, (time.Unix(0, expiry).Sub(now)+time.Second-1)/time.Second)
+	tx.emitTTL(ss.subj.stamp(stamp), appendStamp(nil, expiry), strconv.FormatInt(int64(ttl), 10)+"s")
 }
 
 // putRel records an inbound QoS 2 id, a Forward of its message when op
@@ -242,7 +259,7 @@ func (tx *sessionTx) deleteSession(id string) {
 func (tx *sessionTx) putRel(ss *storedSession, op *persistence.Op) error {
 	var f *persistence.Forward
 	if op.Message != nil {
-		f = &persistence.Forward{PacketID: op.PacketID, Stamp: op.Stamp, Message: cloneMessage(op.Message)}
+		f = &persistence.Forward{PacketID: op.PacketID, Stamp: op.Stamp.Stamp, Message: cloneMessage(op.Message)}
 	}
 	data, err := appendRel(nil, f)
 	if err != nil {

@@ -189,13 +189,13 @@ func (tx *memTx) applyToSession(op *Op) error {
 	case OpPutAwaitingRel:
 		var f *Forward
 		if op.Message != nil {
-			f = &Forward{PacketID: op.PacketID, Stamp: op.Stamp, Message: cloneMessage(op.Message)}
+			f = &Forward{PacketID: op.PacketID, Stamp: op.Stamp.Stamp, Message: cloneMessage(op.Message)}
 		}
 		SetUndo(&tx.Undo, ms.rel, op.PacketID, f, true)
 	case OpDeleteAwaitingRel:
 		SetUndo(&tx.Undo, ms.rel, op.PacketID, nil, false)
 	case OpPutStamp:
-		tx.putStamp(ms, op.Stamp, op.Expiry)
+		tx.putStamp(ms, op.Stamp.Stamp, op.Stamp.Expiry)
 	case OpPutWill:
 		if op.Will == nil {
 			return ErrBadOp

@@ -184,7 +184,7 @@ const (
 	OpDeleteOutbound
 	// OpPutAwaitingRel records the inbound QoS 2 packet id Op.PacketID of
 	// Op.SessionID; with Op.Message set, as a Forward of that message
-	// under Op.Stamp, replacing what the id had.
+	// under Op.Stamp.Stamp, replacing what the id had.
 	OpPutAwaitingRel
 	// OpDeleteAwaitingRel removes it.
 	OpDeleteAwaitingRel
@@ -198,8 +198,9 @@ const (
 	// OpDeleteWill removes the will of Op.SessionID.
 	OpDeleteWill
 	// OpPutStamp records that Op.SessionID stored the message of
-	// Op.Stamp, until Op.Expiry (unix nanoseconds): Load gives it back
-	// until then. A store that is not a ForwardKeeper refuses it.
+	// Op.Stamp.Stamp, until Op.Stamp.Expiry (unix nanoseconds): Load
+	// gives it back until then. A store that is not a ForwardKeeper
+	// refuses it.
 	OpPutStamp
 )
 
@@ -212,20 +213,10 @@ type ForwardKeeper interface {
 
 // Op is one change. Which fields count depends on Kind.
 type Op struct {
-	Kind         OpKind
-	SessionID    string
-	Session      Session
-	Subscription Subscription
-	Filter       string
-	Outbound     Outbound
-	Seq          uint64
-	PacketID     uint16
-	Topic        string
-	MessageID    uint64
-	Message      *Message
-	Will         *Will
-	Stamp        Stamp
-	Expiry       int64
+	// Kind, PacketID and the flags come first, together: an Op is built
+	// on readers' stacks, and padding after each would make it larger.
+	Kind     OpKind
+	PacketID uint16
 	// Handed marks an OpDeleteOutbound of an entry handed to another
 	// session rather than acknowledged: it never cancels the waiting put
 	// it follows (Committer), so what acknowledged that put still waits
@@ -234,7 +225,20 @@ type Op struct {
 	// Remote marks an OpPutOutbound whose acknowledgement is a network
 	// round trip away (a bridge's remote broker): a commit does not wait
 	// for it (Committer.SetDelay), which would only delay the publisher's.
-	Remote bool
+	Remote       bool
+	SessionID    string
+	Session      Session
+	Subscription Subscription
+	Filter       string
+	Outbound     Outbound
+	Seq          uint64
+	Topic        string
+	MessageID    uint64
+	Message      *Message
+	Will         *Will
+	// Stamp is OpPutStamp's, and a Forward's (its Expiry unused). A
+	// pointer: every Op on a reader's stack would otherwise carry it.
+	Stamp *SeenStamp
 }
 
 // Batch is a list of changes applied together. The zero Batch is empty
@@ -300,13 +304,13 @@ func PutAwaitingRel(session string, id uint16) Op {
 // PutForward records an inbound QoS 2 packet id awaiting PUBREL whose
 // message m is still to be confirmed by other nodes, under stamp.
 func PutForward(session string, id uint16, stamp Stamp, m *Message) Op {
-	return Op{Kind: OpPutAwaitingRel, SessionID: session, PacketID: id, Stamp: stamp, Message: m}
+	return Op{Kind: OpPutAwaitingRel, SessionID: session, PacketID: id, Stamp: &SeenStamp{Stamp: stamp}, Message: m}
 }
 
 // PutStamp records that session stored the message of stamp, until
 // expiry.
 func PutStamp(session string, stamp Stamp, expiry int64) Op {
-	return Op{Kind: OpPutStamp, SessionID: session, Stamp: stamp, Expiry: expiry}
+	return Op{Kind: OpPutStamp, SessionID: session, Stamp: &SeenStamp{Stamp: stamp, Expiry: expiry}}
 }
 
 // DeleteAwaitingRel removes it.
@@ -442,11 +446,11 @@ func (op *Op) Valid() error {
 			return ErrBadOp
 		}
 	case OpPutStamp:
-		if op.Stamp.IsZero() {
+		if op.Stamp == nil || op.Stamp.Stamp.IsZero() {
 			return ErrBadOp
 		}
 	case OpPutAwaitingRel:
-		if op.Message != nil && op.Stamp.IsZero() {
+		if op.Message != nil && (op.Stamp == nil || op.Stamp.Stamp.IsZero()) {
 			return ErrBadOp
 		}
 	case OpDeleteSession, OpPutSubscription, OpDeleteSubscription, OpPutOutbound, OpDeleteOutbound,

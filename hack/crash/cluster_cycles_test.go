@@ -263,12 +263,14 @@ func runCycles(t *testing.T, cn *cycleNodes, rng *rand.Rand, cycles int, crash f
 			}
 		}
 	}
-	// reach waits until the publishers have completed n messages.
-	reach := func(n int64) {
+	// reach waits until the publishers have completed n messages; should
+	// they not in time, it waits for them to give up (wait) and fails.
+	reach := func(n int64, wait func()) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
 		for done.Load() < n {
 			if time.Now().After(deadline) {
+				wait()
 				t.Fatalf("the publishers completed %d messages in 60 s, want %d", done.Load(), n)
 			}
 			time.Sleep(time.Millisecond)
@@ -290,10 +292,10 @@ func runCycles(t *testing.T, cn *cycleNodes, rng *rand.Rand, cycles int, crash f
 	for cycle := range cycles {
 		base := done.Load()
 		wait := publish(3 * perStep)
-		reach(base + 1 + rng.Int64N(2*perStep))
+		reach(base+1+rng.Int64N(2*perStep), wait)
 		victim := crash()
 		t.Logf("cycle %d: n%d stopped after %d messages", cycle+1, victim+1, done.Load())
-		reach(min(done.Load()+perStep, base+4*perStep))
+		reach(min(done.Load()+perStep, base+4*perStep), wait)
 		cn.start(victim)
 		wait()
 		drain()
@@ -340,9 +342,11 @@ func publishAckedAny(c *conn, id string, next func() string, p *packets.Publish)
 			return c, fmt.Errorf("message %q not acknowledged within 30 s: %w", p.Payload, err)
 		}
 		c.close(false)
-		if c, _, err = dialServed(next(), connectPacket(packets.V311, id, true), 10*time.Second); err != nil {
-			return nil, err
+		nc, _, err := dialServed(next(), connectPacket(packets.V311, id, true), 10*time.Second)
+		if err != nil {
+			return c, err // closed, but not nil: the test closes it again
 		}
+		c = nc
 	}
 }
 
@@ -364,10 +368,11 @@ func publishExactlyOnce(c *conn, id string, next func() string, p *packets.Publi
 			return c, fmt.Errorf("message %q not completed within 30 s: %w", p.Payload, err)
 		}
 		c.close(false)
-		var present bool
-		if c, present, err = dialServed(next(), connectPacket(packets.V311, id, false), 10*time.Second); err != nil {
-			return nil, err
+		nc, present, err := dialServed(next(), connectPacket(packets.V311, id, false), 10*time.Second)
+		if err != nil {
+			return c, err // closed, but not nil: the test closes it again
 		}
+		c = nc
 		if !present {
 			return c, fmt.Errorf("%s connected again without its session (message %q in flight)", id, p.Payload)
 		}
