@@ -150,7 +150,7 @@ func (s *Server) joinCluster() error {
 	node.SetWillPublisher(s.publishRecordedWill)
 	node.SetRetainedKeeper(s.keepRetained)
 	node.SetCommitted(s.answerCommitted)
-	if l.cfg.Sessions == cluster.SessionsReplicated {
+	if l.cfg.ReplicatedSessions() {
 		node.HoldDeadRoutes(deadRouteGrace)
 	}
 	node.Watch(cluster.Hooks{CutOff: s.clusterCutOff, Rejoined: func() { s.clusterRejoined(node) },

@@ -15,7 +15,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"mqttd/auth"
-	"mqttd/cluster"
 	"mqttd/internal/broadcast"
 	"mqttd/listeners"
 	"mqttd/packets"
@@ -240,7 +239,7 @@ func New(opts Options) (*Server, error) {
 	}
 	if d != nil {
 		s.dur = d
-		if s.cluster != nil && s.cluster.cfg.Sessions == cluster.SessionsReplicated && d.own {
+		if s.cluster != nil && s.cluster.cfg.ReplicatedSessions() && d.own {
 			s.cluster.swap = newSwitchStore(d.store)
 			d.store = s.cluster.swap
 		}

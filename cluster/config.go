@@ -34,10 +34,11 @@ type Config struct {
 	// default DefaultNodeTimeout. From 1 s.
 	NodeTimeout time.Duration `yaml:"node_timeout"`
 	// Sessions says where the persistent sessions a node holds are kept:
-	// "local" (default; the node's own store, and a node that dies takes
-	// them with it) or "replicated" (the cluster's session stream,
-	// SessionStore: a client whose node died finds its session on any
-	// other).
+	// "replicated" (default; the cluster's session stream, SessionStore:
+	// a client whose node died finds its session on any other, and a
+	// message is acknowledged once the nodes it went to have stored it)
+	// or "local" (the node's own store, and a node that dies takes them
+	// with it).
 	Sessions string `yaml:"sessions"`
 	// Retained bounds the replicated retained messages; the broker sets
 	// it from its own retained limits.
@@ -78,6 +79,10 @@ const (
 	SessionsLocal      = "local"
 	SessionsReplicated = "replicated"
 )
+
+// ReplicatedSessions reports whether the persistent sessions are kept in
+// the cluster's session stream (Sessions, replicated by default).
+func (c *Config) ReplicatedSessions() bool { return c.Sessions != SessionsLocal }
 
 // DefaultListen is the embedded server's client address when
 // EmbeddedConfig.Listen is empty.
