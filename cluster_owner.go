@@ -330,16 +330,34 @@ func (s *Server) dropMovedLocked(cl *client) []string {
 
 // releaseClientID tells the cluster that client id's session ended on
 // this node, under connection c's claim (nil: the node's latest claim,
-// for a session that ends offline).
+// for a session that ends offline). With replicated sessions it does so
+// once the store has applied what was added before, the session's
+// deletion among it: released sooner, the id let another node find the
+// ended session in the stream and take it up again.
 func (s *Server) releaseClientID(id string, c *conn) {
 	node := s.clusterNode()
-	switch {
-	case node == nil:
-	case c == nil:
-		node.ReleaseOwned(id)
-	case c.claimRev != 0:
-		node.Release(id, c.claimRev)
+	if node == nil {
+		return
 	}
+	var rev uint64
+	if c != nil {
+		if rev = c.claimRev; rev == 0 {
+			return
+		}
+	}
+	release := func() {
+		if rev == 0 {
+			node.ReleaseOwned(id)
+		} else {
+			node.Release(id, rev)
+		}
+	}
+	if s.replicated() == nil || s.dur == nil {
+		release()
+		return
+	}
+	s.dur.commit.AddThen(&persistence.Batch{}, nil, release)
+	s.dur.commit.Flush()
 }
 
 // adoptKept claims, once the replicated store is reachable, the ids of

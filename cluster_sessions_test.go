@@ -329,3 +329,46 @@ func TestClusterTakeoverKeepsReleasedQoS2(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterReplicatedExpiryAfterTakeover: an offline persistent session
+// taken over from a node that stopped keeps its Session Expiry Interval
+// on its new node, counted from its client's leaving: it ends there
+// when the interval runs out, and a client back later finds no session
+// on any node (the stream holds nothing of it).
+func TestClusterReplicatedExpiryAfterTakeover(t *testing.T) {
+	t.Parallel()
+	urls := natstest.Cluster(t, 3)
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	nodes := make([]*broker, 3)
+	for i := range nodes {
+		nodes[i] = startReplicated(t, urls, dirs, i)
+	}
+	// Long enough for the takeover to come first on a loaded machine.
+	cp := expiringConnect("dev", 8)
+	cp.ProtocolName, cp.ProtocolVersion = "MQTT", packets.V5
+	dev := connectSubscribed(t, cp, nodes[0].addr, packets.Subscription{Filter: "t/#", Options: packets.SubOptions{QoS: 1}})
+	dev.send(&packets.Disconnect{})
+	dev.expectClosed()
+	nodes[0].stop()
+	holder := func() int {
+		for i, n := range nodes[1:] {
+			if n.srv.HoldsSession("dev") {
+				return i + 2
+			}
+		}
+		return 0
+	}
+	testutil.WaitFor(t, "node 2 or 3 to take dev's session over", func() bool { return holder() > 0 })
+	took := holder()
+	testutil.WaitFor(t, "dev's session to expire on its new node", func() bool { return holder() == 0 })
+	for i, n := range nodes[1:] {
+		// Clean start 0 finds a session if there is one; an expiry of 0
+		// leaves none behind.
+		back, ack := connectReply(t, n.addr, packets.V5, &packets.Connect{ClientID: "dev"})
+		if ack.ReasonCode != packets.Success || ack.SessionPresent {
+			t.Fatalf("CONNACK on node %d after the expiry on node %d: %+v, want no session", i+2, took, ack)
+		}
+		back.send(&packets.Disconnect{})
+		back.expectClosed()
+	}
+}
