@@ -71,12 +71,13 @@ func (s *Server) addSubscription(filter string, cl *client, o subOpts) (bool, er
 }
 
 // crossesNodes reports whether filter matches topics other nodes send:
-// any but those of the broker's own '$' topics, which stay on their node.
+// any but those of the broker's own '$' topics, which stay on their node,
+// the dead letters aside (cluster.Crosses).
 func crossesNodes(filter string) bool {
 	if rest, ok := strings.CutPrefix(filter, "$share/"); ok {
 		_, filter, _ = strings.Cut(rest, "/")
 	}
-	return !strings.HasPrefix(filter, "$")
+	return cluster.Crosses(filter)
 }
 
 // removeSubscription unsubscribes cl from filter, in the trie and, in a
@@ -214,7 +215,7 @@ func (s *Server) clusterNode() *cluster.Node {
 // (conn.committing). owner is the publishing connection, nil for the
 // broker's own messages.
 func (s *Server) toCluster(m *session.Message, owner *conn) bool {
-	if strings.HasPrefix(m.Topic, "$") {
+	if !cluster.Crosses(m.Topic) {
 		return false
 	}
 	node := s.clusterNode()

@@ -335,3 +335,33 @@ func TestClusterBridges(t *testing.T) {
 	expectNothing(sub1)
 	expectNothing(sub2)
 }
+
+// TestClusterDeadLettersShared: a dead letter set aside on one node
+// reaches a $DLQ/ subscriber on another, live, and is kept there too:
+// the cluster sets its letters aside as one broker.
+func TestClusterDeadLettersShared(t *testing.T) {
+	t.Parallel()
+	urls := natstest.Cluster(t, 3)
+	var nodes []*broker
+	for i := range 2 {
+		cfg := &cluster.Config{Name: "dlq", NodeName: fmt.Sprintf("node%d", i+1), NATS: cluster.NATSConfig{URL: urls[i]}}
+		nodes = append(nodes, startBroker(t, mqttd.Options{Cluster: cfg, DataDir: t.TempDir(), Limits: mqttd.Limits{MaxQueued: 1}}))
+		waitStore(t, nodes[i])
+	}
+	a, b := nodes[0], nodes[1]
+	watcher := connectSubscribed(t, &packets.Connect{ClientID: "watcher", CleanStart: true}, a.addr,
+		packets.Subscription{Filter: "$DLQ/#", Options: packets.SubOptions{QoS: 1}})
+	awaitInterest(t, a.addr, b.addr)
+	offlineSubscriber(t, b.addr, "sub", "t/#")
+	pub := connectAs(t, b.addr, packets.V311, &packets.Connect{ClientID: "pub", CleanStart: true})
+	publishQoS1(pub, 1, "t/0", false)
+	publishQoS1(pub, 2, "t/1", false)
+	p, ok := watcher.read().(*packets.Publish)
+	if !ok || p.Topic != "$DLQ/queue_full/t/1" {
+		t.Fatalf("node 1's $DLQ/# subscriber got %+v, want node 2's letter for t/1", p)
+	}
+	testutil.WaitFor(t, "the letter kept on node 1", func() bool {
+		page, _ := a.srv.RetainedTopics("$DLQ/", 10, 0)
+		return len(page) == 1 && page[0].Topic == "$DLQ/queue_full/t/1"
+	})
+}

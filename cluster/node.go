@@ -404,20 +404,32 @@ func (n *Node) RouteAddr() string {
 
 // wantedTopic is the topic filter a filter is wanted as, and false for a
 // filter no other node publishes to: an invalid one, or one matching only
-// topics beginning with '$', which never cross.
+// topics that do not cross (Crosses).
 func wantedTopic(filter string) (string, bool) {
 	f, err := topictrie.ParseFilter(filter)
-	if err != nil || strings.HasPrefix(f.Topic, "$") {
+	if err != nil || !Crosses(f.Topic) {
 		return "", false
 	}
 	return f.Topic, true
+}
+
+// sharedDollar is the one tree of '$' topics that goes between nodes:
+// the broker's dead letters, which a cluster sets aside as one broker.
+const sharedDollar = "$DLQ/"
+
+// Crosses reports whether messages on topic (or matching a filter whose
+// topic part it is) go between nodes: all but those of the broker's own
+// '$' topics, which are each node's ($SYS), the dead letters ($DLQ/)
+// aside.
+func Crosses(topic string) bool {
+	return !strings.HasPrefix(topic, "$") || strings.HasPrefix(topic, sharedDollar)
 }
 
 // Want counts one more of this node's subscriptions to filter; the first
 // announces it to the other nodes (routes.go), which send this node the
 // messages it matches. A shared filter ($share/group/f) given to Want is
 // wanted as f, for every message; a share group spanning nodes is
-// WantShared's. Filters of '$' topics, which never cross, are ignored.
+// WantShared's. Filters of topics that do not cross are ignored.
 func (n *Node) Want(filter string) {
 	if topic, ok := wantedTopic(filter); ok && !n.closed.Load() {
 		n.announce(routeKey{filter: topic}, 1)

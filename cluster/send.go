@@ -3,7 +3,6 @@ package cluster
 import (
 	"bytes"
 	"errors"
-	"strings"
 	"sync"
 	"time"
 
@@ -123,7 +122,7 @@ func (n *Node) publishWaited(topic string, it outItem, wait time.Duration, block
 // it, and reports false (and the error to return) for a message not to
 // send.
 func (n *Node) encode(m *Message, it *outItem) (bool, error) {
-	if strings.HasPrefix(m.Topic, "$") {
+	if !Crosses(m.Topic) {
 		return false, nil
 	}
 	if n.closed.Load() {
@@ -392,7 +391,7 @@ func (n *Node) refused(err error, count int) {
 // Wants reports whether another node, or a share group, wants a message
 // on topic now (the route table).
 func (n *Node) Wants(topic string) bool {
-	if strings.HasPrefix(topic, "$") || n.closed.Load() {
+	if !Crosses(topic) || n.closed.Load() {
 		return false
 	}
 	var dst peerSet

@@ -160,3 +160,16 @@ func FuzzFilterSubjects(f *testing.F) {
 		checkFilter(t, filterOf(topic, wild, cut), topic)
 	})
 }
+
+// TestCrosses: the broker's '$' topics stay on their node but its dead
+// letters.
+func TestCrosses(t *testing.T) {
+	for topic, want := range map[string]bool{
+		"a/b": true, "#": true, "+/x": true, "$SYS/broker/uptime": false, "$SYS/#": false, "$DLQ/queue_full/t": true,
+		"$DLQ/#": true, "$DLQ": false,
+	} {
+		if got := Crosses(topic); got != want {
+			t.Errorf("Crosses(%q) = %v, want %v", topic, got, want)
+		}
+	}
+}
