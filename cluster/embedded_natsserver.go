@@ -78,6 +78,11 @@ func serverOptions(cfg Config) (*server.Options, error) {
 		StoreDir:           storeDir,
 		JetStreamMaxMemory: 64 << 20,
 		JetStreamMaxStore:  1 << 30,
+		// Every write on disk before it is confirmed: a member that lost
+		// its unsynced raft state to a power cut (NATS syncs every two
+		// minutes by default) lost what the others were told was kept
+		// (TestClusterReplicatedPowerCut).
+		SyncAlways: true,
 	}
 	if e.Cluster != "" {
 		ch, cp, err := hostPort(e.Cluster)
