@@ -24,6 +24,18 @@ var errNotConfirmed = errors.New("a node holding subscribers of the message did 
 // toClusterConfirmed sends cm for owner's reader, holding owner's next
 // answer until the nodes it went to confirm it.
 func (s *Server) toClusterConfirmed(node *cluster.Node, cm *cluster.Message, owner *conn) error {
+	t := s.holdForNodes(owner)
+	wait, block := clusterWait, owner.mayBlock
+	if owner.committing {
+		wait, block = 0, nil
+	}
+	return node.PublishConfirmed(cm, wait, block, func(ok bool) { owner.confirmed(t, ok) })
+}
+
+// holdForNodes takes a place among owner's held answers for a confirmed
+// send, and returns its ticket: an empty unit's, tracked as covering,
+// whose answer waits for the nodes (confirmed) as well as for the store.
+func (s *Server) holdForNodes(owner *conn) uint64 {
 	d := s.dur
 	owner.holdAnswers()
 	var b persistence.Batch
@@ -33,11 +45,7 @@ func (s *Server) toClusterConfirmed(node *cluster.Node, cm *cluster.Message, own
 	h.mu.Lock()
 	h.remote = append(h.remote, t)
 	h.mu.Unlock()
-	wait, block := clusterWait, owner.mayBlock
-	if owner.committing {
-		wait, block = 0, nil
-	}
-	return node.PublishConfirmed(cm, wait, block, func(ok bool) { owner.confirmed(t, ok) })
+	return t
 }
 
 // confirmed settles the confirmed send of ticket t: its answer goes once

@@ -119,18 +119,10 @@ func (s *Server) sendForward(c *conn, cl *client, pid uint16, fw *session.Forwar
 	if node == nil {
 		return
 	}
-	d := s.dur
-	c.holdAnswers()
-	var b persistence.Batch
-	t := d.commit.Add(&b, c)
-	d.track(c, t, true)
-	h := c.held
-	h.mu.Lock()
-	h.remote = append(h.remote, t)
-	h.mu.Unlock()
+	t := s.holdForNodes(c)
 	cm := clusterMessage(fw.Msg)
 	cm.Stamp = persistence.Stamp(fw.Stamp)
-	d.commit.Wait(t, func() {
+	s.dur.commit.Wait(t, func() {
 		if stored != nil && stored.failed.Load() {
 			c.confirmed(t, false)
 			return

@@ -268,12 +268,14 @@ func runCycles(t *testing.T, cn *cycleNodes, rng *rand.Rand, cycles int, crash f
 	reach := func(n int64, wait func()) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
 		for done.Load() < n {
 			if time.Now().After(deadline) {
 				wait()
 				t.Fatalf("the publishers completed %d messages in 60 s, want %d", done.Load(), n)
 			}
-			time.Sleep(time.Millisecond)
+			<-tick.C
 		}
 	}
 	drain := func() {
