@@ -222,12 +222,16 @@ func (s *Server) toCluster(m *session.Message, owner *conn) bool {
 	if node == nil {
 		return false
 	}
+	if owner != nil && owner.fwd != nil && m.QoS == 2 && node.Wants(m.Topic) {
+		// A new QoS 2 message of a stored session: stamped, and sent once
+		// the store holds it (forwardNew). A retained one that no node
+		// wants goes to the retained stream at once, below, unstamped.
+		owner.fwd.stamp, owner.fwd.msg = node.NewStamp(), m
+		return true
+	}
 	var err error
 	cm := clusterMessage(m)
 	switch {
-	case owner != nil && owner.fwd != nil && m.QoS == 2 && node.Wants(m.Topic):
-		s.stampForward(node, m, owner)
-		return true
 	case owner != nil && m.QoS > 0 && s.replicated() != nil:
 		err = s.toClusterConfirmed(node, &cm, owner)
 	case owner == nil || owner.committing:

@@ -4,7 +4,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"mqttd/cluster"
 	"mqttd/persistence"
 	"mqttd/session"
 )
@@ -53,14 +52,6 @@ type qos2Forward struct {
 	pid   uint16
 	stamp persistence.Stamp
 	msg   *session.Message
-}
-
-// stampForward stamps m, which owner's reader routes as a new QoS 2
-// message of a stored session that another node wants, leaving its
-// sending for after the store holds it (forwardNew). A retained one
-// that no node wants goes to the retained stream at once, unstamped.
-func (s *Server) stampForward(node *cluster.Node, m *session.Message, owner *conn) {
-	owner.fwd.stamp, owner.fwd.msg = node.NewStamp(), m
 }
 
 // forwardNew keeps the stamped message f of c's client as the Forward of

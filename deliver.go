@@ -63,17 +63,17 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 	if cl.dropped {
 		return w // its subscriptions are on their way out of the trie
 	}
+	stamp := session.Stamp(enc.stamp)
+	if !stamp.IsZero() && cl.sess.Seen(stamp, enc.stampNow) {
+		s.stats.qos2Duplicates.Add(1) // it has the message already
+		return w
+	}
 	tc := cl.conn
 	online := tc != nil
 	canSend := false
 	if online && cl.sess.MaySend(qos) { // the outbox's lock only when it matters
 		fit, _ := tc.fit()
 		canSend = fit >= m.Size()
-	}
-	stamp := session.Stamp(enc.stamp)
-	if !stamp.IsZero() && cl.sess.Seen(stamp, enc.stampNow) {
-		s.stats.qos2Duplicates.Add(1) // it has the message already
-		return w
 	}
 	var now time.Time // the session reads it only for m's expiry
 	if m.Expiry != 0 {
