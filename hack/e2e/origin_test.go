@@ -72,12 +72,21 @@ func originRun(t *testing.T, bin string, bundle []byte, pageHost, wsHost string,
 	}
 	reportURL := "http://" + report.Addr().String()
 	up, result := make(chan struct{}), make(chan string, 1)
+	// loaded is the page's request for /go: by then Chromium has the
+	// whole page and runs its script, so the page's server may close.
+	loaded := make(chan struct{}, 1)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/mqtt.min.js", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/javascript")
 		w.Write(bundle)
 	})
-	mux.HandleFunc("/go", func(http.ResponseWriter, *http.Request) { <-up })
+	mux.HandleFunc("/go", func(http.ResponseWriter, *http.Request) {
+		select {
+		case loaded <- struct{}{}:
+		default:
+		}
+		<-up
+	})
 	mux.HandleFunc("/result", func(_ http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		select {
@@ -103,22 +112,17 @@ func originRun(t *testing.T, bin string, bundle []byte, pageHost, wsHost string,
 		_, wsPort, _ := net.SplitHostPort(srv.Addrs()[0].String())
 		wsURL = "ws://" + net.JoinHostPort(wsHost, wsPort) + "/mqtt"
 	}
-	served := make(chan struct{}, 1)
 	page := http.NewServeMux()
 	page.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, originPage, reportURL, wsURL)
-		select {
-		case served <- struct{}{}:
-		default:
-		}
 	})
 	hs := serveHTTP(t, web, page)
 	browser := startChromium(t, bin, "http://"+net.JoinHostPort(pageHost, port)+"/")
 	if rebind {
 		select {
-		case <-served:
+		case <-loaded:
 		case <-time.After(60 * time.Second):
-			t.Fatalf("Chromium did not load the page within 60 s:\n%s", browser.String())
+			t.Fatalf("Chromium did not run the page within 60 s:\n%s", browser.String())
 		}
 		hs.Close()
 		srv = startWS(t, wsAddr)
