@@ -84,8 +84,14 @@ func TestFlowsAcrossNodes(t *testing.T) {
 			m := lines[0]
 			checkDelivery(t, m, number(t, m, "msgs")*number(t, m, "subs"))
 			if slices.Contains(args, "-pid") {
-				if c := number(t, m, "cpu_us_per_msg"); c < 0 {
+				c := number(t, m, "cpu_us_per_msg")
+				if c < 0 {
 					t.Errorf("cpu_us_per_msg=%v", c)
+				}
+				// The pid given twice: the busiest of the two is one share
+				// of the sum.
+				if b := number(t, m, "busiest_cpu_us_per_msg"); b <= 0 || b >= c {
+					t.Errorf("busiest_cpu_us_per_msg=%v, want in (0, %v)", b, c)
 				}
 			}
 		})

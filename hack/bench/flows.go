@@ -142,11 +142,13 @@ func runFlow(cfg config, fl flow) (*result, error) {
 }
 
 // cpuReading is the CPU time the generator, and the broker when its pids
-// are given (all of a cluster's processes, summed), had used at a moment.
+// are given (all of a cluster's processes, summed, and each), had used at
+// a moment.
 type cpuReading struct {
 	at          time.Time
 	pids        []int
 	broker, gen time.Duration
+	each        []time.Duration
 }
 
 func readCPU(pids []int) (cpuReading, error) {
@@ -161,6 +163,7 @@ func readCPU(pids []int) (cpuReading, error) {
 			return c, fmt.Errorf("broker pid %d: %w", pid, err)
 		}
 		c.broker += used
+		c.each = append(c.each, used)
 	}
 	return c, nil
 }
@@ -168,7 +171,10 @@ func readCPU(pids []int) (cpuReading, error) {
 // report adds what was used since start: the generator's share of the
 // wall time (100: generator-bound) and, with the broker's pid, the
 // broker's share and its CPU per delivered message, which unlike the
-// rate does not depend on the generator keeping up.
+// rate does not depend on the generator keeping up. With several pids it
+// adds the busiest process's CPU per message: with a core per process,
+// as a cluster's nodes on machines of their own, the rate could reach
+// its inverse.
 func (c cpuReading) report(r *result, start cpuReading, delivered float64) {
 	wall := c.at.Sub(start.at).Seconds()
 	if wall <= 0 {
@@ -179,6 +185,13 @@ func (c cpuReading) report(r *result, start cpuReading, delivered float64) {
 		used := c.broker - start.broker
 		r.float("broker_cpu_pct", 100*used.Seconds()/wall).
 			float("cpu_us_per_msg", float64(used.Nanoseconds())/1e3/max(delivered, 1))
+	}
+	if len(c.each) > 1 && len(start.each) == len(c.each) {
+		var busiest time.Duration
+		for i, used := range c.each {
+			busiest = max(busiest, used-start.each[i])
+		}
+		r.float("busiest_cpu_us_per_msg", float64(busiest.Nanoseconds())/1e3/max(delivered, 1))
 	}
 }
 

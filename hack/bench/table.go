@@ -79,6 +79,7 @@ func throughput(unit, each string) []metric {
 	return []metric{
 		{"rate", unit},
 		{"cpu_us_per_msg", "broker CPU µs/" + each + " (lower is better)"},
+		{"busiest_cpu_us_per_msg", "busiest process's CPU µs/" + each + " (a core each: the rate's bound is its inverse)"},
 		{"gen_cpu_pct", "generator CPU % of the run (100: generator-bound)"},
 		{"loss_pct", "loss %"},
 		{"cluster_dropped", "dropped between nodes (mqttd_cluster_dropped_total)"},
