@@ -174,7 +174,7 @@ func readCPU(pids []int) (cpuReading, error) {
 // rate does not depend on the generator keeping up. With several pids it
 // adds the busiest process's CPU per message: with a core per process,
 // as a cluster's nodes on machines of their own, the rate could reach
-// its inverse.
+// its inverse; and that process's pid.
 func (c cpuReading) report(r *result, start cpuReading, delivered float64) {
 	wall := c.at.Sub(start.at).Seconds()
 	if wall <= 0 {
@@ -188,10 +188,14 @@ func (c cpuReading) report(r *result, start cpuReading, delivered float64) {
 	}
 	if len(c.each) > 1 && len(start.each) == len(c.each) {
 		var busiest time.Duration
+		which := 0
 		for i, used := range c.each {
-			busiest = max(busiest, used-start.each[i])
+			if d := used - start.each[i]; d > busiest {
+				busiest, which = d, i
+			}
 		}
-		r.float("busiest_cpu_us_per_msg", float64(busiest.Nanoseconds())/1e3/max(delivered, 1))
+		r.float("busiest_cpu_us_per_msg", float64(busiest.Nanoseconds())/1e3/max(delivered, 1)).
+			int("busiest_pid", int64(c.pids[which]))
 	}
 }
 
