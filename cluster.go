@@ -57,6 +57,10 @@ type clusterLink struct {
 	// backlog is the online clients whose queues hold the cluster back
 	// (cluster_backlog.go).
 	backlog backlog
+	// answerFrom is the store's applied ticket when the node began to
+	// deliver the batch it answers next (deliveringConfirmed); only its
+	// delivery goroutine uses it.
+	answerFrom uint64
 }
 
 // addSubscription subscribes cl to filter in the trie and, in a cluster,
@@ -150,7 +154,7 @@ func (s *Server) joinCluster() error {
 	}
 	node.SetWillPublisher(s.publishRecordedWill)
 	node.SetRetainedKeeper(s.keepRetained)
-	node.SetCommitted(s.answerCommitted)
+	node.SetCommitted(s.deliveringConfirmed, s.answerCommitted)
 	if l.cfg.ReplicatedSessions() {
 		node.HoldDeadRoutes(deadRouteGrace)
 	}

@@ -61,16 +61,31 @@ func (c *conn) confirmed(t uint64, ok bool) {
 	})
 }
 
+// deliveringConfirmed notes, before the node delivers a batch whose
+// sender waits for its answer, what the store has applied.
+func (s *Server) deliveringConfirmed() {
+	if d := s.dur; d != nil {
+		s.cluster.answerFrom = d.commit.Applied()
+	}
+}
+
 // answerCommitted runs answer once everything added to the store before
 // the call is committed: a node's answer to another's confirmed send
-// (cluster.Node.SetCommitted).
-func (s *Server) answerCommitted(answer func()) {
+// (cluster.Node.SetCommitted), ok only if no unit failed that was not
+// yet applied when the batch's delivery began. That covers the units
+// its deliveries added, and those they relied on: a copy passed over
+// because a session took its stamp from an earlier copy, whose unit was
+// still to be stored then. A failure of another unit only makes the
+// sender refuse a message that was kept, which its publisher then sends
+// again.
+func (s *Server) answerCommitted(answer func(ok bool)) {
 	d := s.dur
 	if d == nil {
-		answer()
+		answer(true)
 		return
 	}
+	from := s.cluster.answerFrom
 	var b persistence.Batch
-	d.commit.AddThen(&b, nil, answer)
+	d.commit.AddThen(&b, nil, func() { answer(!d.commit.FailedAfter(from)) })
 	d.commit.Flush()
 }

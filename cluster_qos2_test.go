@@ -1,6 +1,7 @@
 package mqttd_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -68,6 +69,48 @@ func TestClusterQoS2SentAgainOnce(t *testing.T) {
 					resent.QoS2Resent, again+1, sb.QoS2Duplicates)
 			}
 		})
+	}
+}
+
+// TestClusterQoS2StoreFailed: a node whose commit failed does not
+// confirm the copy it delivered, and the session that took it forgets
+// its stamp: the publisher, refused, sends the message again, and this
+// time it is stored, so that the subscriber reading its session back on
+// another node gets it. Before, it was lost both ways: the node
+// confirmed what it had not kept, and passed the second copy over as
+// one its session held.
+func TestClusterQoS2StoreFailed(t *testing.T) {
+	t.Parallel()
+	urls := natstest.Cluster(t, 3)
+	dirs := []string{t.TempDir(), t.TempDir()}
+	a, b := startReplicated(t, urls, dirs, 0), startReplicated(t, urls, dirs, 1)
+	cp := expiringConnect("dev", 600)
+	cp.ProtocolName, cp.ProtocolVersion = "MQTT", packets.V5
+	dev := connectSubscribed(t, cp, b.addr, packets.Subscription{Filter: "t/#", Options: packets.SubOptions{QoS: 2}})
+	dev.send(&packets.Disconnect{})
+	awaitInterest(t, b.addr, a.addr)
+
+	pub := connectRawSession(t, a.addr, "pub", false, false)
+	restore := b.srv.FailCommits(errors.New("test: the store is gone"))
+	m1 := &packets.Publish{Topic: "t/1", QoS: 2, PacketID: 1, Payload: []byte("m1")}
+	pub.send(m1)
+	pub.expectClosed() // 3.1.1: refused
+	restore()
+
+	pub = connectRawSession(t, a.addr, "pub", false, true)
+	m1.Dup = true
+	pub.send(m1)
+	expectAck(pub, packets.TypePubrec, 1, 0)
+	pub.send(&packets.Pubrel{PacketID: 1})
+	expectAck(pub, packets.TypePubcomp, 1, 0)
+	b.stop()
+
+	dev, ack := connectReply(t, a.addr, packets.V5, expiringConnect("dev", 600))
+	if !ack.SessionPresent {
+		t.Fatalf("CONNACK %+v: want dev's session, read back on node 1", ack)
+	}
+	if p, ok := dev.read().(*packets.Publish); !ok || string(p.Payload) != "m1" {
+		t.Fatalf("got %+v, want m1", p)
 	}
 }
 

@@ -207,7 +207,31 @@ func (d *durable) stampedLocked(cl *client, o session.Outbound, pm *persistence.
 		persistence.PutStamp(cl.id, stamp, expiry),
 	}
 	ops[1].Remote = cl.bridge.Load() != nil
-	d.addDelivered(&persistence.Batch{Ops: ops[:]}, owner, then)
+	u := &stampedUnit{owner: owner, cl: cl, stamp: session.Stamp(stamp), expiry: expiry}
+	d.addUnit(&persistence.Batch{Ops: ops[:]}, owner, u, then)
+}
+
+// stampedUnit is the Owner of a stamped delivery's unit. Should the unit
+// fail, the session forgets the stamp it remembered on taking the
+// message: the copy its publisher's node sends again (the failure
+// refuses the first) must then be taken and stored, not passed over as
+// one the session holds. Its unit is never voided (the stamp's record is
+// never cancelled), so it need not be a Voider as its conn is.
+type stampedUnit struct {
+	owner  *conn // nil: none
+	cl     *client
+	stamp  session.Stamp
+	expiry int64
+}
+
+// StoreFailed implements persistence.Owner, on the committer's goroutine.
+func (u *stampedUnit) StoreFailed(ticket uint64, err error) {
+	u.cl.mu.Lock()
+	u.cl.sess.Forget(u.stamp, u.expiry)
+	u.cl.mu.Unlock()
+	if u.owner != nil {
+		u.owner.StoreFailed(ticket, err)
+	}
 }
 
 // addDelivered adds a delivery's unit b, with then to call once it is
@@ -217,13 +241,30 @@ func (d *durable) addDelivered(b *persistence.Batch, owner *conn, then func()) {
 		d.add(b, owner, true)
 		return
 	}
+	var u persistence.Owner
+	if owner != nil {
+		u = owner
+	}
+	d.addUnit(b, owner, u, then)
+}
+
+// addUnit adds b, whose failure u is told of, covering owner's next
+// answer (nil: none), with then to call once it is applied (nil: none).
+func (d *durable) addUnit(b *persistence.Batch, owner *conn, u persistence.Owner, then func()) {
+	if owner != nil {
+		owner.holdAnswers()
+	}
+	var ticket uint64
+	if then == nil {
+		ticket = d.commit.Add(b, u)
+	} else {
+		ticket = d.commit.AddThen(b, u, then)
+	}
 	if owner == nil {
-		d.commit.AddThen(b, nil, then)
 		d.commit.Flush()
 		return
 	}
-	owner.holdAnswers()
-	d.track(owner, d.commit.AddThen(b, owner, then), true)
+	d.track(owner, ticket, true)
 }
 
 // stableThen is what lets a held QoS 2 entry of cl go once it is stored

@@ -3,6 +3,8 @@ package mqttd
 import (
 	"sync"
 	"time"
+
+	"mqttd/persistence"
 )
 
 // WriterGoroutines returns the writers parked in s's pool and the pool's
@@ -27,6 +29,22 @@ func (s *Server) TakeDeadSessions(dead string) { s.takeDeadSessions(s.clusterNod
 
 // HoldsSession reports whether s's registry has client id's session.
 func (s *Server) HoldsSession(id string) bool { return s.hasClient(id) }
+
+// FailCommits makes the commits to s's replicated store fail with err
+// until the returned function is called.
+func (s *Server) FailCommits(err error) (restore func()) {
+	w := s.cluster.swap
+	ref := w.cur.Load()
+	w.cur.Store(&storeRef{failingStore{ref.Store, err}})
+	return func() { w.cur.Store(ref) }
+}
+
+type failingStore struct {
+	persistence.Store
+	err error
+}
+
+func (f failingStore) Apply(*persistence.Batch) error { return f.err }
 
 // HoldCommits stops s's commits until the returned function is first
 // called.

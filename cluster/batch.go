@@ -280,6 +280,9 @@ func (n *Node) deliverBatch(b inBatch) {
 		return
 	}
 	n.stats.in.Add(uint64(len(ms)))
+	if b.reply != "" && n.delivering != nil {
+		n.delivering()
+	}
 	for i := range ms {
 		n.deliver(&ms[i])
 		n.inMsgs.Add(-1)

@@ -127,10 +127,12 @@ func (cf *confirmer) settleLocked(slot int, seq uint64, ok bool) {
 	}
 }
 
-// onAck takes a receiver's answer "<seq> <node>", on nats.go's goroutine
+// onAck takes a receiver's answer, "<seq> <node>" or, for a batch whose
+// deliveries it could not keep, "-<seq> <node>", on nats.go's goroutine
 // of the ack subscription.
 func (n *Node) onAck(msg *nats.Msg) {
 	num, peer, ok := strings.Cut(string(msg.Data), " ")
+	num, failed := strings.CutPrefix(num, "-")
 	seq, err := strconv.ParseUint(num, 10, 64)
 	if !ok || err != nil {
 		n.stats.malformed.Add(1)
@@ -141,8 +143,12 @@ func (n *Node) onAck(msg *nats.Msg) {
 	defer cf.mu.Unlock()
 	for slot := range cf.peer {
 		if cf.peer[slot] == peer && len(cf.waiting[slot]) > 0 {
-			cf.settleLocked(slot, seq, true)
-			n.stats.confirmed.Add(1)
+			cf.settleLocked(slot, seq, !failed)
+			if failed {
+				n.stats.confirmsFailed.Add(1)
+			} else {
+				n.stats.confirmed.Add(1)
+			}
 			return
 		}
 	}
@@ -207,21 +213,32 @@ func (n *Node) failAllConfirms() {
 	}
 }
 
-// SetCommitted sets what the node calls with each answer it owes a
-// sender: f(answer) runs answer once what the deliveries before the
-// call stored is committed (nil: at once, the node keeps nothing). Set
-// it before Watch.
-func (n *Node) SetCommitted(f func(answer func())) { n.committed = f }
+// SetCommitted sets what the node calls around the deliveries of each
+// batch it owes a sender an answer for, from its one delivery goroutine:
+// begin before them (nil: nothing), and f(answer) after them, which runs
+// answer once what they stored is committed, with ok false when some of
+// it failed (f nil: answered at once, the node keeps nothing). Set it
+// before Watch.
+func (n *Node) SetCommitted(begin func(), f func(answer func(ok bool))) {
+	n.delivering, n.committed = begin, f
+}
 
-// answerBatch answers a batch to confirm once its deliveries are kept.
+// answerBatch answers a batch to confirm once its deliveries are kept:
+// "<seq> <node>", or "-<seq> <node>" when they were not, which fails the
+// batch's sends at once (a node that does not know the form takes it
+// for malformed, and its sends fail at their timeout).
 func (n *Node) answerBatch(reply string, seq uint64) {
-	answer := func() {
-		data := strconv.AppendUint(nil, seq, 10)
+	answer := func(ok bool) {
+		var data []byte
+		if !ok {
+			data = append(data, '-')
+		}
+		data = strconv.AppendUint(data, seq, 10)
 		data = append(append(data, ' '), n.name...)
 		_ = n.nc.Publish(reply, data)
 	}
 	if n.committed == nil {
-		answer()
+		answer(true)
 		return
 	}
 	n.committed(answer)

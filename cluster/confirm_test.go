@@ -18,9 +18,9 @@ func TestPublishConfirmed(t *testing.T) {
 	a := startNode(t, "A", ra, testLogger(t), urls[0])
 	b := startNode(t, "B", rb, testLogger(t), urls[0])
 	var mu sync.Mutex
-	var owed []func()
+	var owed []func(bool)
 	answering := true
-	b.SetCommitted(func(answer func()) {
+	b.SetCommitted(nil, func(answer func(bool)) {
 		mu.Lock()
 		defer mu.Unlock()
 		if answering {
@@ -41,14 +41,37 @@ func TestPublishConfirmed(t *testing.T) {
 		t.Fatalf("confirmed (%v) before B answered", ok)
 	default:
 	}
-	mu.Lock()
-	for _, answer := range owed {
-		answer()
+	answerAll := func(ok bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, answer := range owed {
+			answer(ok)
+		}
+		owed = nil
 	}
-	owed = nil
-	mu.Unlock()
+	answerAll(true)
 	if ok := <-done; !ok {
 		t.Fatal("B answered, but the send failed")
+	}
+
+	// B could not keep what it delivered (its commit failed): the send
+	// fails at once, long before its timeout.
+	a.SetConfirmTimeout(time.Minute)
+	if err := a.PublishConfirmed(&Message{Topic: "k/3", QoS: 1}, time.Second, nil, func(ok bool) { done <- ok }); err != nil {
+		t.Fatal(err)
+	}
+	rb.until(t, "k/3")
+	testutil.WaitFor(t, "B to owe an answer", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(owed) > 0
+	})
+	answerAll(false)
+	if ok := <-done; ok {
+		t.Fatal("B answered that it did not keep the message, but the send was confirmed")
+	}
+	if st := a.Stats(); st.ConfirmsFailed != 1 {
+		t.Fatalf("stats: %d confirms failed, want 1", st.ConfirmsFailed)
 	}
 
 	if err := a.PublishConfirmed(&Message{Topic: "nobody/wants", QoS: 1}, time.Second, nil, func(ok bool) { done <- ok }); err != nil {
@@ -73,8 +96,8 @@ func TestPublishConfirmed(t *testing.T) {
 	if d := time.Since(start); d < timeout {
 		t.Fatalf("failed after %v, before the timeout", d)
 	}
-	if st := a.Stats(); st.ConfirmsFailed != 1 {
-		t.Fatalf("stats: %d confirms failed, want 1", st.ConfirmsFailed)
+	if st := a.Stats(); st.ConfirmsFailed != 2 {
+		t.Fatalf("stats: %d confirms failed, want 2", st.ConfirmsFailed)
 	}
 }
 

@@ -177,10 +177,11 @@ type Node struct {
 
 	// Confirmed sends (confirm.go): the batches waiting for an answer,
 	// and what the node calls to answer those it receives.
-	confirms  confirmer
-	committed func(answer func())
-	ackTo     string // ackSubject of this node
-	deadGrace time.Duration
+	confirms   confirmer
+	delivering func()
+	committed  func(answer func(ok bool))
+	ackTo      string // ackSubject of this node
+	deadGrace  time.Duration
 
 	// fences are, for each node found dead, the owners bucket's last
 	// revision before it was (liveness.go): ClaimFrom takes no record

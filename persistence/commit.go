@@ -109,6 +109,7 @@ func (c *Committer) commit(round *Batch, units []unit) (failed int) {
 		return 0
 	}
 	if len(units) == 1 || !Malformed(err) {
+		c.lastFailed.Store(units[len(units)-1].ticket)
 		for _, u := range units {
 			if u.owner != nil {
 				u.owner.StoreFailed(u.ticket, err)
@@ -124,6 +125,7 @@ func (c *Committer) commit(round *Batch, units []unit) (failed int) {
 		start = u.end
 		if err := c.store.Apply(&one); err != nil {
 			failed++
+			c.lastFailed.Store(u.ticket)
 			if u.owner != nil {
 				u.owner.StoreFailed(u.ticket, err)
 			}

@@ -49,8 +49,10 @@ type Committer struct {
 	waiters []waiter
 	added   uint64 // the ticket of the last unit added
 	applied uint64 // every unit up to this ticket is applied or failed
-	running bool
-	stats   CommitStats
+	// lastFailed is the ticket of the latest unit that failed.
+	lastFailed atomic.Uint64
+	running    bool
+	stats      CommitStats
 	// voided are the units a cancellation emptied while c.mu was held,
 	// for their owners to be told once it is released.
 	voided []unit
@@ -416,6 +418,19 @@ func (c *Committer) Wait(ticket uint64, done func()) {
 		go c.run()
 	}
 }
+
+// Applied returns the ticket up to which every unit is applied or
+// failed.
+func (c *Committer) Applied() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.applied
+}
+
+// FailedAfter reports whether a unit with a ticket after ticket failed.
+// Asked once the units of interest are applied (Wait), it tells whether
+// any of them failed; units failing later may also make it true.
+func (c *Committer) FailedAfter(ticket uint64) bool { return c.lastFailed.Load() > ticket }
 
 // Flush starts committing what was added, without waiting for it.
 func (c *Committer) Flush() {

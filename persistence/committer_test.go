@@ -206,6 +206,15 @@ func TestCommitterAddWait(t *testing.T) {
 	if len(mine.tickets) != 1 || mine.tickets[0] != badTicket || len(other.tickets) != 0 {
 		t.Fatalf("failures told: mine %v, other %v; want mine [%d]", mine.tickets, other.tickets, badTicket)
 	}
+	// What waits for an answer asks whether a unit after the last one
+	// applied when it began failed: the bad one did, none after it.
+	if !c.FailedAfter(badTicket-1) || c.FailedAfter(badTicket) {
+		t.Errorf("FailedAfter(%d), FailedAfter(%d) = %v, %v; want true, false",
+			badTicket-1, badTicket, c.FailedAfter(badTicket-1), c.FailedAfter(badTicket))
+	}
+	if a := c.Applied(); a != last {
+		t.Errorf("Applied() = %d, want %d", a, last)
+	}
 	now := false
 	c.Wait(last, func() { now = true })
 	if !now {

@@ -81,6 +81,16 @@ func (s *Session) Remember(st Stamp, expiry, now int64) (evicted bool) {
 	return evicted
 }
 
+// Forget has the session forget st, remembered until expiry: the unit
+// that was to store the message it came with failed, so a copy sent
+// again must be taken, not passed over as one it holds. A stamp
+// remembered again since, with another expiry, stays.
+func (s *Session) Forget(st Stamp, expiry int64) {
+	if s.stamps != nil && s.stamps.at[st] == expiry {
+		delete(s.stamps.at, st)
+	}
+}
+
 // Stamps returns the stamps the session remembers at now (unix nanos),
 // to move it elsewhere.
 func (s *Session) Stamps(now int64) []SeenStamp {

@@ -44,6 +44,30 @@ func TestStampsRemembered(t *testing.T) {
 	}
 }
 
+// TestStampForgotten: a stamp whose store failed is forgotten, unless it
+// was remembered again since.
+func TestStampForgotten(t *testing.T) {
+	s := New("c", Config{}.Limits())
+	const now = int64(1000)
+	a, b := Stamp{Node: 1, Seq: 1}, Stamp{Node: 1, Seq: 2}
+	s.Forget(a, now+100) // none remembered: nothing to do
+	s.Remember(a, now+100, now)
+	s.Remember(b, now+100, now)
+	s.Forget(a, now+100)
+	if s.Seen(a, now) || !s.Seen(b, now) {
+		t.Fatal("Forget(a): a still seen, or b forgotten with it")
+	}
+	s.Remember(a, now+200, now)
+	s.Forget(a, now+100)
+	if !s.Seen(a, now) {
+		t.Fatal("a stamp remembered again was forgotten for its earlier expiry")
+	}
+	// The queue's stale entry for a does not evict the one remembered again.
+	if s.Remember(Stamp{Node: 1, Seq: 3}, now+300, now+150) || !s.Seen(a, now+150) {
+		t.Fatal("a remembered again was evicted by its old entry's expiry")
+	}
+}
+
 // TestForwardFollowsItsID: a Forward is kept only for an id awaiting
 // PUBREL, and goes with it.
 func TestForwardFollowsItsID(t *testing.T) {
