@@ -103,15 +103,33 @@ func TestClusterQoS2StoreFailed(t *testing.T) {
 	expectAck(pub, packets.TypePubrec, 1, 0)
 	pub.send(&packets.Pubrel{PacketID: 1})
 	expectAck(pub, packets.TypePubcomp, 1, 0)
+
+	// On node 2 the copy whose unit failed went with its stamp: the
+	// client gets m1 once, then m2, and acknowledges neither.
+	dev, _ = connectReply(t, b.addr, packets.V5, expiringConnect("dev", 600))
+	pub.send(&packets.Publish{Topic: "t/2", QoS: 2, PacketID: 2, Payload: []byte("m2")})
+	expectAck(pub, packets.TypePubrec, 2, 0)
+	pub.send(&packets.Pubrel{PacketID: 2})
+	expectAck(pub, packets.TypePubcomp, 2, 0)
+	expectPayloads := func(where string) {
+		t.Helper()
+		for _, want := range []string{"m1", "m2"} {
+			if p, ok := dev.read().(*packets.Publish); !ok || string(p.Payload) != want {
+				t.Fatalf("%s: got %+v, want m1 once, then m2", where, p)
+			}
+		}
+	}
+	expectPayloads("node 2")
+	dev.send(&packets.Disconnect{})
+	dev.expectClosed()
 	b.stop()
 
+	// Both were stored: node 1 reads them back.
 	dev, ack := connectReply(t, a.addr, packets.V5, expiringConnect("dev", 600))
 	if !ack.SessionPresent {
 		t.Fatalf("CONNACK %+v: want dev's session, read back on node 1", ack)
 	}
-	if p, ok := dev.read().(*packets.Publish); !ok || string(p.Payload) != "m1" {
-		t.Fatalf("got %+v, want m1", p)
-	}
+	expectPayloads("node 1")
 }
 
 // TestClusterQoS2RefusedIDFreed: a 5.0 QoS 2 message refused with 0x80

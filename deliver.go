@@ -108,7 +108,7 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 		if stamp.IsZero() {
 			s.dur.deliveredLocked(cl, o, enc.stored, enc.owner, then)
 		} else {
-			s.dur.stampedLocked(cl, o, enc.stored, enc.owner, then, enc.stamp, enc.stampExpiry)
+			s.dur.stampedLocked(s, cl, o, enc.stored, enc.owner, then, enc.stamp, enc.stampExpiry)
 		}
 	}
 	switch r {

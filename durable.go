@@ -197,7 +197,7 @@ func (d *durable) deliveredLocked(cl *client, o session.Outbound, pm *persistenc
 // operation takes room on a reader's stack only for stamped messages.
 //
 //go:noinline
-func (d *durable) stampedLocked(cl *client, o session.Outbound, pm *persistence.Message, owner *conn, then func(), stamp persistence.Stamp, expiry int64) {
+func (d *durable) stampedLocked(srv *Server, cl *client, o session.Outbound, pm *persistence.Message, owner *conn, then func(), stamp persistence.Stamp, expiry int64) {
 	if pm == nil {
 		pm = d.stored(o.Msg)
 	}
@@ -207,7 +207,7 @@ func (d *durable) stampedLocked(cl *client, o session.Outbound, pm *persistence.
 		persistence.PutStamp(cl.id, stamp, expiry),
 	}
 	ops[1].Remote = cl.bridge.Load() != nil
-	u := &stampedUnit{owner: owner, cl: cl, stamp: session.Stamp(stamp), expiry: expiry}
+	u := &stampedUnit{srv: srv, owner: owner, cl: cl, stamp: session.Stamp(stamp), expiry: expiry, held: then != nil, seq: o.Seq}
 	d.addUnit(&persistence.Batch{Ops: ops[:]}, owner, u, then)
 }
 
@@ -215,19 +215,30 @@ func (d *durable) stampedLocked(cl *client, o session.Outbound, pm *persistence.
 // fail, the session forgets the stamp it remembered on taking the
 // message: the copy its publisher's node sends again (the failure
 // refuses the first) must then be taken and stored, not passed over as
-// one the session holds. Its unit is never voided (the stamp's record is
-// never cancelled), so it need not be a Voider as its conn is.
+// one the session holds. The entry itself, held until stored (a QoS 2
+// entry waits for its unit before it is sent), goes too, so that the
+// client gets the one stored copy only. Its unit is never voided (the
+// stamp's record is never cancelled), so it need not be a Voider as its
+// conn is.
 type stampedUnit struct {
+	srv    *Server
 	owner  *conn // nil: none
 	cl     *client
 	stamp  session.Stamp
 	expiry int64
+	held   bool
+	seq    uint64
 }
 
-// StoreFailed implements persistence.Owner, on the committer's goroutine.
+// StoreFailed implements persistence.Owner, on the committer's goroutine,
+// before the unit's then lets held entries go.
 func (u *stampedUnit) StoreFailed(ticket uint64, err error) {
 	u.cl.mu.Lock()
 	u.cl.sess.Forget(u.stamp, u.expiry)
+	if u.held {
+		u.cl.sess.TakeIf(func(o *session.Outbound) bool { return o.Seq == u.seq }, &u.srv.queueBudget)
+		u.srv.accountQueueLocked(u.cl)
+	}
 	u.cl.mu.Unlock()
 	if u.owner != nil {
 		u.owner.StoreFailed(ticket, err)
