@@ -247,9 +247,9 @@ func (b *bridgeRun) serveLink(nc net.Conn, ack *packets.Connack, addr bridge.Add
 	c.version = b.version()
 	c.info.ClientID = b.id
 	c.expiry = bridgeExpiry
-	c.keepAlive = b.cfg.KeepAlive
+	c.keepAlive = uint16(b.cfg.KeepAlive / time.Second) // whole seconds (bridge.Config.Validate)
 	if ack.Properties.Has(packets.PropServerKeepAlive) {
-		c.keepAlive = time.Duration(ack.Properties.ServerKeepAlive) * time.Second
+		c.keepAlive = ack.Properties.ServerKeepAlive
 	}
 	if ack.Properties.Has(packets.PropMaximumPacketSize) {
 		c.maxOut = ack.Properties.MaximumPacketSize
@@ -296,7 +296,7 @@ func (b *bridgeRun) serveLink(nc net.Conn, ack *packets.Connack, addr bridge.Add
 	b.subscribeRemote(c)
 	var tick <-chan time.Time
 	if c.keepAlive > 0 {
-		t := time.NewTicker(c.keepAlive)
+		t := time.NewTicker(c.keepAliveLimit())
 		defer t.Stop()
 		tick = t.C
 	}

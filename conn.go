@@ -56,31 +56,38 @@ type conn struct {
 	// persistence group open, which stops every commit: it must not wait
 	// for the cluster's outgoing queue (toCluster). The reader's own.
 	committing bool
-	// fwd is set while the reader routes a new QoS 2 message of a stored
-	// session in a cluster with replicated sessions, for toCluster to
-	// stamp it (cluster_qos2.go). The reader's own.
-	fwd *qos2Forward
 	// lingerDue: the reader told the client why it ends the connection
 	// with a DISCONNECT, and reads what is still in flight before the
 	// close (linger.go). The reader's own.
 	lingerDue bool
+	// keepAlive is the keepalive in seconds, as CONNECT has it (or the
+	// server's cap of it); 0 means none. Two bytes where a Duration took
+	// eight: with the small fields around it, conn fills 256 bytes, a
+	// size class, not 288.
+	keepAlive uint16
 	// maxOut is the 5.0 client's Maximum Packet Size: a PUBLISH larger
 	// than it is not sent [MQTT-3.1.2-24]. 0 means no limit.
 	maxOut uint32
-	// info is the client as the Authenticator and Authorizer know it,
-	// filled in by the reader up to CONNECT and not changed after it:
-	// the session's client.who then points at it too. It is allocated
-	// apart, so that an offline session keeping it does not pin conn.
-	info      *auth.ClientInfo
-	cl        *client
-	keepAlive time.Duration
-	will      *session.Message
 	// expiry is the session expiry interval in seconds, as CONNECT (or a
 	// 5.0 DISCONNECT) set it and the limits capped it: 0 for a clean
 	// session.
 	expiry uint32
+	// fwd is set while the reader routes a new QoS 2 message of a stored
+	// session in a cluster with replicated sessions, for toCluster to
+	// stamp it (cluster_qos2.go). The reader's own.
+	fwd *qos2Forward
+	// info is the client as the Authenticator and Authorizer know it,
+	// filled in by the reader up to CONNECT and not changed after it:
+	// the session's client.who then points at it too. It is allocated
+	// apart, so that an offline session keeping it does not pin conn.
+	info *auth.ClientInfo
+	cl   *client
+	will *session.Message
 	// willDelay is the 5.0 will's Will Delay Interval, in seconds.
 	willDelay uint32
+	// idlePos is the connection's place in its idle wheel slot, guarded
+	// by the wheel's lock.
+	idlePos int32
 	// willRef is the will's record in the cluster (cluster_will.go),
 	// zero without one; claimRev the revision of this connection's claim
 	// of its client id (cluster_owner.go).
@@ -90,6 +97,9 @@ type conn struct {
 	// was open (a takeover), so a will with a delay is not published
 	// [MQTT-3.1.2-8]. Under the server's mu.
 	succeeded bool
+	// rstate is readerIdle, readerRunning, ... (conn_read_linux.go); here,
+	// beside succeeded, where it costs no padding.
+	rstate atomic.Int32
 	// aliases is the connection's topic alias tables (alias.go): set at
 	// CONNECT when the client takes aliases, or by the reader when the
 	// client first sets one; deliveries read it.
@@ -99,12 +109,6 @@ type conn struct {
 	// framing is set while a packet has started to arrive and is not
 	// complete (events): the idle limit is then limits.frame_timeout.
 	framing atomic.Bool
-	// idlePos is the connection's place in its idle wheel slot, guarded
-	// by the wheel's lock.
-	idlePos int32
-	// rstate is readerIdle, readerRunning, ... (conn_read_linux.go); here,
-	// beside the other 4-byte fields, where it costs no padding.
-	rstate atomic.Int32
 
 	dropWarned throttle // unix nanos of the last outbox-full warning
 	// held are the acknowledgements waiting for the store (durable.go);
@@ -123,6 +127,9 @@ func (c *conn) link() *bridgeRun {
 	}
 	return c.cl.bridge.Load()
 }
+
+// keepAliveLimit is the keepalive as a duration; 0 means none.
+func (c *conn) keepAliveLimit() time.Duration { return time.Duration(c.keepAlive) * time.Second }
 
 func newConn(s *Server, nc net.Conn, listenerName string) *conn {
 	c := &conn{

@@ -271,9 +271,9 @@ func (c *conn) readBody(n int) ([]byte, error) {
 	framed := c.cl != nil
 	if framed {
 		deadline := time.Now().Add(s.limits().FrameTimeout)
-		if c.keepAlive > 0 {
-			slack := min(c.keepAlive/2, time.Second)
-			deadline = minTime(deadline, c.bl.deadlineSet.Add(c.keepAlive*3/2+slack))
+		if ka := c.keepAliveLimit(); ka > 0 {
+			slack := min(ka/2, time.Second)
+			deadline = minTime(deadline, c.bl.deadlineSet.Add(ka*3/2+slack))
 		}
 		c.nc.SetReadDeadline(deadline)
 		c.bl.deadlineSet = time.Time{} // the next refresh sets the keepalive's again

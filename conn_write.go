@@ -66,8 +66,11 @@ type outbox struct {
 	// roomCh is closed by the writer when a completed write leaves room,
 	// for publishers stalled on a full outbox; stuck is set when a stall
 	// timed out and cleared by the next completed write.
-	roomCh   chan struct{}
-	inWrite  int // bytes the writer has taken and not finished writing
+	roomCh chan struct{}
+	// inWrite is the bytes the writer has taken and not finished
+	// writing: at most max_outbox_bytes (≤ 1 GiB) and a frame, so an
+	// int32, which keeps the outbox, and conn, a word smaller.
+	inWrite  int32
 	max      int32
 	writing  bool // a writer owns the socket
 	deferred bool // frames were added without waking a writer
@@ -380,7 +383,7 @@ func (o *outbox) answersWait() bool {
 }
 
 func (o *outbox) pendingLocked() int {
-	n := o.inWrite
+	n := int(o.inWrite)
 	if o.buf != nil {
 		n += len(o.buf.b)
 	}
@@ -453,7 +456,7 @@ func (o *outbox) take(total *atomic.Int64) (*frameBuf, bool) {
 	}
 	f := o.buf
 	o.buf, o.spare = o.spare, nil
-	o.inWrite = len(f.b)
+	o.inWrite = int32(len(f.b))
 	return f, true
 }
 

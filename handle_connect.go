@@ -97,7 +97,7 @@ func (c *conn) acceptConnect(cp *packets.Connect, stamp uint32) error {
 		c.refuse(packets.QuotaExceeded) // only 5.0 has user properties
 		return closing(CloseConnectRefused, errors.New("will with too many user properties"))
 	}
-	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
+	c.keepAlive = cp.KeepAlive
 	c.noProblemInfo = cp.Properties.Has(packets.PropRequestProblemInfo) && cp.Properties.RequestProblemInfo == 0
 	if cp.Properties.Has(packets.PropMaximumPacketSize) {
 		c.maxOut = cp.Properties.MaximumPacketSize
@@ -404,7 +404,7 @@ func (s *Server) connackProperties(c *conn, cp *packets.Connect) packets.Propert
 	if most := s.maxKeepAlive(); cp.KeepAlive == 0 || int(cp.KeepAlive) > most {
 		p.ServerKeepAlive = uint16(most)
 		p.Set(packets.PropServerKeepAlive)
-		c.keepAlive = time.Duration(most) * time.Second
+		c.keepAlive = uint16(most)
 	}
 	return p
 }

@@ -204,7 +204,7 @@ func snapshot(c *conn) outboxSnapshot {
 	o := &c.out
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	st := outboxSnapshot{buf: o.buf, spare: o.spare, inWrite: o.inWrite,
+	st := outboxSnapshot{buf: o.buf, spare: o.spare, inWrite: int(o.inWrite),
 		writing: o.writing, deferred: o.deferred, closed: o.closed, stuck: o.stuck}
 	if o.buf != nil {
 		st.buffered = len(o.buf.b)

@@ -194,7 +194,7 @@ func clientState(cl *client) (st ClientState, ok bool) {
 	if c := cl.conn; c != nil {
 		// Set before attach made c the session's connection, and not
 		// changed since.
-		st.Connected, st.KeepAlive = true, int(c.keepAlive/time.Second)
+		st.Connected, st.KeepAlive = true, int(c.keepAlive)
 		st.BytesIn, st.BytesOut = c.bytesIn.Load(), c.bytesOut.Load()
 	}
 	st.Persistent = !cl.clean

@@ -27,12 +27,13 @@ func (c *conn) refreshDeadline() {
 		return
 	}
 	now := time.Now()
-	slack := min(c.keepAlive/2, time.Second)
+	ka := c.keepAliveLimit()
+	slack := min(ka/2, time.Second)
 	if now.Sub(c.bl.deadlineSet) < slack {
 		return
 	}
 	c.bl.deadlineSet = now
-	c.nc.SetReadDeadline(now.Add(c.keepAlive*3/2 + slack))
+	c.nc.SetReadDeadline(now.Add(ka*3/2 + slack))
 }
 
 // startKeepAlive moves the connection from the connect timeout to its
@@ -42,7 +43,7 @@ func (c *conn) startKeepAlive() {
 		c.probeDeadPeer()
 	}
 	if c.ev != nil {
-		c.watchIdle(c.keepAlive * 3 / 2) // [MQTT-3.1.2-24]
+		c.watchIdle(c.keepAliveLimit() * 3 / 2) // [MQTT-3.1.2-24]
 		return
 	}
 	c.nc.SetReadDeadline(time.Time{})

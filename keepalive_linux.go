@@ -235,7 +235,7 @@ func (c *conn) trackFrame(completed bool) {
 		return
 	}
 	c.framing.Store(partial)
-	limit := c.keepAlive * 3 / 2
+	limit := c.keepAliveLimit() * 3 / 2
 	if partial {
 		if frame := c.srv.limits().FrameTimeout; limit == 0 || frame < limit {
 			limit = frame
