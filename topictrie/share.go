@@ -133,7 +133,7 @@ func (t *Trie[K, V]) ShareMember(group, filter string, m Message, skip func(K) b
 	if i < 0 {
 		return Sub[K, V]{}, false
 	}
-	g := n.groups[i]
+	g := n.wild.groups[i]
 	members := g.members.items
 	first := t.strategy.Choose(&g.state, len(members), m)
 	for k := range members {

@@ -170,7 +170,7 @@ func TestSticky(t *testing.T) {
 			}
 		}
 		other := -1
-		for _, e := range tr.root.lookup("t").groups[0].members.items {
+		for _, e := range tr.root.lookup("t").groups()[0].members.items {
 			if e.key != s {
 				other = e.key
 			}

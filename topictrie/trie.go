@@ -47,18 +47,66 @@ type Trie[K comparable, V any] struct {
 	strategy Strategy
 }
 
-// node is one level of the trie. The + and # levels have their own
-// pointers so matching never looks them up by name.
+// node is one level of the trie.
 type node[K comparable, V any] struct {
 	children levels[node[K, V]]
-	plus     *node[K, V]
-	hash     *node[K, V]
-	parent   *node[K, V]
+	// wild is the node's + and # children and share groups, nil when it
+	// has none: the leaves of a large trie (a filter per device) have
+	// none, and a node is 96 bytes without them where it was 128.
+	wild   *wild[K, V]
+	parent *node[K, V]
 	// filter is the whole filter down to this node, a substring of the
 	// first filter that created it; the node's level is its last level.
 	filter string
 	subs   set[K, V]
+}
+
+// wild is what a node has beside its literal children and subscriptions.
+// The + and # levels have their own pointers so matching never looks them
+// up by name.
+type wild[K comparable, V any] struct {
+	plus   *node[K, V]
+	hash   *node[K, V]
 	groups []*group[K, V]
+}
+
+// plus is n's + child, or nil.
+func (n *node[K, V]) plus() *node[K, V] {
+	if n.wild == nil {
+		return nil
+	}
+	return n.wild.plus
+}
+
+// hash is n's # child, or nil.
+func (n *node[K, V]) hash() *node[K, V] {
+	if n.wild == nil {
+		return nil
+	}
+	return n.wild.hash
+}
+
+// groups is n's share groups.
+func (n *node[K, V]) groups() []*group[K, V] {
+	if n.wild == nil {
+		return nil
+	}
+	return n.wild.groups
+}
+
+// wilds returns n's wild, allocating it on first use.
+func (n *node[K, V]) wilds() *wild[K, V] {
+	if n.wild == nil {
+		n.wild = new(wild[K, V])
+	}
+	return n.wild
+}
+
+// dropWild frees n's wild once it holds nothing.
+func (n *node[K, V]) dropWild() {
+	if w := n.wild; w != nil && w.plus == nil && w.hash == nil && len(w.groups) == 0 {
+		n.wild = nil
+	}
 }
 
 // group is one share group on one topic filter.
@@ -146,14 +194,16 @@ func (t *Trie[K, V]) Unsubscribe(filter string, key K) bool {
 		if gi < 0 {
 			return false
 		}
-		g := n.groups[gi]
+		w := n.wild
+		g := w.groups[gi]
 		if !t.removeFrom(&g.members, key, &g.state) {
 			return false
 		}
 		if len(g.members.items) == 0 {
-			last := len(n.groups) - 1
-			n.groups[gi], n.groups[last] = n.groups[last], nil
-			n.groups = n.groups[:last]
+			last := len(w.groups) - 1
+			w.groups[gi], w.groups[last] = w.groups[last], nil
+			w.groups = w.groups[:last]
+			n.dropWild()
 		}
 	}
 	n.prune()
@@ -225,15 +275,15 @@ func (t *Trie[K, V]) match(n *node[K, V], rest string, dollar bool, m Message, i
 		if !last {
 			level = rest[:i]
 		}
-		if !dollar {
-			if n.hash != nil {
-				into = t.collect(n.hash, m, into)
+		if w := n.wild; w != nil && !dollar {
+			if w.hash != nil {
+				into = t.collect(w.hash, m, into)
 			}
-			if n.plus != nil {
+			if w.plus != nil {
 				if last {
-					into = t.terminal(n.plus, m, into)
+					into = t.terminal(w.plus, m, into)
 				} else {
-					into = t.match(n.plus, rest[i+1:], false, m, into)
+					into = t.match(w.plus, rest[i+1:], false, m, into)
 				}
 			}
 		}
@@ -253,8 +303,8 @@ func (t *Trie[K, V]) match(n *node[K, V], rest string, dollar bool, m Message, i
 // its # child, since "a/#" matches "a".
 func (t *Trie[K, V]) terminal(n *node[K, V], m Message, into []Sub[K, V]) []Sub[K, V] {
 	into = t.collect(n, m, into)
-	if n.hash != nil {
-		into = t.collect(n.hash, m, into)
+	if h := n.hash(); h != nil {
+		into = t.collect(h, m, into)
 	}
 	return into
 }
@@ -264,10 +314,10 @@ func (t *Trie[K, V]) collect(n *node[K, V], m Message, into []Sub[K, V]) []Sub[K
 		e := &n.subs.items[i]
 		into = append(into, Sub[K, V]{Key: e.key, Value: e.value, Filter: n.filter, KeyID: e.id})
 	}
-	if m.plain {
+	if m.plain || n.wild == nil {
 		return into
 	}
-	for _, g := range n.groups {
+	for _, g := range n.wild.groups {
 		e := &g.members.items[t.strategy.Choose(&g.state, len(g.members.items), m)]
 		into = append(into, Sub[K, V]{Key: e.key, Value: e.value, Filter: n.filter, Group: g.name, KeyID: e.id})
 	}
@@ -293,9 +343,9 @@ func (n *node[K, V]) descend(filter string) *node[K, V] {
 			c = &node[K, V]{parent: n, filter: filter[:end]}
 			switch level {
 			case "+":
-				n.plus = c
+				n.wilds().plus = c
 			case "#":
-				n.hash = c
+				n.wilds().hash = c
 			default:
 				n.children.put(level, c)
 			}
@@ -324,15 +374,15 @@ func (n *node[K, V]) lookup(filter string) *node[K, V] {
 func (n *node[K, V]) child(level string) *node[K, V] {
 	switch level {
 	case "+":
-		return n.plus
+		return n.plus()
 	case "#":
-		return n.hash
+		return n.hash()
 	}
 	return n.children.get(level)
 }
 
 func (n *node[K, V]) findGroup(name string) int {
-	for i, g := range n.groups {
+	for i, g := range n.groups() {
 		if g.name == name {
 			return i
 		}
@@ -343,23 +393,25 @@ func (n *node[K, V]) findGroup(name string) int {
 // group returns the share group called name, creating it.
 func (n *node[K, V]) group(name string) *group[K, V] {
 	if i := n.findGroup(name); i >= 0 {
-		return n.groups[i]
+		return n.wild.groups[i]
 	}
 	g := &group[K, V]{name: strings.Clone(name)} // its own copy, as node keys
-	n.groups = append(n.groups, g)
+	w := n.wilds()
+	w.groups = append(w.groups, g)
 	return g
 }
 
 // prune removes n and its ancestors while they hold nothing.
 func (n *node[K, V]) prune() {
-	for n.parent != nil && len(n.subs.items) == 0 && len(n.groups) == 0 &&
-		n.children.len() == 0 && n.plus == nil && n.hash == nil {
+	for n.parent != nil && len(n.subs.items) == 0 && n.wild == nil && n.children.len() == 0 {
 		p := n.parent
 		switch n {
-		case p.plus:
-			p.plus = nil
-		case p.hash:
-			p.hash = nil
+		case p.plus():
+			p.wild.plus = nil
+			p.dropWild()
+		case p.hash():
+			p.wild.hash = nil
+			p.dropWild()
 		default:
 			level := n.filter
 			if p.parent != nil {

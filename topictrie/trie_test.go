@@ -167,7 +167,7 @@ func TestUnsubscribe(t *testing.T) {
 	if tr.Len() != 0 || len(tr.keys.ids) != 0 {
 		t.Errorf("Len = %d, key ids = %d after removing everything", tr.Len(), len(tr.keys.ids))
 	}
-	if tr.root.children.len() != 0 || tr.root.plus != nil || tr.root.hash != nil {
+	if tr.root.children.len() != 0 || tr.root.wild != nil {
 		t.Error("empty nodes were not pruned")
 	}
 }
