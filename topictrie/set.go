@@ -73,23 +73,28 @@ func (s *set[K, V]) remove(i int) (movedFrom int) {
 // that match results can be grouped by key by sorting integers. IDs of keys
 // without subscriptions are reused.
 type keyIDs[K comparable] struct {
-	ids  map[K]*keyRef
+	// ids holds the refs by value: 8 bytes in the map's slot, where a
+	// pointer to them cost another 16-byte allocation per subscriber.
+	ids  map[K]keyRef
 	free []uint32
 	next uint32
 }
 
 type keyRef struct {
-	id   uint32
-	refs int
+	id uint32
+	// refs is the key's subscriptions: 4 billion would take more memory
+	// than any broker has.
+	refs uint32
 }
 
 func (k *keyIDs[K]) acquire(key K) uint32 {
 	if r, ok := k.ids[key]; ok {
 		r.refs++
+		k.ids[key] = r
 		return r.id
 	}
 	if k.ids == nil {
-		k.ids = make(map[K]*keyRef)
+		k.ids = make(map[K]keyRef)
 	}
 	var id uint32
 	if n := len(k.free); n > 0 {
@@ -98,7 +103,7 @@ func (k *keyIDs[K]) acquire(key K) uint32 {
 		id = k.next
 		k.next++
 	}
-	k.ids[key] = &keyRef{id: id, refs: 1}
+	k.ids[key] = keyRef{id: id, refs: 1}
 	return id
 }
 
@@ -107,5 +112,7 @@ func (k *keyIDs[K]) release(key K) {
 	if r.refs--; r.refs == 0 {
 		delete(k.ids, key)
 		k.free = append(k.free, r.id)
+		return
 	}
+	k.ids[key] = r
 }
