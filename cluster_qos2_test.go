@@ -23,15 +23,8 @@ func TestClusterQoS2SentAgainOnce(t *testing.T) {
 	for _, again := range []int{0, 1} {
 		t.Run(fmt.Sprintf("on node %d", again+1), func(t *testing.T) {
 			t.Parallel()
-			urls := natstest.Cluster(t, 3)
-			dirs := []string{t.TempDir(), t.TempDir()}
-			nodes := []*broker{startReplicated(t, urls, dirs, 0), startReplicated(t, urls, dirs, 1)}
-			a, b := nodes[0], nodes[1]
-			cp := expiringConnect("dev", 600)
-			cp.ProtocolName, cp.ProtocolVersion = "MQTT", packets.V5
-			dev := connectSubscribed(t, cp, b.addr, packets.Subscription{Filter: "t/#", Options: packets.SubOptions{QoS: 2}})
-			dev.send(&packets.Disconnect{})
-			awaitInterest(t, b.addr, a.addr)
+			a, b := devOnNode2(t, 2)
+			nodes := []*broker{a, b}
 
 			pub := connectRawSession(t, a.addr, "pub", false, false)
 			a.srv.SetClusterConfirmTimeout(200 * time.Millisecond)
@@ -43,25 +36,14 @@ func TestClusterQoS2SentAgainOnce(t *testing.T) {
 
 			pub = connectRawSession(t, nodes[again].addr, "pub", false, true)
 			m1.Dup = true
-			pub.send(m1)
-			expectAck(pub, packets.TypePubrec, 1, 0)
-			pub.send(&packets.Pubrel{PacketID: 1})
-			expectAck(pub, packets.TypePubcomp, 1, 0)
-			pub.send(&packets.Publish{Topic: "t/2", QoS: 2, PacketID: 2, Payload: []byte("m2")})
-			expectAck(pub, packets.TypePubrec, 2, 0)
-			pub.send(&packets.Pubrel{PacketID: 2})
-			expectAck(pub, packets.TypePubcomp, 2, 0)
+			completeQoS2(t, pub, m1)
+			completeQoS2(t, pub, &packets.Publish{Topic: "t/2", QoS: 2, PacketID: 2, Payload: []byte("m2")})
 
 			dev, ack := connectReply(t, b.addr, packets.V5, expiringConnect("dev", 600))
 			if !ack.SessionPresent {
 				t.Fatalf("CONNACK %+v: want the session present", ack)
 			}
-			for _, want := range []string{"m1", "m2"} {
-				p, ok := dev.read().(*packets.Publish)
-				if !ok || string(p.Payload) != want {
-					t.Fatalf("got %+v, want %s once, in order", p, want)
-				}
-			}
+			readPayloads(t, dev, "m1", "m2")
 			resent, _ := nodes[again].srv.Cluster()
 			sb, _ := b.srv.Cluster()
 			if resent.QoS2Resent != 1 || sb.QoS2Duplicates != 1 {
@@ -81,15 +63,7 @@ func TestClusterQoS2SentAgainOnce(t *testing.T) {
 // one its session held.
 func TestClusterQoS2StoreFailed(t *testing.T) {
 	t.Parallel()
-	urls := natstest.Cluster(t, 3)
-	dirs := []string{t.TempDir(), t.TempDir()}
-	a, b := startReplicated(t, urls, dirs, 0), startReplicated(t, urls, dirs, 1)
-	cp := expiringConnect("dev", 600)
-	cp.ProtocolName, cp.ProtocolVersion = "MQTT", packets.V5
-	dev := connectSubscribed(t, cp, b.addr, packets.Subscription{Filter: "t/#", Options: packets.SubOptions{QoS: 2}})
-	dev.send(&packets.Disconnect{})
-	awaitInterest(t, b.addr, a.addr)
-
+	a, b := devOnNode2(t, 2)
 	pub := connectRawSession(t, a.addr, "pub", false, false)
 	restore := b.srv.FailCommits(errors.New("test: the store is gone"))
 	m1 := &packets.Publish{Topic: "t/1", QoS: 2, PacketID: 1, Payload: []byte("m1")}
@@ -99,27 +73,13 @@ func TestClusterQoS2StoreFailed(t *testing.T) {
 
 	pub = connectRawSession(t, a.addr, "pub", false, true)
 	m1.Dup = true
-	pub.send(m1)
-	expectAck(pub, packets.TypePubrec, 1, 0)
-	pub.send(&packets.Pubrel{PacketID: 1})
-	expectAck(pub, packets.TypePubcomp, 1, 0)
+	completeQoS2(t, pub, m1)
 
 	// On node 2 the copy whose unit failed went with its stamp: the
 	// client gets m1 once, then m2, and acknowledges neither.
-	dev, _ = connectReply(t, b.addr, packets.V5, expiringConnect("dev", 600))
-	pub.send(&packets.Publish{Topic: "t/2", QoS: 2, PacketID: 2, Payload: []byte("m2")})
-	expectAck(pub, packets.TypePubrec, 2, 0)
-	pub.send(&packets.Pubrel{PacketID: 2})
-	expectAck(pub, packets.TypePubcomp, 2, 0)
-	expectPayloads := func(where string) {
-		t.Helper()
-		for _, want := range []string{"m1", "m2"} {
-			if p, ok := dev.read().(*packets.Publish); !ok || string(p.Payload) != want {
-				t.Fatalf("%s: got %+v, want m1 once, then m2", where, p)
-			}
-		}
-	}
-	expectPayloads("node 2")
+	dev, _ := connectReply(t, b.addr, packets.V5, expiringConnect("dev", 600))
+	completeQoS2(t, pub, &packets.Publish{Topic: "t/2", QoS: 2, PacketID: 2, Payload: []byte("m2")})
+	readPayloads(t, dev, "m1", "m2")
 	dev.send(&packets.Disconnect{})
 	dev.expectClosed()
 	b.stop()
@@ -129,7 +89,28 @@ func TestClusterQoS2StoreFailed(t *testing.T) {
 	if !ack.SessionPresent {
 		t.Fatalf("CONNACK %+v: want dev's session, read back on node 1", ack)
 	}
-	expectPayloads("node 1")
+	readPayloads(t, dev, "m1", "m2")
+}
+
+// completeQoS2 takes p, a QoS 2 message, through its flow from pub to
+// its PUBCOMP.
+func completeQoS2(t *testing.T, pub *rawConn, p *packets.Publish) {
+	t.Helper()
+	pub.send(p)
+	expectAck(pub, packets.TypePubrec, p.PacketID, 0)
+	pub.send(&packets.Pubrel{PacketID: p.PacketID})
+	expectAck(pub, packets.TypePubcomp, p.PacketID, 0)
+}
+
+// readPayloads reads messages with these payloads from c, in order,
+// and nothing else before them.
+func readPayloads(t *testing.T, c *rawConn, payloads ...string) {
+	t.Helper()
+	for _, want := range payloads {
+		if p, ok := c.read().(*packets.Publish); !ok || string(p.Payload) != want {
+			t.Fatalf("got %+v, want %q (each of %q once, in order)", p, want, payloads)
+		}
+	}
 }
 
 // TestClusterQoS2RefusedIDFreed: a 5.0 QoS 2 message refused with 0x80

@@ -29,6 +29,22 @@ func startReplicated(t *testing.T, urls []string, dirs []string, i int) *broker 
 	return b
 }
 
+// devOnNode2 starts two nodes with replicated sessions (over three NATS
+// servers) and makes dev's persistent session (5.0, expiry 600 s, t/#
+// at qos) on node 2, offline, its subscription known on node 1.
+func devOnNode2(t *testing.T, qos byte) (a, b *broker) {
+	t.Helper()
+	urls := natstest.Cluster(t, 3)
+	dirs := []string{t.TempDir(), t.TempDir()}
+	a, b = startReplicated(t, urls, dirs, 0), startReplicated(t, urls, dirs, 1)
+	cp := expiringConnect("dev", 600)
+	cp.ProtocolName, cp.ProtocolVersion = "MQTT", packets.V5
+	dev := connectSubscribed(t, cp, b.addr, packets.Subscription{Filter: "t/#", Options: packets.SubOptions{QoS: qos}})
+	dev.send(&packets.Disconnect{})
+	awaitInterest(t, b.addr, a.addr)
+	return a, b
+}
+
 // devOnNode1 starts three nodes with replicated sessions, makes dev's
 // persistent session (5.0, expiry 600 s, t/# at QoS 1) on node 1,
 // offline, its subscription known on node 3, and returns the nodes and
@@ -245,14 +261,7 @@ func TestClusterReplicatedSessionsMovedAndRestored(t *testing.T) {
 // refusal (5.0: 0x80), which the publisher answers by sending again.
 func TestClusterConfirmedPublish(t *testing.T) {
 	t.Parallel()
-	urls := natstest.Cluster(t, 3)
-	dirs := []string{t.TempDir(), t.TempDir()}
-	a, b := startReplicated(t, urls, dirs, 0), startReplicated(t, urls, dirs, 1)
-	cp := expiringConnect("dev", 600)
-	cp.ProtocolName, cp.ProtocolVersion = "MQTT", packets.V5
-	dev := connectSubscribed(t, cp, b.addr, packets.Subscription{Filter: "t/#", Options: packets.SubOptions{QoS: 1}})
-	dev.send(&packets.Disconnect{})
-	awaitInterest(t, b.addr, a.addr)
+	a, b := devOnNode2(t, 1)
 	pub, _ := connectReply(t, a.addr, packets.V5, &packets.Connect{ClientID: "pub", CleanStart: true})
 
 	release := b.srv.HoldCommits()
