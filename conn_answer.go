@@ -265,7 +265,7 @@ func (c *conn) Voided(ticket uint64) {
 // forgotten.
 func (c *conn) releaseWith(t uint64, settle func(h *heldAnswers)) {
 	h := c.held
-	var refusedQoS2 []uint16
+	var refusedQoS2, unstored []uint16
 	var fatal error
 	h.mu.Lock()
 	settle(h)
@@ -273,11 +273,13 @@ func (c *conn) releaseWith(t uint64, settle func(h *heldAnswers)) {
 	for n < len(h.queue) && (h.queue[n].to == 0 || !h.pendingIn(h.queue[n].from, h.queue[n].to)) {
 		e := &h.queue[n]
 		if err := h.failedIn(e.from, e.to); err != nil {
-			var ok bool
-			if ok, e.p = c.refuseStored(e.packet(), err); !ok {
+			ok, refused := c.refuseStored(e.packet(), err)
+			if !ok {
 				fatal = err
+				unstored = h.unstoredQoS2(n)
 				break
 			}
+			e.p = refused
 			c.srv.stats.storeRefused.Add(1)
 			if rec, isRec := e.p.(*packets.Pubrec); isRec {
 				refusedQoS2 = append(refusedQoS2, rec.PacketID)
@@ -311,6 +313,9 @@ func (c *conn) releaseWith(t uint64, settle func(h *heldAnswers)) {
 	h.failures = kept
 	h.mu.Unlock()
 	if fatal != nil {
+		if len(unstored) > 0 {
+			c.freeRefused(unstored)
+		}
 		c.srv.stats.storeRefused.Add(1)
 		// Not on the committer's goroutine: telling a 5.0 client may wait
 		// for its outbox to drain.
@@ -344,6 +349,34 @@ func (c *conn) freeRefused(ids []uint16) {
 			c.srv.dur.oneLocked(persistence.DeleteAwaitingRel(c.cl.id, id), nil)
 		}
 	}
+}
+
+// unstoredQoS2 returns the packet ids of the PUBRECs from the queue's
+// entry n on whose units failed to be stored here (not those only
+// another node did not confirm: their Forward stays, for the DUP to be
+// routed again under its stamp). The connection closes over the first,
+// a 3.1.1 client's refusal, and these ids are let go of, so that the
+// client's DUP of each is routed as the new message it is, not taken for
+// one the broker holds: its deliveries here failed with the id (and
+// left their sessions, failedDelivery). The caller holds h.mu.
+//
+//go:noinline
+func (h *heldAnswers) unstoredQoS2(n int) []uint16 {
+	var ids []uint16
+	for i := n; i < len(h.queue); i++ {
+		e := &h.queue[i]
+		rec, ok := e.packet().(*packets.Pubrec)
+		if !ok {
+			continue
+		}
+		for _, f := range h.failures {
+			if f.ticket > e.from && f.ticket <= e.to && !errors.Is(f.err, errNotConfirmed) {
+				ids = append(ids, rec.PacketID)
+				break
+			}
+		}
+	}
+	return ids
 }
 
 // failedIn returns the error of a unit in (from, to], if one failed. The

@@ -106,7 +106,7 @@ func (s *Server) deliverToSession(cl *client, m *session.Message, qos byte, reta
 			then = s.stableThen(cl, o.Seq)
 		}
 		if stamp.IsZero() {
-			s.dur.deliveredLocked(cl, o, enc.stored, enc.owner, then)
+			s.dur.deliveredLocked(s, cl, o, enc.stored, enc.owner, then)
 		} else {
 			s.dur.stampedLocked(s, cl, o, enc.stored, enc.owner, then, enc.stamp, enc.stampExpiry)
 		}

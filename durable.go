@@ -178,8 +178,10 @@ func outboundOf(o session.Outbound, msgID uint64) persistence.Outbound {
 
 // deliveredLocked writes an entry a stored session took (sent or
 // queued); pm is the message's stored form when the caller has it. then,
-// if not nil, is called once it is stored. The caller holds cl.mu.
-func (d *durable) deliveredLocked(cl *client, o session.Outbound, pm *persistence.Message, owner *conn, then func()) {
+// if not nil, is called once it is stored: the entry is held unsent until
+// then, and leaves the session if its unit fails (failedDelivery). The
+// caller holds cl.mu.
+func (d *durable) deliveredLocked(srv *Server, cl *client, o session.Outbound, pm *persistence.Message, owner *conn, then func()) {
 	if pm == nil {
 		pm = d.stored(o.Msg)
 	}
@@ -188,7 +190,12 @@ func (d *durable) deliveredLocked(cl *client, o session.Outbound, pm *persistenc
 		persistence.PutOutbound(cl.id, outboundOf(o, pm.ID)),
 	}
 	ops[1].Remote = cl.bridge.Load() != nil
-	d.addDelivered(&persistence.Batch{Ops: ops[:]}, owner, then)
+	if then == nil {
+		d.add(&persistence.Batch{Ops: ops[:]}, owner, true)
+		return
+	}
+	u := &failedDelivery{srv: srv, owner: owner, cl: cl, held: true, seq: o.Seq}
+	d.addUnit(&persistence.Batch{Ops: ops[:]}, owner, u, then)
 }
 
 // stampedLocked is deliveredLocked for a stamped message (cluster_qos2.go):
@@ -207,24 +214,24 @@ func (d *durable) stampedLocked(srv *Server, cl *client, o session.Outbound, pm 
 		persistence.PutStamp(cl.id, stamp, expiry),
 	}
 	ops[1].Remote = cl.bridge.Load() != nil
-	u := &stampedUnit{srv: srv, owner: owner, cl: cl, stamp: session.Stamp(stamp), expiry: expiry, held: then != nil, seq: o.Seq}
+	u := &failedDelivery{srv: srv, owner: owner, cl: cl, stamp: session.Stamp(stamp), expiry: expiry, held: then != nil, seq: o.Seq}
 	d.addUnit(&persistence.Batch{Ops: ops[:]}, owner, u, then)
 }
 
-// stampedUnit is the Owner of a stamped delivery's unit. Should the unit
-// fail, the session forgets the stamp it remembered on taking the
-// message: the copy its publisher's node sends again (the failure
-// refuses the first) must then be taken and stored, not passed over as
-// one the session holds. The entry itself, held until stored (a QoS 2
-// entry waits for its unit before it is sent), goes too, so that the
-// client gets the one stored copy only. Its unit is never voided (the
-// stamp's record is never cancelled), so it need not be a Voider as its
-// conn is.
-type stampedUnit struct {
+// failedDelivery is the Owner of the unit of a held or stamped delivery:
+// should the unit fail, what the session took with it goes, so that the
+// copy its publisher sends again (the failure refuses the first) is
+// taken, stored and delivered once. A held entry (a QoS 2 entry waits
+// for its unit before it is sent) leaves the session; a stamp is
+// forgotten, or the second copy would be passed over as one the session
+// holds. Its unit is never voided (neither a QoS 2 entry nor a stamp's
+// record is cancelled by an acknowledgement), so it need not be a Voider
+// as its conn is.
+type failedDelivery struct {
 	srv    *Server
 	owner  *conn // nil: none
 	cl     *client
-	stamp  session.Stamp
+	stamp  session.Stamp // zero: none
 	expiry int64
 	held   bool
 	seq    uint64
@@ -232,9 +239,11 @@ type stampedUnit struct {
 
 // StoreFailed implements persistence.Owner, on the committer's goroutine,
 // before the unit's then lets held entries go.
-func (u *stampedUnit) StoreFailed(ticket uint64, err error) {
+func (u *failedDelivery) StoreFailed(ticket uint64, err error) {
 	u.cl.mu.Lock()
-	u.cl.sess.Forget(u.stamp, u.expiry)
+	if !u.stamp.IsZero() {
+		u.cl.sess.Forget(u.stamp, u.expiry)
+	}
 	if u.held {
 		u.cl.sess.TakeIf(func(o *session.Outbound) bool { return o.Seq == u.seq }, &u.srv.queueBudget)
 		u.srv.accountQueueLocked(u.cl)
@@ -243,20 +252,6 @@ func (u *stampedUnit) StoreFailed(ticket uint64, err error) {
 	if u.owner != nil {
 		u.owner.StoreFailed(ticket, err)
 	}
-}
-
-// addDelivered adds a delivery's unit b, with then to call once it is
-// applied (nil: none).
-func (d *durable) addDelivered(b *persistence.Batch, owner *conn, then func()) {
-	if then == nil {
-		d.add(b, owner, true)
-		return
-	}
-	var u persistence.Owner
-	if owner != nil {
-		u = owner
-	}
-	d.addUnit(b, owner, u, then)
 }
 
 // addUnit adds b, whose failure u is told of, covering owner's next

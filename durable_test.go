@@ -115,6 +115,39 @@ func TestStoreErrorNotAcknowledged(t *testing.T) {
 	}
 }
 
+// TestStoreErrorQoS2SentAgain: a 3.1.1 QoS 2 message whose store failed
+// closes its publisher's connection, and is then neither held by its
+// packet id nor left in the subscriber's session: the publisher's DUP is
+// routed, stored and delivered once, and is there after a restart.
+// Before, the id stayed taken in memory, so the DUP was acknowledged
+// without being routed while the subscriber's copy was never stored.
+func TestStoreErrorQoS2SentAgain(t *testing.T) {
+	t.Parallel()
+	g := newGatedStore()
+	b := startBroker(t, mqttd.Options{Store: g})
+	sub := connectRawSession(t, b.addr, "sub", false, false)
+	sub.send(&packets.Subscribe{PacketID: 1, Subscriptions: []packets.Subscription{{Filter: "keep/#", Options: packets.SubOptions{QoS: 2}}}})
+	sub.read()
+	pub := connectRawSession(t, b.addr, "pub", false, false)
+
+	g.failWith(errors.New("disk on fire"))
+	m1 := &packets.Publish{QoS: 2, PacketID: 1, Topic: "keep/a", Payload: []byte("m1")}
+	pub.send(m1)
+	pub.expectClosed()
+	g.failWith(nil)
+
+	pub = connectRawSession(t, b.addr, "pub", false, true)
+	m1.Dup = true
+	completeQoS2(t, pub, m1)
+	completeQoS2(t, pub, &packets.Publish{QoS: 2, PacketID: 2, Topic: "keep/b", Payload: []byte("m2")})
+	readPayloads(t, sub, "m1", "m2") // neither acknowledged
+	b.stop()
+
+	b = startBroker(t, mqttd.Options{Store: g})
+	sub = connectRawSession(t, b.addr, "sub", false, true)
+	readPayloads(t, sub, "m1", "m2")
+}
+
 // TestIdleBrokerWritesNothing: once what clients did is stored, an idle
 // broker, pings included, commits nothing (SD cards wear out).
 func TestIdleBrokerWritesNothing(t *testing.T) {
