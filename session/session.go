@@ -55,8 +55,10 @@ const (
 // concurrent use: the broker serialises access with its own lock.
 //
 // It is kept small, since the broker holds one per client, idle or not:
-// the limits are compact, the queues are allocated on first use and the
-// subscriptions are a slice (clients typically hold a handful).
+// the limits are compact, the queues are allocated on first use, the
+// subscriptions are a slice (clients typically hold a handful) and what
+// an online client seldom has is behind one pointer, so that a Session
+// fills a 96-byte allocation.
 type Session struct {
 	ID     string
 	lim    *limits
@@ -64,17 +66,11 @@ type Session struct {
 	live   int32  // inflight entries not yet acknowledged
 	seq    uint64 // the Seq the next entry gets
 
-	q           *queues
-	awaitingRel map[uint16]*Forward // nil: nothing to send again
-	stamps      *stamps
-	subs        []Subscription
-	// subIndex finds a filter's place in subs once there are more than
-	// subIndexMin: a client with thousands of subscriptions must not make
-	// each SUBSCRIBE scan them all.
-	subIndex map[string]int
+	q        *queues
+	subs     []Subscription
 	subBytes int64 // SubscriptionCost of subs, together
 	expireAt int64 // unix nanos the session expires at while offline; 0: online, or never
-	leftAt   int64 // unix nanos its client last left; 0: not known
+	rare     *rare // nil until one of its fields is first set
 }
 
 // queues are the outbound messages: those in the window in send order
@@ -330,7 +326,10 @@ func (s *Session) Clear(b *QueueBudget) {
 	s.lim.inflight.Add(-int64(s.live))
 	s.lim.subBytes.Add(-s.subBytes)
 	s.q, s.live, s.subBytes = nil, 0, 0
-	s.awaitingRel, s.stamps, s.subs, s.subIndex = nil, nil, nil, nil
+	s.subs = nil
+	if r := s.rare; r != nil {
+		*r = rare{leftAt: r.leftAt}
+	}
 }
 
 // enter puts o, whose packet id is free, into the window. Its DUP flag
@@ -517,11 +516,16 @@ func (s *Session) SetExpireAt(at int64) { s.expireAt = at }
 func (s *Session) ExpireAt() int64 { return s.expireAt }
 
 // SetLeftAt records when the session's client left, in unix nanos.
-func (s *Session) SetLeftAt(at int64) { s.leftAt = at }
+func (s *Session) SetLeftAt(at int64) { s.more().leftAt = at }
 
 // LeftAt reports when the session's client last left, as SetLeftAt
 // recorded it; 0 when not known.
-func (s *Session) LeftAt() int64 { return s.leftAt }
+func (s *Session) LeftAt() int64 {
+	if s.rare == nil {
+		return 0
+	}
+	return s.rare.leftAt
+}
 
 // Inflight reports how many QoS 1/2 messages are in the window.
 func (s *Session) Inflight() int { return int(s.live) }
@@ -543,32 +547,3 @@ func (s *Session) QueuedBytes() int {
 	}
 	return s.q.pendingBytes
 }
-
-// ReceiveQoS2 records an inbound QoS 2 packet id. isNew is false for an id
-// already awaiting PUBREL: the message must not be routed again.
-func (s *Session) ReceiveQoS2(id uint16) (isNew bool, err error) {
-	if _, dup := s.awaitingRel[id]; dup {
-		return false, nil
-	}
-	if len(s.awaitingRel) >= int(s.lim.maxAwaitingRel) {
-		return false, ErrAwaitingRelFull
-	}
-	if s.awaitingRel == nil {
-		s.awaitingRel = make(map[uint16]*Forward)
-	}
-	s.awaitingRel[id] = nil
-	return true, nil
-}
-
-// Pubrel releases an inbound QoS 2 packet id; it reports whether the id
-// was awaiting release.
-func (s *Session) Pubrel(id uint16) bool {
-	if _, ok := s.awaitingRel[id]; !ok {
-		return false
-	}
-	delete(s.awaitingRel, id)
-	return true
-}
-
-// AwaitingRel reports how many inbound QoS 2 ids wait for PUBREL.
-func (s *Session) AwaitingRel() int { return len(s.awaitingRel) }

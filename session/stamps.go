@@ -45,10 +45,10 @@ type SeenStamp struct {
 // Seen reports whether the session took the message of st and still
 // remembers it at now (unix nanos).
 func (s *Session) Seen(st Stamp, now int64) bool {
-	if s.stamps == nil {
+	if s.rare == nil || s.rare.stamps == nil {
 		return false
 	}
-	expiry, ok := s.stamps.at[st]
+	expiry, ok := s.rare.stamps.at[st]
 	return ok && expiry > now
 }
 
@@ -57,10 +57,11 @@ func (s *Session) Seen(st Stamp, now int64) bool {
 // whether an unexpired stamp had to be forgotten to stay within
 // MaxStamps.
 func (s *Session) Remember(st Stamp, expiry, now int64) (evicted bool) {
-	if s.stamps == nil {
-		s.stamps = &stamps{at: make(map[Stamp]int64)}
+	r := s.more()
+	if r.stamps == nil {
+		r.stamps = &stamps{at: make(map[Stamp]int64)}
 	}
-	ss := s.stamps
+	ss := r.stamps
 	for ss.head < len(ss.order) {
 		e := ss.order[ss.head]
 		if e.Expiry > now && len(ss.at) < MaxStamps {
@@ -86,19 +87,19 @@ func (s *Session) Remember(st Stamp, expiry, now int64) (evicted bool) {
 // again must be taken, not passed over as one it holds. A stamp
 // remembered again since, with another expiry, stays.
 func (s *Session) Forget(st Stamp, expiry int64) {
-	if s.stamps != nil && s.stamps.at[st] == expiry {
-		delete(s.stamps.at, st)
+	if r := s.rare; r != nil && r.stamps != nil && r.stamps.at[st] == expiry {
+		delete(r.stamps.at, st)
 	}
 }
 
 // Stamps returns the stamps the session remembers at now (unix nanos),
 // to move it elsewhere.
 func (s *Session) Stamps(now int64) []SeenStamp {
-	if s.stamps == nil {
+	if s.rare == nil || s.rare.stamps == nil {
 		return nil
 	}
-	out := make([]SeenStamp, 0, len(s.stamps.at))
-	for st, expiry := range s.stamps.at {
+	out := make([]SeenStamp, 0, len(s.rare.stamps.at))
+	for st, expiry := range s.rare.stamps.at {
 		if expiry > now {
 			out = append(out, SeenStamp{st, expiry})
 		}
@@ -110,19 +111,19 @@ func (s *Session) Stamps(now int64) []SeenStamp {
 // confirmed by other nodes (nil: confirmed, or never sent). It does
 // nothing for an id not awaiting PUBREL.
 func (s *Session) SetForward(id uint16, f *Forward) {
-	if _, ok := s.awaitingRel[id]; ok {
-		s.awaitingRel[id] = f
+	if _, ok := s.awaitingRels()[id]; ok {
+		s.rare.awaitingRel[id] = f
 	}
 }
 
 // ForwardOf returns the awaiting-rel id's message still to be confirmed,
 // or nil.
-func (s *Session) ForwardOf(id uint16) *Forward { return s.awaitingRel[id] }
+func (s *Session) ForwardOf(id uint16) *Forward { return s.awaitingRels()[id] }
 
 // Forwards calls f for each awaiting-rel id whose message is still to be
 // confirmed.
 func (s *Session) Forwards(f func(id uint16, fw *Forward)) {
-	for id, fw := range s.awaitingRel {
+	for id, fw := range s.awaitingRels() {
 		if fw != nil {
 			f(id, fw)
 		}

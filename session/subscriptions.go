@@ -40,13 +40,14 @@ func (s *Session) Subscribe(sub Subscription) (existed bool) {
 	s.subBytes += cost
 	s.lim.subBytes.Add(cost)
 	s.subs = append(s.subs, sub)
-	if s.subIndex != nil {
-		s.subIndex[sub.Filter] = len(s.subs) - 1
+	if idx := s.subIndex(); idx != nil {
+		idx[sub.Filter] = len(s.subs) - 1
 	} else if len(s.subs) > subIndexMin {
-		s.subIndex = make(map[string]int, len(s.subs))
+		idx = make(map[string]int, len(s.subs))
 		for i, sub := range s.subs {
-			s.subIndex[sub.Filter] = i
+			idx[sub.Filter] = i
 		}
+		s.more().subIndex = idx
 	}
 	return false
 }
@@ -64,10 +65,10 @@ func (s *Session) Unsubscribe(filter string) bool {
 	s.subs[i] = s.subs[last]
 	s.subs[last] = Subscription{}
 	s.subs = s.subs[:last]
-	if s.subIndex != nil {
-		delete(s.subIndex, filter)
+	if idx := s.subIndex(); idx != nil {
+		delete(idx, filter)
 		if i < last {
-			s.subIndex[s.subs[i].Filter] = i
+			idx[s.subs[i].Filter] = i
 		}
 	}
 	return true
@@ -75,8 +76,8 @@ func (s *Session) Unsubscribe(filter string) bool {
 
 // findSub returns the place of filter in subs, or -1.
 func (s *Session) findSub(filter string) int {
-	if s.subIndex != nil {
-		if i, ok := s.subIndex[filter]; ok {
+	if idx := s.subIndex(); idx != nil {
+		if i, ok := idx[filter]; ok {
 			return i
 		}
 		return -1
@@ -87,6 +88,14 @@ func (s *Session) findSub(filter string) int {
 		}
 	}
 	return -1
+}
+
+// subIndex returns the index of subs by filter; nil while there is none.
+func (s *Session) subIndex() map[string]int {
+	if s.rare == nil {
+		return nil
+	}
+	return s.rare.subIndex
 }
 
 // Subscribed reports whether the session holds filter.

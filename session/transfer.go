@@ -59,8 +59,8 @@ func (s *Session) Entries() []Outbound {
 
 // AwaitingRelIDs returns the inbound QoS 2 packet ids waiting for PUBREL.
 func (s *Session) AwaitingRelIDs() []uint16 {
-	ids := make([]uint16, 0, len(s.awaitingRel))
-	for id := range s.awaitingRel {
+	ids := make([]uint16, 0, s.AwaitingRel())
+	for id := range s.awaitingRels() {
 		ids = append(ids, id)
 	}
 	return ids
