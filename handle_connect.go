@@ -361,14 +361,36 @@ func assignClientID() string {
 //
 //go:noinline
 func (s *Server) connackTooLarge(c *conn, cp *packets.Connect) bool {
-	return (&packets.Connack{Properties: s.connackProperties(c, cp)}).Size(c.version) > int(c.maxOut)
+	var ack packets.Connack
+	s.connackProperties(c, cp, &ack.Properties)
+	return ack.Size(c.version) > int(c.maxOut)
 }
 
-// connackProperties tells a 5.0 client what the broker assigned or limits.
-func (s *Server) connackProperties(c *conn, cp *packets.Connect) packets.Properties {
-	var p packets.Properties
+// sendConnack queues the CONNACK accepting cp, encoded into the outbox
+// from the stack: a Connack on the heap (288 bytes, most of them its
+// properties) was garbage at every connect, left as holes among the
+// connections' live objects. Not inlined, for the reason connackTooLarge
+// is not.
+//
+//go:noinline
+func (c *conn) sendConnack(present bool, cp *packets.Connect) {
+	ack := packets.Connack{SessionPresent: present}
+	c.srv.connackProperties(c, cp, &ack.Properties)
+	c.enqueue(deferred, func(b []byte) []byte {
+		b, err := ack.Append(b, c.version)
+		if err != nil {
+			c.fields(c.srv.log.Error()).Err(err).Msg("cannot encode CONNACK")
+		}
+		return b
+	})
+}
+
+// connackProperties sets in p, empty, what the CONNACK tells a 5.0
+// client the broker assigned or limits. Filled in place: returned, the
+// properties took a copy's room on the reader's stack, past 4 KiB.
+func (s *Server) connackProperties(c *conn, cp *packets.Connect, p *packets.Properties) {
 	if c.version != packets.V5 {
-		return p
+		return
 	}
 	if cp.ClientID == "" {
 		p.AssignedClientID = c.info.ClientID
@@ -406,7 +428,6 @@ func (s *Server) connackProperties(c *conn, cp *packets.Connect) packets.Propert
 		p.Set(packets.PropServerKeepAlive)
 		c.keepAlive = uint16(most)
 	}
-	return p
 }
 
 // Enhanced authentication (MQTT 5.0 §4.12): a CONNECT naming one of

@@ -121,7 +121,7 @@ func (c *conn) handleSubscribe(p *packets.Subscribe) error {
 			}
 		}
 	}
-	c.answer(&packets.Suback{PacketID: p.PacketID, ReasonCodes: codes})
+	c.answerSuback(p.PacketID, codes)
 	// However many filters it lists, one SUBSCRIBE is sent at most what
 	// the session could hold (its window and queue) of retained messages,
 	// and a client at most that much per limits.retained_send_refill

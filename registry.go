@@ -151,7 +151,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 	c.cl = cl
 	if c.info.Listener != bridgeListener {
 		// The bit is reserved in 3.1, which has no session present.
-		c.send(&packets.Connack{SessionPresent: present && c.version != packets.V31, Properties: s.connackProperties(c, cp)})
+		c.sendConnack(present && c.version != packets.V31, cp)
 	}
 	cl.conn, cl.clean, cl.passwdStamp = c, !persistent, stamp
 	cl.sess.SetReceiveMaximum(int(cp.Properties.ReceiveMaximum))

@@ -59,3 +59,27 @@ func TestAppendPublishPlain(t *testing.T) {
 		t.Fatal("no case encoded")
 	}
 }
+
+// TestAppendSuback checks that AppendSuback gives what Suback.Append
+// gives for the same packet id and codes, bytes and errors, over every
+// version and one it cannot encode, and that the frame reads back as that
+// SUBACK.
+func TestAppendSuback(t *testing.T) {
+	codes := [][]packets.ReasonCode{{0}, {1, packets.SubackFailure, 2}}
+	for _, v := range []packets.Version{packets.V31, packets.V311, packets.V5, 6} {
+		for _, cs := range codes {
+			want, wantErr := (&packets.Suback{PacketID: 0x1234, ReasonCodes: cs}).Append([]byte{0xee}, v)
+			got, err := packets.AppendSuback([]byte{0xee}, v, 0x1234, cs)
+			if !bytes.Equal(got, want) || (err == nil) != (wantErr == nil) {
+				t.Fatalf("v%d %v: % x, %v; Suback.Append gives % x, %v", v, cs, got, err, want, wantErr)
+			}
+			if err != nil {
+				continue
+			}
+			p, err := packets.ReadPacket(bufio.NewReader(bytes.NewReader(got[1:])), v, 0)
+			if sa, ok := p.(*packets.Suback); err != nil || !ok || sa.PacketID != 0x1234 || len(sa.ReasonCodes) != len(cs) {
+				t.Fatalf("v%d %v: reads back as %+v, %v", v, cs, p, err)
+			}
+		}
+	}
+}

@@ -71,6 +71,16 @@ func (s *Suback) Size(v Version) int {
 	return frameSize(ackListRemaining(v, &s.Properties, s.ReasonCodes))
 }
 
+// noProperties is the empty property list, read only.
+var noProperties Properties
+
+// AppendSuback appends the SUBACK without properties for version v, as
+// Suback.Append does, without a Suback to build: its properties make one
+// ~300 bytes, on the heap or on a reader's stack.
+func AppendSuback(dst []byte, v Version, id uint16, codes []ReasonCode) ([]byte, error) {
+	return appendAckList(dst, v, byte(TypeSuback)<<4, id, &noProperties, codes)
+}
+
 // Append appends the SUBACK for version v.
 func (s *Suback) Append(dst []byte, v Version) ([]byte, error) {
 	return appendAckList(dst, v, byte(TypeSuback)<<4, s.PacketID, &s.Properties, s.ReasonCodes)
