@@ -471,7 +471,8 @@ func (c *conn) startAuth(cp *packets.Connect) error {
 		return closing(CloseAuthFailed, errLoginRateLimited)
 	}
 	m := c.srv.methods[cp.Properties.AuthMethod]
-	st := &authState{method: m, x: m.Start(*c.info), cp: cp}
+	kept := *cp // cp goes back to its pool once this frame is handled
+	st := &authState{method: m, x: m.Start(*c.info), cp: &kept}
 	c.srv.authsMu.Lock()
 	c.srv.auths[c] = st
 	c.srv.authsMu.Unlock()

@@ -26,29 +26,43 @@ func protocolName(v Version) string {
 	return "MQTT"
 }
 
-// decodeConnect decodes a CONNECT body; see Decode for the partial
-// *Connect returned with errors found after the protocol level.
-func decodeConnect(body []byte, l Limits) (Packet, error) {
+// DecodeConnect is Decode for a CONNECT frame, decoded into c, which it
+// first makes the zero Connect, so that a caller may decode every CONNECT
+// into one it reuses. decoded reports whether c was read as far as its
+// protocol level: Decode returns c then, with or without an error, and
+// no packet otherwise. What c holds aliases body, as Decode's packets do.
+func (l Limits) DecodeConnect(fh FixedHeader, body []byte, c *Connect) (decoded bool, err error) {
+	*c = Connect{}
+	if fh.Type != TypeConnect || len(body) != fh.Remaining {
+		return false, malformed("§2.1.4", "not a whole CONNECT frame")
+	}
+	decoded, err = decodeConnect(body, l, c)
+	// Checked after the body so that a flags error comes with the level.
+	if ferr := checkFlags(fh, 0); ferr != nil {
+		return decoded, ferr
+	}
+	return decoded, err
+}
+
+// decodeConnect decodes a CONNECT body into c, zero; see DecodeConnect.
+func decodeConnect(body []byte, l Limits, c *Connect) (decoded bool, err error) {
 	d := &decoder{b: body, maxUser: l.MaxUserProperties}
 	name, err := d.str("protocol name")
 	if err != nil {
-		return nil, err
+		return false, err
 	}
 	level, err := d.byte1("protocol level")
 	if err != nil {
-		return nil, err
+		return false, err
 	}
-	c := &Connect{ProtocolName: name, ProtocolVersion: Version(level)}
+	c.ProtocolName, c.ProtocolVersion = name, Version(level)
 	if level&bridgeBit != 0 && Version(level&^bridgeBit) != V5 {
 		c.Bridge, c.ProtocolVersion = true, Version(level&^bridgeBit)
 	}
 	if err := checkProtocol(name, c.ProtocolVersion); err != nil {
-		return c, err
+		return true, err
 	}
-	if err := c.decodeRest(d); err != nil {
-		return c, err
-	}
-	return c, nil
+	return true, c.decodeRest(d)
 }
 
 // checkProtocol matches the protocol name against the level. An unknown

@@ -3,6 +3,8 @@ package packets_test
 import (
 	"bufio"
 	"bytes"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -80,6 +82,46 @@ func TestAppendSuback(t *testing.T) {
 			if sa, ok := p.(*packets.Suback); err != nil || !ok || sa.PacketID != 0x1234 || len(sa.ReasonCodes) != len(cs) {
 				t.Fatalf("v%d %v: reads back as %+v, %v", v, cs, p, err)
 			}
+		}
+	}
+}
+
+// TestDecodeConnect checks that DecodeConnect, into a Connect that held
+// another packet, decodes what Decode does: the same packet, the same
+// error, and a packet exactly when Decode returns one.
+func TestDecodeConnect(t *testing.T) {
+	var frames [][]byte
+	for _, cp := range []*packets.Connect{
+		{ProtocolName: "MQTT", ProtocolVersion: packets.V5, ClientID: "c", KeepAlive: 30, CleanStart: true,
+			UsernameFlag: true, Username: "u", PasswordFlag: true, Password: []byte("p"),
+			Properties: packets.Properties{Present: 1 << packets.PropSessionExpiry, SessionExpiry: 9}},
+		{ProtocolName: "MQTT", ProtocolVersion: packets.V311, ClientID: "d", WillFlag: true, WillQoS: 1,
+			WillTopic: "w", WillPayload: []byte("bye")},
+		{ProtocolName: "MQIsdp", ProtocolVersion: packets.V31, ClientID: "e"},
+	} {
+		b, err := cp.Append(nil, cp.ProtocolVersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, b)
+	}
+	bad := bytes.Clone(frames[1])
+	bad[9] |= 0x01 // a reserved connect flag: an error after the level
+	frames = append(frames, bad, []byte{0x10, 3, 0, 4, 'M'}, []byte{0x12, 0})
+	dirty := &packets.Connect{ClientID: "old", WillFlag: true, Properties: packets.Properties{Present: 1, PayloadFormat: 1}}
+	for i, f := range frames {
+		fh, n, err := packets.ParseFixedHeader(f, 0, 0)
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		want, wantErr := packets.Limits{}.Decode(fh, f[n:], 0)
+		got := *dirty
+		decoded, err := packets.Limits{}.DecodeConnect(fh, f[n:], &got)
+		if fmt.Sprint(err) != fmt.Sprint(wantErr) || decoded != (want != nil) {
+			t.Fatalf("frame %d: decoded %v, %v; Decode gives %v, %v", i, decoded, err, want, wantErr)
+		}
+		if decoded && !reflect.DeepEqual(&got, want) {
+			t.Fatalf("frame %d: %+v, Decode gives %+v", i, got, want)
 		}
 	}
 }

@@ -200,12 +200,12 @@ func (l Limits) Decode(fh FixedHeader, body []byte, v Version) (Packet, error) {
 		return nil, malformed("§2.1.4", "body length differs from the remaining length")
 	}
 	if fh.Type == TypeConnect {
-		// Decoded first so that a flags error comes with the level too.
-		p, err := decodeConnect(body, l)
-		if ferr := checkFlags(fh, 0); ferr != nil {
-			return p, ferr
+		c := new(Connect)
+		decoded, err := l.DecodeConnect(fh, body, c)
+		if !decoded {
+			return nil, err
 		}
-		return p, err
+		return c, err
 	}
 	if v == 0 {
 		return nil, protocolErr("[MQTT-3.1.0-1]", "first packet is "+fh.Type.String()+", not CONNECT")
