@@ -81,8 +81,8 @@ type Stats struct {
 	// stream did not acknowledge them.
 	KeptDropped, KeptRetries uint64
 	// Confirmed counts the batches other nodes answered (PublishConfirmed),
-	// ConfirmsFailed those that failed: unanswered in time, or their node
-	// gone.
+	// ConfirmsFailed those that failed: unanswered in time, answered that
+	// the node could not keep them, or their node gone.
 	Confirmed, ConfirmsFailed uint64
 	// SharedSubscriptions is the number of NATS subscriptions of the
 	// shared (group, filter) pairs wanted (WantShared), SharedFilters the
