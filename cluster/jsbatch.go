@@ -63,29 +63,68 @@ type storeWrites struct {
 	commits, roundTrips, records atomic.Uint64
 }
 
+// settleAttempts bounds how many times publishAtomic waits out one
+// batch's answer: a stream whose leader died answers nobody until its
+// replicas have elected another, which takes NATS 4 to 9 s, and the
+// batch the dead leader had replicated to a quorum is then kept.
+const settleAttempts = 5
+
+// errUnsettled is a batch that may or may not have been kept: no send of
+// it was answered.
+var errUnsettled = errors.New("cluster: no answer from the session stream; the batch may have been stored")
+
 // publishAtomic writes msgs in order, in atomic batches of at most
 // maxAtomic messages, each confirmed once a quorum of the stream's
-// replicas holds it, and returns the last batch's acknowledgement. A
-// commit nobody answered (the stream's interest not yet reached this
-// server, a leader being elected) is sent again whole under a new id
-// until timeout: a batch not committed was dropped whole. It counts
-// what it sends in w.
+// replicas holds it. It returns an error only once the batch is known
+// not stored, or could not be settled (errUnsettled): a failed write
+// makes the broker refuse the messages it carried, and a refused
+// message that was stored after all would be delivered twice.
+//
+// A commit nobody can answer (the stream's interest not yet reached
+// this server, a leader being elected) was not received, and is sent
+// again until timeout. A commit unanswered within timeout may have been
+// kept, or still be kept, and is sent again, the same messages under a
+// new batch id, until one send is answered, for up to settleAttempts
+// times timeout. Sending the same batch twice is harmless: the stream
+// keeps one message per subject, and a later send of a batch is applied
+// after the earlier one or not at all (the stream's log is ordered, and
+// the writer sends nothing else until this returns). It counts what it
+// sends in w.
 func publishAtomic(nc *nats.Conn, prefix string, msgs []stateMsg, timeout time.Duration, w *storeWrites) error {
-	deadline := time.Now().Add(timeout)
+	start := time.Now()
+	definite, settle := start.Add(timeout), start.Add(settleAttempts*timeout)
 	w.commits.Add(1)
 	for len(msgs) > 0 {
 		n := min(len(msgs), maxAtomic)
+		unanswered, sends := false, 0
 		for {
+			sends++
 			w.roundTrips.Add(1)
-			err := sendAtomic(nc, prefix, msgs[:n], time.Until(deadline))
+			deadline := definite
+			if unanswered {
+				deadline = settle
+			}
+			err := sendAtomic(nc, prefix, msgs[:n], min(timeout, time.Until(deadline)))
 			if err == nil {
 				w.records.Add(uint64(n))
 				break
 			}
-			if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
-				return err
+			switch {
+			case errors.Is(err, nats.ErrTimeout):
+				unanswered = true
+				if time.Now().Before(settle) {
+					continue
+				}
+				return fmt.Errorf("%w (%d sends in %v)", errUnsettled, sends, time.Since(start).Round(time.Millisecond))
+			case !errors.Is(err, nats.ErrNoResponders):
+			case time.Now().Before(deadline):
+				time.Sleep(5 * time.Millisecond)
+				continue
 			}
-			time.Sleep(5 * time.Millisecond)
+			if unanswered {
+				return fmt.Errorf("%w: then %w", errUnsettled, err)
+			}
+			return err
 		}
 		msgs = msgs[n:]
 	}

@@ -19,10 +19,11 @@ var errClosed = errors.New("cluster: session store closed")
 // stream (several, in order, past maxAtomic messages), retained
 // messages' in the local store, at the same time. It returns once both
 // hold them, or with the first error; then the index is as before the
-// batch. An error after the stream took the write (a timeout on its
-// acknowledgement) leaves in the stream what the index no longer says:
-// the broker does not acknowledge what the batch held, and its client
-// sends it again.
+// batch. A write whose answers were lost is sent again until one is
+// answered (publishAtomic); one never answered (errUnsettled) may have
+// left in the stream what the index no longer says: the broker does not
+// acknowledge what the batch held, its client sends it again, and a
+// node that takes the session over may deliver such a message twice.
 func (s *SessionStore) Apply(b *persistence.Batch) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
