@@ -97,7 +97,8 @@ type Config struct {
 	// packet size.
 	MaxMessageSize int64
 	// Logger receives what goes wrong before a connection reaches the
-	// broker: failed handshakes, refused upgrades, refused PROXY headers.
+	// broker: failed handshakes, refused upgrades, refused PROXY headers,
+	// and a certificate chain the client CA file could not complete.
 	Logger zerolog.Logger
 	// Refused, when set, is told of every connection the listener closes
 	// before handing it on, with why (RefusedFull, RefusedPending,
@@ -177,6 +178,7 @@ func Listen(cfg Config) (*Listener, error) {
 			return nil, err
 		}
 		l.certs = cs
+		l.warnUnchained()
 	}
 	var err error
 	switch cfg.Type {
@@ -270,7 +272,19 @@ func (l *Listener) Reload() error {
 	if l.certs == nil {
 		return nil
 	}
-	return l.certs.reload()
+	if err := l.certs.reload(); err != nil {
+		return err
+	}
+	l.warnUnchained()
+	return nil
+}
+
+// warnUnchained logs a certificate chain the client CA file could not
+// complete.
+func (l *Listener) warnUnchained() {
+	if w := l.certs.unchained; w != "" {
+		l.cfg.Logger.Warn().Str("listener", l.cfg.Address).Msg(w)
+	}
 }
 
 // acceptReady is Accept for listeners whose connections come from

@@ -41,9 +41,13 @@ type TLSConfig struct {
 // each handshake takes the one current when its ClientHello arrives, so
 // connections open over the old certificate are not touched.
 type certStore struct {
-	cfg   TLSConfig
-	cur   atomic.Pointer[tls.Config]
-	outer *tls.Config // what handshakes start with: it hands them cur
+	cfg TLSConfig
+	// unchained says why the chain sent may not verify, when the CA
+	// file could not complete it (completeChain); set by a load that
+	// succeeded, read by its caller.
+	unchained string
+	cur       atomic.Pointer[tls.Config]
+	outer     *tls.Config // what handshakes start with: it hands them cur
 }
 
 func newCertStore(cfg TLSConfig) (*certStore, error) {
@@ -76,14 +80,18 @@ func (cs *certStore) load() (*tls.Config, error) {
 		return nil, fmt.Errorf("certificate %s, key %s: %w", c.CertFile, c.KeyFile, err)
 	}
 	conf := &tls.Config{
-		Certificates: []tls.Certificate{pair},
 		MinVersion:   c.MinVersion,
 		CipherSuites: c.CipherSuites,
 	}
+	unchained := ""
 	if c.ClientCAFile != "" {
 		pem, err := os.ReadFile(c.ClientCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("client CA: %w", err)
+		}
+		if last := completeChain(&pair, pem); last != nil {
+			unchained = fmt.Sprintf("certificate %s: the chain it sends ends at %q, whose issuer %q is not in %s: clients that trust only a root cannot verify it",
+				c.CertFile, last.Subject, last.Issuer, c.ClientCAFile)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
@@ -104,7 +112,61 @@ func (cs *certStore) load() (*tls.Config, error) {
 	if c.RequireClientCert {
 		conf.ClientAuth = tls.RequireAndVerifyClientCert
 	}
+	conf.Certificates = []tls.Certificate{pair}
+	cs.unchained = unchained
 	return conf, nil
+}
+
+// completeChain appends to pair's chain the CA certificates of caPEM
+// that its file left out, up to the root (not sent: the client has it),
+// as Mosquitto builds the chain it sends from its cafile with OpenSSL: a
+// certificate file holding only the server's own certificate, which
+// Mosquitto served with its intermediates, would otherwise fail every
+// client that trusts only the root. It returns nil once the chain
+// reaches a self-signed certificate or one signed by a root of caPEM,
+// else the certificate whose issuer is missing.
+func completeChain(pair *tls.Certificate, caPEM []byte) (short *x509.Certificate) {
+	var cas []*x509.Certificate
+	for rest := caPEM; len(rest) > 0; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			break
+		}
+		if ca, err := x509.ParseCertificate(b.Bytes); err == nil && b.Type == "CERTIFICATE" {
+			cas = append(cas, ca)
+		}
+	}
+	last, err := x509.ParseCertificate(pair.Certificate[len(pair.Certificate)-1])
+	if err != nil {
+		return nil
+	}
+	// Each step adds a certificate of cas: a loop of cross-signed CAs
+	// ends when they are used up.
+	for range len(cas) + 1 {
+		if selfSigned(last) {
+			return nil
+		}
+		var issuer *x509.Certificate
+		for _, ca := range cas {
+			if bytes.Equal(ca.RawSubject, last.RawIssuer) && last.CheckSignatureFrom(ca) == nil {
+				issuer = ca
+				break
+			}
+		}
+		switch {
+		case issuer == nil:
+			return last
+		case selfSigned(issuer):
+			return nil
+		}
+		pair.Certificate = append(pair.Certificate, issuer.Raw)
+		last = issuer
+	}
+	return last
+}
+
+func selfSigned(c *x509.Certificate) bool {
+	return bytes.Equal(c.RawSubject, c.RawIssuer) && c.CheckSignatureFrom(c) == nil
 }
 
 // revokedSerials are the certificates a CRL lists, by serial number, and

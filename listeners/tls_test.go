@@ -4,15 +4,20 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"mqttd/internal/testutil"
 	"mqttd/listeners"
 )
 
@@ -262,5 +267,58 @@ func TestTLSCipherSuites(t *testing.T) {
 	defer conn.Close()
 	if got := conn.ConnectionState().CipherSuite; got != c.CipherSuites[0] {
 		t.Fatalf("cipher suite %s", tls.CipherSuiteName(got))
+	}
+}
+
+// TestTLSChainFromClientCAFile: a certificate file holding only the
+// server's certificate, issued by an intermediate CA, is served with the
+// intermediate taken from the client CA file, as Mosquitto completes its
+// chain from cafile: a client that trusts only the root connects. A CA
+// file without the intermediate leaves the chain short, and the listener
+// says so when it starts.
+func TestTLSChainFromClientCAFile(t *testing.T) {
+	root := testutil.NewCA(t, "test root")
+	inter := root.SubCA(t, "test intermediate")
+	certFile, keyFile := inter.Issue(t, "server", time.Now().Add(time.Hour), true)
+	bundle := filepath.Join(t.TempDir(), "cafile.pem")
+	rootPEM, err := os.ReadFile(root.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	interPEM, err := os.ReadFile(inter.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bundle, append(rootPEM, interPEM...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dial := func(caFile string) (*tls.Conn, *syncBuffer, error) {
+		var logs syncBuffer
+		_, addr := startBroker(t, listeners.Config{Type: listeners.TLS, Logger: zerolog.New(&logs),
+			TLS: listeners.TLSConfig{CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile}})
+		c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: root.Pool(), ServerName: "127.0.0.1"})
+		return c, &logs, err
+	}
+
+	c, logs, err := dial(bundle)
+	if err != nil {
+		t.Fatalf("a client trusting the root, the intermediate in the CA file: %v", err)
+	}
+	chain := c.ConnectionState().PeerCertificates
+	c.Close()
+	if len(chain) != 2 || chain[1].Subject.CommonName != "test intermediate" {
+		t.Fatalf("served %d certificates, want the server's and the intermediate", len(chain))
+	}
+	if strings.Contains(logs.String(), "chain") {
+		t.Fatalf("a complete chain was warned about: %s", logs.String())
+	}
+
+	_, logs, err = dial(root.File)
+	var unknown x509.UnknownAuthorityError
+	if !errors.As(err, &unknown) {
+		t.Fatalf("the intermediate missing everywhere: %v, want an unknown authority", err)
+	}
+	if w := logs.String(); !strings.Contains(w, "test intermediate") || !strings.Contains(w, "cannot verify") {
+		t.Fatalf("no warning of the short chain naming its last certificate: %q", w)
 	}
 }

@@ -53,6 +53,32 @@ func NewCA(t testing.TB, cn string) *CA {
 	return ca
 }
 
+// SubCA makes an intermediate CA named cn that ca signs; its File holds
+// its certificate alone.
+func (ca *CA) SubCA(t testing.TB, cn string) *CA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(100 + ca.serial.Add(1)), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := &CA{Cert: cert, Key: key, dir: t.TempDir()}
+	sub.File = sub.WritePEM(t, "ca.pem", "CERTIFICATE", der)
+	return sub
+}
+
 // Issue signs a certificate for cn valid until notAfter and writes it and
 // its key to files: a server certificate is for 127.0.0.1, localhost and
 // mqtt.test, a client certificate for client authentication.
