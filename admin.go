@@ -13,7 +13,8 @@ import (
 // or an embedder) ends a connection or a session, or clears a retained
 // message. Each action looks its target up under the registry lock,
 // releases it, and does what takes time (telling a client, routing) with
-// no lock held (LOCKING.md). Only this node's sessions are acted on.
+// no lock held (LOCKING.md). In a cluster, an action on a client id this
+// node holds no session of goes to the node that owns it (elsewhere).
 
 // Errors of the actions, which callers tell apart with errors.Is.
 var (
@@ -44,8 +45,18 @@ const disconnectWait = 2 * time.Second
 //
 // It returns once the session is released (at most a couple of seconds
 // for a client that does not read), ErrNoSession for an unknown id and
-// ErrNotConnected for an offline session without discardSession.
+// ErrNotConnected for an offline session without discardSession. In a
+// cluster the client may be another node's.
 func (s *Server) Disconnect(clientID string, discardSession bool) error {
+	action := adminKick
+	if discardSession {
+		action = adminKickDiscard
+	}
+	return s.elsewhere(clientID, action, s.disconnectHere(clientID, discardSession))
+}
+
+// disconnectHere is Disconnect of this node's client.
+func (s *Server) disconnectHere(clientID string, discardSession bool) error {
 	s.mu.Lock()
 	cl := s.clients[clientID]
 	if cl == nil || cl.handler != nil {
@@ -63,7 +74,7 @@ func (s *Server) Disconnect(clientID string, discardSession bool) error {
 	if c == nil {
 		s.mu.Unlock()
 		if discardSession {
-			return s.DeleteSession(clientID)
+			return s.deleteSessionHere(clientID)
 		}
 		return fmt.Errorf("%w: %q", ErrNotConnected, clientID)
 	}
@@ -101,8 +112,14 @@ func (s *Server) Disconnect(clientID string, discardSession bool) error {
 // subscriptions and its records in the store go, and a will waiting for
 // its delay is published, as when a session expires. It returns
 // ErrNoSession for an unknown id and ErrSessionOnline while a connection
-// has the session (Disconnect ends both).
+// has the session (Disconnect ends both). In a cluster the session may be
+// another node's.
 func (s *Server) DeleteSession(clientID string) error {
+	return s.elsewhere(clientID, adminDelete, s.deleteSessionHere(clientID))
+}
+
+// deleteSessionHere is DeleteSession of this node's session.
+func (s *Server) deleteSessionHere(clientID string) error {
 	s.mu.Lock()
 	cl := s.clients[clientID]
 	if cl == nil || cl.handler != nil {

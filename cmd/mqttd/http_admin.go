@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"mqttd"
+	"mqttd/cluster"
 )
 
 // The JSON API's actions (POST, PUT, DELETE under /api/v1/): they change
@@ -177,6 +178,8 @@ func actionStatus(err error) int {
 		return http.StatusNotImplemented
 	case errors.Is(err, mqttd.ErrServerClosed):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, cluster.ErrNoAnswer): // the node that owns the client
+		return http.StatusBadGateway
 	}
 	return http.StatusInternalServerError
 }

@@ -1,0 +1,90 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// An operator's action on a client (a kick, a session deleted) made on
+// any node reaches the node that owns the client id, over NATS
+// request/reply: the node that got it finds the owner in the owners
+// bucket and asks it to act on its own client.
+
+// adminSubject is where node takes actions on its clients.
+func adminSubject(cluster, node string) string {
+	b := []byte("mqttd." + cluster + ".a.")
+	return string(appendLevel(b, node))
+}
+
+// Admin request and answer headers.
+const (
+	hdrAction  = "Mqttd-Action"
+	hdrOutcome = "Mqttd-Outcome"
+)
+
+// adminTimeout bounds the wait for the owner's answer: longer than the
+// broker's own wait for a kicked client to let go of its session.
+const adminTimeout = 5 * time.Second
+
+// AdminFunc performs action on client id's session on this node and
+// returns its outcome: "" when done, else what the asking node's
+// operator is to be told, in the broker's own words (the cluster carries
+// it as it is).
+type AdminFunc func(action, id string) (outcome string)
+
+// ServeAdmin performs other nodes' actions on this node's clients with
+// fn, on a goroutine of the NATS connection: one at a time.
+func (n *Node) ServeAdmin(fn AdminFunc) error {
+	_, err := n.nc.Subscribe(adminSubject(n.cluster, n.name), func(msg *nats.Msg) {
+		out := fn(msg.Header.Get(hdrAction), msg.Header.Get(hdrClient))
+		reply := &nats.Msg{Subject: msg.Reply, Header: nats.Header{}}
+		reply.Header.Set(hdrOutcome, out)
+		if err := n.nc.PublishMsg(reply); err != nil {
+			n.log.Warn().Err(err).Msg("cluster: answering an action on a client")
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: serving actions on clients: %w", err)
+	}
+	return nil
+}
+
+// Admin asks node to perform action on client id and returns the outcome
+// its AdminFunc gave, or ErrNoAnswer when node did not answer.
+func (n *Node) Admin(node, action, id string) (outcome string, err error) {
+	req := &nats.Msg{Subject: adminSubject(n.cluster, node), Header: nats.Header{}}
+	req.Header.Set(hdrAction, action)
+	req.Header.Set(hdrClient, id)
+	reply, err := n.nc.RequestMsg(req, adminTimeout)
+	if errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) {
+		return "", fmt.Errorf("%w: node %s, about client %q", ErrNoAnswer, node, id)
+	}
+	if err != nil {
+		return "", err
+	}
+	return reply.Header.Get(hdrOutcome), nil
+}
+
+// Owner returns the node that owns client id, "" when none does.
+func (n *Node) Owner(id string) (string, error) {
+	st := n.store.Load()
+	if st == nil {
+		return "", ErrNoStore
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	e, err := st.owners.Get(ctx, ownerKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", storeErr(err)
+	}
+	owner, _ := parseOwner(e.Value())
+	return owner, nil
+}

@@ -1,0 +1,62 @@
+package mqttd_test
+
+import (
+	"errors"
+	"testing"
+
+	"mqttd"
+	"mqttd/packets"
+)
+
+// TestClusterAdminOnOwner: a kick or a session delete asked of one node
+// for a client another node owns is done there, with the answers one node
+// gives: an online session is not deleted, a kick tells the client 0x98
+// and keeps its session, an offline session is not connected, a delete
+// or a kick that discards the session ends it, and an id no node owns has
+// no session.
+func TestClusterAdminOnOwner(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, 3)
+	one, two := nodes[0], nodes[1]
+
+	dev, present := reconnect5(t, two.addr, "dev", 300)
+	if present {
+		t.Fatal("a new client id came with a session")
+	}
+	if err := one.srv.DeleteSession("dev"); !errors.Is(err, mqttd.ErrSessionOnline) {
+		t.Fatalf("DeleteSession on node 1 of a client online on node 2: %v, want ErrSessionOnline", err)
+	}
+	if err := one.srv.Disconnect("dev", false); err != nil {
+		t.Fatalf("Disconnect on node 1 of a client on node 2: %v", err)
+	}
+	if d, ok := dev.read().(*packets.Disconnect); !ok || d.ReasonCode != packets.AdministrativeAction {
+		t.Fatalf("got %+v, want DISCONNECT 0x98", d)
+	}
+	dev.expectClosed()
+	offline(t, two.srv, "dev")
+	if st, ok := sessionOf(t, two.srv, "dev"); !ok || !st.Persistent {
+		t.Fatalf("node 2 after the kick: %+v (listed %v), want the persistent session kept", st, ok)
+	}
+	if err := one.srv.Disconnect("dev", false); !errors.Is(err, mqttd.ErrNotConnected) {
+		t.Fatalf("Disconnect on node 1 of an offline session on node 2: %v, want ErrNotConnected", err)
+	}
+	if err := one.srv.DeleteSession("dev"); err != nil {
+		t.Fatalf("DeleteSession on node 1 of an offline session on node 2: %v", err)
+	}
+	if _, ok := sessionOf(t, two.srv, "dev"); ok {
+		t.Fatal("node 2 still lists the deleted session")
+	}
+
+	dev2, _ := reconnect5(t, two.addr, "dev2", 300)
+	if err := one.srv.Disconnect("dev2", true); err != nil {
+		t.Fatalf("Disconnect with the session on node 1 of a client on node 2: %v", err)
+	}
+	dev2.expectClosed()
+	if _, present := reconnect5(t, two.addr, "dev2", 300); present {
+		t.Fatal("the session a kick discarded came back")
+	}
+
+	if err := one.srv.Disconnect("nobody", false); !errors.Is(err, mqttd.ErrNoSession) {
+		t.Fatalf("Disconnect of an id no node owns: %v, want ErrNoSession", err)
+	}
+}
