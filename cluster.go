@@ -156,6 +156,10 @@ func (s *Server) joinCluster() error {
 		_ = node.Close()
 		return err
 	}
+	if err := node.ServeList(s.listHere); err != nil {
+		_ = node.Close()
+		return err
+	}
 	node.SetWillPublisher(s.publishRecordedWill)
 	node.SetRetainedKeeper(s.keepRetained)
 	node.SetCommitted(s.deliveringConfirmed, s.answerCommitted)

@@ -1,8 +1,11 @@
 package mqttd
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // An operator's kick or session delete made on one node of a cluster,
@@ -75,4 +78,86 @@ func (s *Server) adminHere(action, id string) string {
 		}
 	}
 	return err.Error()
+}
+
+// maxClusterPage bounds a page of sessions listed across the cluster:
+// each node sends up to that many, in one NATS message.
+const maxClusterPage = 1000
+
+// clientsQuery asks another node for its page of sessions.
+type clientsQuery struct {
+	After  string       `json:"after"`
+	Limit  int          `json:"limit"`
+	Filter ClientFilter `json:"filter"`
+}
+
+// clientsAnswer is a node's page.
+type clientsAnswer struct {
+	Clients []ClientState `json:"clients"`
+	Next    string        `json:"next"`
+}
+
+// ClusterClients is ClientsWhere over every node of the broker's
+// cluster, each session with its node's name (ClientState.Node): the
+// pages of this node and of the nodes that answered within a couple of
+// seconds, merged in client id order. A limit of 0 or less, or above
+// 1,000, is 1,000. Outside a cluster it is ClientsWhere.
+func (s *Server) ClusterClients(after string, limit int, f ClientFilter) (page []ClientState, next string) {
+	node := s.clusterNode()
+	if node == nil {
+		return s.ClientsWhere(after, limit, f)
+	}
+	if limit <= 0 || limit > maxClusterPage {
+		limit = maxClusterPage
+	}
+	page, next = s.ClientsWhere(after, limit, f)
+	for i := range page {
+		page[i].Node = node.Name()
+	}
+	more := next != ""
+	q, err := json.Marshal(clientsQuery{After: after, Limit: limit, Filter: f})
+	if err != nil {
+		return page, next
+	}
+	answers, err := node.List(q)
+	if err != nil {
+		s.log.Warn().Err(err).Msg("listing the other nodes' sessions")
+	}
+	for name, data := range answers {
+		var a clientsAnswer
+		if err := json.Unmarshal(data, &a); err != nil {
+			s.log.Warn().Err(err).Str("node", name).Msg("a node's page of sessions unreadable")
+			continue
+		}
+		for i := range a.Clients {
+			a.Clients[i].Node = name
+		}
+		page = append(page, a.Clients...)
+		more = more || a.Next != ""
+	}
+	slices.SortStableFunc(page, func(a, b ClientState) int { return strings.Compare(a.ID, b.ID) })
+	// A session moving between nodes may be listed by both: once.
+	page = slices.CompactFunc(page, func(a, b ClientState) bool { return a.ID == b.ID })
+	if len(page) > limit {
+		page, more = page[:limit], true
+	}
+	if more && len(page) > 0 {
+		return page, page[len(page)-1].ID
+	}
+	return page, ""
+}
+
+// listHere answers another node's listing of sessions (cluster.ListFunc).
+func (s *Server) listHere(query []byte) []byte {
+	var q clientsQuery
+	if json.Unmarshal(query, &q) != nil {
+		return nil
+	}
+	var a clientsAnswer
+	a.Clients, a.Next = s.ClientsWhere(q.After, min(max(q.Limit, 1), maxClusterPage), q.Filter)
+	data, err := json.Marshal(a)
+	if err != nil {
+		return nil
+	}
+	return data
 }

@@ -2,6 +2,7 @@ package mqttd_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"mqttd"
@@ -59,4 +60,53 @@ func TestClusterAdminOnOwner(t *testing.T) {
 	if err := one.srv.Disconnect("nobody", false); !errors.Is(err, mqttd.ErrNoSession) {
 		t.Fatalf("Disconnect of an id no node owns: %v, want ErrNoSession", err)
 	}
+}
+
+// TestClusterClientsListed: a listing of sessions on one node has every
+// node's, each with its node's name, in client id order and in pages
+// across nodes, filtered as on one node.
+func TestClusterClientsListed(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, 3)
+	for i, id := range []string{"a1", "b1", "b2", "c1"} {
+		at := nodes[map[byte]int{'a': 0, 'b': 1, 'c': 2}[id[0]]]
+		if i == 3 {
+			connectRaw(t, at.addr, &packets.Connect{ClientID: id}).send(&packets.Disconnect{})
+			offline(t, at.srv, id)
+			continue
+		}
+		connectRaw(t, at.addr, &packets.Connect{ClientID: id, CleanStart: true})
+	}
+	for _, n := range nodes {
+		waitFor(t, "each node to see the three nodes alive", func() bool {
+			st, _ := n.srv.Cluster()
+			return st.Nodes == 3
+		})
+	}
+	want := "a1@node1 b1@node2 b2@node2 c1@node3"
+	if got, next := listed(nodes[0].srv.ClusterClients("", 0, mqttd.ClientFilter{})); got != want || next != "" {
+		t.Fatalf("node 1 listed %q (next %q), want %q", got, next, want)
+	}
+	got, next := listed(nodes[1].srv.ClusterClients("", 2, mqttd.ClientFilter{}))
+	if got != "a1@node1 b1@node2" || next != "b1" {
+		t.Fatalf("node 2's first page of 2: %q, next %q", got, next)
+	}
+	if got, next = listed(nodes[1].srv.ClusterClients(next, 2, mqttd.ClientFilter{})); got != "b2@node2 c1@node3" || next != "" {
+		t.Fatalf("node 2's second page of 2: %q, next %q", got, next)
+	}
+	if got, _ := listed(nodes[2].srv.ClusterClients("", 0, mqttd.ClientFilter{Search: "b"})); got != "b1@node2 b2@node2" {
+		t.Fatalf("node 3's search for b: %q", got)
+	}
+	if got, _ := listed(nodes[2].srv.ClusterClients("", 0, mqttd.ClientFilter{Offline: true})); got != "c1@node3" {
+		t.Fatalf("node 3's offline sessions: %q", got)
+	}
+}
+
+// listed renders a page as "id@node" words, with its next cursor.
+func listed(page []mqttd.ClientState, next string) (string, string) {
+	var words []string
+	for _, c := range page {
+		words = append(words, c.ID+"@"+c.Node)
+	}
+	return strings.Join(words, " "), next
 }

@@ -68,6 +68,9 @@ type ClientState struct {
 	// client's connection since it connected; absent while offline.
 	BytesIn  uint64 `json:"bytes_in,omitempty"`
 	BytesOut uint64 `json:"bytes_out,omitempty"`
+	// Node is the cluster node that holds the session, in a listing
+	// across the cluster (ClusterClients); "" otherwise.
+	Node string `json:"node,omitempty"`
 }
 
 // SubscriptionState is one subscription of a session, as Subscriptions

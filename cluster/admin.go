@@ -13,7 +13,8 @@ import (
 // An operator's action on a client (a kick, a session deleted) made on
 // any node reaches the node that owns the client id, over NATS
 // request/reply: the node that got it finds the owner in the owners
-// bucket and asks it to act on its own client.
+// bucket and asks it to act on its own client. A listing of sessions
+// asks every node for its part.
 
 // adminSubject is where node takes actions on its clients.
 func adminSubject(cluster, node string) string {
@@ -87,4 +88,70 @@ func (n *Node) Owner(id string) (string, error) {
 	}
 	owner, _ := parseOwner(e.Value())
 	return owner, nil
+}
+
+// listSubject is where every node of a cluster answers listings.
+func listSubject(cluster string) string { return "mqttd." + cluster + ".l" }
+
+// hdrNode names the node a listing comes from, or answers it.
+const hdrNode = "Mqttd-Node"
+
+// listTimeout bounds the wait for the other nodes' answers to a listing.
+const listTimeout = 2 * time.Second
+
+// ListFunc answers another node's listing; the query and the answer are
+// the broker's encoding.
+type ListFunc func(query []byte) []byte
+
+// ServeList answers other nodes' listings with fn, on a goroutine of the
+// NATS connection: one at a time.
+func (n *Node) ServeList(fn ListFunc) error {
+	_, err := n.nc.Subscribe(listSubject(n.cluster), func(msg *nats.Msg) {
+		if msg.Header.Get(hdrNode) == n.name || msg.Reply == "" {
+			return
+		}
+		reply := &nats.Msg{Subject: msg.Reply, Data: fn(msg.Data), Header: nats.Header{}}
+		reply.Header.Set(hdrNode, n.name)
+		if err := n.nc.PublishMsg(reply); err != nil {
+			n.log.Warn().Err(err).Msg("cluster: answering a listing")
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: serving listings: %w", err)
+	}
+	return nil
+}
+
+// List asks every other node for its answer to query, and returns the
+// answers by node: every live node's (NodesAlive), or those that came
+// within listTimeout.
+func (n *Node) List(query []byte) (map[string][]byte, error) {
+	want := int(n.nodesAlive.Load()) - 1
+	got := make(map[string][]byte, max(want, 0))
+	if want <= 0 {
+		return got, nil
+	}
+	inbox := n.nc.NewRespInbox()
+	sub, err := n.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	req := &nats.Msg{Subject: listSubject(n.cluster), Reply: inbox, Data: query, Header: nats.Header{}}
+	req.Header.Set(hdrNode, n.name)
+	if err := n.nc.PublishMsg(req); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(listTimeout)
+	for len(got) < want {
+		msg, err := sub.NextMsg(time.Until(deadline))
+		if errors.Is(err, nats.ErrTimeout) {
+			break
+		}
+		if err != nil {
+			return got, err
+		}
+		got[msg.Header.Get(hdrNode)] = msg.Data
+	}
+	return got, nil
 }

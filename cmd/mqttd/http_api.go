@@ -84,8 +84,9 @@ func (a *apiHandler) retained(w http.ResponseWriter, r *http.Request) {
 	}{page, next})
 }
 
-// clients lists sessions: ?search=TEXT keeps those whose client id or
-// username contains it, ?offline=true those without a connection.
+// clients lists sessions, every node's in a cluster: ?search=TEXT keeps
+// those whose client id or username contains it, ?offline=true those
+// without a connection.
 func (a *apiHandler) clients(w http.ResponseWriter, r *http.Request) {
 	after, limit, ok := pageOf(w, r)
 	if !ok {
@@ -95,7 +96,7 @@ func (a *apiHandler) clients(w http.ResponseWriter, r *http.Request) {
 	if f.Offline, ok = boolParam(w, r, "offline"); !ok {
 		return
 	}
-	page, next := a.srv.ClientsWhere(after, limit, f)
+	page, next := a.srv.ClusterClients(after, limit, f)
 	writeJSON(w, http.StatusOK, struct {
 		Clients []mqttd.ClientState `json:"clients"`
 		Next    string              `json:"next,omitempty"`
