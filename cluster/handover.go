@@ -43,7 +43,7 @@ type HandoverFunc func(id string, clean, sameUser bool) []byte
 // ServeHandover answers other nodes' handover requests with fn, on a
 // goroutine of the NATS connection: one request at a time.
 func (n *Node) ServeHandover(fn HandoverFunc) error {
-	sub, err := n.nc.Subscribe(handoverSubject(n.cluster, n.name), func(msg *nats.Msg) {
+	_, err := n.nc.Subscribe(handoverSubject(n.cluster, n.name), func(msg *nats.Msg) {
 		id := msg.Header.Get(hdrClient)
 		rev, _ := strconv.ParseUint(msg.Header.Get(hdrRev), 10, 64)
 		var state []byte
@@ -58,9 +58,6 @@ func (n *Node) ServeHandover(fn HandoverFunc) error {
 	if err != nil {
 		return fmt.Errorf("cluster: serving handovers: %w", err)
 	}
-	n.mu.Lock()
-	n.handovers = sub
-	n.mu.Unlock()
 	return nil
 }
 

@@ -172,8 +172,6 @@ type Node struct {
 	keeperDone     chan struct{}
 	retainedLimits RetainedLimits
 	retainedRead   jetstream.ConsumeContext
-	// handovers is the subscription ServeHandover made (mu).
-	handovers *nats.Subscription
 
 	// Confirmed sends (confirm.go): the batches waiting for an answer,
 	// and what the node calls to answer those it receives.
