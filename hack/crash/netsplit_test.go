@@ -265,6 +265,7 @@ func (s *splitScene) expectNotHeld(n *nsBroker, id string, d time.Duration) {
 			Clients []struct {
 				ID        string `json:"id"`
 				Connected bool   `json:"connected"`
+				Node      string `json:"node"`
 			} `json:"clients"`
 		}
 		if err := json.Unmarshal(body, &page); err != nil {
@@ -272,7 +273,8 @@ func (s *splitScene) expectNotHeld(n *nsBroker, id string, d time.Duration) {
 		}
 		held := false
 		for _, c := range page.Clients {
-			held = held || c.ID == id
+			// The listing is the cluster's: C's own are those it names.
+			held = held || c.ID == id && (c.Node == n.name || c.Node == "")
 		}
 		if !held {
 			return
