@@ -476,6 +476,9 @@ func (c *ctl) clients(q url.Values) error {
 				state += " " + time.Since(cl.OfflineSince).Round(time.Second).String()
 			}
 		}
+		if cl.Node != "" { // a cluster's listing
+			state += " on " + cl.Node
+		}
 		rows = append(rows, []string{cl.ID, cl.Username, state, cl.Remote, cl.Protocol, strconv.Itoa(cl.Subscriptions),
 			strconv.Itoa(cl.Inflight), strconv.Itoa(cl.Queued)})
 	}

@@ -79,9 +79,10 @@ function clientRow(c, growing, note, refresh) {
     : twoClick('delete', 'delete ' + c.id, () => act('DELETE', `api/v1/sessions/${id}`), done);
   action.classList.add(c.connected ? 'kick' : 'delete');
   action.title = c.connected ? 'end its connection (its session is kept)' : 'delete the session and its queue';
-  const state = c.connected
+  const state = (c.connected
     ? 'online'
-    : 'offline' + (c.offline_since ? ' ' + age((Date.now() - Date.parse(c.offline_since)) / 1000) : '');
+    : 'offline' + (c.offline_since ? ' ' + age((Date.now() - Date.parse(c.offline_since)) / 1000) : '')) +
+    (c.node ? ' on ' + c.node : ''); // a cluster's listing names each session's node
   return el('tr', { dataset: { id: c.id }, class: growing ? 'growing' : undefined },
     el('td', { class: 'id' }, c.id),
     el('td', {}, c.username),
