@@ -29,7 +29,15 @@ type CA struct {
 }
 
 // NewCA makes a CA named cn, valid from two hours ago for an hour.
-func NewCA(t testing.TB, cn string) *CA {
+func NewCA(t testing.TB, cn string) *CA { return newCA(t, cn, nil) }
+
+// SubCA makes an intermediate CA named cn that ca signs; its File holds
+// its certificate alone.
+func (ca *CA) SubCA(t testing.TB, cn string) *CA { return newCA(t, cn, ca) }
+
+// newCA makes a CA named cn that parent signs, or a root when parent is
+// nil.
+func newCA(t testing.TB, cn string, parent *CA) *CA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -40,7 +48,12 @@ func NewCA(t testing.TB, cn string) *CA {
 		NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	signer, signerKey := tmpl, key
+	if parent != nil {
+		tmpl.SerialNumber = big.NewInt(100 + parent.serial.Add(1))
+		signer, signerKey = parent.Cert, parent.Key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,32 +64,6 @@ func NewCA(t testing.TB, cn string) *CA {
 	ca := &CA{Cert: cert, Key: key, dir: t.TempDir()}
 	ca.File = ca.WritePEM(t, "ca.pem", "CERTIFICATE", der)
 	return ca
-}
-
-// SubCA makes an intermediate CA named cn that ca signs; its File holds
-// its certificate alone.
-func (ca *CA) SubCA(t testing.TB, cn string) *CA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(100 + ca.serial.Add(1)), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := &CA{Cert: cert, Key: key, dir: t.TempDir()}
-	sub.File = sub.WritePEM(t, "ca.pem", "CERTIFICATE", der)
-	return sub
 }
 
 // Issue signs a certificate for cn valid until notAfter and writes it and
