@@ -97,33 +97,38 @@ func publishAtomic(nc *nats.Conn, prefix string, msgs []stateMsg, timeout time.D
 	for len(msgs) > 0 {
 		n := min(len(msgs), maxAtomic)
 		unanswered, sends := false, 0
+		err := nats.ErrTimeout // nothing sent: no time was given
 		for {
-			sends++
-			w.roundTrips.Add(1)
 			deadline := definite
 			if unanswered {
 				deadline = settle
 			}
-			err := sendAtomic(nc, prefix, msgs[:n], min(timeout, time.Until(deadline)))
-			if err == nil {
+			wait := min(timeout, time.Until(deadline))
+			if wait <= 0 {
+				break
+			}
+			sends++
+			w.roundTrips.Add(1)
+			if err = sendAtomic(nc, prefix, msgs[:n], wait); err == nil {
 				w.records.Add(uint64(n))
 				break
 			}
-			switch {
-			case errors.Is(err, nats.ErrTimeout):
+			if errors.Is(err, nats.ErrTimeout) {
 				unanswered = true
-				if time.Now().Before(settle) {
-					continue
-				}
-				return fmt.Errorf("%w (%d sends in %v)", errUnsettled, sends, time.Since(start).Round(time.Millisecond))
-			case !errors.Is(err, nats.ErrNoResponders):
-			case time.Now().Before(deadline):
-				time.Sleep(5 * time.Millisecond)
 				continue
 			}
-			if unanswered {
-				return fmt.Errorf("%w: then %w", errUnsettled, err)
+			if !errors.Is(err, nats.ErrNoResponders) {
+				break
 			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		switch {
+		case err == nil:
+		case unanswered && errors.Is(err, nats.ErrTimeout):
+			return fmt.Errorf("%w (%d sends in %v)", errUnsettled, sends, time.Since(start).Round(time.Millisecond))
+		case unanswered:
+			return fmt.Errorf("%w: then %w", errUnsettled, err)
+		default:
 			return err
 		}
 		msgs = msgs[n:]
@@ -132,9 +137,6 @@ func publishAtomic(nc *nats.Conn, prefix string, msgs []stateMsg, timeout time.D
 }
 
 func sendAtomic(nc *nats.Conn, prefix string, msgs []stateMsg, timeout time.Duration) error {
-	if timeout <= 0 {
-		return nats.ErrTimeout
-	}
 	id := prefix + strconv.FormatUint(batchIDs.Add(1), 36)
 	for i, e := range msgs {
 		m := nats.NewMsg(e.subject)

@@ -172,3 +172,21 @@ func TestSessionWriteNeverAnsweredUnsettled(t *testing.T) {
 		t.Fatalf("writes %+v: want %d sends at least", w, settleAttempts)
 	}
 }
+
+// TestSessionWriteNobodyListening: a batch nobody can receive (no
+// stream on its subjects) was not stored: it fails as such once the
+// timeout passes, not as unsettled after the longer wait.
+func TestSessionWriteNobodyListening(t *testing.T) {
+	urls := natstest.Cluster(t, 1)
+	nc := connect(t, urls[0])
+	const timeout = 100 * time.Millisecond
+	var w storeWrites
+	start := time.Now()
+	err := publishAtomic(nc, "test-", []stateMsg{{subject: "nobody.listens", data: []byte("x")}}, timeout, &w)
+	if !errors.Is(err, nats.ErrNoResponders) || errors.Is(err, errUnsettled) {
+		t.Fatalf("a batch nobody received: %v, want no responders", err)
+	}
+	if took := time.Since(start); took >= settleAttempts*timeout {
+		t.Fatalf("gave up after %v: waited as for an unanswered batch", took)
+	}
+}
