@@ -142,7 +142,7 @@ func (s *Server) clusterCutOff() {
 	s.cluster.accepting.Store(false)
 	s.mu.Lock()
 	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
+	for _, c := range s.conns {
 		if c.link() == nil {
 			conns = append(conns, c)
 		}

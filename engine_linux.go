@@ -15,6 +15,20 @@ import (
 // (internal/netpoll) and read by a reader from the pool only when bytes
 // arrive. engine_other.go has the same names for systems without epoll.
 
+// The bits of conn.evState.
+const (
+	// evHup: the poller saw a hang-up or error; the reader must read to
+	// the end.
+	evHup uint32 = 1 << iota
+	// evFraming: a packet has started to arrive and is not complete; the
+	// idle limit is then limits.frame_timeout.
+	evFraming
+)
+
+// framing reports whether a packet has started to arrive and is not
+// complete (evFraming).
+func (c *conn) framing() bool { return c.evState.Load()&evFraming != 0 }
+
 // eventConn is the socket of a connection read on poller events instead
 // of by a goroutine of its own: a descriptor of the engine's own
 // (listeners.Detach), and the incomplete frame carried between wakeups.
@@ -69,7 +83,7 @@ func newPoller() (*poller, error) { return netpoll.New[*conn]() }
 // ended, hup): a reader must drain the socket.
 func (c *conn) PollReadable(hup bool) {
 	if hup {
-		c.hup.Store(true) // the reader must read to the end
+		c.evState.Or(evHup)
 	}
 	c.wakeReader()
 }
