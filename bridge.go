@@ -230,7 +230,7 @@ func (s *Server) openBridgeSession(b *bridgeRun) {
 	s.mu.Lock()
 	cl := s.clients[b.id]
 	if cl == nil {
-		cl = &client{id: b.id, sess: session.New(b.id, b.lim)}
+		cl = &client{id: b.id, sess: session.New(b.lim)}
 		s.clients[b.id] = cl
 		s.stats.sessions.Add(1)
 	}

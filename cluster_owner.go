@@ -237,7 +237,7 @@ func (s *Server) adoptMoved(c *conn, ms *movedSession) error {
 	}
 	// A session this node still had for the id is an older copy.
 	s.relinquish(id, false, false, true)
-	cl := &client{id: id, sess: session.New(id, s.sessionLimits(id))}
+	cl := &client{id: id, sess: session.New(s.sessionLimits(id))}
 	cl.who.Store(&auth.ClientInfo{ClientID: id, Username: ms.Session.Username, ProtocolVersion: ms.Session.Version,
 		Listener: ms.Session.Listener})
 	stored := s.dur != nil && c.expiry > 0

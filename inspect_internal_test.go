@@ -40,7 +40,7 @@ func withSessions(b *testing.B, n int) *Server {
 	}
 	for range n {
 		id := fmt.Sprintf("device-%08d", rand.IntN(1_000_000_000))
-		s.clients[id] = &client{id: id, sess: session.New(id, s.sessLim)}
+		s.clients[id] = &client{id: id, sess: session.New(s.sessLim)}
 	}
 	return s
 }

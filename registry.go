@@ -129,7 +129,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 			}
 			dropped = s.dropSessionLocked(old)
 		}
-		cl = &client{id: id, sess: session.New(id, s.sessionLimits(id))}
+		cl = &client{id: id, sess: session.New(s.sessionLimits(id))}
 		s.clients[id] = cl
 		s.stats.sessions.Add(1)
 		present = false
