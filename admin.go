@@ -47,7 +47,7 @@ const disconnectWait = 2 * time.Second
 // ErrNotConnected for an offline session without discardSession.
 func (s *Server) Disconnect(clientID string, discardSession bool) error {
 	s.mu.Lock()
-	cl := s.clients[clientID]
+	cl := s.clients.get(clientID)
 	if cl == nil || cl.handler != nil {
 		s.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrNoSession, clientID)
@@ -104,7 +104,7 @@ func (s *Server) Disconnect(clientID string, discardSession bool) error {
 // has the session (Disconnect ends both).
 func (s *Server) DeleteSession(clientID string) error {
 	s.mu.Lock()
-	cl := s.clients[clientID]
+	cl := s.clients.get(clientID)
 	if cl == nil || cl.handler != nil {
 		s.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrNoSession, clientID)
@@ -116,7 +116,7 @@ func (s *Server) DeleteSession(clientID string) error {
 		s.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrSessionOnline, clientID)
 	}
-	delete(s.clients, clientID)
+	s.clients.remove(clientID)
 	will := s.takeWillLocked(cl)
 	dropped := s.dropSessionLocked(cl)
 	s.mu.Unlock()

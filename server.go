@@ -54,7 +54,7 @@ type Server struct {
 	// mu is the registry lock: clients, conns and listeners. Lock order:
 	// mu -> client.mu -> outbox.mu (LOCKING.md).
 	mu      sync.Mutex
-	clients map[string]*client
+	clients clientsByID
 	methods map[string]auth.Method   // Options.AuthMethods by name
 	wills   map[*client]*delayedWill // waiting for their Will Delay Interval (will.go)
 	// conns is every open connection, each at its connPos: a slice of
@@ -189,7 +189,6 @@ func New(opts Options) (*Server, error) {
 		expiry:  newExpiryWheel(),
 		memory:  newMemoryWatch(),
 		sys:     newSysTree(o.SysInterval),
-		clients: make(map[string]*client),
 		methods: make(map[string]auth.Method),
 		auths:   make(map[*conn]*authState),
 		wills:   make(map[*client]*delayedWill),
