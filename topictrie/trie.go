@@ -50,7 +50,7 @@ type Trie[K comparable, V any] struct {
 
 // node is one level of the trie.
 type node[K comparable, V any] struct {
-	children levels[node[K, V]]
+	children levels[node[K, V], *node[K, V]]
 	// wild is the node's + and # children and share groups, nil when it
 	// has none: the leaves of a large trie (a filter per device) have
 	// none. With them apart, no parent pointer (lookupPath) and the
