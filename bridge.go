@@ -184,7 +184,8 @@ func (s *Server) settleBridges() {
 	bridges := s.bridgesOf()
 	s.mu.Lock()
 	var gone []*client
-	for id, cl := range s.clients {
+	for cl := range s.clients.all {
+		id := cl.id
 		if strings.HasPrefix(id, bridgeIDPrefix) && bridges[id] == nil {
 			gone = append(gone, cl)
 		}
@@ -207,7 +208,7 @@ func (s *Server) settleBridges() {
 // dropBridgeSession ends the session of a bridge no longer configured.
 func (s *Server) dropBridgeSession(cl *client) {
 	s.mu.Lock()
-	if s.clients[cl.id] != cl {
+	if s.clients.get(cl.id) != cl {
 		s.mu.Unlock()
 		return
 	}
@@ -215,7 +216,7 @@ func (s *Server) dropBridgeSession(cl *client) {
 	queued := cl.sess.Queued() + cl.sess.Inflight()
 	cl.mu.Unlock()
 	filters := s.dropSessionLocked(cl)
-	delete(s.clients, cl.id)
+	s.clients.remove(cl.id)
 	s.mu.Unlock()
 	s.unsubscribeAll(cl, filters)
 	s.log.Warn().Str("bridge", strings.TrimPrefix(cl.id, bridgeIDPrefix)).Int("dropped", queued).
@@ -228,10 +229,10 @@ func (s *Server) dropBridgeSession(cl *client) {
 // gets retained messages as such.
 func (s *Server) openBridgeSession(b *bridgeRun) {
 	s.mu.Lock()
-	cl := s.clients[b.id]
+	cl := s.clients.get(b.id)
 	if cl == nil {
-		cl = &client{id: b.id, sess: session.New(b.id, b.lim)}
-		s.clients[b.id] = cl
+		cl = &client{id: b.id, sess: session.New(b.lim)}
+		s.clients.put(cl)
 		s.stats.sessions.Add(1)
 	}
 	cl.mu.Lock()
@@ -331,7 +332,7 @@ func (s *Server) SetBridges(list []bridge.Config) (added, changed, removed []str
 		if next[id] == nil {
 			removed = append(removed, b.cfg.Name)
 			s.mu.Lock()
-			cl := s.clients[id]
+			cl := s.clients.get(id)
 			s.mu.Unlock()
 			if cl != nil {
 				s.dropBridgeSession(cl)
@@ -464,7 +465,7 @@ func (s *Server) bridgeBlocks(topic string) bool {
 func (b *bridgeRun) stillFull() bool {
 	s := b.srv
 	s.mu.Lock()
-	cl := s.clients[b.id]
+	cl := s.clients.get(b.id)
 	s.mu.Unlock()
 	if cl == nil {
 		b.full.Store(false)
@@ -564,7 +565,7 @@ func (b *bridgeRun) state() BridgeState {
 	b.mu.Unlock()
 	s := b.srv
 	s.mu.Lock()
-	cl := s.clients[b.id]
+	cl := s.clients.get(b.id)
 	s.mu.Unlock()
 	if cl != nil {
 		cl.mu.Lock()

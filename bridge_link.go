@@ -262,7 +262,7 @@ func (b *bridgeRun) serveLink(nc net.Conn, ack *packets.Connack, addr bridge.Add
 		nc.Close()
 		return ErrServerClosed
 	}
-	s.conns[c] = struct{}{}
+	s.trackLocked(c)
 	s.connWG.Add(1)
 	s.mu.Unlock()
 	s.stats.connections.Add(1)

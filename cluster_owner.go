@@ -149,12 +149,12 @@ func (s *Server) handOver(id string, clean, sameUser bool) []byte {
 // reports whether there was a session.
 func (s *Server) relinquish(id string, export, will, sameUser bool) ([]byte, bool) {
 	s.mu.Lock()
-	cl := s.clients[id]
+	cl := s.clients.get(id)
 	if cl == nil || cl.bridge.Load() != nil || cl.handler != nil {
 		s.mu.Unlock()
 		return nil, false
 	}
-	delete(s.clients, id)
+	s.clients.remove(id)
 	cl.mu.Lock()
 	oldConn := cl.conn
 	cl.conn = nil
@@ -237,7 +237,7 @@ func (s *Server) adoptMoved(c *conn, ms *movedSession) error {
 	}
 	// A session this node still had for the id is an older copy.
 	s.relinquish(id, false, false, true)
-	cl := &client{id: id, sess: session.New(id, s.sessionLimits(id))}
+	cl := &client{id: id, sess: session.New(s.sessionLimits(id))}
 	cl.who.Store(&auth.ClientInfo{ClientID: id, Username: ms.Session.Username, ProtocolVersion: ms.Session.Version,
 		Listener: ms.Session.Listener})
 	stored := s.dur != nil && c.expiry > 0
@@ -291,13 +291,13 @@ func (s *Server) adoptMoved(c *conn, ms *movedSession) error {
 		putRelState(&b, id, took, ms.Forwards, ms.Stamps)
 	}
 	s.mu.Lock()
-	if old := s.clients[id]; old != nil {
+	if old := s.clients.get(id); old != nil {
 		filters := s.dropMovedLocked(cl)
 		s.mu.Unlock()
 		s.unsubscribeAll(cl, filters)
 		return errors.New("a session for the id came here meanwhile")
 	}
-	s.clients[id] = cl
+	s.clients.put(cl)
 	s.stats.sessions.Add(1)
 	cl.mu.Lock()
 	s.accountQueueLocked(cl)
@@ -367,9 +367,10 @@ func (s *Server) releaseClientID(id string, c *conn) {
 // answered for every one.
 func (s *Server) adoptKept(node *cluster.Node) bool {
 	s.mu.Lock()
-	ids := make([]string, 0, len(s.clients))
-	users := make([]string, 0, len(s.clients))
-	for id, cl := range s.clients {
+	ids := make([]string, 0, s.clients.len())
+	users := make([]string, 0, s.clients.len())
+	for cl := range s.clients.all {
+		id := cl.id
 		if cl.bridge.Load() == nil && cl.handler == nil {
 			ids = append(ids, id)
 			users = append(users, cl.owner())

@@ -99,7 +99,7 @@ func (s *Server) replicateSessions(node *cluster.Node) bool {
 func (s *Server) hasClient(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.clients[id] != nil
+	return s.clients.get(id) != nil
 }
 
 // moveSessions writes the sessions the node's own store holds to the
@@ -183,14 +183,14 @@ func (s *Server) restoreOne(ss *persistence.SessionState, msgs map[uint64]*persi
 	cl, expired := s.clientFrom(ss, restoredMessages(msgs), now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.clients[id] != nil {
+	if s.clients.get(id) != nil {
 		filters := s.dropMovedLocked(cl)
 		s.mu.Unlock()
 		s.unsubscribeAll(cl, filters)
 		s.mu.Lock()
 		return false
 	}
-	s.clients[id] = cl
+	s.clients.put(cl)
 	s.stats.sessions.Add(1)
 	cl.mu.Lock()
 	s.accountQueueLocked(cl)

@@ -122,7 +122,7 @@ func (s *Server) keepOwnWill(ref cluster.WillRef, data []byte) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cl := s.clients[rec.ClientID]
+	cl := s.clients.get(rec.ClientID)
 	if cl == nil {
 		return true
 	}
@@ -142,7 +142,7 @@ func (s *Server) clusterCutOff() {
 	s.cluster.accepting.Store(false)
 	s.mu.Lock()
 	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
+	for _, c := range s.conns {
 		if c.link() == nil {
 			conns = append(conns, c)
 		}

@@ -36,7 +36,9 @@ type conn struct {
 	idleLimit atomic.Int64   // nanos without input before closing (events)
 	filedTick atomic.Int64   // the idle wheel's tick this connection is filed under
 	connected atomic.Bool    // CONNECT accepted
-	hup       atomic.Bool    // the poller saw a hang-up or error (events)
+	// evState is the events engine's evHup and evFraming, in one word
+	// where two atomic.Bools took two: the four bytes hold connPos.
+	evState atomic.Uint32
 	// bytesIn and bytesOut count what was read from and written to the
 	// socket (ClientState): an add a read or write system call, on a line
 	// its reader and writer touch anyway.
@@ -106,9 +108,9 @@ type conn struct {
 	aliases atomic.Pointer[topicAliases]
 
 	closeOnce sync.Once
-	// framing is set while a packet has started to arrive and is not
-	// complete (events): the idle limit is then limits.frame_timeout.
-	framing atomic.Bool
+	// connPos is the connection's place in Server.conns, under the
+	// server's mu.
+	connPos int32
 
 	dropWarned throttle // unix nanos of the last outbox-full warning
 	// held are the acknowledgements waiting for the store (durable.go);

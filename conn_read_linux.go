@@ -83,7 +83,7 @@ func (c *conn) readEvents() {
 			// packet that has started to arrive has limits.frame_timeout
 			// from its first byte, however it trickles.
 			connected := c.connected.Load()
-			if connected && !c.framing.Load() {
+			if connected && !c.framing() {
 				c.touch()
 			}
 			frames, err := c.consume(rs.buf[:n], &rs.pub)
@@ -95,7 +95,7 @@ func (c *conn) readEvents() {
 			if connected || c.connected.Load() {
 				c.trackFrame(frames > 0)
 			}
-			if n == len(rs.buf) || c.hup.Load() {
+			if n == len(rs.buf) || c.evState.Load()&evHup != 0 {
 				// Before reading more, the writers this read's deliveries
 				// started write them, while the outboxes are still in the
 				// cache: a publisher that keeps the socket full otherwise

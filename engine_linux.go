@@ -3,6 +3,7 @@
 package mqttd
 
 import (
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -15,17 +16,39 @@ import (
 // (internal/netpoll) and read by a reader from the pool only when bytes
 // arrive. engine_other.go has the same names for systems without epoll.
 
+// The bits of conn.evState.
+const (
+	// evHup: the poller saw a hang-up or error; the reader must read to
+	// the end.
+	evHup uint32 = 1 << iota
+	// evFraming: a packet has started to arrive and is not complete; the
+	// idle limit is then limits.frame_timeout.
+	evFraming
+)
+
+// framing reports whether a packet has started to arrive and is not
+// complete (evFraming).
+func (c *conn) framing() bool { return c.evState.Load()&evFraming != 0 }
+
 // eventConn is the socket of a connection read on poller events instead
 // of by a goroutine of its own: a descriptor of the engine's own
 // (listeners.Detach), and the incomplete frame carried between wakeups.
 type eventConn struct {
 	netpoll.FD
+	// more is what few connections have, nil for the others: an idle
+	// connection pays 8 bytes for it, which keeps eventConn at 24 bytes,
+	// a size class, where the frame's pointer and the uncount took 32.
+	// Atomic, as the reader sets it while another goroutine may close.
+	more atomic.Pointer[eventMore]
+}
+
+// eventMore is an eventConn's rarer state.
+type eventMore struct {
 	// partial is an incomplete frame carried to the next wakeup (frame,
-	// keepFrame), behind a pointer: an idle connection pays 8 bytes for
-	// it, not a slice's 24, which keeps eventConn at 32 bytes.
-	partial *[]byte
+	// keepFrame); the reader's own.
+	partial []byte
 	// uncount takes the connection off its listener's count; nil when
-	// it is not counted.
+	// it is not counted. Set before the socket is watched, not changed.
 	uncount func()
 }
 
@@ -36,28 +59,34 @@ func (e *eventConn) close() bool {
 	if !e.FD.Close() {
 		return false
 	}
-	if e.uncount != nil {
-		e.uncount()
+	if m := e.more.Load(); m != nil && m.uncount != nil {
+		m.uncount()
 	}
 	return true
 }
 
 // frame is the incomplete frame carried, if any.
 func (e *eventConn) frame() []byte {
-	if e.partial == nil {
-		return nil
+	if m := e.more.Load(); m != nil {
+		return m.partial
 	}
-	return *e.partial
+	return nil
 }
 
 // keepFrame carries b, an incomplete frame, to the next wakeup; nil
-// carries nothing.
+// carries nothing. A connection not counted drops its eventMore with the
+// frame, so that an idle one does not keep it.
 func (e *eventConn) keepFrame(b []byte) {
-	if b == nil {
-		e.partial = nil
-		return
+	m := e.more.Load()
+	switch {
+	case m == nil && b == nil:
+	case m == nil:
+		e.more.Store(&eventMore{partial: b})
+	case b == nil && m.uncount == nil:
+		e.more.Store(nil)
+	default:
+		m.partial = b
 	}
-	e.partial = &b
 }
 
 // poller is the engine's epoll instance.
@@ -69,7 +98,7 @@ func newPoller() (*poller, error) { return netpoll.New[*conn]() }
 // ended, hup): a reader must drain the socket.
 func (c *conn) PollReadable(hup bool) {
 	if hup {
-		c.hup.Store(true) // the reader must read to the end
+		c.evState.Or(evHup)
 	}
 	c.wakeReader()
 }
@@ -98,7 +127,10 @@ func (c *conn) detachSocket(pl *poller) bool {
 	if err != nil {
 		return false
 	}
-	c.ev = &eventConn{uncount: uncount}
+	c.ev = new(eventConn)
+	if uncount != nil {
+		c.ev.more.Store(&eventMore{uncount: uncount})
+	}
 	c.ev.Init(fd)
 	c.nc = nil
 	c.touch()

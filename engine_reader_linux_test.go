@@ -228,9 +228,9 @@ func TestReaderFinishEventOnce(t *testing.T) {
 	c.ev = eventConnFor(t, srvEnd)
 	c.will = &session.Message{Topic: "will/finish", Payload: []byte("gone")}
 	// A will belongs to a session: only an accepted CONNECT leaves one.
-	c.cl = &client{id: "finish", sess: session.New("finish", s.sessLim), conn: c, clean: true}
+	c.cl = &client{id: "finish", sess: session.New(s.sessLim), conn: c, clean: true}
 	s.mu.Lock()
-	s.clients[c.cl.id] = c.cl
+	s.clients.put(c.cl)
 	s.mu.Unlock()
 	trackConn(t, s, c)
 	c.rstate.Store(readerRunning) // finishEvent runs on the reader

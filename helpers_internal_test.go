@@ -107,7 +107,7 @@ func onlyConn(t *testing.T, s *Server) *conn {
 	waitUntil(t, "the server to accept the connection", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		for k := range s.conns {
+		for _, k := range s.conns {
 			c = k
 		}
 		return len(s.conns) == 1

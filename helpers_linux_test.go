@@ -30,7 +30,7 @@ func eventConnFor(t *testing.T, nc net.Conn) *eventConn {
 func trackConn(t *testing.T, s *Server, c *conn) {
 	t.Helper()
 	s.mu.Lock()
-	s.conns[c] = struct{}{}
+	s.trackLocked(c)
 	s.connWG.Add(1)
 	s.mu.Unlock()
 	s.stats.connections.Add(1)

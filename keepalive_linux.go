@@ -231,10 +231,14 @@ func (c *conn) trackFrame(completed bool) {
 	if completed {
 		c.touch()
 	}
-	if partial == c.framing.Load() && !(partial && completed) {
+	if partial == c.framing() && !(partial && completed) {
 		return
 	}
-	c.framing.Store(partial)
+	if partial {
+		c.evState.Or(evFraming)
+	} else {
+		c.evState.And(^evFraming)
+	}
 	limit := c.keepAliveLimit() * 3 / 2
 	if partial {
 		if frame := c.srv.limits().FrameTimeout; limit == 0 || frame < limit {
@@ -260,7 +264,7 @@ func (c *conn) watchIdle(limit time.Duration) {
 // idleTimeout closes a connection that sent nothing for its idle limit,
 // or took longer than limits.frame_timeout to send a packet.
 func (c *conn) idleTimeout() {
-	if c.framing.Load() {
+	if c.framing() {
 		c.sendDisconnectAsync(packets.KeepAliveTimeout)
 		c.closeWith(errFrameTimeout)
 	} else if c.connected.Load() {

@@ -46,7 +46,7 @@ func TestDeadPeerProbe(t *testing.T) {
 		}
 		var server *conn
 		s.mu.Lock()
-		for c := range s.conns {
+		for _, c := range s.conns {
 			if c.info.Remote.String() == nc.LocalAddr().String() {
 				server = c
 			}

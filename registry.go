@@ -87,7 +87,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 	id := c.info.ClientID
 	persistent := c.expiry > 0
 	s.mu.Lock()
-	old := s.clients[id]
+	old := s.clients.get(id)
 	otherUser := old != nil && old.owner() != c.info.Username
 	if otherUser {
 		if s.opts.Auth.OtherUserSession != OtherUserReplace {
@@ -96,7 +96,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 		}
 		clean = true
 	}
-	if old == nil && len(s.clients) >= s.limits().MaxSessions {
+	if old == nil && s.clients.len() >= s.limits().MaxSessions {
 		s.mu.Unlock()
 		return attachNoRoom
 	}
@@ -129,8 +129,8 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 			}
 			dropped = s.dropSessionLocked(old)
 		}
-		cl = &client{id: id, sess: session.New(id, s.sessionLimits(id))}
-		s.clients[id] = cl
+		cl = &client{id: id, sess: session.New(s.sessionLimits(id))}
+		s.clients.put(cl)
 		s.stats.sessions.Add(1)
 		present = false
 	} else {
@@ -203,7 +203,7 @@ func (s *Server) detach(c *conn) {
 		handed = s.takeSharedLocked(cl)
 	}
 	clean := cl.clean
-	if owner && !clean && s.clients[cl.id] == cl && cl.bridge.Load() == nil {
+	if owner && !clean && s.clients.get(cl.id) == cl && cl.bridge.Load() == nil {
 		at := time.Now().Add(time.Duration(c.expiry) * time.Second).UnixNano()
 		cl.sess.SetExpireAt(at)
 		cl.sess.SetLeftAt(time.Now().UnixNano())
@@ -214,9 +214,9 @@ func (s *Server) detach(c *conn) {
 	}
 	cl.mu.Unlock()
 	var dropped []string
-	ended := owner && clean && s.clients[cl.id] == cl
+	ended := owner && clean && s.clients.get(cl.id) == cl
 	if ended {
-		delete(s.clients, cl.id)
+		s.clients.remove(cl.id)
 		dropped = s.dropSessionLocked(cl)
 	}
 	s.mu.Unlock()
@@ -295,7 +295,7 @@ func (s *Server) claimSession(c *conn, cleanStart bool) (fresh, ok bool) {
 	id := c.info.ClientID
 	fresh = cleanStart
 	s.mu.Lock()
-	old := s.clients[id]
+	old := s.clients.get(id)
 	if old != nil && old.owner() != c.info.Username {
 		if s.opts.Auth.OtherUserSession != OtherUserReplace {
 			s.mu.Unlock()

@@ -158,8 +158,8 @@ func (s *Server) recheckSubscriptions() int {
 		return 0
 	}
 	s.mu.Lock()
-	cls := make([]*client, 0, len(s.clients))
-	for _, cl := range s.clients {
+	cls := make([]*client, 0, s.clients.len())
+	for cl := range s.clients.all {
 		cls = append(cls, cl)
 	}
 	s.mu.Unlock()
@@ -219,7 +219,7 @@ func (s *Server) revokeDeleted() int {
 	}
 	s.mu.Lock()
 	var gone []*conn
-	for _, cl := range s.clients {
+	for cl := range s.clients.all {
 		cl.mu.Lock()
 		c, stamp := cl.conn, cl.passwdStamp
 		cl.mu.Unlock()

@@ -78,7 +78,7 @@ func (s *Server) restore() error {
 		for _, seq := range expired {
 			gone.DeleteOutbound(id, seq)
 		}
-		s.clients[id] = cl
+		s.clients.put(cl)
 		s.stats.sessions.Add(1)
 		s.accountQueueLocked(cl)
 		s.expiry.schedule(cl, at)
@@ -145,7 +145,7 @@ func restoredMessage(pm *persistence.Message) *session.Message {
 func (s *Server) clientFrom(ss *persistence.SessionState, msg func(id uint64) *session.Message, now time.Time) (*client, []uint64) {
 	var expired []uint64
 	id := ss.Session.ID
-	cl := &client{id: id, sess: session.New(id, s.sessionLimits(id))}
+	cl := &client{id: id, sess: session.New(s.sessionLimits(id))}
 	cl.who.Store(restoredWho(ss))
 	for _, sub := range ss.Subscriptions {
 		isNew, err := s.addSubscription(sub.Filter, cl, subOptsOf(sub))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,11 +53,13 @@ type Server struct {
 
 	// mu is the registry lock: clients, conns and listeners. Lock order:
 	// mu -> client.mu -> outbox.mu (LOCKING.md).
-	mu        sync.Mutex
-	clients   map[string]*client
-	methods   map[string]auth.Method   // Options.AuthMethods by name
-	wills     map[*client]*delayedWill // waiting for their Will Delay Interval (will.go)
-	conns     map[*conn]struct{}
+	mu      sync.Mutex
+	clients clientsByID
+	methods map[string]auth.Method   // Options.AuthMethods by name
+	wills   map[*client]*delayedWill // waiting for their Will Delay Interval (will.go)
+	// conns is every open connection, each at its connPos: a slice of
+	// pointers costs a connection 8 bytes where a map took ~29.
+	conns     []*conn
 	perAddr   map[netip.Addr]int // open connections by source address (admission.go)
 	listeners []*listener
 	gates     map[string]*gate // how each listener lets clients in, by name (auth.go)
@@ -186,11 +189,9 @@ func New(opts Options) (*Server, error) {
 		expiry:  newExpiryWheel(),
 		memory:  newMemoryWatch(),
 		sys:     newSysTree(o.SysInterval),
-		clients: make(map[string]*client),
 		methods: make(map[string]auth.Method),
 		auths:   make(map[*conn]*authState),
 		wills:   make(map[*client]*delayedWill),
-		conns:   make(map[*conn]struct{}),
 		gates:   make(map[string]*gate),
 		perAddr: make(map[netip.Addr]int),
 		done:    make(chan struct{}),
@@ -435,7 +436,7 @@ func (s *Server) startConn(nc net.Conn, listenerName string) {
 		s.reject(nc, r, listenerName)
 		return
 	}
-	s.conns[c] = struct{}{}
+	s.trackLocked(c)
 	s.connWG.Add(1)
 	s.mu.Unlock()
 	s.stats.connections.Add(1)
@@ -444,9 +445,19 @@ func (s *Server) startConn(nc net.Conn, listenerName string) {
 	}
 }
 
+// trackLocked adds c to the open connections; s.mu is held.
+func (s *Server) trackLocked(c *conn) {
+	c.connPos = int32(len(s.conns))
+	s.conns = append(s.conns, c)
+}
+
 func (s *Server) untrack(c *conn) {
 	s.mu.Lock()
-	delete(s.conns, c)
+	last := s.conns[len(s.conns)-1]
+	last.connPos = c.connPos
+	s.conns[c.connPos] = last
+	s.conns[len(s.conns)-1] = nil
+	s.conns = s.conns[:len(s.conns)-1]
 	s.releaseLocked(sourceAddr(c.info.Remote))
 	s.mu.Unlock()
 	s.stats.connections.Add(-1)
@@ -472,10 +483,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		ln.l.Close()
 	}
 	s.dropWillsLocked()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
+	conns := slices.Clone(s.conns)
 	s.mu.Unlock()
 	s.log.Info().Int("connections", len(conns)).Msg("shutting down: closing every connection")
 	// In parallel: each may wait up to a second for a 5.0 client's

@@ -55,7 +55,7 @@ func (c *conn) awaitPredecessor() {
 func (s *Server) connOf(id string) *conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cl := s.clients[id]
+	cl := s.clients.get(id)
 	if cl == nil {
 		return nil
 	}

@@ -16,7 +16,7 @@ func BenchmarkSubscribeMany(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		s := New("c", Config{}.Limits())
+		s := New(Config{}.Limits())
 		for _, f := range filters {
 			s.Subscribe(Subscription{Filter: f})
 		}
@@ -31,7 +31,7 @@ func BenchmarkResendWindow(b *testing.B) {
 	m := &Message{Topic: "t", Payload: []byte("x")}
 	for range b.N {
 		b.StopTimer()
-		s := New("c", Config{MaxInflight: n}.Limits())
+		s := New(Config{MaxInflight: n}.Limits())
 		for range n {
 			s.Deliver(Outbound{Msg: m, QoS: 1}, Target{Online: true, CanSend: true}, now)
 		}

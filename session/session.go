@@ -58,9 +58,9 @@ const (
 // the limits are compact, the queues are allocated on first use, the
 // subscriptions are a slice (clients typically hold a handful) and what
 // an online client seldom has is behind one pointer, so that a Session
-// fills a 96-byte allocation.
+// fills an 80-byte allocation. It has no client id: the broker's client
+// record has it, and a copy here took the Session to 96 bytes.
 type Session struct {
-	ID     string
 	lim    *limits
 	window int32
 	live   int32  // inflight entries not yet acknowledged
@@ -90,9 +90,9 @@ type queues struct {
 	stable uint64
 }
 
-// New returns an empty session for client id.
-func New(id string, lim *Limits) *Session {
-	return &Session{ID: id, lim: &lim.l, window: lim.l.maxInflight}
+// New returns an empty session.
+func New(lim *Limits) *Session {
+	return &Session{lim: &lim.l, window: lim.l.maxInflight}
 }
 
 // SetLimits moves the session to other limits (a bridge whose bounds a

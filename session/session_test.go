@@ -24,7 +24,7 @@ func deliver(t *testing.T, s *Session, topic string, qos byte, canSend bool, wan
 }
 
 func TestWindowFillsThenQueues(t *testing.T) {
-	s := New("c", Config{MaxInflight: 2, MaxQueued: 2}.Limits())
+	s := New(Config{MaxInflight: 2, MaxQueued: 2}.Limits())
 	a := deliver(t, s, "a", 1, true, Send)
 	b := deliver(t, s, "b", 2, true, Send)
 	if a.PacketID == 0 || b.PacketID == 0 || a.PacketID == b.PacketID {
@@ -53,7 +53,7 @@ func TestWindowFillsThenQueues(t *testing.T) {
 }
 
 func TestAckRules(t *testing.T) {
-	s := New("c", Config{}.Limits())
+	s := New(Config{}.Limits())
 	q1 := deliver(t, s, "q1", 1, true, Send)
 	q2 := deliver(t, s, "q2", 2, true, Send)
 	if done(s.Puback(q2.PacketID)) {
@@ -86,7 +86,7 @@ func TestAckRules(t *testing.T) {
 }
 
 func TestOutOfOrderAcksAndIDReuse(t *testing.T) {
-	s := New("c", Config{MaxInflight: 3}.Limits())
+	s := New(Config{MaxInflight: 3}.Limits())
 	a := deliver(t, s, "a", 1, true, Send)
 	b := deliver(t, s, "b", 1, true, Send)
 	c := deliver(t, s, "c", 1, true, Send)
@@ -133,7 +133,7 @@ func resumed(s *Session) []Outbound {
 }
 
 func TestResumeSetsDupAndPubrel(t *testing.T) {
-	s := New("c", Config{}.Limits())
+	s := New(Config{}.Limits())
 	a := deliver(t, s, "a", 1, true, Send)
 	b := deliver(t, s, "b", 2, true, Send)
 	s.Pubrec(b.PacketID, false)
@@ -150,12 +150,12 @@ func TestResumeSetsDupAndPubrel(t *testing.T) {
 }
 
 func TestOfflineQueueing(t *testing.T) {
-	s := New("c", Config{MaxQueued: 10}.Limits())
+	s := New(Config{MaxQueued: 10}.Limits())
 	m := msg("x", 0)
 	if _, r := s.Deliver(Outbound{Msg: m}, Target{}, t0); r != DropQoS0 {
 		t.Fatalf("offline QoS 0 = %v, want DropQoS0", r)
 	}
-	q := New("c", Config{QueueQoS0: true}.Limits())
+	q := New(Config{QueueQoS0: true}.Limits())
 	if _, r := q.Deliver(Outbound{Msg: m}, Target{}, t0); r != Queued {
 		t.Fatalf("offline QoS 0 with QueueQoS0 = %v, want Queued", r)
 	}
@@ -165,7 +165,7 @@ func TestOfflineQueueing(t *testing.T) {
 }
 
 func TestExpiry(t *testing.T) {
-	s := New("c", Config{MaxInflight: 1}.Limits())
+	s := New(Config{MaxInflight: 1}.Limits())
 	deliver(t, s, "a", 1, true, Send)
 	m := msg("b", 1)
 	m.SetExpiresAt(t0.Add(time.Second))
@@ -182,7 +182,7 @@ func TestExpiry(t *testing.T) {
 }
 
 func TestReceiveMaximum(t *testing.T) {
-	s := New("c", Config{MaxInflight: 10}.Limits())
+	s := New(Config{MaxInflight: 10}.Limits())
 	s.SetReceiveMaximum(1)
 	deliver(t, s, "a", 1, true, Send)
 	deliver(t, s, "b", 1, true, Queued)
@@ -193,7 +193,7 @@ func TestReceiveMaximum(t *testing.T) {
 }
 
 func TestInboundQoS2(t *testing.T) {
-	s := New("c", Config{MaxAwaitingRel: 2}.Limits())
+	s := New(Config{MaxAwaitingRel: 2}.Limits())
 	if isNew, err := s.ReceiveQoS2(7); !isNew || err != nil {
 		t.Fatalf("first receive: %v %v", isNew, err)
 	}
@@ -213,7 +213,7 @@ func TestInboundQoS2(t *testing.T) {
 }
 
 func TestSubscriptions(t *testing.T) {
-	s := New("c", Config{}.Limits())
+	s := New(Config{}.Limits())
 	if s.Subscribe(Subscription{Filter: "a/#"}) {
 		t.Fatal("new filter reported as existing")
 	}
@@ -233,7 +233,7 @@ func TestSubscriptions(t *testing.T) {
 }
 
 func TestRingGrowsAcrossWrap(t *testing.T) {
-	s := New("c", Config{MaxInflight: 1000}.Limits())
+	s := New(Config{MaxInflight: 1000}.Limits())
 	var ids []uint16
 	for i := 0; i < 300; i++ {
 		ids = append(ids, deliver(t, s, "t", 1, true, Send).PacketID)
@@ -255,7 +255,7 @@ func TestRingGrowsAcrossWrap(t *testing.T) {
 // One message never acknowledged while every later one is must not leave
 // a tombstone per message behind it.
 func TestUnackedHeadDoesNotGrowRing(t *testing.T) {
-	s := New("c", Config{MaxInflight: 10}.Limits())
+	s := New(Config{MaxInflight: 10}.Limits())
 	m := msg("t", 1)
 	if _, r := s.Deliver(Outbound{Msg: m, QoS: 1}, Target{Online: true, CanSend: true}, t0); r != Send {
 		t.Fatal("first message not sent")
@@ -274,7 +274,7 @@ func TestUnackedHeadDoesNotGrowRing(t *testing.T) {
 // TestQueuedBytes checks the queue's byte count follows what enters and
 // leaves it: queued, sent into the window, and skipped as expired.
 func TestQueuedBytes(t *testing.T) {
-	s := New("c", Config{MaxInflight: 1}.Limits())
+	s := New(Config{MaxInflight: 1}.Limits())
 	a, b, c := msg("a/1", 1), msg("b/22", 1), msg("c/333", 1)
 	a.Payload, b.Payload, c.Payload = []byte("1234"), []byte("12"), nil
 	c.SetExpiresAt(t0.Add(time.Second))
@@ -298,7 +298,7 @@ func TestQueuedBytes(t *testing.T) {
 // TestDiscard checks that a message in flight that may not be sent is
 // completed as if acknowledged: the window it held is free again.
 func TestDiscard(t *testing.T) {
-	s := New("c", Config{MaxInflight: 1}.Limits())
+	s := New(Config{MaxInflight: 1}.Limits())
 	o := deliver(t, s, "a", 2, true, Send)
 	deliver(t, s, "b", 1, true, Queued)
 	if !done(s.Discard(o.PacketID)) || s.Inflight() != 0 {
@@ -315,7 +315,7 @@ func TestDiscard(t *testing.T) {
 // TestSubscriptionIndex checks subscribe, replace and unsubscribe on both
 // sides of subIndexMin, against a map kept alongside.
 func TestSubscriptionIndex(t *testing.T) {
-	s := New("c", Config{}.Limits())
+	s := New(Config{}.Limits())
 	want := map[string]byte{}
 	check := func(step string) {
 		t.Helper()
@@ -363,7 +363,7 @@ func TestSubscriptionIndex(t *testing.T) {
 // TestQueueBounds checks the queue refuses a message past its byte limit,
 // which counts each entry's cost besides its message.
 func TestQueueBounds(t *testing.T) {
-	s := New("c", Config{MaxQueuedBytes: 12 + 2*EntryCost}.Limits())
+	s := New(Config{MaxQueuedBytes: 12 + 2*EntryCost}.Limits())
 	m := msg("abcd", 1) // Size 8: topic and payload; "ab" makes 12
 	if _, r := s.Deliver(Outbound{Msg: m, QoS: 1}, Target{}, t0); r != Queued {
 		t.Fatalf("first message: %v, want Queued", r)
@@ -383,7 +383,7 @@ func TestQueueBounds(t *testing.T) {
 func TestQueueCountsSubscriptionIDs(t *testing.T) {
 	ids := make([]uint32, 1000)
 	b := &QueueBudget{Max: int64(3 * (EntryCost + 4*len(ids)))}
-	s := New("c", Config{MaxQueuedBytes: 1 << 30}.Limits())
+	s := New(Config{MaxQueuedBytes: 1 << 30}.Limits())
 	m := msg("t", 0)
 	queued := 0
 	for range 10 {
@@ -409,7 +409,7 @@ func TestQueueCountsSubscriptionIDs(t *testing.T) {
 // by expiry or by Clear.
 func TestQueueBudget(t *testing.T) {
 	b := &QueueBudget{Max: 20 + 2*EntryCost}
-	s1, s2 := New("s1", Config{}.Limits()), New("s2", Config{}.Limits())
+	s1, s2 := New(Config{}.Limits()), New(Config{}.Limits())
 	big := msg("0123456789", 1) // Size 20
 	if _, r := s1.Deliver(Outbound{Msg: big, QoS: 1}, Target{Budget: b}, t0); r != Queued || b.Bytes() != 20+EntryCost {
 		t.Fatalf("first: %v with %d bytes held, want Queued with 20 and an entry", r, b.Bytes())
@@ -421,7 +421,7 @@ func TestQueueBudget(t *testing.T) {
 	if _, r := s2.Deliver(Outbound{Msg: small, QoS: 1}, Target{Budget: b}, t0); r != DropFull {
 		t.Fatalf("a new message past the budget: %v, want DropFull", r)
 	}
-	if _, r := New("s3", Config{}.Limits()).Deliver(Outbound{Msg: small, QoS: 1}, Target{Online: true, CanSend: true, Budget: b}, t0); r != Send {
+	if _, r := New(Config{}.Limits()).Deliver(Outbound{Msg: small, QoS: 1}, Target{Online: true, CanSend: true, Budget: b}, t0); r != Send {
 		t.Fatalf("a message sent at once with the budget spent: %v, want Send", r)
 	}
 	s1.Next(t0, b)
@@ -444,7 +444,7 @@ func TestQueueBudget(t *testing.T) {
 // new after Resume, new messages queue behind it, and an entry
 // acknowledged before it was sent again is not sent.
 func TestResendBeforeNew(t *testing.T) {
-	s := New("c", Config{MaxInflight: 10}.Limits())
+	s := New(Config{MaxInflight: 10}.Limits())
 	a := deliver(t, s, "a", 1, true, Send)
 	b := deliver(t, s, "b", 1, true, Send)
 	s.Resume(0)
@@ -474,7 +474,7 @@ func TestResendBeforeNew(t *testing.T) {
 // is compacted underway.
 func TestResendLargeWindow(t *testing.T) {
 	const n = 2000
-	s := New("c", Config{MaxInflight: n}.Limits())
+	s := New(Config{MaxInflight: n}.Limits())
 	ids := make([]uint16, n)
 	at := map[uint16]int{}
 	for i := range ids {
@@ -531,7 +531,7 @@ func containsID(ids []uint16, id uint16) bool {
 // QoS of a message in flight, whether its PUBREL was sent, and nothing
 // for an id not in flight, before or after its completion.
 func TestInFlight(t *testing.T) {
-	s := New("c", Config{}.Limits())
+	s := New(Config{}.Limits())
 	one := deliver(t, s, "one", 1, true, Send)
 	two := deliver(t, s, "two", 2, true, Send)
 	check := func(id uint16, wantQoS byte, wantReleased, wantOK bool) {
@@ -556,7 +556,7 @@ func TestInFlight(t *testing.T) {
 // allows: the entries sent again and not acknowledged count against it,
 // and each acknowledgement lets one more go.
 func TestResumeWithinReceiveMaximum(t *testing.T) {
-	s := New("c", Config{MaxInflight: 5}.Limits())
+	s := New(Config{MaxInflight: 5}.Limits())
 	var sent []Outbound
 	for i := range 5 {
 		sent = append(sent, deliver(t, s, fmt.Sprint(i), 1, true, Send))
@@ -600,7 +600,7 @@ func TestResumeWithinReceiveMaximum(t *testing.T) {
 // (and a QoS 2 message past PUBREC) where they were, frees the window and
 // gives back the queue's bytes.
 func TestTakeIf(t *testing.T) {
-	s := New("c", Config{MaxInflight: 3}.Limits())
+	s := New(Config{MaxInflight: 3}.Limits())
 	var b QueueBudget
 	b.Max = 1 << 20
 	dl := func(topic string, qos byte, want Result) Outbound {
@@ -649,7 +649,7 @@ func released(o Outbound, ok bool) bool { return ok && o.Released }
 // Seq.
 func TestRestore(t *testing.T) {
 	var b QueueBudget
-	s := New("c", Config{}.Limits())
+	s := New(Config{}.Limits())
 	s.Restore(Outbound{Seq: 7, QoS: 2, Released: true}, &b)
 	one, two := msg("one", 1), msg("two", 2)
 	s.Restore(Outbound{Seq: 9, Msg: one, QoS: 1, Dup: true}, &b)
@@ -689,7 +689,7 @@ func TestRestore(t *testing.T) {
 // A held QoS 2 entry waits in the queue, with what follows it, until
 // Stable passes its Seq; QoS 1 is not held.
 func TestHoldUntilStable(t *testing.T) {
-	s := New("c", Config{}.Limits())
+	s := New(Config{}.Limits())
 	to := Target{Online: true, CanSend: true, Hold: true}
 	one, r := s.Deliver(Outbound{Msg: msg("one", 1), QoS: 1}, to, t0)
 	if r != Send {
@@ -722,7 +722,7 @@ func TestHoldUntilStable(t *testing.T) {
 // A PUBREC again for a message already released (after a reconnect, say)
 // asks for the PUBREL again and changes nothing.
 func TestPubrecAgain(t *testing.T) {
-	s := New("c", Config{}.Limits())
+	s := New(Config{}.Limits())
 	o := deliver(t, s, "two", 2, true, Send)
 	if !released(s.Pubrec(o.PacketID, false)) {
 		t.Fatal("first PUBREC did not release")
@@ -739,7 +739,7 @@ func TestPubrecAgain(t *testing.T) {
 // Limits.Inflight is always the sum of their Inflight.
 func TestLimitsCountInflight(t *testing.T) {
 	lim := Config{MaxInflight: 3}.Limits()
-	a, b := New("a", lim), New("b", lim)
+	a, b := New(lim), New(lim)
 	check := func(step string) {
 		t.Helper()
 		if got, want := lim.Inflight(), int64(a.Inflight()+b.Inflight()); got != want {
@@ -788,7 +788,7 @@ func TestLimitsCountInflight(t *testing.T) {
 func TestDropOldest(t *testing.T) {
 	var b QueueBudget
 	b.Max = 1 << 20
-	s := New("c", Config{MaxInflight: 1, MaxQueued: 2}.Limits())
+	s := New(Config{MaxInflight: 1, MaxQueued: 2}.Limits())
 	if _, ok := s.DropOldest(&b); ok {
 		t.Fatal("DropOldest on an empty queue reported a message")
 	}
@@ -825,7 +825,7 @@ func TestSetLimits(t *testing.T) {
 	var b QueueBudget
 	b.Max = 1 << 20
 	from, to := Config{MaxInflight: 2, MaxQueued: 10}.Limits(), Config{MaxInflight: 2, MaxQueued: 1}.Limits()
-	s := New("c", from)
+	s := New(from)
 	s.Subscribe(Subscription{Filter: "a/#"})
 	for range 3 {
 		s.Deliver(Outbound{Msg: &Message{Topic: "a"}, QoS: 1}, Target{Online: true, CanSend: true, Budget: &b}, time.Time{})
@@ -844,7 +844,7 @@ func TestSetLimits(t *testing.T) {
 func TestReserveID(t *testing.T) {
 	var b QueueBudget
 	b.Max = 1 << 20
-	s := New("c", Config{MaxInflight: 10}.Limits())
+	s := New(Config{MaxInflight: 10}.Limits())
 	deliver := func() uint16 {
 		o, r := s.Deliver(Outbound{Msg: &Message{Topic: "t"}, QoS: 1}, Target{Online: true, CanSend: true, Budget: &b}, time.Time{})
 		if r != Send {
@@ -866,7 +866,7 @@ func TestReserveID(t *testing.T) {
 func TestEntriesRestoreElsewhere(t *testing.T) {
 	var b QueueBudget
 	b.Max = 1 << 20
-	s := New("c", Config{MaxInflight: 2}.Limits())
+	s := New(Config{MaxInflight: 2}.Limits())
 	rel := deliver(t, s, "rel", 2, true, Send)
 	deliver(t, s, "sent", 1, true, Send)
 	deliver(t, s, "queued", 1, true, Queued)
@@ -881,7 +881,7 @@ func TestEntriesRestoreElsewhere(t *testing.T) {
 	if ids := s.AwaitingRelIDs(); len(ids) != 1 || ids[0] != 42 {
 		t.Fatalf("awaiting PUBREL %v, want [42]", ids)
 	}
-	moved := New("c", Config{}.Limits())
+	moved := New(Config{}.Limits())
 	for _, o := range entries {
 		moved.Restore(o, &b)
 	}
@@ -908,7 +908,7 @@ func TestEntriesRestoreElsewhere(t *testing.T) {
 // window goes on with what is behind it. A released QoS 2 entry (its
 // client has the message) and, with maxSends 0, every entry stay.
 func TestResumeGivesUpAfterMaxSends(t *testing.T) {
-	s := New("c", Config{MaxInflight: 2}.Limits())
+	s := New(Config{MaxInflight: 2}.Limits())
 	poison := deliver(t, s, "poison", 1, true, Send)
 	kept := deliver(t, s, "kept", 2, true, Send)
 	if _, ok := s.Pubrec(kept.PacketID, false); !ok {

@@ -6,7 +6,7 @@ import "testing"
 // MaxStamps the oldest is forgotten first, reported as evicted; expired
 // ones go without being counted.
 func TestStampsRemembered(t *testing.T) {
-	s := New("c", Config{}.Limits())
+	s := New(Config{}.Limits())
 	const now, ttl = int64(1000), int64(100)
 	st := func(i int) Stamp { return Stamp{Node: 1, Seq: uint64(i)} }
 	if s.Seen(st(1), now) {
@@ -47,7 +47,7 @@ func TestStampsRemembered(t *testing.T) {
 // TestStampForgotten: a stamp whose store failed is forgotten, unless it
 // was remembered again since.
 func TestStampForgotten(t *testing.T) {
-	s := New("c", Config{}.Limits())
+	s := New(Config{}.Limits())
 	const now = int64(1000)
 	a, b := Stamp{Node: 1, Seq: 1}, Stamp{Node: 1, Seq: 2}
 	s.Forget(a, now+100) // none remembered: nothing to do
@@ -71,7 +71,7 @@ func TestStampForgotten(t *testing.T) {
 // TestForwardFollowsItsID: a Forward is kept only for an id awaiting
 // PUBREL, and goes with it.
 func TestForwardFollowsItsID(t *testing.T) {
-	s := New("c", Config{}.Limits())
+	s := New(Config{}.Limits())
 	f := &Forward{Stamp: Stamp{Node: 1, Seq: 1}, Msg: &Message{Topic: "t"}}
 	s.SetForward(5, f)
 	if s.ForwardOf(5) != nil {

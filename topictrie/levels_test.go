@@ -7,12 +7,17 @@ import (
 	"testing"
 )
 
-// TestLevelsAgainstMap drives levels through the slice and map forms and
+// testLevel is a node of levels that knows its name, as the tries' do.
+type testLevel struct{ name string }
+
+func (n *testLevel) levelName() string { return n.name }
+
+// TestLevelsAgainstMap drives levels through the slice and table forms and
 // back with random puts and removes, checking it against a plain map.
 func TestLevelsAgainstMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	var l levels[int]
-	ref := map[string]*int{}
+	var l levels[testLevel, *testLevel]
+	ref := map[string]*testLevel{}
 	sawBig, sawSmallAfterBig := false, false
 	for i := range 5000 {
 		name := strconv.Itoa(rng.IntN(3 * smallLevels))
@@ -20,9 +25,9 @@ func TestLevelsAgainstMap(t *testing.T) {
 			l.remove(name)
 			delete(ref, name)
 		} else {
-			v := i
-			l.put(name, &v)
-			ref[name] = &v
+			v := &testLevel{name}
+			l.put(name, v)
+			ref[name] = v
 		}
 		if l.big != nil {
 			sawBig = true
@@ -32,7 +37,7 @@ func TestLevelsAgainstMap(t *testing.T) {
 		if l.len() != len(ref) {
 			t.Fatalf("step %d: len %d, want %d", i, l.len(), len(ref))
 		}
-		got := map[string]*int{}
+		got := map[string]*testLevel{}
 		for k, n := range l.all {
 			got[k] = n
 		}
@@ -42,6 +47,11 @@ func TestLevelsAgainstMap(t *testing.T) {
 		if l.get(name) != ref[name] {
 			t.Fatalf("step %d: get(%q) = %v, want %v", i, name, l.get(name), ref[name])
 		}
+		for k, n := range ref {
+			if l.get(k) != n {
+				t.Fatalf("step %d: get(%q) lost its child", i, k)
+			}
+		}
 	}
 	if !sawBig || !sawSmallAfterBig {
 		t.Errorf("did not cover both forms: big %v, back to small %v", sawBig, sawSmallAfterBig)
@@ -50,9 +60,9 @@ func TestLevelsAgainstMap(t *testing.T) {
 
 func TestLevelsAllStopsEarly(t *testing.T) {
 	for _, n := range []int{3, 3 * smallLevels} {
-		var l levels[int]
+		var l levels[testLevel, *testLevel]
 		for i := range n {
-			l.put(strconv.Itoa(i), new(int))
+			l.put(strconv.Itoa(i), &testLevel{strconv.Itoa(i)})
 		}
 		seen := 0
 		for range l.all {

@@ -26,7 +26,7 @@ type Retained[T any] struct {
 }
 
 type rnode[T any] struct {
-	children levels[rnode[T]]
+	children levels[rnode[T], *rnode[T]]
 	parent   *rnode[T]
 	level    string
 	// topic is set while the node holds a value; topic names are never

@@ -15,15 +15,23 @@ const indexAt = 16
 // live in a slice so that Match walks contiguous memory.
 type set[K comparable, V any] struct {
 	items []entry[K, V]
-	index map[K]int
 }
 
-func (s *set[K, V]) find(k K) int {
-	if s.index != nil {
-		if i, ok := s.index[k]; ok {
-			return i
+// indexes are the maps from key to position of the sets that have one
+// (over indexAt items), kept apart from the sets: a node of a large trie
+// holds a subscription or two, and a map pointer in each took its node
+// past the 80-byte size class. Only a set of indexAt/2 items or more can
+// have one, so smaller sets never look here.
+type indexes[K comparable, V any] map[*set[K, V]]map[K]int
+
+func (s *set[K, V]) find(k K, ix indexes[K, V]) int {
+	if len(s.items) >= indexAt/2 {
+		if index := ix[s]; index != nil {
+			if i, ok := index[k]; ok {
+				return i
+			}
+			return -1
 		}
-		return -1
 	}
 	for i := range s.items {
 		if s.items[i].key == k {
@@ -33,28 +41,37 @@ func (s *set[K, V]) find(k K) int {
 	return -1
 }
 
-func (s *set[K, V]) add(e entry[K, V]) {
+func (s *set[K, V]) add(e entry[K, V], ix *indexes[K, V]) {
 	s.items = append(s.items, e)
-	if s.index != nil {
-		s.index[e.key] = len(s.items) - 1
+	if len(s.items) <= indexAt {
 		return
 	}
-	if len(s.items) > indexAt {
-		s.index = make(map[K]int, len(s.items))
-		for i := range s.items {
-			s.index[s.items[i].key] = i
-		}
+	if index := (*ix)[s]; index != nil {
+		index[e.key] = len(s.items) - 1
+		return
 	}
+	index := make(map[K]int, len(s.items))
+	for i := range s.items {
+		index[s.items[i].key] = i
+	}
+	if *ix == nil {
+		*ix = make(indexes[K, V])
+	}
+	(*ix)[s] = index
 }
 
 // remove deletes the item at i by moving the last item into its place, and
 // returns the index the moved item came from.
-func (s *set[K, V]) remove(i int) (movedFrom int) {
+func (s *set[K, V]) remove(i int, ix indexes[K, V]) (movedFrom int) {
 	last := len(s.items) - 1
-	if s.index != nil {
-		delete(s.index, s.items[i].key)
+	var index map[K]int
+	if len(s.items) >= indexAt/2 {
+		index = ix[s]
+	}
+	if index != nil {
+		delete(index, s.items[i].key)
 		if i != last {
-			s.index[s.items[last].key] = i
+			index[s.items[last].key] = i
 		}
 	}
 	s.items[i] = s.items[last]
@@ -62,9 +79,10 @@ func (s *set[K, V]) remove(i int) (movedFrom int) {
 	s.items[last] = zero // release what the key and value point to
 	s.items = s.items[:last]
 	if len(s.items) == 0 {
-		s.items, s.index = nil, nil
-	} else if s.index != nil && len(s.items) < indexAt/2 {
-		s.index = nil
+		s.items = nil
+	}
+	if index != nil && len(s.items) < indexAt/2 {
+		delete(ix, s)
 	}
 	return last
 }

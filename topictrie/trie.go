@@ -42,6 +42,7 @@ type Trie[K comparable, V any] struct {
 	gen      atomic.Uint64
 	root     node[K, V]
 	keys     keyIDs[K]
+	index    indexes[K, V] // of the nodes' and groups' large sets
 	count    int
 	limits   Limits
 	strategy Strategy
@@ -49,12 +50,12 @@ type Trie[K comparable, V any] struct {
 
 // node is one level of the trie.
 type node[K comparable, V any] struct {
-	children levels[node[K, V]]
+	children levels[node[K, V], *node[K, V]]
 	// wild is the node's + and # children and share groups, nil when it
 	// has none: the leaves of a large trie (a filter per device) have
-	// none, and a node is 96 bytes without them where it was 128.
-	wild   *wild[K, V]
-	parent *node[K, V]
+	// none. With them apart, no parent pointer (lookupPath) and the
+	// sets' indexes the trie's, a node fills 80 bytes, where it took 128.
+	wild *wild[K, V]
 	// filter is the whole filter down to this node, a substring of the
 	// first filter that created it; the node's level is its last level.
 	filter string
@@ -162,11 +163,11 @@ func (t *Trie[K, V]) Subscribe(filter string, key K, value V) (bool, error) {
 	if f.Group != "" {
 		s = &n.group(f.Group).members
 	}
-	if i := s.find(key); i >= 0 {
+	if i := s.find(key, t.index); i >= 0 {
 		s.items[i].value = value
 		return false, nil
 	}
-	s.add(entry[K, V]{key: key, id: t.keys.acquire(key), value: value})
+	s.add(entry[K, V]{key: key, id: t.keys.acquire(key), value: value}, &t.index)
 	t.count++
 	return true, nil
 }
@@ -181,10 +182,12 @@ func (t *Trie[K, V]) Unsubscribe(filter string, key K) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.gen.Add(1)
-	n := t.root.lookup(f.Topic)
-	if n == nil {
+	var buf [16]*node[K, V]
+	path := t.root.lookupPath(f.Topic, buf[:0])
+	if path == nil {
 		return false
 	}
+	n := path[len(path)-1]
 	if f.Group == "" {
 		if !t.removeFrom(&n.subs, key, nil) {
 			return false
@@ -206,19 +209,19 @@ func (t *Trie[K, V]) Unsubscribe(filter string, key K) bool {
 			n.dropWild()
 		}
 	}
-	n.prune()
+	prune(path)
 	return true
 }
 
 // removeFrom removes key from s, keeping st's sticky member pointing at the
 // same member when the removal moves it.
 func (t *Trie[K, V]) removeFrom(s *set[K, V], key K, st *GroupState) bool {
-	i := s.find(key)
+	i := s.find(key, t.index)
 	if i < 0 {
 		return false
 	}
 	t.keys.release(key)
-	from := s.remove(i)
+	from := s.remove(i, t.index)
 	if st != nil {
 		st.moved(i, -1)
 		if from != i {
@@ -340,7 +343,7 @@ func (n *node[K, V]) descend(filter string) *node[K, V] {
 		level := filter[off:end]
 		c := n.child(level)
 		if c == nil {
-			c = &node[K, V]{parent: n, filter: filter[:end]}
+			c = &node[K, V]{filter: filter[:end]}
 			switch level {
 			case "+":
 				n.wilds().plus = c
@@ -366,6 +369,29 @@ func (n *node[K, V]) lookup(filter string) *node[K, V] {
 		}
 		if n = n.child(filter[:i]); n == nil {
 			return nil
+		}
+		filter = filter[i+1:]
+	}
+}
+
+// lookupPath appends to path the nodes from n down to the node for
+// filter, n included, and returns it; nil when filter has no node. The
+// nodes keep no parent pointer (8 bytes each), so a removal walks back
+// up the path its lookup took.
+func (n *node[K, V]) lookupPath(filter string, path []*node[K, V]) []*node[K, V] {
+	path = append(path, n)
+	for {
+		i := strings.IndexByte(filter, '/')
+		level := filter
+		if i >= 0 {
+			level = filter[:i]
+		}
+		if n = n.child(level); n == nil {
+			return nil
+		}
+		path = append(path, n)
+		if i < 0 {
+			return path
 		}
 		filter = filter[i+1:]
 	}
@@ -401,10 +427,14 @@ func (n *node[K, V]) group(name string) *group[K, V] {
 	return g
 }
 
-// prune removes n and its ancestors while they hold nothing.
-func (n *node[K, V]) prune() {
-	for n.parent != nil && len(n.subs.items) == 0 && n.wild == nil && n.children.len() == 0 {
-		p := n.parent
+// prune removes the last node of path, which runs from the root, and its
+// ancestors while they hold nothing.
+func prune[K comparable, V any](path []*node[K, V]) {
+	for i := len(path) - 1; i > 0; i-- {
+		n, p := path[i], path[i-1]
+		if len(n.subs.items) != 0 || n.wild != nil || n.children.len() != 0 {
+			return
+		}
 		switch n {
 		case p.plus():
 			p.wild.plus = nil
@@ -414,11 +444,10 @@ func (n *node[K, V]) prune() {
 			p.dropWild()
 		default:
 			level := n.filter
-			if p.parent != nil {
+			if i > 1 {
 				level = n.filter[len(p.filter)+1:]
 			}
 			p.children.remove(level)
 		}
-		n = p
 	}
 }
