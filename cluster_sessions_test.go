@@ -379,5 +379,8 @@ func TestClusterReplicatedExpiryAfterTakeover(t *testing.T) {
 		}
 		back.send(&packets.Disconnect{})
 		back.expectClosed()
+		// Its session ends with the connection, after the client sees it
+		// closed: the next node's claim would otherwise be handed it.
+		testutil.WaitFor(t, "the session of expiry 0 to end", func() bool { return !n.srv.HoldsSession("dev") })
 	}
 }
