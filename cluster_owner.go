@@ -88,6 +88,14 @@ func (c *conn) claimInCluster(cp *packets.Connect) error {
 		// may be in the replicated store.
 		moveErr = s.adoptReplicated(c)
 	}
+	if errors.Is(moveErr, errSessionUnread) {
+		// Refused with the claim given up, so that the client's next
+		// CONNECT, here or on another node, asks the store again: kept,
+		// the claim would have it find no previous owner to ask and start
+		// afresh over the session.
+		s.unclaim(c)
+		return moveErr
+	}
 	if moveErr != nil {
 		c.fields(s.log.Warn()).Err(moveErr).Str("previous_node", claim.Prev).Msg("cluster: session not moved from the node that held it; the client starts afresh")
 	}
@@ -121,7 +129,7 @@ func (c *conn) refuseUnclaimed(err error) error {
 	}
 	c.refuse(code)
 	if !s.clusterWarned.limited() {
-		c.fields(s.log.Warn()).Err(err).Msg("client refused: this node cannot claim its client id in the cluster (logged at most every 10 s; mqttd_cluster_refused_total counts them all)")
+		c.fields(s.log.Warn()).Err(err).Msg("client refused: the cluster's store did not answer for its client id (logged at most every 10 s; mqttd_cluster_refused_total counts them all)")
 	}
 	return closing(CloseConnectRefused, fmt.Errorf("cluster: %w", err))
 }

@@ -1,6 +1,8 @@
 package mqttd
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -362,6 +364,12 @@ const takeoverWait = 10 * time.Second
 // start 0 finds its subscriptions and its queued and unacknowledged
 // messages (sent again with DUP). Nothing is done without replicated
 // sessions, or when the store holds none for the id.
+// errSessionUnread is a session the replicated store holds, or may hold,
+// and did not give when asked (a read timed out, a leader being
+// elected): the client is refused, to come back for it, rather than
+// started afresh over it.
+var errSessionUnread = errors.New("the replicated store did not give the session")
+
 func (s *Server) adoptReplicated(c *conn) error {
 	js := s.replicated()
 	if js == nil || s.hasClient(c.info.ClientID) {
@@ -371,8 +379,11 @@ func (s *Server) adoptReplicated(c *conn) error {
 	var msgs map[uint64]*persistence.Message
 	var err error
 	c.mayBlock(func() { st, msgs, err = js.Adopt(c.info.ClientID) })
-	if err != nil || st == nil {
-		return err
+	if err != nil {
+		return fmt.Errorf("%w: %w", errSessionUnread, err)
+	}
+	if st == nil {
+		return nil
 	}
 	ms := movedSession{Session: st.Session, Subscriptions: st.Subscriptions, AwaitingRel: st.AwaitingRel,
 		Forwards: st.Forwards, Stamps: st.Stamps}
