@@ -58,7 +58,7 @@ func (s *Server) Disconnect(clientID string, discardSession bool) error {
 // disconnectHere is Disconnect of this node's client.
 func (s *Server) disconnectHere(clientID string, discardSession bool) error {
 	s.mu.Lock()
-	cl := s.clients.get(clientID)
+	cl := s.clients.Get(clientID)
 	if cl == nil || cl.handler != nil {
 		s.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrNoSession, clientID)
@@ -121,7 +121,7 @@ func (s *Server) DeleteSession(clientID string) error {
 // deleteSessionHere is DeleteSession of this node's session.
 func (s *Server) deleteSessionHere(clientID string) error {
 	s.mu.Lock()
-	cl := s.clients.get(clientID)
+	cl := s.clients.Get(clientID)
 	if cl == nil || cl.handler != nil {
 		s.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrNoSession, clientID)
@@ -133,7 +133,7 @@ func (s *Server) deleteSessionHere(clientID string) error {
 		s.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrSessionOnline, clientID)
 	}
-	s.clients.remove(clientID)
+	s.clients.Remove(clientID)
 	will := s.takeWillLocked(cl)
 	dropped := s.dropSessionLocked(cl)
 	s.mu.Unlock()

@@ -184,7 +184,7 @@ func (s *Server) settleBridges() {
 	bridges := s.bridgesOf()
 	s.mu.Lock()
 	var gone []*client
-	for cl := range s.clients.all {
+	for cl := range s.clients.All {
 		id := cl.id
 		if strings.HasPrefix(id, bridgeIDPrefix) && bridges[id] == nil {
 			gone = append(gone, cl)
@@ -208,7 +208,7 @@ func (s *Server) settleBridges() {
 // dropBridgeSession ends the session of a bridge no longer configured.
 func (s *Server) dropBridgeSession(cl *client) {
 	s.mu.Lock()
-	if s.clients.get(cl.id) != cl {
+	if s.clients.Get(cl.id) != cl {
 		s.mu.Unlock()
 		return
 	}
@@ -216,7 +216,7 @@ func (s *Server) dropBridgeSession(cl *client) {
 	queued := cl.sess.Queued() + cl.sess.Inflight()
 	cl.mu.Unlock()
 	filters := s.dropSessionLocked(cl)
-	s.clients.remove(cl.id)
+	s.clients.Remove(cl.id)
 	s.mu.Unlock()
 	s.unsubscribeAll(cl, filters)
 	s.log.Warn().Str("bridge", strings.TrimPrefix(cl.id, bridgeIDPrefix)).Int("dropped", queued).
@@ -229,10 +229,10 @@ func (s *Server) dropBridgeSession(cl *client) {
 // gets retained messages as such.
 func (s *Server) openBridgeSession(b *bridgeRun) {
 	s.mu.Lock()
-	cl := s.clients.get(b.id)
+	cl := s.clients.Get(b.id)
 	if cl == nil {
 		cl = &client{id: b.id, sess: session.New(b.lim)}
-		s.clients.put(cl)
+		s.clients.Put(cl)
 		s.stats.sessions.Add(1)
 	}
 	cl.mu.Lock()
@@ -332,7 +332,7 @@ func (s *Server) SetBridges(list []bridge.Config) (added, changed, removed []str
 		if next[id] == nil {
 			removed = append(removed, b.cfg.Name)
 			s.mu.Lock()
-			cl := s.clients.get(id)
+			cl := s.clients.Get(id)
 			s.mu.Unlock()
 			if cl != nil {
 				s.dropBridgeSession(cl)
@@ -465,7 +465,7 @@ func (s *Server) bridgeBlocks(topic string) bool {
 func (b *bridgeRun) stillFull() bool {
 	s := b.srv
 	s.mu.Lock()
-	cl := s.clients.get(b.id)
+	cl := s.clients.Get(b.id)
 	s.mu.Unlock()
 	if cl == nil {
 		b.full.Store(false)
@@ -565,7 +565,7 @@ func (b *bridgeRun) state() BridgeState {
 	b.mu.Unlock()
 	s := b.srv
 	s.mu.Lock()
-	cl := s.clients.get(b.id)
+	cl := s.clients.Get(b.id)
 	s.mu.Unlock()
 	if cl != nil {
 		cl.mu.Lock()

@@ -157,12 +157,12 @@ func (s *Server) handOver(id string, clean, sameUser bool) []byte {
 // reports whether there was a session.
 func (s *Server) relinquish(id string, export, will, sameUser bool) ([]byte, bool) {
 	s.mu.Lock()
-	cl := s.clients.get(id)
+	cl := s.clients.Get(id)
 	if cl == nil || cl.bridge.Load() != nil || cl.handler != nil {
 		s.mu.Unlock()
 		return nil, false
 	}
-	s.clients.remove(id)
+	s.clients.Remove(id)
 	cl.mu.Lock()
 	oldConn := cl.conn
 	cl.conn = nil
@@ -299,13 +299,13 @@ func (s *Server) adoptMoved(c *conn, ms *movedSession) error {
 		putRelState(&b, id, took, ms.Forwards, ms.Stamps)
 	}
 	s.mu.Lock()
-	if old := s.clients.get(id); old != nil {
+	if old := s.clients.Get(id); old != nil {
 		filters := s.dropMovedLocked(cl)
 		s.mu.Unlock()
 		s.unsubscribeAll(cl, filters)
 		return errors.New("a session for the id came here meanwhile")
 	}
-	s.clients.put(cl)
+	s.clients.Put(cl)
 	s.stats.sessions.Add(1)
 	cl.mu.Lock()
 	s.accountQueueLocked(cl)
@@ -375,9 +375,9 @@ func (s *Server) releaseClientID(id string, c *conn) {
 // answered for every one.
 func (s *Server) adoptKept(node *cluster.Node) bool {
 	s.mu.Lock()
-	ids := make([]string, 0, s.clients.len())
-	users := make([]string, 0, s.clients.len())
-	for cl := range s.clients.all {
+	ids := make([]string, 0, s.clients.Len())
+	users := make([]string, 0, s.clients.Len())
+	for cl := range s.clients.All {
 		id := cl.id
 		if cl.bridge.Load() == nil && cl.handler == nil {
 			ids = append(ids, id)

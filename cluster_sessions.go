@@ -101,7 +101,7 @@ func (s *Server) replicateSessions(node *cluster.Node) bool {
 func (s *Server) hasClient(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.clients.get(id) != nil
+	return s.clients.Get(id) != nil
 }
 
 // moveSessions writes the sessions the node's own store holds to the
@@ -185,14 +185,14 @@ func (s *Server) restoreOne(ss *persistence.SessionState, msgs map[uint64]*persi
 	cl, expired := s.clientFrom(ss, restoredMessages(msgs), now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.clients.get(id) != nil {
+	if s.clients.Get(id) != nil {
 		filters := s.dropMovedLocked(cl)
 		s.mu.Unlock()
 		s.unsubscribeAll(cl, filters)
 		s.mu.Lock()
 		return false
 	}
-	s.clients.put(cl)
+	s.clients.Put(cl)
 	s.stats.sessions.Add(1)
 	cl.mu.Lock()
 	s.accountQueueLocked(cl)

@@ -122,7 +122,7 @@ func (s *Server) keepOwnWill(ref cluster.WillRef, data []byte) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cl := s.clients.get(rec.ClientID)
+	cl := s.clients.Get(rec.ClientID)
 	if cl == nil {
 		return true
 	}

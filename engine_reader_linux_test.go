@@ -230,7 +230,7 @@ func TestReaderFinishEventOnce(t *testing.T) {
 	// A will belongs to a session: only an accepted CONNECT leaves one.
 	c.cl = &client{id: "finish", sess: session.New(s.sessLim), conn: c, clean: true}
 	s.mu.Lock()
-	s.clients.put(c.cl)
+	s.clients.Put(c.cl)
 	s.mu.Unlock()
 	trackConn(t, s, c)
 	c.rstate.Store(readerRunning) // finishEvent runs on the reader

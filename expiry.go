@@ -171,7 +171,7 @@ func (h *slotHeap) Pop() any {
 func (s *Server) expireSession(cl *client) {
 	now := time.Now().UnixNano()
 	s.mu.Lock()
-	if s.clients.get(cl.id) != cl {
+	if s.clients.Get(cl.id) != cl {
 		s.mu.Unlock()
 		return
 	}
@@ -183,7 +183,7 @@ func (s *Server) expireSession(cl *client) {
 		s.mu.Unlock()
 		return
 	}
-	s.clients.remove(cl.id)
+	s.clients.Remove(cl.id)
 	will := s.takeWillLocked(cl) // the session ends before the will's delay
 	dropped := s.dropSessionLocked(cl)
 	s.mu.Unlock()

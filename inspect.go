@@ -156,7 +156,7 @@ func (f ClientFilter) keeps(cl *client) bool {
 // holds none.
 func (s *Server) Client(clientID string) (st ClientState, ok bool) {
 	s.mu.Lock()
-	cl := s.clients.get(clientID)
+	cl := s.clients.Get(clientID)
 	s.mu.Unlock()
 	if cl == nil || cl.handler != nil {
 		return st, false
@@ -169,8 +169,8 @@ func (s *Server) Client(clientID string) (st ClientState, ok bool) {
 func (s *Server) clientsAfter(after string) []*client {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cls := make([]*client, 0, s.clients.len())
-	for cl := range s.clients.all {
+	cls := make([]*client, 0, s.clients.Len())
+	for cl := range s.clients.All {
 		id := cl.id
 		if id > after {
 			cls = append(cls, cl)
@@ -232,7 +232,7 @@ func protocolName(v packets.Version) string {
 // the broker holds no session for clientID.
 func (s *Server) Subscriptions(clientID, after string, limit int) (page []SubscriptionState, next string, ok bool) {
 	s.mu.Lock()
-	cl := s.clients.get(clientID)
+	cl := s.clients.Get(clientID)
 	s.mu.Unlock()
 	if cl == nil {
 		return nil, "", false

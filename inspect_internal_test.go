@@ -40,7 +40,7 @@ func withSessions(b *testing.B, n int) *Server {
 	}
 	for range n {
 		id := fmt.Sprintf("device-%08d", rand.IntN(1_000_000_000))
-		s.clients.put(&client{id: id, sess: session.New(s.sessLim)})
+		s.clients.Put(&client{id: id, sess: session.New(s.sessLim)})
 	}
 	return s
 }
@@ -50,8 +50,8 @@ func withSessions(b *testing.B, n int) *Server {
 // (page), and the part of it that holds the registry lock (locked).
 func BenchmarkClientsPage(b *testing.B) {
 	s := withSessions(b, 100_000)
-	ids := make([]string, 0, s.clients.len())
-	for cl := range s.clients.all {
+	ids := make([]string, 0, s.clients.Len())
+	for cl := range s.clients.All {
 		ids = append(ids, cl.id)
 	}
 	slices.Sort(ids)

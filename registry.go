@@ -65,6 +65,9 @@ type client struct {
 	who atomic.Pointer[auth.ClientInfo]
 }
 
+// SetName is the client's id, its name in Server.clients.
+func (cl *client) SetName() string { return cl.id }
+
 // owner is the username the session belongs to.
 func (cl *client) owner() string {
 	if who := cl.who.Load(); who != nil {
@@ -87,7 +90,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 	id := c.info.ClientID
 	persistent := c.expiry > 0
 	s.mu.Lock()
-	old := s.clients.get(id)
+	old := s.clients.Get(id)
 	otherUser := old != nil && old.owner() != c.info.Username
 	if otherUser {
 		if s.opts.Auth.OtherUserSession != OtherUserReplace {
@@ -96,7 +99,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 		}
 		clean = true
 	}
-	if old == nil && s.clients.len() >= s.limits().MaxSessions {
+	if old == nil && s.clients.Len() >= s.limits().MaxSessions {
 		s.mu.Unlock()
 		return attachNoRoom
 	}
@@ -130,7 +133,7 @@ func (s *Server) attach(c *conn, cp *packets.Connect, clean bool, stamp uint32) 
 			dropped = s.dropSessionLocked(old)
 		}
 		cl = &client{id: id, sess: session.New(s.sessionLimits(id))}
-		s.clients.put(cl)
+		s.clients.Put(cl)
 		s.stats.sessions.Add(1)
 		present = false
 	} else {
@@ -203,7 +206,7 @@ func (s *Server) detach(c *conn) {
 		handed = s.takeSharedLocked(cl)
 	}
 	clean := cl.clean
-	if owner && !clean && s.clients.get(cl.id) == cl && cl.bridge.Load() == nil {
+	if owner && !clean && s.clients.Get(cl.id) == cl && cl.bridge.Load() == nil {
 		at := time.Now().Add(time.Duration(c.expiry) * time.Second).UnixNano()
 		cl.sess.SetExpireAt(at)
 		cl.sess.SetLeftAt(time.Now().UnixNano())
@@ -214,9 +217,9 @@ func (s *Server) detach(c *conn) {
 	}
 	cl.mu.Unlock()
 	var dropped []string
-	ended := owner && clean && s.clients.get(cl.id) == cl
+	ended := owner && clean && s.clients.Get(cl.id) == cl
 	if ended {
-		s.clients.remove(cl.id)
+		s.clients.Remove(cl.id)
 		dropped = s.dropSessionLocked(cl)
 	}
 	s.mu.Unlock()
@@ -295,7 +298,7 @@ func (s *Server) claimSession(c *conn, cleanStart bool) (fresh, ok bool) {
 	id := c.info.ClientID
 	fresh = cleanStart
 	s.mu.Lock()
-	old := s.clients.get(id)
+	old := s.clients.Get(id)
 	if old != nil && old.owner() != c.info.Username {
 		if s.opts.Auth.OtherUserSession != OtherUserReplace {
 			s.mu.Unlock()

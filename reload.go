@@ -158,8 +158,8 @@ func (s *Server) recheckSubscriptions() int {
 		return 0
 	}
 	s.mu.Lock()
-	cls := make([]*client, 0, s.clients.len())
-	for cl := range s.clients.all {
+	cls := make([]*client, 0, s.clients.Len())
+	for cl := range s.clients.All {
 		cls = append(cls, cl)
 	}
 	s.mu.Unlock()
@@ -219,7 +219,7 @@ func (s *Server) revokeDeleted() int {
 	}
 	s.mu.Lock()
 	var gone []*conn
-	for cl := range s.clients.all {
+	for cl := range s.clients.All {
 		cl.mu.Lock()
 		c, stamp := cl.conn, cl.passwdStamp
 		cl.mu.Unlock()

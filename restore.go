@@ -78,7 +78,7 @@ func (s *Server) restore() error {
 		for _, seq := range expired {
 			gone.DeleteOutbound(id, seq)
 		}
-		s.clients.put(cl)
+		s.clients.Put(cl)
 		s.stats.sessions.Add(1)
 		s.accountQueueLocked(cl)
 		s.expiry.schedule(cl, at)

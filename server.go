@@ -17,6 +17,7 @@ import (
 
 	"mqttd/auth"
 	"mqttd/internal/broadcast"
+	"mqttd/internal/namedset"
 	"mqttd/listeners"
 	"mqttd/packets"
 	"mqttd/persistence"
@@ -54,9 +55,9 @@ type Server struct {
 	// mu is the registry lock: clients, conns and listeners. Lock order:
 	// mu -> client.mu -> outbox.mu (LOCKING.md).
 	mu      sync.Mutex
-	clients clientsByID
-	methods map[string]auth.Method   // Options.AuthMethods by name
-	wills   map[*client]*delayedWill // waiting for their Will Delay Interval (will.go)
+	clients namedset.Set[client, *client] // by client id
+	methods map[string]auth.Method        // Options.AuthMethods by name
+	wills   map[*client]*delayedWill      // waiting for their Will Delay Interval (will.go)
 	// conns is every open connection, each at its connPos: a slice of
 	// pointers costs a connection 8 bytes where a map took ~29.
 	conns     []*conn

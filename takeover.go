@@ -55,7 +55,7 @@ func (c *conn) awaitPredecessor() {
 func (s *Server) connOf(id string) *conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cl := s.clients.get(id)
+	cl := s.clients.Get(id)
 	if cl == nil {
 		return nil
 	}

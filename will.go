@@ -63,7 +63,7 @@ func (c *conn) settleWill() {
 	s.mu.Lock()
 	cl.mu.Lock()
 	will.passwdStamp = cl.passwdStamp
-	ended := cl.dropped || s.clients.get(cl.id) != cl
+	ended := cl.dropped || s.clients.Get(cl.id) != cl
 	// Taken over by its user: back before any delay could pass, even in
 	// a new session [MQTT-3.1.2-8]; a will without delay is published as
 	// the connection closed abnormally.

@@ -10,7 +10,7 @@ import (
 // testLevel is a node of levels that knows its name, as the tries' do.
 type testLevel struct{ name string }
 
-func (n *testLevel) levelName() string { return n.name }
+func (n *testLevel) SetName() string { return n.name }
 
 // TestLevelsAgainstMap drives levels through the slice and table forms and
 // back with random puts and removes, checking it against a plain map.
