@@ -248,13 +248,21 @@ func (s *Server) takeDeadSessions(node *cluster.Node, dead string) {
 	// A few at a time: each is a claim and a read of the stream, and the
 	// dead node's routes are held (deadRouteGrace) until all are done.
 	work := make(chan cluster.Orphan)
-	var taken atomic.Int64
+	var taken, unread atomic.Int64
 	var wg sync.WaitGroup
 	for range min(takeoverWorkers, len(orphans)) {
 		wg.Go(func() {
 			for o := range work {
-				if s.takeDeadSession(node, js, o, dead) {
+				select {
+				case <-node.Closing():
+					continue // the store goes with the node: left to the others
+				default:
+				}
+				switch ok, err := s.takeDeadSession(node, js, o, dead); {
+				case ok:
 					taken.Add(1)
+				case err != nil:
+					unread.Add(1)
 				}
 			}
 		})
@@ -268,6 +276,10 @@ func (s *Server) takeDeadSessions(node *cluster.Node, dead string) {
 		s.stats.clusterAdopted.Add(uint64(n))
 		s.log.Info().Str("dead_node", dead).Int64("sessions", n).Msg("cluster: persistent sessions of a dead node taken over")
 	}
+	if n := unread.Load(); n > 0 {
+		s.log.Warn().Str("dead_node", dead).Int64("sessions", n).
+			Msg("cluster: persistent sessions of a dead node not taken over: the replicated store did not give them; their clients' next connection reads them")
+	}
 }
 
 // takeoverWorkers is how many of a dead node's sessions a survivor takes
@@ -275,25 +287,35 @@ func (s *Server) takeDeadSessions(node *cluster.Node, dead string) {
 const takeoverWorkers = 4
 
 // takeDeadSession takes over one session of node dead, if this node
-// claims it first, and reports whether it did.
-func (s *Server) takeDeadSession(node *cluster.Node, js *cluster.SessionStore, o cluster.Orphan, dead string) bool {
+// claims it first, and reports whether it did, or the error that kept
+// it from reading the session it claimed.
+func (s *Server) takeDeadSession(node *cluster.Node, js *cluster.SessionStore, o cluster.Orphan, dead string) (bool, error) {
 	if s.hasClient(o.ID) {
-		return false
+		return false, nil
 	}
 	defer s.cluster.takingOver(o.ID)()
 	claim, ok, err := node.ClaimFrom(o.ID, o.Username, dead)
 	if err != nil || !ok {
-		return false
+		return false, nil
 	}
 	// A node taken for dead that is alive after all (it answered no
 	// question in time) gives the session up, its writes to it synced
 	// first, rather than keep it beside this node; a dead one does not
 	// answer.
 	_, _ = node.Handover(claim, o.ID, false)
-	st, msgs, err := js.Adopt(o.ID)
+	// A read that fails (the stream's leader being elected) is tried
+	// again, the claim kept: released, the session would queue nothing
+	// until its client came back. Not past this node's Close or
+	// cut-off.
+	var st *persistence.SessionState
+	var msgs map[uint64]*persistence.Message
+	node.Retry(func() bool {
+		st, msgs, err = js.Adopt(o.ID)
+		return err == nil || node.CutOff()
+	})
 	if err != nil || st == nil {
 		node.Release(o.ID, claim.Rev)
-		return false
+		return false, err
 	}
 	// Another node's message ids are not this node's.
 	fresh := make(map[uint64]*persistence.Message, len(msgs))
@@ -314,7 +336,7 @@ func (s *Server) takeDeadSession(node *cluster.Node, js *cluster.SessionStore, o
 	}
 	var b persistence.Batch
 	b.DeleteSession(o.ID)
-	return s.restoreOne(st, fresh, &b)
+	return s.restoreOne(st, fresh, &b), nil
 }
 
 // takingOver notes that id's session is being taken over here until the

@@ -174,19 +174,30 @@ func sendAtomic(nc *nats.Conn, prefix string, msgs []stateMsg, timeout time.Dura
 // readPage is how many messages one fetch asks for.
 const readPage = 1024
 
+// readIdle is how long the server keeps a read's consumer unused.
+const readIdle = 30 * time.Second
+
+// errReadGap is a read that missed a message of its consumer.
+var errReadGap = errors.New("cluster: a message of the stream missed in reading it")
+
 // readAll reads every message of stream on subjects matching filter, in
 // stream order, calling fn with each one's subject and data. It reads
-// through an ordered consumer, which the stream's leader serves: a
-// direct get may be answered by any replica, one that lags too (a node's
-// own server just back from a netsplit), and a session read from it
-// could miss messages a quorum acknowledged.
+// through a consumer on the stream's leader (leaderConsumer): a direct
+// get may be answered by any replica, one that lags too (a node's own
+// server just back from a netsplit), and a session read from it could
+// miss messages a quorum acknowledged.
+//
+// It gives up once ctx has ended, give or take a fetch (a second).
 func readAll(ctx context.Context, js jetstream.JetStream, stream, filter string, fn func(subject string, data []byte) error) error {
 	for {
 		err := readOnce(ctx, js, stream, filter, fn)
 		// A stream just made, or whose leader is being elected, does not
-		// answer: read again from the start (fn takes a subject's later
-		// message over its earlier) until ctx ends.
-		if err == nil || !(errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)) {
+		// answer, or fails the consumer's making: read again from the
+		// start (fn takes a subject's later message over its earlier)
+		// until ctx ends. What fn refused, and a stream that is not
+		// there, are final.
+		var refused fnError
+		if err == nil || errors.As(err, &refused) || errors.Is(err, jetstream.ErrStreamNotFound) {
 			return err
 		}
 		select {
@@ -197,45 +208,95 @@ func readAll(ctx context.Context, js jetstream.JetStream, stream, filter string,
 	}
 }
 
+// leaderConsumer makes a consumer of stream for a read, on the server
+// that leads the stream. Not jetstream's ordered consumer: it makes its
+// consumer again for each fetch, a round trip through the meta group
+// each, retrying without end and without regard to ctx (a node whose
+// meta group was lost, the other nodes closed, read forever, and its
+// Close waited for that). This one is made once, under ctx; a fetch is
+// bounded by the client (NoWait: a second), and a gap in the consumer's
+// sequence (a message lost on the way) fails the read, which readAll
+// starts again.
+//
+// A consumer of one replica is placed on any server of the stream's,
+// and reads that server's copy: one that lags (just back from a
+// netsplit) would miss messages a quorum acknowledged. One placed
+// elsewhere than the leader is left, and another made.
+func leaderConsumer(ctx context.Context, js jetstream.JetStream, stream, filter string) (jetstream.Consumer, error) {
+	for {
+		cons, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
+			FilterSubject: filter,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckPolicy:     jetstream.AckNonePolicy,
+			// Not deleted after the read, which would cost a round trip:
+			// the server drops it once it has been unused this long.
+			InactiveThreshold: readIdle,
+			Replicas:          1,
+			MemoryStorage:     true,
+		})
+		if err != nil {
+			return nil, err
+		}
+		ci := cons.CachedInfo()
+		if ci.Cluster == nil {
+			return cons, nil // JetStream not clustered: one copy
+		}
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			return nil, err
+		}
+		if si := st.CachedInfo(); si.Cluster == nil || si.Cluster.Leader == ci.Cluster.Leader {
+			return cons, nil
+		}
+	}
+}
+
+// fnError is an error of readAll's fn, which reading again would meet
+// again.
+type fnError struct{ error }
+
+func (e fnError) Unwrap() error { return e.error }
+
 func readOnce(ctx context.Context, js jetstream.JetStream, stream, filter string, fn func(subject string, data []byte) error) error {
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
+	cons, err := leaderConsumer(ctx, js, stream, filter)
 	if err != nil {
 		return err
 	}
+	if cons.CachedInfo().NumPending == 0 {
+		return nil
+	}
+	var seq uint64 // the consumer's sequence of the last message read
 	for {
 		batch, err := cons.FetchNoWait(readPage)
 		if err != nil {
 			return err
 		}
-		n, last := 0, true
+		last := false
 		for m := range batch.Messages() {
-			n++
-			if md, err := m.Metadata(); err == nil {
-				last = md.NumPending == 0
-			}
-			if err := fn(m.Subject(), m.Data()); err != nil {
+			md, err := m.Metadata()
+			if err != nil {
 				return err
+			}
+			if md.Sequence.Consumer != seq+1 {
+				return fmt.Errorf("%w: message %d after %d", errReadGap, md.Sequence.Consumer, seq)
+			}
+			seq, last = md.Sequence.Consumer, md.NumPending == 0
+			if err := fn(m.Subject(), m.Data()); err != nil {
+				return fnError{err}
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return err
 		}
-		if n > 0 && last {
-			return nil
-		}
-		// No message, though the consumer was made with some pending
-		// (a fetch that came before the consumer was ready): fetch
-		// again. One made with none pending has read everything.
-		if info := cons.CachedInfo(); n == 0 && (info == nil || info.NumPending == 0) {
+		if last {
 			return nil
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if n == 0 {
+		// A fetch that found none yet, though the consumer was made
+		// with some pending (it came before the consumer was ready).
+		if seq == 0 {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}

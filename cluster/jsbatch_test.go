@@ -1,14 +1,18 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"mqttd/internal/natstest"
 	"mqttd/internal/testutil"
@@ -188,5 +192,50 @@ func TestSessionWriteNobodyListening(t *testing.T) {
 	}
 	if took := time.Since(start); took >= settleAttempts*timeout {
 		t.Fatalf("gave up after %v: waited as for an unanswered batch", took)
+	}
+}
+
+// TestReadLosingMetaGroup: a read that loses JetStream's meta group (two
+// of three servers stop) between its pages, the stream's own server
+// going on, reads to the end. jetstream's ordered consumer made its
+// consumer again for each page, through the meta group, trying without
+// end: the read never returned, nor a node's Close waiting for it.
+func TestReadLosingMetaGroup(t *testing.T) {
+	servers := natstest.Start(t, 3)
+	nc := connect(t, servers.URLs()[0])
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "pages", Subjects: []string{"pages.>"}, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range readPage + 1 {
+		if _, err := js.Publish(ctx, "pages."+strconv.Itoa(i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The reader's connection to the stream's server, which stays.
+	leader := slices.IndexFunc([]int{0, 1, 2}, func(i int) bool { return servers.Server(i).Name() == stream.CachedInfo().Cluster.Leader })
+	rjs, err := jetstream.New(connect(t, servers.URLs()[leader]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := 0
+	err = readAll(ctx, rjs, "pages", "pages.>", func(string, []byte) error {
+		if read++; read == 1 {
+			for i := range 3 {
+				if i != leader {
+					servers.Shutdown(i)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil || read != readPage+1 {
+		t.Fatalf("read %d messages (%v), the meta group lost after the first: want %d", read, err, readPage+1)
 	}
 }
