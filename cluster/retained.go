@@ -138,6 +138,12 @@ func (n *Node) consumeRetained(st *kvStore) (cc jetstream.ConsumeContext, caught
 	cons, err := st.js.OrderedConsumer(ctx, retainedStream(n.cluster), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{keptPrefix(n.cluster) + ">"},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		// The client makes the consumer again (a missed heartbeat, the
+		// connection back) holding the lock Stop takes, by default
+		// trying without end: with the meta group lost, Close would
+		// wait for ever. One attempt (at most 10 s) a time; the next
+		// error starts another.
+		MaxResetAttempts: 1,
 	})
 	if err != nil {
 		return nil, nil, err
