@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"mqttd/internal/natstest"
+	"mqttd/internal/testutil"
 	"mqttd/packets"
 )
 
@@ -115,9 +116,10 @@ func readPayloads(t *testing.T, c *rawConn, payloads ...string) {
 
 // TestClusterQoS2RefusedIDFreed: a 5.0 QoS 2 message refused with 0x80
 // (the other node's confirmation late) frees its packet id in the store
-// too [MQTT-4.3.3-9]: when the publisher's node stops and another reads
-// its session back from the replicated store, the client's next message
-// with that id is a new one, routed, not taken for the refused one.
+// too [MQTT-4.3.3-9], before the refusal is sent: when the publisher's
+// node stops and another reads its session back from the replicated
+// store, the client's next message with that id is a new one, routed,
+// not taken for the refused one.
 func TestClusterQoS2RefusedIDFreed(t *testing.T) {
 	t.Parallel()
 	urls := natstest.Cluster(t, 3)
@@ -128,9 +130,27 @@ func TestClusterQoS2RefusedIDFreed(t *testing.T) {
 	awaitInterest(t, b.addr, a.addr)
 
 	pub, _ := connectReply(t, a.addr, packets.V5, expiringConnect("pub", 600))
-	a.srv.SetClusterConfirmTimeout(200 * time.Millisecond)
+	a.srv.SetClusterConfirmTimeout(time.Minute)
 	release := b.srv.HoldCommits()
+	t.Cleanup(release)
+	in, _ := b.srv.Cluster()
 	pub.send(&packets.Publish{Topic: "t/1", QoS: 2, PacketID: 1, Payload: []byte("refused")})
+	// The copy goes out once node 1 has stored the id with it.
+	testutil.WaitFor(t, "the copy on node 2", func() bool {
+		st, _ := b.srv.Cluster()
+		return st.MessagesIn > in.MessagesIn
+	})
+	// The id's deletion, which the refusal adds, is held; so must the
+	// refusal be.
+	holdA := a.srv.HoldCommits()
+	t.Cleanup(holdA)
+	refused := a.srv.Stats().StoreRefused
+	a.srv.SetClusterConfirmTimeout(time.Millisecond)
+	testutil.WaitFor(t, "the refusal", func() bool { return a.srv.Stats().StoreRefused > refused })
+	if n := a.srv.HeldAnswers("pub"); n != 1 {
+		t.Fatalf("%d answers held: want the 0x80 held until its id's deletion is stored", n)
+	}
+	holdA()
 	expectAck(pub, packets.TypePubrec, 1, packets.UnspecifiedError)
 	release()
 	pub.send(&packets.Disconnect{})

@@ -67,6 +67,9 @@ type heldAnswers struct {
 	// not confirmed them yet (cluster_confirm.go), in the order sent:
 	// increasing, as pending.
 	remote []uint64
+	// freeing is set while a refused PUBREC, at the head of the queue,
+	// waits for its packet id's deletion to be stored (freeRefused).
+	freeing bool
 }
 
 // pendingIn reports whether a covering unit in (from, to] still waits.
@@ -288,7 +291,7 @@ func (c *conn) releaseWith(t uint64, settle func(h *heldAnswers)) {
 	h.mu.Lock()
 	settle(h)
 	start, n := h.head, h.head
-	for n < len(h.queue) && (h.queue[n].to == 0 || !h.pendingIn(h.queue[n].from, h.queue[n].to)) {
+	for !h.freeing && n < len(h.queue) && (h.queue[n].to == 0 || !h.pendingIn(h.queue[n].from, h.queue[n].to)) {
 		e := &h.queue[n]
 		if err := h.failedIn(e.from, e.to); err != nil {
 			ok, refused := c.refuseStored(e.packet(), err)
@@ -300,7 +303,14 @@ func (c *conn) releaseWith(t uint64, settle func(h *heldAnswers)) {
 			e.p = refused
 			c.srv.stats.storeRefused.Add(1)
 			if rec, isRec := e.p.(*packets.Pubrec); isRec {
+				// Held, now covering nothing, until the deletion of its
+				// id is stored: a node that crashed before that, the
+				// refusal sent, would read the id back taken, and take
+				// the client's next message with it for this one.
 				refusedQoS2 = append(refusedQoS2, rec.PacketID)
+				e.from, e.to = 0, 0
+				h.freeing = true
+				break
 			}
 		}
 		n++
@@ -332,7 +342,7 @@ func (c *conn) releaseWith(t uint64, settle func(h *heldAnswers)) {
 	h.mu.Unlock()
 	if fatal != nil {
 		if len(unstored) > 0 {
-			c.freeRefused(unstored)
+			c.freeRefused(unstored, false)
 		}
 		c.srv.stats.storeRefused.Add(1)
 		// Not on the committer's goroutine: telling a 5.0 client may wait
@@ -346,26 +356,48 @@ func (c *conn) releaseWith(t uint64, settle func(h *heldAnswers)) {
 		return
 	}
 	if len(refusedQoS2) > 0 {
-		c.freeRefused(refusedQoS2)
+		c.freeRefused(refusedQoS2, true)
 	}
 }
 
 // freeRefused lets go of the packet ids of refused QoS 2 messages: free
 // again [MQTT-4.3.3-9], the client may use them for new messages, which
 // a stored id would make taken for the refused ones sent again once the
-// session is read back. Apart, and not inlined, so that the operation it
-// stores takes room on the stack only for the call: in releaseWith's
+// session is read back. With held, the refusal waits at the head of the
+// answers (heldAnswers.freeing) and is sent once the deletions are
+// stored, or have failed. Apart, and not inlined, so that the operation
+// it stores takes room on the stack only for the call: in releaseWith's
 // frame it made every idle TLS and WebSocket reader's stack 8 KiB
 // (TestReaderStacksStay4KiB).
 //
 //go:noinline
-func (c *conn) freeRefused(ids []uint16) {
+func (c *conn) freeRefused(ids []uint16, held bool) {
+	var then func()
+	if held {
+		then = func() { c.releaseWith(0, func(h *heldAnswers) { h.freeing = false }) }
+	}
 	c.cl.mu.Lock()
-	defer c.cl.mu.Unlock()
+	n := 0
 	for _, id := range ids {
 		if c.cl.sess.Pubrel(id) && c.cl.stored {
-			c.srv.dur.oneLocked(persistence.DeleteAwaitingRel(c.cl.id, id), nil)
+			ids[n] = id
+			n++
 		}
+	}
+	for i, id := range ids[:n] {
+		ops := [1]persistence.Op{persistence.DeleteAwaitingRel(c.cl.id, id)}
+		b := persistence.Batch{Ops: ops[:]}
+		if i == n-1 && then != nil {
+			c.srv.dur.commit.AddThen(&b, nil, then)
+			then = nil
+		} else {
+			c.srv.dur.commit.Add(&b, nil)
+		}
+	}
+	c.cl.mu.Unlock()
+	c.srv.dur.commit.Flush()
+	if then != nil { // nothing to delete
+		then()
 	}
 }
 

@@ -59,3 +59,23 @@ func (s *Server) HoldCommits() (release func()) {
 func (s *Server) SetClusterConfirmTimeout(d time.Duration) {
 	s.clusterNode().SetConfirmTimeout(d)
 }
+
+// HeldAnswers returns how many acknowledgements the connection of
+// client id holds back, waiting for the store or other nodes.
+func (s *Server) HeldAnswers(id string) int {
+	s.mu.Lock()
+	cl := s.clients.Get(id)
+	s.mu.Unlock()
+	if cl == nil {
+		return 0
+	}
+	cl.mu.Lock()
+	c := cl.conn
+	cl.mu.Unlock()
+	if c == nil || c.held == nil {
+		return 0
+	}
+	c.held.mu.Lock()
+	defer c.held.mu.Unlock()
+	return c.held.held()
+}
