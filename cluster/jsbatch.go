@@ -271,8 +271,9 @@ func readOnce(ctx context.Context, js jetstream.JetStream, stream, filter string
 		if err != nil {
 			return err
 		}
-		last := false
+		n, last := 0, false
 		for m := range batch.Messages() {
+			n++
 			md, err := m.Metadata()
 			if err != nil {
 				return err
@@ -294,10 +295,19 @@ func readOnce(ctx context.Context, js jetstream.JetStream, stream, filter string
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		// A fetch that found none yet, though the consumer was made
-		// with some pending (it came before the consumer was ready).
-		if seq == 0 {
-			time.Sleep(5 * time.Millisecond)
+		if n > 0 {
+			continue
 		}
+		// None, though some were pending: they may have gone since (a
+		// record's TTL ran out), or the fetch came before the consumer
+		// was ready. What the consumer has pending now says which.
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.NumPending == 0 {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
