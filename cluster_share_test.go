@@ -9,7 +9,9 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"mqttd/internal/natstest"
 	"mqttd/internal/testutil"
+	"mqttd/packets"
 )
 
 // payloadCounter counts, per client, the payloads it received.
@@ -162,5 +164,46 @@ func TestClusterSharedRoundRobinOnNode(t *testing.T) {
 	}
 	if a, b := counter.count("m-", "w1"), counter.count("m-", "w2"); a != total/2 || b != total/2 {
 		t.Fatalf("the members got %d and %d of %d, want turns", a, b, total)
+	}
+}
+
+// TestClusterSharedCopyConfirmed: with replicated sessions, a QoS 1
+// message whose only subscriber is a share group's persistent member on
+// another node is acknowledged once that node has stored it, as a plain
+// subscriber's copy is: the PUBACK waits for the member's node's commit.
+func TestClusterSharedCopyConfirmed(t *testing.T) {
+	t.Parallel()
+	urls := natstest.Cluster(t, 3)
+	dirs := []string{t.TempDir(), t.TempDir()}
+	a, b := startReplicated(t, urls, dirs, 0), startReplicated(t, urls, dirs, 1)
+	member := connectSubscribed(t, expiringConnect5("member", 600), b.addr,
+		packets.Subscription{Filter: "$share/g/s/#", Options: packets.SubOptions{QoS: 1}})
+	pub, _ := connectReply(t, a.addr, packets.V5, &packets.Connect{ClientID: "pub", CleanStart: true})
+	testutil.WaitFor(t, "the share group's copies to reach node 2", func() bool {
+		pub.send(&packets.Publish{Topic: "s/probe", Payload: []byte("probe")})
+		return len(member.ping()) > 0
+	})
+
+	release := b.srv.HoldCommits()
+	t.Cleanup(release)
+	in, _ := b.srv.Cluster()
+	pub.send(&packets.Publish{Topic: "s/1", QoS: 1, PacketID: 1, Payload: []byte("kept")})
+	testutil.WaitFor(t, "the copy on node 2", func() bool {
+		st, _ := b.srv.Cluster()
+		return st.MessagesIn > in.MessagesIn
+	})
+	if n := a.srv.HeldAnswers("pub"); n != 1 {
+		t.Fatalf("%d answers held: want the PUBACK held until node 2 has stored the member's copy", n)
+	}
+	release()
+	expectAck(pub, packets.TypePuback, 1, 0)
+	for {
+		p, ok := member.read().(*packets.Publish)
+		if !ok {
+			t.Fatalf("member got %+v, want the message", p)
+		}
+		if string(p.Payload) == "kept" {
+			break
+		}
 	}
 }

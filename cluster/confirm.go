@@ -22,6 +22,14 @@ import (
 // broker then refuses the publisher's acknowledgement, and the
 // publisher sends again.
 
+// A share group's copy, which NATS gives to one node's queue subscriber
+// (share.go), is confirmed alike by whichever node got it: the copy
+// carries a reply subject of its own under this node's ack subject
+// (sharedAck), answered "+" once what its delivery stored is committed
+// and "-" when it was not or the node no longer had the group. NATS
+// answers a copy that no node subscribes to with a no-responders status:
+// nobody was to keep it, and it settles as confirmed.
+
 // hdrAck is a batch's sequence number among those this node sent the
 // receiver to confirm.
 const hdrAck = "Mqttd-Ack"
@@ -35,6 +43,11 @@ const confirmSweep = 250 * time.Millisecond
 
 func ackSubject(cluster, node string) string {
 	return string(appendLevel([]byte("mqttd."+cluster+".ack."), node))
+}
+
+// sharedAck is the reply subject of this node's shared copy seq.
+func (n *Node) sharedAck(seq uint64) string {
+	return n.ackTo + ".s." + strconv.FormatUint(seq, 10)
 }
 
 // confirm is one message's wait: done is called once, with true when
@@ -61,15 +74,23 @@ type sentBatch struct {
 	msgs []*confirm
 }
 
+// sentShared is a share group's copy sent for confirmation.
+type sentShared struct {
+	at time.Time
+	c  *confirm
+}
+
 // confirmer is what this node waits for, per peer slot.
 type confirmer struct {
 	mu      sync.Mutex
 	next    uint64
 	peer    [maxPeers]string
 	waiting [maxPeers][]sentBatch
-	count   int // batches waiting
-	sweep   sync.Once
-	closed  bool // the sweeper is gone: nothing more waits
+	count   int // batches and shared copies waiting
+	// shared are the shared copies waiting, by sequence number.
+	shared map[uint64]sentShared
+	sweep  sync.Once
+	closed bool // the sweeper is gone: nothing more waits
 	// timeout is confirmTimeout; tests shorten it.
 	timeout atomic.Int64
 }
@@ -98,6 +119,96 @@ func (n *Node) registerConfirm(slot int, peer string, msgs []*confirm) uint64 {
 	cf.mu.Unlock()
 	cf.sweep.Do(func() { go n.sweepConfirms() })
 	return seq
+}
+
+// registerShared records a shared copy of c and returns its sequence
+// number, or 0 (c failed) once the node is closing.
+func (n *Node) registerShared(c *confirm) uint64 {
+	cf := &n.confirms
+	cf.mu.Lock()
+	if cf.closed {
+		cf.mu.Unlock()
+		c.settle(false)
+		return 0
+	}
+	cf.next++
+	seq := cf.next
+	if cf.shared == nil {
+		cf.shared = make(map[uint64]sentShared)
+	}
+	cf.shared[seq] = sentShared{at: time.Now(), c: c}
+	cf.count++
+	cf.mu.Unlock()
+	cf.sweep.Do(func() { go n.sweepConfirms() })
+	return seq
+}
+
+// settleSharedLocked settles shared copy seq, if it still waits. The
+// caller holds cf.mu.
+func (n *Node) settleSharedLocked(seq uint64, ok bool) {
+	cf := &n.confirms
+	w, found := cf.shared[seq]
+	if !found {
+		return
+	}
+	delete(cf.shared, seq)
+	cf.count--
+	if ok {
+		n.stats.confirmed.Add(1)
+	} else {
+		n.stats.confirmsFailed.Add(1)
+	}
+	w.c.settle(ok)
+}
+
+// onSharedAck takes the answer to a shared copy: "+" or "-" from the
+// node that got it, or NATS's no-responders status when none did.
+func (n *Node) onSharedAck(msg *nats.Msg) {
+	seq, err := strconv.ParseUint(msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:], 10, 64)
+	if err != nil {
+		n.stats.malformed.Add(1)
+		return
+	}
+	var ok bool
+	switch {
+	case msg.Header.Get("Status") == "503":
+		ok = true
+	case string(msg.Data) == "+":
+		ok = true
+	case string(msg.Data) == "-":
+	default:
+		n.stats.malformed.Add(1)
+		return
+	}
+	cf := &n.confirms
+	cf.mu.Lock()
+	defer cf.mu.Unlock()
+	n.settleSharedLocked(seq, ok)
+}
+
+// answerShared answers a shared copy to confirm once its delivery is
+// kept (ok) or, !ok, at once. The answer goes on the shared connection,
+// which the copy came on: the main one does not echo, and the sender may
+// be this node.
+func (n *Node) answerShared(reply string, ok bool) {
+	answer := func(ok bool) {
+		data := []byte{'+'}
+		if !ok {
+			data[0] = '-'
+		}
+		sh := &n.shared
+		sh.mu.RLock()
+		nc := sh.nc
+		sh.mu.RUnlock()
+		if nc != nil {
+			_ = nc.Publish(reply, data)
+		}
+	}
+	if !ok || n.committed == nil {
+		answer(ok)
+		return
+	}
+	n.committed(answer)
 }
 
 // failLocked fails every batch waiting on slot. The caller holds cf.mu.
@@ -201,6 +312,11 @@ func (n *Node) sweepOnce(now time.Time) {
 			cf.settleLocked(slot, cf.waiting[slot][0].seq, false)
 		}
 	}
+	for seq, w := range cf.shared {
+		if now.Sub(w.at) > timeout {
+			n.settleSharedLocked(seq, false)
+		}
+	}
 }
 
 func (n *Node) failAllConfirms() {
@@ -210,6 +326,9 @@ func (n *Node) failAllConfirms() {
 	cf.closed = true
 	for slot := range cf.waiting {
 		cf.failLocked(slot)
+	}
+	for seq := range cf.shared {
+		n.settleSharedLocked(seq, false)
 	}
 }
 

@@ -174,3 +174,66 @@ func TestDeadRoutesHeld(t *testing.T) {
 		t.Fatal("a send to no node, after the dead node's routes went, failed")
 	}
 }
+
+// TestPublishConfirmedShared: a confirmed send whose topic a share group
+// on another node matches waits for that node, which NATS gave the copy,
+// to answer after its commit; a refusal fails it; a copy nobody
+// subscribes to any more (NATS's no-responders) is confirmed, there
+// being nobody to keep it; one never answered fails at the timeout.
+func TestPublishConfirmedShared(t *testing.T) {
+	urls := natstest.Cluster(t, 1)
+	ra, rb := newRecorder(), newRecorder()
+	a := startNode(t, "A", ra, testLogger(t), urls[0])
+	b := startNode(t, "B", rb, testLogger(t), urls[0])
+	owed := make(chan func(bool), 4)
+	b.SetCommitted(nil, func(answer func(bool)) { owed <- answer })
+	b.WantShared("g", "s/#")
+	probe(t, a, "s/probe", rb)
+
+	done := make(chan bool, 4)
+	send := func(topic string) {
+		t.Helper()
+		if err := a.PublishConfirmed(&Message{Topic: topic, QoS: 1}, time.Second, nil, func(ok bool) { done <- ok }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.SetConfirmTimeout(time.Minute)
+	send("s/1")
+	if m := rb.until(t, "s/1", "s/probe"); m[len(m)-1].Group != "g" {
+		t.Fatalf("B got %+v, want it for group g", m[len(m)-1])
+	}
+	answer := <-owed
+	select {
+	case ok := <-done:
+		t.Fatalf("confirmed (%v) before B answered", ok)
+	default:
+	}
+	answer(true)
+	if ok := <-done; !ok {
+		t.Fatal("B kept the shared copy, but the send failed")
+	}
+
+	send("s/2")
+	rb.until(t, "s/2", "s/probe")
+	(<-owed)(false)
+	if ok := <-done; ok {
+		t.Fatal("B did not keep the shared copy, but the send was confirmed")
+	}
+
+	const timeout = 300 * time.Millisecond
+	a.SetConfirmTimeout(timeout)
+	send("s/3")
+	rb.until(t, "s/3", "s/probe")
+	<-owed // never answered
+	if ok := <-done; ok {
+		t.Fatal("a shared copy B never answered was confirmed")
+	}
+
+	// A copy on its way as B unsubscribes is lost, and fails at the
+	// timeout.
+	b.UnwantShared("g", "s/#")
+	testutil.WaitFor(t, "a send to the group, gone, to be confirmed", func() bool {
+		send("s/4")
+		return <-done
+	})
+}

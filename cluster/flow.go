@@ -210,18 +210,34 @@ func (n *Node) queued() int { return int(n.inMsgs.Load()) + len(n.in) }
 
 // receive decodes msg, from the network: anything no node sends is
 // counted and dropped.
+//
+// A share group's copy with a reply subject waits for confirmation
+// (confirm.go): it is answered once what its delivery stored is
+// committed, or at once, refused, when it could not be delivered.
 func (n *Node) receive(msg *nats.Msg) {
 	m, err := decodeMsg(n.cluster, msg.Subject, msg.Header, msg.Data)
 	if err != nil {
 		n.stats.malformed.Add(1)
 		n.warnMalformed(err, msg.Subject)
+		if msg.Reply != "" {
+			n.answerShared(msg.Reply, false)
+		}
 		return
 	}
 	if !n.tag(msg, m) {
+		if msg.Reply != "" {
+			n.answerShared(msg.Reply, false)
+		}
 		return
 	}
 	n.stats.in.Add(1)
+	if msg.Reply != "" && n.delivering != nil {
+		n.delivering()
+	}
 	n.deliver(m)
+	if msg.Reply != "" {
+		n.answerShared(msg.Reply, true)
+	}
 }
 
 // errSubject is a subject TopicOf refuses.

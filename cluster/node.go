@@ -312,6 +312,9 @@ func (n *Node) subscribe() error {
 	if _, err := n.nc.Subscribe(n.ackTo, n.onAck); err != nil {
 		return fmt.Errorf("cluster: subscribing to answers: %w", err)
 	}
+	if _, err := n.nc.Subscribe(n.ackTo+".s.*", n.onSharedAck); err != nil {
+		return fmt.Errorf("cluster: subscribing to answers: %w", err)
+	}
 	if _, err := n.nc.Subscribe(aliveSubject(n.cluster, n.name), n.onAlive); err != nil {
 		return fmt.Errorf("cluster: subscribing to liveness questions: %w", err)
 	}

@@ -58,19 +58,23 @@ func (n *Node) Publish(m *Message) error {
 // for it to be kept (confirm.go): done is called once, with true when
 // every node it went to has committed what its delivery stored (at once
 // when it goes to none), false when one did not answer in time, is
-// gone, or the message was not sent. A share group's copy is not
-// waited for.
+// gone, or the message was not sent. A share group's copy is waited
+// for too, from whichever node NATS gave it to (confirm.go).
 func (n *Node) PublishConfirmed(m *Message, wait time.Duration, block func(func()), done func(ok bool)) error {
 	var it outItem
 	ok, err := n.encode(m, &it)
-	if !ok || it.dst.empty() {
+	waits := it.dst.count()
+	if it.publish && it.msg != nil {
+		waits++
+	}
+	if !ok || waits == 0 {
 		done(err == nil)
 		if !ok {
 			return err
 		}
 	} else {
 		it.confirm = &confirm{done: done}
-		it.confirm.left.Store(int32(it.dst.count()))
+		it.confirm.left.Store(int32(waits))
 	}
 	if n.enqueue(&it) {
 		return nil
@@ -321,8 +325,22 @@ func (n *Node) send(b *batches, it outItem) {
 		return
 	}
 	if it.publish {
-		if err := n.nc.PublishMsg(it.msg); err != nil {
+		msg, seq := it.msg, uint64(0)
+		if it.confirm != nil {
+			// The message is shared with the retained stream's write:
+			// the reply goes on a copy.
+			if seq = n.registerShared(it.confirm); seq != 0 {
+				msg = &nats.Msg{Subject: msg.Subject, Reply: n.sharedAck(seq), Header: msg.Header, Data: msg.Data}
+			}
+		}
+		if err := n.nc.PublishMsg(msg); err != nil {
 			n.refused(err, 1)
+			if seq != 0 {
+				cf := &n.confirms
+				cf.mu.Lock()
+				n.settleSharedLocked(seq, false)
+				cf.mu.Unlock()
+			}
 		} else if it.rec == nil {
 			n.stats.out.Add(1)
 		}
