@@ -247,6 +247,9 @@ func New(opts Options) (*Server, error) {
 		}
 		d.commit = persistence.NewCommitter(checkedStore{d.store, s})
 		d.commit.SetDelay(commitDelay)
+		if s.cluster != nil && s.cluster.cfg.ReplicatedSessions() {
+			d.commit.SetDelay(replicatedCommitDelay)
+		}
 		s.stats.committer = d.commit
 		if err := s.restore(); err != nil {
 			s.closeStore()

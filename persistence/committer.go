@@ -150,8 +150,9 @@ func NewCommitter(s Store) *Committer {
 // stored up to d later. QoS 2 entries are not waited for: a PUBREC
 // replaces one rather than deleting it, and the PUBCOMP that would comes
 // a round trip later (with the wait, durable2 ran at 48–50k msg/s; without
-// it, 70–75k). Nor are entries marked Remote, whose acknowledgement comes
-// from across a network. Call it before the first Add.
+// it, 70–75k). Nor are entries marked AckDistant, whose acknowledgement
+// is not near (across a network, or its session offline). Call it before
+// the first Add.
 func (c *Committer) SetDelay(d time.Duration) { c.delay = d }
 
 // Add appends b's operations, copied (b may be reused at once), as one
@@ -345,7 +346,7 @@ func (c *Committer) addOpLocked(op *Op) {
 		np := pendingPut{
 			at:      len(c.next.Ops),
 			created: p.created || !replaced && !op.Outbound.Released,
-			quick:   op.Outbound.QoS == 1 && !op.Outbound.Released && !op.Remote,
+			quick:   op.Outbound.QoS == 1 && !op.Outbound.Released && !op.AckDistant,
 		}
 		// Counted before the put it replaces is forgotten, so that the
 		// wait is not told that no QoS 1 put is left when this is one.

@@ -502,16 +502,17 @@ func TestCommitterWaitsForQoS1Only(t *testing.T) {
 	})
 }
 
-// TestCommitterDoesNotWaitForRemote: a QoS 1 entry marked Remote (for a
-// bridge's remote broker, a network round trip away) is committed at once,
-// as a QoS 2 entry is. Virtual time, an hour's delay.
-func TestCommitterDoesNotWaitForRemote(t *testing.T) {
+// TestCommitterDoesNotWaitForAckDistant: a QoS 1 entry marked AckDistant
+// (for a bridge's remote broker, a network round trip away, or an offline
+// session) is committed at once, as a QoS 2 entry is. Virtual time, an
+// hour's delay.
+func TestCommitterDoesNotWaitForAckDistant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := delayedCommitter(t)
 		var b persistence.Batch
 		b.PutMessage(&persistence.Message{ID: 1, Topic: "t", QoS: 1})
 		b.PutOutbound("$bridge/cloud", persistence.Outbound{Seq: 1, MessageID: 1, QoS: 1})
-		b.Ops[1].Remote = true
+		b.Ops[1].AckDistant = true
 		done := make(chan struct{}, 1)
 		start := time.Now()
 		c.Submit(&b, func(error) { done <- struct{}{} })

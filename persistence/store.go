@@ -222,10 +222,12 @@ type Op struct {
 	// it follows (Committer), so what acknowledged that put still waits
 	// for it to be stored.
 	Handed bool
-	// Remote marks an OpPutOutbound whose acknowledgement is a network
-	// round trip away (a bridge's remote broker): a commit does not wait
-	// for it (Committer.SetDelay), which would only delay the publisher's.
-	Remote       bool
+	// AckDistant marks an OpPutOutbound whose acknowledgement is not
+	// near: a bridge's remote broker's, a network round trip away, or an
+	// offline session's, which none cancels before its client is back.
+	// A commit does not wait for it (Committer.SetDelay), which would
+	// only delay the publisher's.
+	AckDistant   bool
 	SessionID    string
 	Session      Session
 	Subscription Subscription
