@@ -245,11 +245,18 @@ func leaderConsumer(ctx context.Context, js jetstream.JetStream, stream, filter 
 		if err != nil {
 			return nil, err
 		}
-		if si := st.CachedInfo(); si.Cluster == nil || si.Cluster.Leader == ci.Cluster.Leader {
+		si := st.CachedInfo()
+		switch {
+		case si.Cluster == nil || si.Cluster.Leader == ci.Cluster.Leader:
 			return cons, nil
+		case si.Cluster.Leader == "":
+			return nil, errNoLeader // readAll tries again shortly
 		}
 	}
 }
+
+// errNoLeader is a stream whose leader is being elected.
+var errNoLeader = errors.New("cluster: the stream has no leader")
 
 // fnError is an error of readAll's fn, which reading again would meet
 // again.
