@@ -435,9 +435,13 @@ func TestLongestSubjectCrosses(t *testing.T) {
 func TestSlowDeliverDropsCounted(t *testing.T) {
 	s := natstest.Start(t, 1)
 	urls := s.URLs()
-	release := make(chan struct{})
+	release, holding := make(chan struct{}), make(chan struct{}, 1)
 	var in atomic.Int64
 	n, err := Start(Config{Name: "c1", NodeName: "S", NATS: NATSConfig{URL: urls[0]}}, testLogger(t), func(*Message) {
+		select {
+		case holding <- struct{}{}:
+		default:
+		}
 		<-release
 		in.Add(1)
 	})
@@ -469,9 +473,18 @@ func TestSlowDeliverDropsCounted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for range batches {
+	// The first batch is in deliver before the others come: had the
+	// queue filled first, one more would be dropped.
+	for i := range batches {
 		if err := raw.Publish(batchSubject("c1", "S"), data); err != nil {
 			t.Fatal(err)
+		}
+		if i == 0 {
+			select {
+			case <-holding:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the first batch not delivered")
+			}
 		}
 	}
 	const dropped = 20 * per
